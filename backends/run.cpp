@@ -1,0 +1,65 @@
+#include "labkit/run.h"
+
+#include <fmt/format.h>
+
+#include "labkit/algorithms.h"
+#include "labkit/error.h"
+#include "sim/engine.h"
+
+namespace labkit {
+
+void add_run_options(CLI::App& app, RunOptions& o) {
+  app.add_option("--backend", o.backend, "sim (simulated cluster), mpi or nccl")->capture_default_str();
+  app.add_option("--ranks,-n", o.ranks, "number of ranks")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, or a JSON file")->capture_default_str();
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
+  app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native");
+  app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");
+  app.add_option("--efficiency", o.efficiency, "fraction of device peak FLOP/s that compute reaches")
+      ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
+  app.add_option("--straggler", o.stragglers, "RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed");
+}
+
+namespace {
+// "--algo ring" sets ring wherever a collective has it; "--algo all_reduce=ring" one.
+void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
+  for (const std::string& spec : algos) {
+    const auto eq = spec.find('=');
+    if (eq != std::string::npos) {
+      comm.set_algorithm(parse_collective(spec.substr(0, eq)), spec.substr(eq + 1));
+      continue;
+    }
+    bool found = spec == "native";
+    for (const Algorithm& a : all_algorithms())
+      if (a.name == spec || spec == "native") { comm.set_algorithm(a.op, spec); found = true; }
+    if (!found) throw Error(fmt::format("--algo: no collective has an algorithm named '{}'", spec));
+  }
+}
+
+std::vector<double> parse_speeds(const RunOptions& o) {
+  std::vector<double> speed(o.ranks, 1.0);
+  for (const std::string& s : o.stragglers) {
+    int rank = -1;
+    double factor = 0;
+    if (std::sscanf(s.c_str(), "%d:%lf", &rank, &factor) != 2 || rank < 0 || rank >= o.ranks || factor <= 0)
+      throw Error(fmt::format("--straggler {}: expected RANK:SPEED with 0 <= RANK < {} and SPEED > 0", s, o.ranks));
+    speed[rank] = factor;
+  }
+  return speed;
+}
+}  // namespace
+
+RunResult run(const RunOptions& o, const RankFn& rank_fn) {
+  if (o.backend != "sim")
+    throw Error(fmt::format("--backend {}: not available in this build; the simulated backend 'sim' is", o.backend));
+  std::unique_ptr<Trace> trace = o.trace.empty() ? nullptr : std::make_unique<Trace>(o.ranks);
+  sim::Engine engine({o.ranks, find_topology(o.topology), !o.payload_free, o.efficiency, parse_speeds(o), trace.get()});
+  engine.run([&](Comm& comm) {
+    apply_algorithms(comm, o.algos);
+    rank_fn(comm);
+  });
+  if (trace) trace->write_chrome_json(o.trace, o.backend);
+  return {engine.elapsed(), engine.messages()};
+}
+
+}  // namespace labkit

@@ -1,0 +1,455 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include <boost/context/protected_fixedsize_stack.hpp>
+#include <fmt/format.h>
+
+#include "labkit/cost_model.h"
+#include "sim_comm.h"
+
+namespace labkit::sim {
+
+namespace ctx = boost::context;
+
+// 256 KiB per rank with a guard page: a learner's runaway recursion faults
+// cleanly instead of corrupting a neighbour; 4096 ranks reserve 1 GiB of
+// address space and touch only what they use.
+constexpr std::size_t kStackBytes = 256 * 1024;
+
+
+
+
+Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.ranks) {
+  if (options_.ranks < 1) throw Error(fmt::format("sim: ranks={} must be at least 1", options_.ranks));
+  if (options_.speed.empty()) options_.speed.assign(options_.ranks, 1.0);
+  const Topology& t = options_.topology;
+  const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
+  nic_out_free_.assign(std::size_t(nodes) * t.nics_per_node, 0.0);
+  nic_in_free_ = nic_out_free_;
+  std::vector<int> world(options_.ranks);
+  for (int r = 0; r < options_.ranks; ++r) world[r] = r;
+  groups_.push_back(std::move(world));
+}
+
+Engine::~Engine() = default;
+
+double Engine::elapsed() const {
+  double t = 0;
+  for (const RankState& r : ranks_) t = std::max(t, r.now);
+  return t;
+}
+
+// ---- scheduling ----------------------------------------------------------------
+
+void Engine::run(const std::function<void(Comm&)>& rank_fn) {
+  for (int r = 0; r < options_.ranks; ++r) {
+    ranks_[r].fiber = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
+                                 [this, r, &rank_fn](ctx::fiber&& scheduler) {
+                                   ranks_[r].scheduler = std::move(scheduler);
+                                   try {
+                                     SimComm comm(*this, 0, r, groups_[0],
+                                                  options_.trace ? options_.trace->track(r) : nullptr);
+                                     rank_fn(comm);
+                                   } catch (const Error& e) {
+                                     if (!failed_) error_ = e.what();
+                                     failed_ = true;
+                                   } catch (const std::exception& e) {
+                                     if (!failed_) error_ = fmt::format("rank {}: {}", r, e.what());
+                                     failed_ = true;
+                                   }
+                                   ranks_[r].state = RankState::State::done;
+                                   return std::move(ranks_[r].scheduler);
+                                 });
+    ready_.push({0.0, r});
+  }
+  while (!ready_.empty() && !failed_) {
+    const int r = ready_.top().second;
+    ready_.pop();
+    ranks_[r].state = RankState::State::ready;
+    ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
+  }
+  std::string deadlock;
+  if (!failed_ && std::any_of(ranks_.begin(), ranks_.end(),
+                              [](const RankState& s) { return s.state != RankState::State::done; }))
+    deadlock = deadlock_report();
+  for (RankState& s : ranks_) s.fiber = {};  // unwinds the stacks of ranks that did not finish
+  if (failed_) throw Error(error_);
+  if (!deadlock.empty()) throw DeadlockError(deadlock);
+}
+
+// Keeps the invariant that the running rank is the earliest ready one: a rank
+// whose clock ran ahead (a wait, a compute region) lets the others catch up
+// before it touches shared state.
+void Engine::sync(int rank) {
+  if (ready_.empty() || std::pair(ranks_[rank].now, rank) <= ready_.top()) return;
+  ready_.push({ranks_[rank].now, rank});
+  ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
+}
+
+void Engine::block(int rank) {
+  ranks_[rank].state = RankState::State::blocked;
+  ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
+  ranks_[rank].waiting_op = -1;
+  ranks_[rank].waiting_rv = nullptr;
+}
+
+void Engine::make_ready(int rank, double at) {
+  RankState& s = ranks_[rank];
+  s.now = std::max(s.now, at);
+  s.state = RankState::State::ready;
+  ready_.push({s.now, rank});
+}
+
+void Engine::advance(int rank, double seconds) { ranks_[rank].now += seconds / options_.speed[rank]; }
+
+double Engine::seconds_for_flops(int rank, double flops) const {
+  (void)rank;
+  return flops / (options_.topology.device.peak_flops * options_.efficiency);
+}
+
+// ---- point-to-point ------------------------------------------------------------
+
+std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id, View buf) {
+  sync(rank);
+  std::int64_t id;
+  if (free_ops_.empty()) {
+    id = std::int64_t(ops_.size());
+    ops_.emplace_back();
+  } else {
+    id = free_ops_.back();
+    free_ops_.pop_back();
+  }
+  ops_[id] = P2P{is_send, rank, peer, tag, comm_id, buf, ranks_[rank].now, false, 0};
+  // A send looks for a posted receive at its destination; a receive looks for an
+  // unexpected send at itself. The first in post order matches (non-overtaking).
+  std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[rank].unexpected_sends;
+  for (auto it = queue.begin(); it != queue.end(); ++it) {
+    const P2P& other = ops_[*it];
+    if (other.tag == tag && other.comm_id == comm_id && other.owner == peer) {
+      const std::int64_t other_id = *it;
+      queue.erase(it);
+      is_send ? match(id, other_id) : match(other_id, id);
+      return id;
+    }
+  }
+  (is_send ? ranks_[peer].unexpected_sends : ranks_[rank].posted_recvs).push_back(id);
+  return id;
+}
+
+void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
+  P2P &s = ops_[send_id], &r = ops_[recv_id];
+  if (s.buf.bytes() != r.buf.bytes()) {
+      throw Error(fmt::format("rank {}: recv(from={}, tag={}): the message is {} bytes but the receive buffer "
+                            "holds {} bytes (rank {} sent {} x {})",
+                            r.owner, s.owner, s.tag, s.buf.bytes(), r.buf.bytes(), s.owner, s.buf.count,
+                            name_of(s.buf.dtype)));
+  }
+  const Topology& t = options_.topology;
+  const Link& link = t.link(s.owner, r.owner);
+  double *out, *in;
+  if (t.node_of(s.owner) == t.node_of(r.owner)) {
+    out = &ranks_[s.owner].out_free;
+    in = &ranks_[r.owner].in_free;
+  } else {
+    out = &nic_out_free_[std::size_t(t.node_of(s.owner)) * t.nics_per_node + t.nic_of(s.owner)];
+    in = &nic_in_free_[std::size_t(t.node_of(r.owner)) * t.nics_per_node + t.nic_of(r.owner)];
+  }
+  // Both ends are posted now; the bytes start once both ports are free.
+  const double posted = std::max(s.posted, r.posted);
+  const double start = std::max({posted, *out, *in});
+  const double wire = double(s.buf.bytes()) / link.bandwidth;
+  *out = *in = start + wire;
+  const double delivered = start + link.alpha + wire;
+  if (options_.payload && s.buf.data && r.buf.data && s.buf.bytes()) std::memcpy(r.buf.data, s.buf.data, s.buf.bytes());
+  ++messages_;
+  for (P2P* op : {&s, &r}) {
+    op->done = true;
+    op->complete = delivered;
+    if (ranks_[op->owner].waiting_op == (op == &s ? send_id : recv_id)) make_ready(op->owner, delivered);
+  }
+}
+
+void Engine::wait(int rank, std::int64_t id) {
+  if (!ops_[id].done) {
+    ranks_[rank].waiting_op = id;
+    block(rank);
+  }
+  ranks_[rank].now = std::max(ranks_[rank].now, ops_[id].complete);
+  free_ops_.push_back(id);
+}
+
+bool Engine::test(int rank, std::int64_t id) {
+  sync(rank);
+  if (ops_[id].done && ops_[id].complete <= ranks_[rank].now) {
+    free_ops_.push_back(id);
+    return true;
+  }
+  // A poll costs a little time, so a loop that only polls still moves forward.
+  ranks_[rank].now += 1e-7;
+  return false;
+}
+
+// ---- collectives ---------------------------------------------------------------
+
+void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& c,
+                              const std::string& who) {
+  const std::vector<int>& group = groups_[comm_id];
+  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
+  const auto it = first_call_.try_emplace({comm_id, seq}, FirstCall{c, me, 0}).first;
+  const CollectiveCall& f = it->second.call;
+  const int other = it->second.rank;
+  const std::string_view op = name_of(c.op);
+  if (c.op != f.op) fail(who, op, "rank {} called {} at this point; every rank must call the same collective", other, name_of(f.op));
+  if (has_root(c.op) && c.root != f.root) fail(who, op, "root={} but rank {} passed root={}", c.root, other, f.root);
+  if (has_reduce_op(c.op) && c.reduce_op != f.reduce_op)
+    fail(who, op, "op={} but rank {} passed op={}", name_of(c.reduce_op), other, name_of(f.reduce_op));
+  // The buffer every rank passes with the same count and dtype: the per-rank block
+  // (gather, all_gather, all_to_all send; scatter, reduce_scatter recv) or the whole buffer.
+  auto agreed = [](const CollectiveCall& x) -> const View& {
+    switch (x.op) {
+      case Collective::gather: case Collective::all_gather: case Collective::all_to_all: return x.send;
+      default: return x.recv;
+    }
+  };
+  if (c.op != Collective::barrier && agreed(c).dtype != agreed(f).dtype)
+    fail(who, op, "dtype={} but rank {} passed dtype={}", name_of(agreed(c).dtype), other, name_of(agreed(f).dtype));
+  if (c.op != Collective::barrier && agreed(c).count != agreed(f).count)
+    fail(who, op, "count={} but rank {} passed count={}; every rank must pass the same count", agreed(c).count,
+         other, agreed(f).count);
+  // Forget the call once the whole group has checked in.
+  if (++it->second.seen == int(group.size())) first_call_.erase(it);
+}
+
+Engine::Rendezvous& Engine::arrive(int rank, const RendezvousKey& key, std::string what) {
+  sync(rank);
+  const std::vector<int>& group = groups_[std::get<0>(key)];
+  Rendezvous& rv = rendezvous_[key];
+  if (rv.slots.empty()) {
+    rv.slots.resize(group.size());
+    rv.what = std::move(what);
+  }
+  rv.arrived++;
+  rv.latest = std::max(rv.latest, ranks_[rank].now);
+  return rv;
+}
+
+void Engine::leave(const RendezvousKey& key) {
+  Rendezvous& rv = rendezvous_.at(key);
+  if (++rv.left == int(rv.slots.size())) rendezvous_.erase(key);
+}
+
+std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call) {
+  const RendezvousKey key{comm_id, Channel::collective, seq};
+  Rendezvous& rv = arrive(rank, key, std::string(name_of(call.op)));
+  const std::vector<int>& group = groups_[comm_id];
+  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
+  rv.slots[me].present = true;
+  rv.slots[me].call = call;
+  if (rv.arrived < int(group.size())) {
+    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
+    block(rank);
+  } else {
+    finish_native(rv, comm_id);
+  }
+  const std::string_view algo = rendezvous_.at(key).native_algo;
+  leave(key);
+  return algo;
+}
+
+// The black-box library: compute the result directly from every rank's buffers,
+// then charge the cost model's time for the algorithm NCCL would choose.
+void Engine::finish_native(Rendezvous& rv, int comm_id) {
+  const std::vector<int>& group = groups_[comm_id];
+  const int p = int(group.size());
+  const CollectiveCall& c0 = rv.slots[0].call;
+  const CollectiveCall& at_root = rv.slots[has_root(c0.op) ? c0.root : 0].call;
+  const std::size_t es = size_of(c0.recv.dtype);
+  auto call = [&](int i) -> const CollectiveCall& { return rv.slots[i].call; };
+  bool payload = options_.payload;
+  for (const auto& s : rv.slots) payload = payload && (s.call.op == Collective::barrier || s.call.recv.data || s.call.send.data);
+  auto copy = [&](View to, std::size_t to_off, View from, std::size_t from_off, std::size_t n) {
+    if (payload && to.data && from.data && n)
+      std::memcpy(static_cast<std::byte*>(to.data) + to_off * es, static_cast<const std::byte*>(from.data) + from_off * es, n * es);
+  };
+  // Reduce the ranks' `input` views in rank order into a fresh buffer.
+  auto reduced = [&](auto input) {
+    const View first = input(0);
+    std::vector<std::byte> acc(first.bytes());
+    if (payload && first.data) {
+      std::memcpy(acc.data(), first.data, acc.size());
+      for (int i = 1; i < p; ++i) reduce_local(c0.reduce_op, first.dtype, input(i).data, acc.data(), first.count);
+    }
+    return acc;
+  };
+  auto from_bytes = [&](std::vector<std::byte>& b, DType d) { return View{b.data(), b.size() / es, d}; };
+  switch (c0.op) {
+    case Collective::broadcast:
+      for (int i = 0; i < p; ++i) if (i != c0.root) copy(call(i).recv, 0, at_root.recv, 0, at_root.recv.count);
+      break;
+    case Collective::reduce: {
+      auto acc = reduced([&](int i) { return call(i).recv; });
+      copy(at_root.recv, 0, from_bytes(acc, c0.recv.dtype), 0, at_root.recv.count);
+      break;
+    }
+    case Collective::all_reduce: {
+      auto acc = reduced([&](int i) { return call(i).recv; });
+      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, from_bytes(acc, c0.recv.dtype), 0, call(i).recv.count);
+      break;
+    }
+    case Collective::gather:
+      for (int i = 0; i < p; ++i) copy(at_root.recv, i * call(i).send.count, call(i).send, 0, call(i).send.count);
+      break;
+    case Collective::scatter:
+      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, at_root.send, i * call(i).recv.count, call(i).recv.count);
+      break;
+    case Collective::all_gather:
+      for (int i = 0; i < p; ++i)
+        for (int j = 0; j < p; ++j) copy(call(i).recv, j * call(j).send.count, call(j).send, 0, call(j).send.count);
+      break;
+    case Collective::reduce_scatter: {
+      auto acc = reduced([&](int i) { return call(i).send; });
+      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, from_bytes(acc, c0.send.dtype), i * call(i).recv.count, call(i).recv.count);
+      break;
+    }
+    case Collective::all_to_all: {
+      // Every rank's send may alias its recv, so stage all sends first.
+      std::vector<std::vector<std::byte>> sends(p);
+      for (int i = 0; i < p; ++i)
+        if (payload && call(i).send.data)
+          sends[i].assign(static_cast<const std::byte*>(call(i).send.data),
+                          static_cast<const std::byte*>(call(i).send.data) + call(i).send.bytes());
+      const std::size_t block = c0.send.count / p;
+      for (int i = 0; i < p; ++i)
+        for (int j = 0; j < p; ++j)
+          if (!sends[j].empty()) copy(call(i).recv, j * block, from_bytes(sends[j], c0.send.dtype), i * block, block);
+      break;
+    }
+    case Collective::barrier: break;
+  }
+  std::size_t bytes = 0;
+  for (int i = 0; i < p; ++i) bytes = std::max({bytes, call(i).send.bytes(), call(i).recv.bytes()});
+  const Topology& t = options_.topology;
+  const bool spans_nodes = t.node_of(group.front()) != t.node_of(group.back()) ||
+                           std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
+  const CostEstimate cost = native_cost(c0.op, bytes, p, spans_nodes ? t.inter : t.intra);
+  rv.native_algo = cost.algorithm;
+  const double end = rv.latest + cost.seconds;
+  for (int i = 0; i < p; ++i) {
+    const int g = group[i];
+    if (ranks_[g].state == RankState::State::blocked) make_ready(g, end);
+    else ranks_[g].now = end;
+  }
+}
+
+std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf) {
+  const RendezvousKey key{comm_id, Channel::inspect, seq};
+  Rendezvous& rv = arrive(rank, key, "inspect");
+  const std::vector<int>& group = groups_[comm_id];
+  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
+  if (rv.gathered.empty()) rv.gathered.resize(group.size());
+  rv.slots[me].present = true;
+  if (buf.data) rv.gathered[me].assign(static_cast<const std::byte*>(buf.data), static_cast<const std::byte*>(buf.data) + buf.bytes());
+  if (rv.arrived < int(group.size())) {
+    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
+    block(rank);
+  } else {
+    for (int g : group) {  // no cost: the ranks only line up
+      if (ranks_[g].state == RankState::State::blocked) make_ready(g, rv.latest);
+      else ranks_[g].now = rv.latest;
+    }
+  }
+  std::vector<std::vector<std::byte>> out;
+  if (me == 0) out = rendezvous_.at(key).gathered;
+  leave(key);
+  return out;
+}
+
+Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int color, int key_) {
+  const RendezvousKey key{comm_id, Channel::split, seq};
+  Rendezvous& rv = arrive(rank, key, "split");
+  const std::vector<int> group = groups_[comm_id];  // a copy: groups_ grows below
+  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
+  rv.slots[me].present = true;
+  rv.slots[me].color = color;
+  rv.slots[me].key = key_;
+  if (rv.arrived < int(group.size())) {
+    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
+    block(rank);
+  } else {
+    // New groups in ascending color; members by (key, old rank), as MPI_Comm_split.
+    std::set<int> colors;
+    for (const auto& s : rv.slots) if (s.color >= 0) colors.insert(s.color);
+    for (int c : colors) {
+      std::vector<std::pair<int, int>> order;  // (key, old rank)
+      for (int i = 0; i < int(group.size()); ++i) if (rv.slots[i].color == c) order.push_back({rv.slots[i].key, i});
+      std::sort(order.begin(), order.end());
+      const int id = int(groups_.size());
+      std::vector<int> members;
+      for (auto [k, i] : order) members.push_back(group[i]);
+      for (int j = 0; j < int(order.size()); ++j) rv.slots[order[j].second].membership = {id, j, members};
+      groups_.push_back(std::move(members));
+    }
+    for (int g : group) {
+      if (ranks_[g].state == RankState::State::blocked) make_ready(g, rv.latest);
+      else ranks_[g].now = rv.latest;
+    }
+  }
+  Membership m = rendezvous_.at(key).slots[me].membership;
+  leave(key);
+  return m;
+}
+
+// ---- deadlock report -----------------------------------------------------------
+
+int Engine::waits_for(int rank) const {
+  const RankState& s = ranks_[rank];
+  if (s.waiting_op >= 0) return ops_[s.waiting_op].peer;
+  if (s.waiting_rv) {
+    const std::vector<int>& group = groups_[std::get<0>(*s.waiting_rv)];
+    const Rendezvous& rv = rendezvous_.at(*s.waiting_rv);
+    for (std::size_t i = 0; i < group.size(); ++i)
+      if (!rv.slots[i].present) return group[i];
+  }
+  return -1;
+}
+
+std::string Engine::deadlock_report() const {
+  std::string out = fmt::format("deadlock: every live rank is blocked (virtual time {:.3f} us)\n", elapsed() * 1e6);
+  for (int r = 0; r < options_.ranks; ++r) {
+    const RankState& s = ranks_[r];
+    if (s.state == RankState::State::done) {
+      out += fmt::format("  rank {}: finished\n", r);
+    } else if (s.waiting_op >= 0) {
+      const P2P& op = ops_[s.waiting_op];
+      const std::string group = op.comm_id ? fmt::format(", group={}", op.comm_id) : "";
+      out += op.is_send ? fmt::format("  rank {}: send(to={}, tag={}, {} bytes{})\n", r, op.peer, op.tag, op.buf.bytes(), group)
+                        : fmt::format("  rank {}: recv(from={}, tag={}{})\n", r, op.peer, op.tag, group);
+    } else if (s.waiting_rv) {
+      out += fmt::format("  rank {}: {}(group={}) waiting for rank {}\n", r, rendezvous_.at(*s.waiting_rv).what,
+                         std::get<0>(*s.waiting_rv), waits_for(r));
+    }
+  }
+  // Follow "waits for" edges from each blocked rank until a rank repeats.
+  for (int start = 0; start < options_.ranks; ++start) {
+    std::vector<int> path;
+    std::vector<char> seen(options_.ranks, 0);
+    int r = start;
+    while (r >= 0 && ranks_[r].state == RankState::State::blocked && !seen[r]) {
+      seen[r] = 1;
+      path.push_back(r);
+      r = waits_for(r);
+    }
+    if (r >= 0 && seen[r]) {
+      const auto from = std::find(path.begin(), path.end(), r);
+      std::string cycle;
+      for (auto it = from; it != path.end(); ++it) cycle += fmt::format("rank {} -> ", *it);
+      return out + fmt::format("  wait-for cycle: {}rank {}\n", cycle, r);
+    }
+  }
+  return out + "  no wait-for cycle: a rank waits for one that has finished\n";
+}
+
+}  // namespace labkit::sim

@@ -1,0 +1,148 @@
+// The simulated backend's discrete-event engine (in the style of SimGrid's
+// EngineImpl). Every rank is a fiber; every blocking call yields to the engine,
+// which always resumes the ready rank with the earliest virtual time (ties go to
+// the lower rank), so a run is deterministic whatever the machine's load.
+//
+// Network: a message of n bytes costs alpha + n / bandwidth. A device has one
+// port out and one port in (inside a node; NVSwitch-like), a node has NICs out
+// and in (between nodes); each port carries one message's bytes at a time, in
+// the order the transfers start, so a root that receives from everyone pays for
+// it. A blocking send completes when the message is delivered (rendezvous).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <boost/context/fiber.hpp>
+
+#include "labkit/collective.h"
+#include "labkit/error.h"
+#include "labkit/topology.h"
+#include "labkit/trace.h"
+
+namespace labkit {
+class Comm;
+}
+
+namespace labkit::sim {
+
+struct Options {
+  int ranks = 4;
+  Topology topology;
+  bool payload = true;       // false: sizes only, for what-if runs at scale
+  double efficiency = 0.5;   // achieved fraction of the device's peak FLOP/s
+  std::vector<double> speed; // per rank; 0.5 = a straggler at half speed (empty: all 1)
+  Trace* trace = nullptr;    // null: not tracing
+};
+
+// Thrown when every live rank is blocked; what() lists each pending operation.
+struct DeadlockError : Error {
+  using Error::Error;
+};
+
+class Engine {
+ public:
+  explicit Engine(Options options);
+  ~Engine();
+
+  // Runs rank_fn once per rank until all return. Throws the first rank's error
+  // (in virtual-time order) or a DeadlockError.
+  void run(const std::function<void(Comm&)>& rank_fn);
+
+  double elapsed() const;  // the latest rank's virtual time, seconds
+  std::uint64_t messages() const { return messages_; }
+  const Options& options() const { return options_; }
+
+  // ---- what SimComm calls; `rank` is always a global rank
+  double now(int rank) const { return ranks_[rank].now; }
+  void advance(int rank, double seconds);
+  double seconds_for_flops(int rank, double flops) const;
+  std::int64_t post(bool is_send, int rank, int peer, int tag, int comm_id, View buf);
+  void wait(int rank, std::int64_t op);
+  bool test(int rank, std::int64_t op);
+  void check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call, const std::string& who);
+  std::string_view native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call);
+  std::vector<std::vector<std::byte>> gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf);
+  struct Membership {
+    int comm_id;
+    int rank;
+    std::vector<int> members;  // global ranks
+  };
+  Membership split(int rank, int comm_id, std::uint64_t seq, int color, int key);
+
+ private:
+  enum class Channel { collective, inspect, split };
+  using RendezvousKey = std::tuple<int, Channel, std::uint64_t>;
+  // A posted send or receive.
+  struct P2P {
+    bool is_send = false;
+    int owner = -1, peer = -1, tag = 0, comm_id = 0;
+    View buf;
+    double posted = 0;
+    bool done = false;
+    double complete = 0;  // virtual time the message is delivered
+  };
+  // Ranks meeting in a collective, a split or an inspection.
+  struct Rendezvous {
+    struct Slot {
+      bool present = false;
+      CollectiveCall call;
+      int color = 0, key = 0;
+      Membership membership{-1, -1, {}};
+    };
+    std::vector<Slot> slots;
+    int arrived = 0, left = 0;
+    double latest = 0;
+    std::string what;
+    std::string_view native_algo;
+    std::vector<std::vector<std::byte>> gathered;
+  };
+  struct RankState {
+    boost::context::fiber fiber;      // the rank's own context
+    boost::context::fiber scheduler;  // where to go back to when it blocks
+    double now = 0;
+    enum class State { ready, blocked, done } state = State::ready;
+    std::int64_t waiting_op = -1;          // blocked in wait() on this op, or
+    const RendezvousKey* waiting_rv = nullptr;  // blocked in this rendezvous
+    std::vector<std::int64_t> posted_recvs, unexpected_sends;  // matching queues, post order
+    double out_free = 0, in_free = 0;  // the device's ports inside its node
+  };
+
+  void sync(int rank);
+  void block(int rank);
+  void make_ready(int rank, double at);
+  void match(std::int64_t send, std::int64_t recv);
+  Rendezvous& arrive(int rank, const RendezvousKey& key, std::string what);
+  void leave(const RendezvousKey& key);
+  void finish_native(Rendezvous& rv, int comm_id);
+  std::string deadlock_report() const;
+  int waits_for(int rank) const;
+
+  Options options_;
+  std::vector<RankState> ranks_;
+  std::vector<std::vector<int>> groups_;  // comm_id -> global ranks
+  std::vector<P2P> ops_;
+  std::vector<std::int64_t> free_ops_;
+  std::vector<double> nic_out_free_, nic_in_free_;
+  std::map<RendezvousKey, Rendezvous> rendezvous_;
+  // Cross-rank check: the first call each (group, sequence number) saw, who made
+  // it, and how many ranks have checked against it.
+  struct FirstCall {
+    CollectiveCall call;
+    int rank;
+    int seen;
+  };
+  std::map<std::tuple<int, std::uint64_t>, FirstCall> first_call_;
+  std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
+  std::uint64_t messages_ = 0;
+  std::string error_;
+  bool failed_ = false;
+};
+
+}  // namespace labkit::sim

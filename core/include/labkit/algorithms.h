@@ -1,0 +1,66 @@
+// labkit's collective algorithms over point-to-point. Declared here, defined once
+// in solutions/ (the reference) or, for the exercises, in exercises/ (the
+// learner's version). Each takes the same arguments as the Comm call it implements
+// and is never called with ReduceOp::avg (Comm runs avg as sum, then divides).
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <span>
+#include <vector>
+#include <string_view>
+
+#include "labkit/collective.h"
+
+namespace labkit {
+
+class Comm;
+
+void binomial_tree_broadcast(Comm& comm, View buf, int root);
+void binomial_tree_reduce(Comm& comm, View buf, ReduceOp op, int root);
+void naive_all_reduce(Comm& comm, View buf, ReduceOp op);
+void ring_all_reduce(Comm& comm, View buf, ReduceOp op);
+void linear_gather(Comm& comm, View send, View recv, int root);
+void linear_scatter(Comm& comm, View send, View recv, int root);
+void ring_all_gather(Comm& comm, View send, View recv);
+void ring_reduce_scatter(Comm& comm, View send, View recv, ReduceOp op);
+void pairwise_all_to_all(Comm& comm, View send, View recv);
+void dissemination_barrier(Comm& comm);
+
+// The registry the --algo flag looks names up in.
+struct Algorithm {
+  Collective op;
+  std::string_view name;
+  void (*run)(Comm& comm, const CollectiveCall& call);
+};
+std::span<const Algorithm> all_algorithms();
+const Algorithm* find_algorithm(Collective op, std::string_view name);  // null if none
+
+// Chunk i of `count` elements split into `parts`: the first count % parts chunks
+// hold one element more, so any count splits, divisible or not.
+struct Chunk {
+  std::size_t offset;
+  std::size_t count;
+};
+Chunk chunk_range(std::size_t count, int parts, int i);
+
+// Helpers the algorithms share. Both respect payload-free views (null data).
+inline void copy_local(View to, View from) {
+  if (to.data && from.data && from.bytes()) std::memcpy(to.data, from.data, from.bytes());
+}
+
+// A temporary buffer of `count` elements of like.dtype: real memory when `like`
+// has data, sizes only when the run is payload-free.
+class Scratch {
+ public:
+  Scratch(View like, std::size_t count) : bytes_(like.data ? count * size_of(like.dtype) : 0) {
+    view_ = {like.data ? bytes_.data() : nullptr, count, like.dtype};
+  }
+  View view() const { return view_; }
+
+ private:
+  std::vector<std::byte> bytes_;
+  View view_;
+};
+
+}  // namespace labkit

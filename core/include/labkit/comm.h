@@ -1,0 +1,138 @@
+// labkit::Comm — the one API every lab is written against.
+//
+// A Comm is one rank's handle on a group of ranks (like an MPI communicator or an
+// NCCL ncclComm_t). Point-to-point and the collectives are non-virtual: they check
+// their arguments, record the trace, and hand the work to a few virtual hooks
+// that each backend (sim, mpi, nccl) implements. A collective runs either as the
+// backend's native implementation or as a labkit algorithm over point-to-point,
+// chosen by name with set_algorithm (the labs' --algo flag).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "labkit/collective.h"
+#include "labkit/trace.h"
+#include "labkit/view.h"
+
+namespace labkit {
+
+class Comm;
+
+// A pending isend or irecv. wait() blocks until it completes; test() asks.
+class Request {
+ public:
+  Request() = default;
+  void wait();
+  bool test();
+
+ private:
+  friend class Comm;
+  Request(Comm* comm, std::int64_t id, bool is_send, View buf, int peer, int tag, double posted)
+      : comm_(comm), id_(id), is_send_(is_send), buf_(buf), peer_(peer), tag_(tag), posted_(posted) {}
+  Comm* comm_ = nullptr;
+  std::int64_t id_ = -1;
+  bool is_send_ = false;
+  View buf_;
+  int peer_ = -1;
+  int tag_ = 0;
+  double posted_ = 0;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // Global rank of a rank of this group (its trace track).
+  int global_rank(int group_rank) const { return global_ranks_.at(group_rank); }
+
+  // ---- point-to-point. A blocking send returns once the message is delivered
+  // (rendezvous, like MPI_Ssend), so two ranks that both send first deadlock:
+  // exchange with sendrecv, or isend/irecv and wait.
+  void send(View buf, int to, int tag = 0);
+  void recv(View buf, int from, int tag = 0);
+  void sendrecv(View send_buf, int to, View recv_buf, int from, int tag = 0);
+  Request isend(View buf, int to, int tag = 0);
+  Request irecv(View buf, int from, int tag = 0);
+
+  // ---- collectives (count and root rules in collective.h)
+  void broadcast(View buf, int root);
+  void reduce(View buf, ReduceOp op, int root);
+  void all_reduce(View buf, ReduceOp op);
+  void gather(View send, View recv, int root);
+  void scatter(View send, View recv, int root);
+  void all_gather(View send, View recv);
+  void reduce_scatter(View send, View recv, ReduceOp op);
+  void all_to_all(View send, View recv);
+  void barrier();
+  void run(const CollectiveCall& call);
+
+  // Split into sub-groups, like MPI_Comm_split: ranks with the same color form a
+  // group, ordered by key then by rank here. A negative color joins no group (null).
+  std::unique_ptr<Comm> split(int color, int key);
+
+  // ---- compute regions: advance this rank's clock as real work would. On the
+  // simulator a region costs flops / (device peak x efficiency x speed factor).
+  void compute(std::string_view what, double flops);
+  void compute_for(std::string_view what, double seconds);
+
+  // Seconds since the run started: virtual on sim, wall clock on real backends.
+  virtual double now() const = 0;
+
+  // Choose how a collective runs: "native" (the backend's own) or a labkit algorithm.
+  void set_algorithm(Collective op, std::string name);
+  const std::string& algorithm(Collective op) const;
+
+  // An instrument, not a collective: collects every rank's buffer on rank 0 (as
+  // doubles, for printing). Untraced, and free of virtual time on the simulator.
+  std::vector<std::vector<double>> inspect(View buf);
+
+ protected:
+  // comm_id names the group uniquely in a run (0 = world); it keeps flow ids apart.
+  Comm(int comm_id, int rank, int size, std::vector<int> global_ranks, TraceTrack* track);
+
+  // What a backend implements.
+  virtual std::int64_t post_send(View buf, int to, int tag) = 0;
+  virtual std::int64_t post_recv(View buf, int from, int tag) = 0;
+  virtual void wait_request(std::int64_t id) = 0;
+  virtual bool test_request(std::int64_t id) = 0;
+  virtual void check_collective(const CollectiveCall&) {}  // cross-rank argument check, if cheap
+  // Runs the collective as the backend's own library would; returns that library's
+  // algorithm ("ring", "tree") for the trace.
+  virtual std::string_view run_native(const CollectiveCall& call) = 0;
+  virtual std::unique_ptr<Comm> split_group(int color, int key) = 0;
+  virtual void advance(double seconds) = 0;
+  virtual double seconds_for_flops(double flops) const = 0;
+  virtual std::vector<std::vector<std::byte>> gather_untimed(View buf) = 0;
+
+  TraceTrack* track() const { return track_; }
+  std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)"
+
+ private:
+  friend class Request;
+  void finish(Request& r);
+  void check_peer(std::string_view op, int peer, std::string_view arg) const;
+  void validate(const CollectiveCall& call) const;
+  std::vector<std::pair<std::string, std::string>> trace_args(const CollectiveCall& call,
+                                                             std::string_view native_algo) const;
+
+  int comm_id_;
+  int rank_;
+  int size_;
+  std::vector<int> global_ranks_;
+  TraceTrack* track_;  // null when not tracing
+  std::map<Collective, std::string> algorithms_;
+  // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
+  // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.
+  std::map<std::tuple<int, int, int>, std::uint64_t> flow_counts_;
+  std::uint64_t flow_id(int src, int dst, int tag);
+};
+
+}  // namespace labkit

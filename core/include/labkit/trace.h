@@ -1,0 +1,50 @@
+// The trace: what every backend records, and the contract between the runtime and
+// everything that shows results. Written as Chrome Trace Event Format JSON
+// (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
+// one track per rank, "X" spans for collectives, sends, receives and compute,
+// and "s"/"f" flow events that draw an arrow from each send to its receive.
+// Perfetto (ui.perfetto.dev) and chrome://tracing open it.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace labkit {
+
+struct TraceEvent {
+  enum class Kind { collective, send, recv, compute };
+  Kind kind;
+  std::string name;     // "all_reduce", "send", "recv", or the compute region's name
+  double start = 0;     // seconds
+  double end = 0;
+  int peer = -1;        // global rank of the other end (send/recv)
+  int tag = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t flow = 0;  // send and recv of one message share it
+  // Collectives: algo, dtype, counts, op, root, as (key, value) pairs in order.
+  std::vector<std::pair<std::string, std::string>> args;
+};
+
+// One rank's events, in the order they ended.
+struct TraceTrack {
+  int rank = 0;
+  std::vector<TraceEvent> events;
+};
+
+class Trace {
+ public:
+  explicit Trace(int ranks);
+  TraceTrack* track(int rank) { return &tracks_.at(rank); }
+  const std::vector<TraceTrack>& tracks() const { return tracks_; }
+
+  void write_chrome_json(std::ostream& out, const std::string& backend) const;
+  void write_chrome_json(const std::string& path, const std::string& backend) const;
+
+ private:
+  std::vector<TraceTrack> tracks_;
+};
+
+}  // namespace labkit

@@ -1,0 +1,14 @@
+// Seconds and bytes in the unit that reads best ("12.5 us", "1 MiB").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace labkit {
+
+std::string format_seconds(double seconds);  // "850 ns", "12.5 us", "3.20 ms", "1.50 s"
+std::string format_bytes(std::uint64_t bytes);  // "512 B", "4 KiB", "1.5 MiB"
+// "1K", "64M": a byte count with an optional K/M/G (binary) suffix; throws on junk.
+std::uint64_t parse_bytes(const std::string& text);
+
+}  // namespace labkit

@@ -1,0 +1,45 @@
+#include "labkit/algorithms.h"
+
+#include <array>
+
+namespace labkit {
+
+namespace {
+constexpr std::array kAlgorithms = {
+    Algorithm{Collective::broadcast, "binomial_tree",
+              [](Comm& c, const CollectiveCall& a) { binomial_tree_broadcast(c, a.recv, a.root); }},
+    Algorithm{Collective::reduce, "binomial_tree",
+              [](Comm& c, const CollectiveCall& a) { binomial_tree_reduce(c, a.recv, a.reduce_op, a.root); }},
+    Algorithm{Collective::all_reduce, "naive",
+              [](Comm& c, const CollectiveCall& a) { naive_all_reduce(c, a.recv, a.reduce_op); }},
+    Algorithm{Collective::all_reduce, "ring",
+              [](Comm& c, const CollectiveCall& a) { ring_all_reduce(c, a.recv, a.reduce_op); }},
+    Algorithm{Collective::gather, "linear",
+              [](Comm& c, const CollectiveCall& a) { linear_gather(c, a.send, a.recv, a.root); }},
+    Algorithm{Collective::scatter, "linear",
+              [](Comm& c, const CollectiveCall& a) { linear_scatter(c, a.send, a.recv, a.root); }},
+    Algorithm{Collective::all_gather, "ring",
+              [](Comm& c, const CollectiveCall& a) { ring_all_gather(c, a.send, a.recv); }},
+    Algorithm{Collective::reduce_scatter, "ring",
+              [](Comm& c, const CollectiveCall& a) { ring_reduce_scatter(c, a.send, a.recv, a.reduce_op); }},
+    Algorithm{Collective::all_to_all, "pairwise",
+              [](Comm& c, const CollectiveCall& a) { pairwise_all_to_all(c, a.send, a.recv); }},
+    Algorithm{Collective::barrier, "dissemination",
+              [](Comm& c, const CollectiveCall&) { dissemination_barrier(c); }},
+};
+}  // namespace
+
+std::span<const Algorithm> all_algorithms() { return kAlgorithms; }
+
+const Algorithm* find_algorithm(Collective op, std::string_view name) {
+  for (const Algorithm& a : kAlgorithms)
+    if (a.op == op && a.name == name) return &a;
+  return nullptr;
+}
+
+Chunk chunk_range(std::size_t count, int parts, int i) {
+  const std::size_t base = count / parts, extra = count % parts, index = i;
+  return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+}  // namespace labkit

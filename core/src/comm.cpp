@@ -1,0 +1,217 @@
+#include "labkit/comm.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "labkit/algorithms.h"
+#include "labkit/error.h"
+
+namespace labkit {
+
+Comm::Comm(int comm_id, int rank, int size, std::vector<int> global_ranks, TraceTrack* track)
+    : comm_id_(comm_id), rank_(rank), size_(size), global_ranks_(std::move(global_ranks)), track_(track) {}
+
+std::string Comm::who() const {
+  if (comm_id_ == 0) return fmt::format("rank {}", rank_);
+  return fmt::format("rank {} of group {} (global rank {})", rank_, comm_id_, global_rank(rank_));
+}
+
+// ---- point-to-point ----------------------------------------------------------
+
+void Comm::check_peer(std::string_view op, int peer, std::string_view arg) const {
+  if (peer < 0 || peer >= size_) fail(who(), op, "{}={} is out of range for {} ranks", arg, peer, size_);
+  if (peer == rank_) fail(who(), op, "{}={} is this rank itself; a rank cannot message itself", arg, peer);
+}
+
+Request Comm::isend(View buf, int to, int tag) {
+  check_peer("send", to, "to");
+  const double posted = now();
+  return Request(this, post_send(buf, to, tag), true, buf, to, tag, posted);
+}
+
+Request Comm::irecv(View buf, int from, int tag) {
+  check_peer("recv", from, "from");
+  const double posted = now();
+  return Request(this, post_recv(buf, from, tag), false, buf, from, tag, posted);
+}
+
+void Comm::send(View buf, int to, int tag) { isend(buf, to, tag).wait(); }
+void Comm::recv(View buf, int from, int tag) { irecv(buf, from, tag).wait(); }
+
+void Comm::sendrecv(View send_buf, int to, View recv_buf, int from, int tag) {
+  Request s = isend(send_buf, to, tag);
+  Request r = irecv(recv_buf, from, tag);
+  s.wait();
+  r.wait();
+}
+
+void Request::wait() {
+  if (!comm_) return;
+  comm_->wait_request(id_);
+  comm_->finish(*this);
+}
+
+bool Request::test() {
+  if (!comm_) return true;
+  if (!comm_->test_request(id_)) return false;
+  comm_->finish(*this);
+  return true;
+}
+
+std::uint64_t Comm::flow_id(int src, int dst, int tag) {
+  const std::uint64_t k = flow_counts_[{src, dst, tag}]++;
+  // FNV-1a over (group, src, dst, tag, k), cut to 53 bits so JSON readers keep it exact.
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::uint64_t x : {std::uint64_t(comm_id_), std::uint64_t(src), std::uint64_t(dst), std::uint64_t(tag), k}) {
+    h ^= x;
+    h *= 1099511628211ull;
+  }
+  return h & ((1ull << 53) - 1);
+}
+
+void Comm::finish(Request& r) {
+  if (track_) {
+    const int me = global_rank(rank_), peer = global_rank(r.peer_);
+    TraceEvent e{r.is_send_ ? TraceEvent::Kind::send : TraceEvent::Kind::recv,
+                 r.is_send_ ? "send" : "recv", r.posted_, now(), peer, r.tag_, r.buf_.bytes(),
+                 r.is_send_ ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_), {}};
+    track_->events.push_back(std::move(e));
+  }
+  r.comm_ = nullptr;  // a second wait is a no-op
+}
+
+// ---- collectives -------------------------------------------------------------
+
+void Comm::validate(const CollectiveCall& c) const {
+  const std::string_view op = name_of(c.op);
+  const int p = size_;
+  if (has_root(c.op) && (c.root < 0 || c.root >= p))
+    fail(who(), op, "root={} is out of range for {} ranks", c.root, p);
+  const bool is_root = rank_ == c.root;
+  auto same_dtype = [&] {
+    if (c.send.dtype != c.recv.dtype)
+      fail(who(), op, "send dtype {} differs from recv dtype {}", name_of(c.send.dtype), name_of(c.recv.dtype));
+  };
+  auto whole_blocks = [&](const View& big, std::string_view big_name, const View& small, std::string_view small_name) {
+    if (big.count % p != 0)
+      fail(who(), op, "{} count {} is not divisible by {} ranks", big_name, big.count, p);
+    if (big.count != small.count * p)
+      fail(who(), op, "{} count {} must be {} ranks x {} count {} = {}", big_name, big.count, p, small_name,
+           small.count, small.count * p);
+  };
+  switch (c.op) {
+    case Collective::gather:
+      if (is_root) { same_dtype(); whole_blocks(c.recv, "recv", c.send, "send"); }
+      break;
+    case Collective::scatter:
+      if (is_root) { same_dtype(); whole_blocks(c.send, "send", c.recv, "recv"); }
+      break;
+    case Collective::all_gather: same_dtype(); whole_blocks(c.recv, "recv", c.send, "send"); break;
+    case Collective::reduce_scatter: same_dtype(); whole_blocks(c.send, "send", c.recv, "recv"); break;
+    case Collective::all_to_all:
+      same_dtype();
+      if (c.send.count != c.recv.count)
+        fail(who(), op, "send count {} differs from recv count {}", c.send.count, c.recv.count);
+      if (c.send.count % p != 0) fail(who(), op, "send count {} is not divisible by {} ranks", c.send.count, p);
+      break;
+    default: break;
+  }
+}
+
+std::vector<std::pair<std::string, std::string>> Comm::trace_args(const CollectiveCall& c,
+                                                                  std::string_view native_algo) const {
+  std::string algo = algorithm(c.op);
+  if (!native_algo.empty()) algo += fmt::format("/{}", native_algo);  // "native/ring"
+  std::vector<std::pair<std::string, std::string>> args = {
+      {"algo", algo}, {"dtype", std::string(name_of(c.recv.dtype))},
+      {"send_count", std::to_string(c.send.count)}, {"recv_count", std::to_string(c.recv.count)}};
+  if (has_reduce_op(c.op)) args.emplace_back("op", name_of(c.reduce_op));
+  if (has_root(c.op)) args.emplace_back("root", std::to_string(c.root));
+  return args;
+}
+
+void Comm::run(const CollectiveCall& call) {
+  validate(call);
+  check_collective(call);
+  const double start = now();
+  // avg runs as sum followed by one division by the group size, as NCCL does.
+  CollectiveCall c = call;
+  if (c.reduce_op == ReduceOp::avg) c.reduce_op = ReduceOp::sum;
+  const std::string& algo = algorithm(c.op);
+  std::string_view native_algo;
+  if (algo == "native") {
+    native_algo = run_native(c);
+  } else {
+    find_algorithm(c.op, algo)->run(*this, c);
+  }
+  if (has_reduce_op(c.op) && call.reduce_op == ReduceOp::avg && (c.op != Collective::reduce || rank_ == c.root))
+    divide_local(c.recv.dtype, c.recv.data, c.recv.count, size_);
+  if (track_) {
+    const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
+    track_->events.push_back(
+        {TraceEvent::Kind::collective, std::string(name_of(c.op)), start, now(), -1, 0, bytes, 0, trace_args(call, native_algo)});
+  }
+}
+
+void Comm::broadcast(View buf, int root) { run({Collective::broadcast, {}, buf, ReduceOp::sum, root}); }
+void Comm::reduce(View buf, ReduceOp op, int root) { run({Collective::reduce, {}, buf, op, root}); }
+void Comm::all_reduce(View buf, ReduceOp op) { run({Collective::all_reduce, {}, buf, op, 0}); }
+void Comm::gather(View send, View recv, int root) { run({Collective::gather, send, recv, ReduceOp::sum, root}); }
+void Comm::scatter(View send, View recv, int root) { run({Collective::scatter, send, recv, ReduceOp::sum, root}); }
+void Comm::all_gather(View send, View recv) { run({Collective::all_gather, send, recv, ReduceOp::sum, 0}); }
+void Comm::reduce_scatter(View send, View recv, ReduceOp op) { run({Collective::reduce_scatter, send, recv, op, 0}); }
+void Comm::all_to_all(View send, View recv) { run({Collective::all_to_all, send, recv, ReduceOp::sum, 0}); }
+void Comm::barrier() { run({Collective::barrier, {}, {}, ReduceOp::sum, 0}); }
+
+void Comm::set_algorithm(Collective op, std::string name) {
+  if (name != "native" && !find_algorithm(op, name)) {
+    std::string known = "native";
+    for (const Algorithm& a : all_algorithms())
+      if (a.op == op) known += fmt::format(", {}", a.name);
+    fail(who(), name_of(op), "unknown algorithm '{}' (known: {})", name, known);
+  }
+  algorithms_[op] = std::move(name);
+}
+
+const std::string& Comm::algorithm(Collective op) const {
+  static const std::string native = "native";
+  auto it = algorithms_.find(op);
+  return it == algorithms_.end() ? native : it->second;
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key) {
+  std::unique_ptr<Comm> group = split_group(color, key);
+  if (group) group->algorithms_ = algorithms_;
+  return group;
+}
+
+// ---- compute and inspection --------------------------------------------------
+
+void Comm::compute(std::string_view what, double flops) { compute_for(what, seconds_for_flops(flops)); }
+
+void Comm::compute_for(std::string_view what, double seconds) {
+  if (seconds < 0) fail(who(), "compute", "duration {} s is negative", seconds);
+  const double start = now();
+  advance(seconds);
+  if (track_) track_->events.push_back({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
+}
+
+std::vector<std::vector<double>> Comm::inspect(View buf) {
+  std::vector<std::vector<double>> rows;
+  for (const std::vector<std::byte>& bytes : gather_untimed(buf)) {
+    std::vector<double>& row = rows.emplace_back(bytes.size() / size_of(buf.dtype));
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const std::byte* p = bytes.data() + i * size_of(buf.dtype);
+      switch (buf.dtype) {
+        case DType::f32: { float v; std::memcpy(&v, p, 4); row[i] = v; break; }
+        case DType::f64: { double v; std::memcpy(&v, p, 8); row[i] = v; break; }
+        case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); row[i] = v; break; }
+        case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); row[i] = double(v); break; }
+      }
+    }
+  }
+  return rows;
+}
+
+}  // namespace labkit

@@ -1,0 +1,75 @@
+#include "labkit/topology.h"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace labkit {
+
+namespace {
+constexpr double us = 1e-6;
+constexpr double GBps = 1e9;
+
+// Per-direction figures. NVIDIA quotes NVLink as the sum of both directions
+// (H100: "900 GB/s", A100: "600 GB/s"); one direction carries half of it.
+// Latencies are the reading's typical values (guide, section 5: NVLink 1-5 us,
+// InfiniBand 1-2 us, TCP/Ethernet 50-100 us).
+Topology make(std::string_view name) {
+  const Device h100 = device_preset("h100"), a100 = device_preset("a100");
+  // DGX H100: 8 x H100 SXM on NVSwitch (NVLink 4: 450 GB/s per direction),
+  // 8 x ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU (DGX H100 user guide).
+  if (name == "dgx-h100") return {"dgx-h100", 8, 8, {1 * us, 450 * GBps}, {2 * us, 50 * GBps}, h100};
+  // DGX A100: 8 x A100 SXM on NVSwitch (NVLink 3: 300 GB/s per direction),
+  // 8 x ConnectX-6 HDR 200 Gb/s = 25 GB/s per GPU (DGX A100 user guide).
+  if (name == "dgx-a100") return {"dgx-a100", 8, 8, {1 * us, 300 * GBps}, {2 * us, 25 * GBps}, a100};
+  // PCIe server: 4 GPUs on PCIe Gen4 x16 (32 GB/s raw, ~25 GB/s achieved per
+  // direction), one 100 GbE RoCE NIC per node (12.5 GB/s, ~5 us).
+  if (name == "pcie") return {"pcie", 4, 1, {3 * us, 25 * GBps}, {5 * us, 12.5 * GBps}, a100};
+  // Cloud VMs: 8 GPUs on PCIe, nodes joined by 100 Gb/s TCP through the kernel
+  // (12.5 GB/s, ~50 us per message), one NIC per node.
+  if (name == "ethernet") return {"ethernet", 8, 1, {3 * us, 25 * GBps}, {50 * us, 12.5 * GBps}, h100};
+  throw std::invalid_argument("");
+}
+
+Link link_from_json(const nlohmann::json& j) {
+  return {j.at("alpha_us").get<double>() * us, j.at("bandwidth_GBps").get<double>() * GBps};
+}
+
+Topology load(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("topology: cannot open '" + path + "'");
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    Topology t{j.value("name", path), j.at("devices_per_node").get<int>(), 0, link_from_json(j.at("intra")),
+               link_from_json(j.at("inter")), device_preset(j.value("device", "h100"))};
+    t.nics_per_node = j.value("nics_per_node", t.devices_per_node);
+    if (t.devices_per_node < 1 || t.nics_per_node < 1)
+      throw std::invalid_argument("devices_per_node and nics_per_node must be at least 1");
+    return t;
+  } catch (const std::exception& e) {
+    throw std::invalid_argument("topology '" + path + "': " + e.what());
+  }
+}
+}  // namespace
+
+std::vector<std::string_view> topology_presets() { return {"dgx-h100", "dgx-a100", "pcie", "ethernet"}; }
+
+Device device_preset(std::string_view name) {
+  // Dense BF16 peaks from the datasheets; the reading's 1979 (H100) and 624
+  // (A100) TFLOPS are the with-sparsity figures, twice what dense math reaches.
+  if (name == "h100") return {"h100", 989e12};
+  if (name == "a100") return {"a100", 312e12};
+  throw std::invalid_argument("unknown device '" + std::string(name) + "' (h100, a100)");
+}
+
+Topology find_topology(std::string_view name_or_path) {
+  for (std::string_view preset : topology_presets())
+    if (name_or_path == preset) return make(preset);
+  if (std::filesystem::exists(name_or_path)) return load(std::string(name_or_path));
+  throw std::invalid_argument("unknown topology '" + std::string(name_or_path) +
+                              "' (a preset: dgx-h100, dgx-a100, pcie, ethernet; or a JSON file)");
+}
+
+}  // namespace labkit

@@ -1,0 +1,85 @@
+#include "labkit/trace.h"
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace labkit {
+
+Trace::Trace(int ranks) : tracks_(ranks) {
+  for (int r = 0; r < ranks; ++r) tracks_[r].rank = r;
+}
+
+namespace {
+constexpr int kPid = 0;  // one process row; each rank is a thread (track) in it
+
+double micros(double seconds) { return seconds * 1e6; }  // Chrome traces count microseconds
+
+std::string_view category(TraceEvent::Kind kind) {
+  switch (kind) {
+    case TraceEvent::Kind::collective: return "collective";
+    case TraceEvent::Kind::send: case TraceEvent::Kind::recv: return "p2p";
+    case TraceEvent::Kind::compute: return "compute";
+  }
+  return "";
+}
+
+nlohmann::json span(int rank, const TraceEvent& e) {
+  nlohmann::json j = {{"name", e.name}, {"cat", category(e.kind)}, {"ph", "X"}, {"pid", kPid}, {"tid", rank},
+                      {"ts", micros(e.start)}, {"dur", micros(e.end - e.start)}};
+  nlohmann::json args = nlohmann::json::object();
+  if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) {
+    args = {{"bytes", e.bytes}, {"peer", e.peer}, {"tag", e.tag}};
+  } else if (e.kind == TraceEvent::Kind::collective) {
+    args = {{"bytes", e.bytes}};
+    for (const auto& [key, value] : e.args) args[key] = value;
+  }
+  j["args"] = std::move(args);
+  return j;
+}
+
+// One end of a flow arrow: "s" just after the send starts, "f" just before the
+// receive completes (the message is delivered then). A nanosecond inside the
+// slice, so viewers bind each end to it and the arrow never points back in time.
+nlohmann::json flow_end(int rank, const TraceEvent& e) {
+  const double inset = std::min(1e-9, (e.end - e.start) / 2);
+  const double at = e.kind == TraceEvent::Kind::send ? e.start + inset : e.end - inset;
+  nlohmann::json j = {{"name", "message"}, {"cat", "p2p"}, {"pid", kPid}, {"tid", rank},
+                      {"ts", micros(at)}, {"id", e.flow}};
+  j["ph"] = e.kind == TraceEvent::Kind::send ? "s" : "f";
+  if (e.kind == TraceEvent::Kind::recv) j["bp"] = "e";
+  return j;
+}
+}  // namespace
+
+void Trace::write_chrome_json(std::ostream& out, const std::string& backend) const {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", kPid}, {"tid", 0},
+                    {"args", {{"name", "labkit " + backend}}}});
+  for (const TraceTrack& t : tracks_) {
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", kPid}, {"tid", t.rank},
+                      {"args", {{"name", "rank " + std::to_string(t.rank)}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", kPid}, {"tid", t.rank},
+                      {"args", {{"sort_index", t.rank}}}});
+  }
+  for (const TraceTrack& t : tracks_) {
+    for (const TraceEvent& e : t.events) {
+      events.push_back(span(t.rank, e));
+      if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) events.push_back(flow_end(t.rank, e));
+    }
+  }
+  nlohmann::json doc = {{"displayTimeUnit", "ns"},
+                        {"otherData", {{"backend", backend}, {"ranks", tracks_.size()}}},
+                        {"traceEvents", std::move(events)}};
+  out << doc.dump() << '\n';
+}
+
+void Trace::write_chrome_json(const std::string& path, const std::string& backend) const {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("trace: cannot open '" + path + "' for writing");
+  write_chrome_json(out, backend);
+}
+
+}  // namespace labkit

@@ -1,0 +1,57 @@
+#include "labkit/units.h"
+
+#include <array>
+#include <cmath>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace labkit {
+
+namespace {
+// Three significant digits: 1.23, 12.3, 123.
+std::string three_digits(double v, const char* unit) {
+  const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
+  return fmt::format("{:.{}f} {}", v, decimals, unit);
+}
+}  // namespace
+
+std::string format_seconds(double s) {
+  const double a = std::fabs(s);
+  if (a == 0) return "0 s";
+  if (a < 1e-6) return three_digits(s * 1e9, "ns");
+  if (a < 1e-3) return three_digits(s * 1e6, "us");
+  if (a < 1) return three_digits(s * 1e3, "ms");
+  return three_digits(s, "s");
+}
+
+std::string format_bytes(std::uint64_t bytes) {
+  constexpr std::array units = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = double(bytes);
+  std::size_t u = 0;
+  while (v >= 1024 && u + 1 < units.size()) {
+    v /= 1024;
+    ++u;
+  }
+  if (v == std::floor(v)) return fmt::format("{:.0f} {}", v, units[u]);
+  return three_digits(v, units[u]);
+}
+
+std::uint64_t parse_bytes(const std::string& text) {
+  std::size_t used = 0;
+  std::uint64_t value = 0;
+  try {
+    value = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0) throw std::invalid_argument("'" + text + "' is not a size (examples: 1024, 4K, 1M, 2G)");
+  const std::string suffix = text.substr(used);
+  if (suffix.empty() || suffix == "B") return value;
+  if (suffix == "K" || suffix == "KiB") return value << 10;
+  if (suffix == "M" || suffix == "MiB") return value << 20;
+  if (suffix == "G" || suffix == "GiB") return value << 30;
+  throw std::invalid_argument("'" + text + "' has an unknown unit (use K, M or G)");
+}
+
+}  // namespace labkit

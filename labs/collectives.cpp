@@ -1,0 +1,192 @@
+// Lab 1: the collectives, one at a time, with every rank's buffer before and after.
+//
+//   ./labkit lab collectives --op all_reduce --ranks 4
+//
+//   all_reduce(op=sum) on 4 ranks, algo native: 2.00 us
+//            before       after
+//   rank 0   [1 2 3]  ->  [10 14 18]
+//   rank 1   [2 3 4]  ->  [10 14 18]
+//   ...
+//
+// The inputs are the reading's (chapter 1, "Collective Operations"). --op all
+// runs every operation, then checks the identities that tie them together:
+// AllReduce == ReduceScatter + AllGather == Reduce + Broadcast, and
+// AllGather == Gather + Broadcast.
+#include <functional>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "labkit/error.h"
+#include "labkit/run.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+
+namespace {
+
+using Values = std::vector<float>;
+
+Values make(std::size_t n, const std::function<float(std::size_t)>& f) {
+  Values v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = f(i);
+  return v;
+}
+
+// Runs `call` on every rank and has rank 0 print each rank's `in` before and `out` after.
+void show(Comm& comm, const std::string& title, Values& in, Values& out, const std::function<void()>& call) {
+  const auto before = comm.inspect(view_of(in));
+  std::vector<double> clock = {comm.now(), 0};
+  call();
+  clock[1] = comm.now();
+  const auto after = comm.inspect(view_of(out));
+  const auto clocks = comm.inspect(view_of(clock));
+  if (comm.rank() != 0) return;
+  double start = clocks[0][0], end = 0;
+  for (const auto& c : clocks) start = std::min(start, c[0]), end = std::max(end, c[1]);
+  fmt::print("{}: {}\n", title, format_seconds(end - start));
+  std::vector<std::string> left;
+  std::size_t width = 6;
+  for (const auto& row : before) width = std::max(width, left.emplace_back(fmt::format("[{:g}]", fmt::join(row, " "))).size());
+  fmt::print("          {:<{}}     after\n", "before", width);
+  for (int r = 0; r < comm.size(); ++r)
+    fmt::print("rank {:<3}  {:<{}}  ->  [{:g}]\n", r, left[r], width, fmt::join(after[r], " "));
+  fmt::print("\n");
+}
+
+struct Options {
+  std::string op = "all_reduce";
+  int root = 0;
+  std::string reduce_op = "sum";
+};
+
+std::string with_algo(Comm& comm, Collective c, const std::string& what) {
+  return fmt::format("{} on {} ranks, algo {}", what, comm.size(), comm.algorithm(c));
+}
+
+void demo(Comm& comm, const std::string& name, const Options& o) {
+  const int p = comm.size(), r = comm.rank(), root = o.root;
+  const ReduceOp op = parse_reduce_op(o.reduce_op);
+  const std::string reduce_args = "op=" + o.reduce_op;
+  if (name == "broadcast") {
+    Values buf = make(3, [&](std::size_t i) { return r == root ? 10.0f * (i + 1) : 0.0f; });
+    show(comm, with_algo(comm, Collective::broadcast, fmt::format("broadcast(root={})", root)), buf, buf,
+         [&] { comm.broadcast(view_of(buf), root); });
+  } else if (name == "reduce") {
+    Values buf = make(3, [&](std::size_t i) { return float(r + 1 + i); });
+    show(comm, with_algo(comm, Collective::reduce, fmt::format("reduce({}, root={})", reduce_args, root)), buf, buf,
+         [&] { comm.reduce(view_of(buf), op, root); });
+  } else if (name == "all_reduce") {
+    Values buf = make(3, [&](std::size_t i) { return float(r + 1 + i); });
+    show(comm, with_algo(comm, Collective::all_reduce, "all_reduce(" + reduce_args + ")"), buf, buf,
+         [&] { comm.all_reduce(view_of(buf), op); });
+  } else if (name == "gather") {
+    Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(r == root ? 2 * p : 0);
+    show(comm, with_algo(comm, Collective::gather, fmt::format("gather(root={})", root)), in, out,
+         [&] { comm.gather(view_of(in), view_of(out), root); });
+  } else if (name == "scatter") {
+    Values in = r == root ? make(2 * p, [](std::size_t i) { return float(i / 2 * 10 + i % 2 + 1); }) : Values{};
+    Values out(2);
+    show(comm, with_algo(comm, Collective::scatter, fmt::format("scatter(root={})", root)), in, out,
+         [&] { comm.scatter(view_of(in), view_of(out), root); });
+  } else if (name == "all_gather") {
+    Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(2 * p);
+    show(comm, with_algo(comm, Collective::all_gather, "all_gather"), in, out,
+         [&] { comm.all_gather(view_of(in), view_of(out)); });
+  } else if (name == "reduce_scatter") {
+    // Rank r contributes [r*10+i, r*10+i+1] for each block i.
+    Values in = make(2 * p, [&](std::size_t i) { return float(r * 10 + i / 2 + i % 2); }), out(2);
+    show(comm, with_algo(comm, Collective::reduce_scatter, "reduce_scatter(" + reduce_args + ")"), in, out,
+         [&] { comm.reduce_scatter(view_of(in), view_of(out), op); });
+  } else if (name == "all_to_all") {
+    // Block d of rank r is [r*100 + d*10 + 1, +2]: the digits say who sent it to whom.
+    Values in = make(2 * p, [&](std::size_t i) { return float(r * 100 + i / 2 * 10 + i % 2 + 1); }), out(2 * p);
+    show(comm, with_algo(comm, Collective::all_to_all, "all_to_all"), in, out,
+         [&] { comm.all_to_all(view_of(in), view_of(out)); });
+  } else if (name == "send_recv") {
+    // A ring shift: every rank sends to its right neighbour and receives from its left.
+    Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(2);
+    show(comm, fmt::format("send_recv on {} ranks (rank r sends to r+1)", p), in, out, [&] {
+      if (p > 1) comm.sendrecv(view_of(in), (r + 1) % p, view_of(out), (r - 1 + p) % p);
+    });
+  } else if (name == "barrier") {
+    // Rank r computes for r microseconds, then all wait: the buffers are the clocks.
+    const double t0 = comm.now();
+    comm.compute_for("work", r * 1e-6);
+    std::vector<float> before = {float((comm.now() - t0) * 1e6)}, after(1);
+    show(comm, with_algo(comm, Collective::barrier, "barrier") + " (buffer: clock in us)", before, after, [&] {
+      comm.barrier();
+      after[0] = float((comm.now() - t0) * 1e6);
+    });
+  } else {
+    throw labkit::Error(fmt::format("rank {}: collectives: unknown --op '{}'", r, name));
+  }
+}
+
+// The identities the reading states, checked element by element on every rank.
+bool check_identities(Comm& comm) {
+  const int p = comm.size(), r = comm.rank();
+  const std::size_t n = 2 * p;  // divisible by P, as reduce_scatter needs
+  Values x = make(n, [&](std::size_t i) { return float((r + 1) * 100 + i); });
+  Values block = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); });
+
+  Values all_reduce = x;
+  comm.all_reduce(view_of(all_reduce), ReduceOp::sum);
+  Values shard(n / p), rs_ag(n);
+  comm.reduce_scatter(view_of(x), view_of(shard), ReduceOp::sum);
+  comm.all_gather(view_of(shard), view_of(rs_ag));
+  Values reduce_bcast = x;
+  comm.reduce(view_of(reduce_bcast), ReduceOp::sum, 0);
+  comm.broadcast(view_of(reduce_bcast), 0);
+  Values all_gather(2 * p), gather_bcast(2 * p);
+  comm.all_gather(view_of(block), view_of(all_gather));
+  comm.gather(view_of(block), view_of(gather_bcast), 0);
+  comm.broadcast(view_of(gather_bcast), 0);
+
+  std::vector<double> holds = {double(all_reduce == rs_ag), double(all_reduce == reduce_bcast),
+                               double(all_gather == gather_bcast)};
+  const auto every_rank = comm.inspect(view_of(holds));
+  bool all_hold = true;
+  if (r == 0) {
+    const char* names[] = {"all_reduce == reduce_scatter + all_gather", "all_reduce == reduce + broadcast",
+                           "all_gather == gather + broadcast"};
+    fmt::print("identities ({} elements per rank, compared on every rank):\n", n);
+    for (int k = 0; k < 3; ++k) {
+      std::vector<int> failing;
+      for (int q = 0; q < p; ++q) if (every_rank[q][k] == 0) failing.push_back(q);
+      all_hold = all_hold && failing.empty();
+      fmt::print("  {:<44}{}\n", names[k], failing.empty() ? "holds" : fmt::format("FAILS on ranks {}", fmt::join(failing, ", ")));
+    }
+  }
+  return all_hold && holds == std::vector<double>{1, 1, 1};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab 1: what each collective does, rank by rank"};
+  Options o;
+  RunOptions run_options;
+  app.add_option("--op", o.op, "broadcast, reduce, all_reduce, gather, scatter, all_gather, reduce_scatter, "
+                               "all_to_all, send_recv, barrier, or all")->capture_default_str();
+  app.add_option("--root", o.root, "root rank for broadcast, reduce, gather, scatter")->capture_default_str();
+  app.add_option("--reduce-op", o.reduce_op, "sum, prod, min, max, avg")->capture_default_str();
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  const std::vector<std::string> all = {"broadcast", "reduce", "all_reduce", "gather", "scatter",
+                                        "all_gather", "reduce_scatter", "all_to_all", "send_recv", "barrier"};
+  bool identities_hold = true;
+  try {
+    run(run_options, [&](Comm& comm) {
+      if (o.op != "all") return demo(comm, o.op, o);
+      for (const std::string& name : all) demo(comm, name, o);
+      if (!check_identities(comm)) identities_hold = false;
+    });
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return identities_hold ? 0 : 1;
+}

@@ -1,0 +1,34 @@
+// Naive allreduce: reduce everything to rank 0, then send the result back out.
+//
+//   reduce phase                 broadcast phase
+//   1 ──┐                         ┌──→ 1
+//   2 ──┼──→ 0 (sums, in order)   0 ──┼──→ 2
+//   3 ──┘                         └──→ 3
+//
+// Rank 0 receives P-1 messages one after the other, then sends P-1: every byte
+// funnels through one rank's link. Cost: 2(P-1) alpha + 2(P-1) n beta (the
+// reading's guide, section 4) — it grows with P, which is why nobody uses it at
+// scale, and why it is the first thing to beat.
+#include "labkit/algorithms.h"
+#include "labkit/comm.h"
+
+namespace labkit {
+
+void naive_all_reduce(Comm& comm, View buf, ReduceOp op) {
+  constexpr int root = 0;
+  if (comm.rank() != root) {
+    comm.send(buf, root);
+    comm.recv(buf, root);
+    return;
+  }
+  // Reduce phase: fold in ranks 1, 2, ... in order.
+  Scratch incoming(buf, buf.count);
+  for (int from = 1; from < comm.size(); ++from) {
+    comm.recv(incoming.view(), from);
+    reduce_local(op, buf.dtype, incoming.view().data, buf.data, buf.count);
+  }
+  // Broadcast phase: hand the result back to every other rank.
+  for (int to = 1; to < comm.size(); ++to) comm.send(buf, to);
+}
+
+}  // namespace labkit

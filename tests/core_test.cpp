@@ -1,0 +1,94 @@
+// core/: dtypes and reductions, chunking, units, topology and the cost model.
+#include <fstream>
+
+#include <gtest/gtest.h>
+
+#include "labkit/algorithms.h"
+#include "labkit/cost_model.h"
+#include "labkit/topology.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+
+TEST(DType, ReducesEveryOpAndType) {
+  std::vector<float> a = {1, -2, 3}, b = {4, 5, -6};
+  reduce_local(ReduceOp::sum, DType::f32, b.data(), a.data(), 3);
+  EXPECT_EQ(a, (std::vector<float>{5, 3, -3}));
+  reduce_local(ReduceOp::max, DType::f32, b.data(), a.data(), 3);
+  EXPECT_EQ(a, (std::vector<float>{5, 5, -3}));
+  std::vector<std::int64_t> x = {2, 3}, y = {5, 7};
+  reduce_local(ReduceOp::prod, DType::i64, y.data(), x.data(), 2);
+  EXPECT_EQ(x, (std::vector<std::int64_t>{10, 21}));
+  reduce_local(ReduceOp::min, DType::i64, y.data(), x.data(), 2);
+  EXPECT_EQ(x, (std::vector<std::int64_t>{5, 7}));
+  std::vector<double> d = {9, 3};
+  divide_local(DType::f64, d.data(), 2, 3);
+  EXPECT_EQ(d, (std::vector<double>{3, 1}));
+  EXPECT_EQ(parse_dtype("i32"), DType::i32);
+  EXPECT_THROW(parse_dtype("f8"), std::invalid_argument);
+  EXPECT_THROW(parse_reduce_op("mean"), std::invalid_argument);
+}
+
+TEST(ChunkRange, CoversAnyCountWithoutGapsOrOverlap) {
+  for (std::size_t count : {0, 1, 7, 8, 100, 1001})
+    for (int parts = 1; parts <= 9; ++parts) {
+      std::size_t next = 0;
+      for (int i = 0; i < parts; ++i) {
+        const Chunk c = chunk_range(count, parts, i);
+        EXPECT_EQ(c.offset, next) << "count " << count << " parts " << parts << " chunk " << i;
+        EXPECT_LE(c.count, chunk_range(count, parts, 0).count);
+        next += c.count;
+      }
+      EXPECT_EQ(next, count);
+    }
+}
+
+TEST(Units, ReadsBest) {
+  EXPECT_EQ(format_seconds(850e-9), "850 ns");
+  EXPECT_EQ(format_seconds(12.5e-6), "12.5 us");
+  EXPECT_EQ(format_seconds(3.2e-3), "3.20 ms");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1 << 20), "1 MiB");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(parse_bytes("4K"), 4096u);
+  EXPECT_EQ(parse_bytes("1M"), 1u << 20);
+  EXPECT_THROW(parse_bytes("4X"), std::invalid_argument);
+  EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
+}
+
+TEST(Topology, PresetsUsePerDirectionFigures) {
+  const Topology h = find_topology("dgx-h100");
+  EXPECT_EQ(h.devices_per_node, 8);
+  EXPECT_DOUBLE_EQ(h.intra.bandwidth, 450e9);  // NVLink 4: 900 GB/s is both directions together
+  EXPECT_DOUBLE_EQ(h.inter.bandwidth, 50e9);   // 400 Gb/s NDR
+  EXPECT_EQ(h.node_of(9), 1);
+  EXPECT_DOUBLE_EQ(h.link(0, 7).alpha, h.intra.alpha);
+  EXPECT_DOUBLE_EQ(h.link(7, 8).alpha, h.inter.alpha);
+  EXPECT_DOUBLE_EQ(device_preset("h100").peak_flops, 989e12);
+  for (std::string_view p : topology_presets()) EXPECT_EQ(find_topology(p).name, p);
+  EXPECT_THROW(find_topology("dgx-z900"), std::invalid_argument);
+}
+
+TEST(Topology, LoadsJsonFile) {
+  const std::string path = ::testing::TempDir() + "/topology.json";
+  std::ofstream(path) << R"({"name": "lab", "devices_per_node": 2, "nics_per_node": 1,
+    "intra": {"alpha_us": 2, "bandwidth_GBps": 100}, "inter": {"alpha_us": 10, "bandwidth_GBps": 10}})";
+  const Topology t = find_topology(path);
+  EXPECT_EQ(t.name, "lab");
+  EXPECT_EQ(t.nic_of(1), 0);
+  EXPECT_DOUBLE_EQ(t.intra.alpha, 2e-6);
+  EXPECT_DOUBLE_EQ(t.inter.bandwidth, 10e9);
+  std::ofstream(path) << R"({"devices_per_node": 2})";
+  EXPECT_THROW(find_topology(path), std::invalid_argument);
+}
+
+TEST(CostModel, NativeAllReducePicksTreeForSmallAndRingForLarge) {
+  const Link nvlink{1e-6, 450e9};
+  const CostEstimate small = native_cost(Collective::all_reduce, 1024, 8, nvlink);
+  const CostEstimate large = native_cost(Collective::all_reduce, 1 << 30, 8, nvlink);
+  EXPECT_EQ(small.algorithm, "tree");
+  EXPECT_NEAR(small.seconds, 2 * 3 * 1e-6 + 2 * 3 * 1024 / 450e9, 1e-15);
+  EXPECT_EQ(large.algorithm, "ring");
+  EXPECT_NEAR(large.seconds, 2 * 7 * 1e-6 + 2.0 * 7 / 8 * (1 << 30) / 450e9, 1e-12);
+  EXPECT_EQ(native_cost(Collective::all_gather, 1 << 20, 1, nvlink).seconds, 0);
+}

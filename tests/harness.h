@@ -1,0 +1,46 @@
+// Test harness: run a rank function on the simulator and keep its trace in memory.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "labkit/comm.h"
+#include "labkit/topology.h"
+#include "labkit/trace.h"
+#include "sim/engine.h"
+
+namespace labkit::test {
+
+struct SimRun {
+  std::unique_ptr<Trace> trace;
+  double elapsed = 0;
+  std::uint64_t messages = 0;
+};
+
+inline SimRun simulate(int ranks, const std::function<void(Comm&)>& fn, const std::string& topology = "dgx-h100",
+                       bool payload = true) {
+  SimRun out{std::make_unique<Trace>(ranks)};
+  sim::Engine engine({ranks, find_topology(topology), payload, 0.5, {}, out.trace.get()});
+  engine.run(fn);
+  out.elapsed = engine.elapsed();
+  out.messages = engine.messages();
+  return out;
+}
+
+// The sends a rank made, in order.
+inline std::vector<TraceEvent> sends_of(const Trace& trace, int rank) {
+  std::vector<TraceEvent> out;
+  for (const TraceEvent& e : trace.tracks()[rank].events)
+    if (e.kind == TraceEvent::Kind::send) out.push_back(e);
+  return out;
+}
+
+inline std::vector<TraceEvent> recvs_of(const Trace& trace, int rank) {
+  std::vector<TraceEvent> out;
+  for (const TraceEvent& e : trace.tracks()[rank].events)
+    if (e.kind == TraceEvent::Kind::recv) out.push_back(e);
+  return out;
+}
+
+}  // namespace labkit::test

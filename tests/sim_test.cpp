@@ -1,0 +1,297 @@
+// backends/sim: timing model, contention, determinism, deadlocks, misuse errors,
+// sub-groups, payload-free runs, and every collective on every rank count.
+#include <numeric>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "labkit/algorithms.h"
+#include "labkit/error.h"
+
+using namespace labkit;
+using labkit::test::simulate;
+
+namespace {
+const Topology kH100 = find_topology("dgx-h100");
+
+std::string error_of(int ranks, const std::function<void(Comm&)>& fn) {
+  try {
+    simulate(ranks, fn);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST(SimTime, MessageCostsAlphaPlusBytesOverBandwidth) {
+  const std::size_t n = 1 << 18;  // 1 MiB of f32
+  auto run = simulate(2, [&](Comm& c) {
+    std::vector<float> buf(n, float(c.rank()));
+    c.rank() == 0 ? c.send(view_of(buf), 1) : c.recv(view_of(buf), 0);
+    if (c.rank() == 1) {
+      EXPECT_EQ(buf[n - 1], 0.0f);
+    }
+  });
+  EXPECT_DOUBLE_EQ(run.elapsed, kH100.intra.alpha + 4.0 * n / kH100.intra.bandwidth);
+  EXPECT_EQ(run.messages, 1u);
+}
+
+TEST(SimTime, ARootThatReceivesFromEveryonePaysForItsLink) {
+  const std::size_t bytes = 1 << 20;
+  const double wire = bytes / kH100.intra.bandwidth;
+  auto fan_in = simulate(4, [&](Comm& c) {
+    std::vector<std::byte> buf(bytes);
+    const View v{buf.data(), bytes / 4, DType::f32};
+    if (c.rank() != 0) return c.send(v, 0);
+    std::vector<std::vector<std::byte>> in(3, std::vector<std::byte>(bytes));
+    std::vector<Request> r;
+    for (int from = 1; from < 4; ++from) r.push_back(c.irecv({in[from - 1].data(), bytes / 4, DType::f32}, from));
+    for (Request& q : r) q.wait();
+  });
+  EXPECT_NEAR(fan_in.elapsed, kH100.intra.alpha + 3 * wire, 1e-12);
+  auto pairs = simulate(4, [&](Comm& c) {
+    std::vector<float> buf(bytes / 4);
+    c.rank() % 2 == 0 ? c.send(view_of(buf), c.rank() + 1) : c.recv(view_of(buf), c.rank() - 1);
+  });
+  EXPECT_NEAR(pairs.elapsed, kH100.intra.alpha + wire, 1e-12);
+}
+
+TEST(SimTime, RanksOfANodeShareItsSingleNic) {
+  const Topology eth = find_topology("ethernet");  // one NIC per node of 8
+  const std::size_t count = 1 << 16;
+  auto run = simulate(16, [&](Comm& c) {
+    std::vector<float> buf(count);
+    c.rank() < 8 ? c.send(view_of(buf), c.rank() + 8) : c.recv(view_of(buf), c.rank() - 8);
+  }, "ethernet");
+  EXPECT_NEAR(run.elapsed, eth.inter.alpha + 8 * 4.0 * count / eth.inter.bandwidth, 1e-12);
+}
+
+TEST(SimTime, ComputeChargesFlopsAndStragglersMakeEveryoneWait) {
+  Trace trace(4);
+  sim::Engine engine({4, kH100, true, 0.5, {1, 1, 0.25, 1}, &trace});
+  engine.run([](Comm& c) {
+    c.compute("matmul", 989e12 * 0.5 * 1e-3);  // 1 ms at half of the H100's peak
+    c.barrier();
+  });
+  const double barrier = std::bit_width(3u) * kH100.intra.alpha;
+  EXPECT_NEAR(engine.elapsed(), 4e-3 + barrier, 1e-12);  // rank 2 runs at a quarter speed
+  EXPECT_EQ(trace.tracks()[0].events[0].name, "matmul");
+  EXPECT_NEAR(trace.tracks()[0].events[1].end - trace.tracks()[0].events[1].start, 3e-3 + barrier, 1e-12);
+}
+
+TEST(SimDeterminism, SameInputsGiveIdenticalTraceBytes) {
+  auto scenario = [](Comm& c) {
+    std::vector<float> buf(1000, float(c.rank()));
+    c.set_algorithm(Collective::all_reduce, "ring");
+    c.compute_for("step", 1e-6 * (c.rank() % 3));
+    c.all_reduce(view_of(buf), ReduceOp::sum);
+    std::vector<float> out(8000);
+    c.all_gather(view_of(buf), view_of(out));
+  };
+  std::ostringstream a, b;
+  simulate(8, scenario).trace->write_chrome_json(a, "sim");
+  simulate(8, scenario).trace->write_chrome_json(b, "sim");
+  EXPECT_GT(a.str().size(), 1000u);
+  EXPECT_EQ(a.str(), b.str());
+}
+
+TEST(SimDeadlock, MismatchedOrderIsReportedWithTheWaitForCycle) {
+  const std::string report = error_of(3, [](Comm& c) {
+    std::vector<int> x(4);
+    if (c.rank() == 2) return;
+    c.recv(view_of(x), 1 - c.rank());  // both receive first: neither ever sends
+    c.send(view_of(x), 1 - c.rank());
+  });
+  EXPECT_NE(report.find("deadlock"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 0: recv(from=1, tag=0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 1: recv(from=0, tag=0)"), std::string::npos) << report;
+  EXPECT_NE(report.find("rank 2: finished"), std::string::npos) << report;
+  EXPECT_NE(report.find("wait-for cycle: rank 0 -> rank 1 -> rank 0"), std::string::npos) << report;
+}
+
+TEST(SimDeadlock, TwoBlockingSendsDeadlockBecauseSendIsRendezvous) {
+  const std::string report = error_of(2, [](Comm& c) {
+    std::vector<int> x(4);
+    c.send(view_of(x), 1 - c.rank());
+    c.recv(view_of(x), 1 - c.rank());
+  });
+  EXPECT_NE(report.find("rank 0: send(to=1, tag=0, 16 bytes)"), std::string::npos) << report;
+}
+
+TEST(SimDeadlock, ARankThatSkipsACollectiveIsNamed) {
+  const std::string report = error_of(3, [](Comm& c) {
+    if (c.rank() != 1) c.barrier();
+  });
+  EXPECT_NE(report.find("rank 0: barrier(group=0) waiting for rank 1"), std::string::npos) << report;
+}
+
+TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
+  auto expect = [](int ranks, const std::function<void(Comm&)>& fn, const std::string& text) {
+    const std::string e = error_of(ranks, fn);
+    EXPECT_NE(e.find(text), std::string::npos) << "expected \"" << text << "\" in: " << e;
+  };
+  expect(2, [](Comm& c) {
+    std::vector<float> a(4), b(3);
+    c.rank() == 0 ? c.send(view_of(a), 1) : c.recv(view_of(b), 0);
+  }, "rank 1: recv(from=0, tag=0): the message is 16 bytes but the receive buffer holds 12 bytes");
+  expect(4, [](Comm& c) {
+    std::vector<float> a(4);
+    c.broadcast(view_of(a), 7);
+  }, "rank 0: broadcast: root=7 is out of range for 4 ranks");
+  expect(2, [](Comm& c) {
+    std::vector<float> a(4);
+    c.send(view_of(a), c.rank());
+  }, "rank 0: send: to=0 is this rank itself");
+  expect(4, [](Comm& c) {
+    std::vector<float> a(10), b(2);
+    c.reduce_scatter(view_of(a), view_of(b), ReduceOp::sum);
+  }, "rank 0: reduce_scatter: send count 10 is not divisible by 4 ranks");
+  expect(3, [](Comm& c) {
+    std::vector<float> a(c.rank() == 2 ? 5 : 4);
+    c.all_reduce(view_of(a), ReduceOp::sum);
+  }, "rank 2: all_reduce: count=5 but rank 0 passed count=4");
+  expect(2, [](Comm& c) {
+    std::vector<float> a(4);
+    c.all_reduce(view_of(a), c.rank() ? ReduceOp::max : ReduceOp::sum);
+  }, "rank 1: all_reduce: op=max but rank 0 passed op=sum");
+  expect(2, [](Comm& c) { c.set_algorithm(Collective::all_reduce, "rign"); },
+         "rank 0: all_reduce: unknown algorithm 'rign' (known: native, naive, ring)");
+  expect(2, [](Comm& c) {
+    if (c.rank() == 1) throw std::runtime_error("my bug");
+    c.barrier();
+  }, "rank 1: my bug");
+}
+
+TEST(SimP2P, NonBlockingRequestsCompleteAndTestTellsWhen) {
+  simulate(2, [](Comm& c) {
+    std::vector<int> out = {c.rank() * 10 + 1, c.rank() * 10 + 2}, in(2);
+    Request r = c.irecv(view_of(in), 1 - c.rank());
+    Request s = c.isend(view_of(out), 1 - c.rank());
+    while (!r.test()) c.compute_for("overlap", 1e-7);
+    s.wait();
+    EXPECT_EQ(in, (std::vector<int>{(1 - c.rank()) * 10 + 1, (1 - c.rank()) * 10 + 2}));
+    EXPECT_GE(c.now(), kH100.intra.alpha);
+  });
+}
+
+TEST(SimSplit, GroupsByColorAndOrdersByKey) {
+  simulate(8, [](Comm& c) {
+    // Even and odd ranks; key = -rank reverses the order inside each group.
+    std::unique_ptr<Comm> g = c.split(c.rank() % 2, -c.rank());
+    ASSERT_TRUE(g);
+    EXPECT_EQ(g->size(), 4);
+    EXPECT_EQ(g->rank(), 3 - c.rank() / 2);
+    std::vector<std::int64_t> x = {c.rank()};
+    g->all_reduce(view_of(x), ReduceOp::sum);
+    EXPECT_EQ(x[0], c.rank() % 2 ? 1 + 3 + 5 + 7 : 0 + 2 + 4 + 6);
+    std::unique_ptr<Comm> none = c.split(c.rank() == 0 ? -1 : 0, 0);
+    EXPECT_EQ(none == nullptr, c.rank() == 0);
+  });
+}
+
+TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {
+  auto scenario = [](bool payload) {
+    return [payload](Comm& c) {
+      std::vector<float> data(payload ? 4096 : 0);
+      const View v = payload ? view_of(data) : sizes_only(4096, DType::f32);
+      c.set_algorithm(Collective::all_reduce, "ring");
+      c.all_reduce(v, ReduceOp::sum);
+    };
+  };
+  const double with = simulate(64, scenario(true)).elapsed;
+  const double without = simulate(64, scenario(false), "dgx-h100", false).elapsed;
+  EXPECT_GT(with, 0);
+  EXPECT_DOUBLE_EQ(with, without);
+}
+
+// ---- every collective, natively and as each labkit algorithm ---------------------
+
+namespace {
+// Inputs depend on rank and index, so a misrouted block shows.
+float input(int rank, std::size_t i) { return float((rank + 1) * 1000 + i); }
+
+struct Result {
+  std::vector<std::vector<float>> per_rank;
+};
+
+// Runs `op` with the given algorithm on P ranks with `count` elements per block.
+Result run_collective(Collective op, const std::string& algo, int p, std::size_t count, int root, ReduceOp rop) {
+  Result out{std::vector<std::vector<float>>(p)};
+  simulate(p, [&](Comm& c) {
+    c.set_algorithm(op, algo);
+    const int r = c.rank();
+    const std::size_t big = count * p;
+    auto fill = [&](std::size_t n) {
+      std::vector<float> v(n);
+      for (std::size_t i = 0; i < n; ++i) v[i] = input(r, i);
+      return v;
+    };
+    std::vector<float> send, recv;
+    switch (op) {
+      case Collective::broadcast: case Collective::reduce: case Collective::all_reduce:
+        recv = fill(count); break;
+      case Collective::gather: send = fill(count); recv.resize(r == root ? big : 0); break;
+      case Collective::scatter: send = r == root ? fill(big) : std::vector<float>{}; recv.resize(count); break;
+      case Collective::all_gather: send = fill(count); recv.resize(big); break;
+      case Collective::reduce_scatter: send = fill(big); recv.resize(count); break;
+      case Collective::all_to_all: send = fill(big); recv.resize(big); break;
+      case Collective::barrier: break;
+    }
+    c.run({op, view_of(send), view_of(recv), rop, root});
+    out.per_rank[r] = recv;
+  });
+  return out;
+}
+}  // namespace
+
+TEST(SimCollectives, NativeMatchesTheClosedForm) {
+  for (int p : {1, 2, 3, 5, 8}) {
+    const std::size_t n = 3;
+    auto sum = [&](std::size_t i) { float s = 0; for (int r = 0; r < p; ++r) s += input(r, i); return s; };
+    const Result ar = run_collective(Collective::all_reduce, "native", p, n, 0, ReduceOp::sum);
+    const Result avg = run_collective(Collective::all_reduce, "native", p, n, 0, ReduceOp::avg);
+    const Result mx = run_collective(Collective::all_reduce, "native", p, n, 0, ReduceOp::max);
+    const Result bc = run_collective(Collective::broadcast, "native", p, n, p - 1, ReduceOp::sum);
+    const Result ag = run_collective(Collective::all_gather, "native", p, n, 0, ReduceOp::sum);
+    const Result rs = run_collective(Collective::reduce_scatter, "native", p, n, 0, ReduceOp::sum);
+    const Result a2a = run_collective(Collective::all_to_all, "native", p, n, 0, ReduceOp::sum);
+    for (int r = 0; r < p; ++r)
+      for (std::size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(ar.per_rank[r][i], sum(i));
+        EXPECT_FLOAT_EQ(avg.per_rank[r][i], sum(i) / p);
+        EXPECT_EQ(mx.per_rank[r][i], input(p - 1, i));
+        EXPECT_EQ(bc.per_rank[r][i], input(p - 1, i));
+        for (int q = 0; q < p; ++q) EXPECT_EQ(ag.per_rank[r][q * n + i], input(q, i));
+        EXPECT_EQ(rs.per_rank[r][i], sum(r * n + i));
+        for (int q = 0; q < p; ++q) EXPECT_EQ(a2a.per_rank[r][q * n + i], input(q, r * n + i));
+      }
+  }
+}
+
+TEST(SimCollectives, EveryAlgorithmMatchesNativeOnEveryRankCountAndSize) {
+  for (const Algorithm& algo : all_algorithms()) {
+    if (algo.op == Collective::barrier) continue;
+    for (int p = 1; p <= 9; ++p)
+      for (std::size_t count : {0, 1, 5, 64})
+        for (int root : {0, p - 1, p / 2}) {
+          const ReduceOp rop = algo.op == Collective::all_reduce && p == 3 ? ReduceOp::max : ReduceOp::sum;
+          const Result want = run_collective(algo.op, "native", p, count, root, rop);
+          const Result got = run_collective(algo.op, std::string(algo.name), p, count, root, rop);
+          for (int r = 0; r < p; ++r)
+            ASSERT_EQ(got.per_rank[r], want.per_rank[r])
+                << name_of(algo.op) << " algo " << algo.name << " P=" << p << " count=" << count << " root=" << root
+                << " rank " << r;
+        }
+  }
+}
+
+TEST(SimCollectives, BarrierAlgorithmSynchronizes) {
+  simulate(5, [](Comm& c) {
+    c.set_algorithm(Collective::barrier, "dissemination");
+    c.compute_for("work", c.rank() * 1e-3);
+    c.barrier();
+    EXPECT_GE(c.now(), 4e-3);
+  });
+}
