@@ -12,11 +12,13 @@
 // runs every operation, then checks the identities that tie them together:
 // AllReduce == ReduceScatter + AllGather == Reduce + Broadcast, and
 // AllGather == Gather + Broadcast.
+#include <fstream>
 #include <functional>
 #include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "labkit/error.h"
 #include "labkit/run.h"
@@ -34,6 +36,9 @@ Values make(std::size_t n, const std::function<float(std::size_t)>& f) {
   return v;
 }
 
+// What rank 0 printed, for --json.
+nlohmann::json report = nlohmann::json::array();
+
 // Runs `call` on every rank and has rank 0 print each rank's `in` before and `out` after.
 void show(Comm& comm, const std::string& title, Values& in, Values& out, const std::function<void()>& call) {
   const auto before = comm.inspect(view_of(in));
@@ -46,6 +51,7 @@ void show(Comm& comm, const std::string& title, Values& in, Values& out, const s
   double start = clocks[0][0], end = 0;
   for (const auto& c : clocks) start = std::min(start, c[0]), end = std::max(end, c[1]);
   fmt::print("{}: {}\n", title, format_seconds(end - start));
+  report.push_back({{"title", title}, {"seconds", end - start}, {"before", before}, {"after", after}});
   std::vector<std::string> left;
   std::size_t width = 6;
   for (const auto& row : before) width = std::max(width, left.emplace_back(fmt::format("[{:g}]", fmt::join(row, " "))).size());
@@ -119,6 +125,12 @@ void demo(Comm& comm, const std::string& name, const Options& o) {
       comm.barrier();
       after[0] = float((comm.now() - t0) * 1e6);
     });
+  } else if (name == "deadlock") {
+    // The classic mistake: every rank receives from its left before sending right.
+    // Nobody ever sends, and the simulator says so instead of hanging.
+    Values in(2), out = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); });
+    comm.recv(view_of(in), (r - 1 + p) % p);
+    comm.send(view_of(out), (r + 1) % p);
   } else {
     throw labkit::Error(fmt::format("rank {}: collectives: unknown --op '{}'", r, name));
   }
@@ -157,6 +169,7 @@ bool check_identities(Comm& comm) {
       for (int q = 0; q < p; ++q) if (every_rank[q][k] == 0) failing.push_back(q);
       all_hold = all_hold && failing.empty();
       fmt::print("  {:<44}{}\n", names[k], failing.empty() ? "holds" : fmt::format("FAILS on ranks {}", fmt::join(failing, ", ")));
+      report.push_back({{"identity", names[k]}, {"holds", failing.empty()}, {"failing_ranks", failing}});
     }
   }
   return all_hold && holds == std::vector<double>{1, 1, 1};
@@ -169,9 +182,11 @@ int main(int argc, char** argv) {
   Options o;
   RunOptions run_options;
   app.add_option("--op", o.op, "broadcast, reduce, all_reduce, gather, scatter, all_gather, reduce_scatter, "
-                               "all_to_all, send_recv, barrier, or all")->capture_default_str();
+                               "all_to_all, send_recv, barrier, all, or deadlock (a classic mistake)")->capture_default_str();
   app.add_option("--root", o.root, "root rank for broadcast, reduce, gather, scatter")->capture_default_str();
   app.add_option("--reduce-op", o.reduce_op, "sum, prod, min, max, avg")->capture_default_str();
+  std::string json_path;
+  app.add_option("--json", json_path, "also write what is printed as JSON to this file");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -188,5 +203,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
+  if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << '\n';
   return identities_hold ? 0 : 1;
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
+#include "labkit/units.h"
 #include "sim_comm.h"
 
 namespace labkit::sim {
@@ -417,7 +418,7 @@ int Engine::waits_for(int rank) const {
 }
 
 std::string Engine::deadlock_report() const {
-  std::string out = fmt::format("deadlock: every live rank is blocked (virtual time {:.3f} us)\n", elapsed() * 1e6);
+  std::string out = fmt::format("deadlock: every live rank is blocked (at t = {})\n", format_seconds(elapsed()));
   for (int r = 0; r < options_.ranks; ++r) {
     const RankState& s = ranks_[r];
     if (s.state == RankState::State::done) {

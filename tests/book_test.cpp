@@ -1,0 +1,103 @@
+// The book cannot go stale: every ```console block in book/*.md is run, and each
+// command's output must match what the book shows. A block looks like
+//
+//   ```console
+//   $ ./labkit lab collectives --op all_reduce --ranks 4
+//   <the output, exactly>
+//   ```
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Command {
+  int line;
+  std::string command;
+  std::string expected;
+};
+
+std::vector<Command> console_commands(const fs::path& chapter) {
+  std::ifstream in(chapter);
+  std::vector<Command> out;
+  std::string line;
+  bool inside = false;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (!inside) {
+      inside = line == "```console";
+    } else if (line == "```") {
+      inside = false;
+    } else if (line.rfind("$ ", 0) == 0) {
+      out.push_back({n, line.substr(2), ""});
+    } else if (!out.empty()) {
+      out.back().expected += line + "\n";
+    }
+  }
+  return out;
+}
+
+std::string run(const std::string& command) {
+  const std::string shell = fmt::format("cd '{}' && LABKIT_NO_BUILD=1 LABKIT_BUILD_DIR='{}' {} 2>&1",
+                                        LABKIT_SOURCE_DIR, LABKIT_BINARY_DIR, command);
+  std::string output;
+  FILE* pipe = popen(shell.c_str(), "r");
+  if (!pipe) return "popen failed";
+  std::array<char, 4096> buf;
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) output.append(buf.data(), n);
+  pclose(pipe);
+  return output;
+}
+
+std::string without_trailing_newlines(std::string s) {
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+// The first line where two texts differ (trailing blank lines aside), for a
+// message a reader can act on.
+std::string first_difference(const std::string& want, const std::string& got) {
+  std::istringstream a(without_trailing_newlines(want)), b(without_trailing_newlines(got));
+  std::string la, lb;
+  for (int n = 1;; ++n) {
+    const bool more_a = bool(std::getline(a, la)), more_b = bool(std::getline(b, lb));
+    if (!more_a && !more_b) return "";
+    if (!more_a || !more_b || la != lb)
+      return fmt::format("output line {}:\n  book: {}\n  now:  {}", n, more_a ? la : "<end>", more_b ? lb : "<end>");
+  }
+}
+
+class Book : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Book, EveryCommandPrintsWhatTheChapterShows) {
+  const fs::path chapter = fs::path(LABKIT_SOURCE_DIR) / "book" / GetParam();
+  const std::vector<Command> commands = console_commands(chapter);
+  for (const Command& c : commands) {
+    const std::string got = run(c.command);
+    const std::string diff = first_difference(c.expected, got);
+    EXPECT_EQ(diff, "") << GetParam() << ":" << c.line << ": $ " << c.command << "\n"
+                        << "Update the book with what the command prints now, or fix the regression.";
+  }
+}
+
+std::vector<std::string> chapters() {
+  std::vector<std::string> out;
+  for (const auto& entry : fs::directory_iterator(fs::path(LABKIT_SOURCE_DIR) / "book"))
+    if (entry.path().extension() == ".md") out.push_back(entry.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Chapters, Book, ::testing::ValuesIn(chapters()), [](const auto& info) {
+  std::string name = info.param.substr(0, info.param.size() - 3);
+  for (char& ch : name) if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return name;
+});
+
+}  // namespace
