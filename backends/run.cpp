@@ -1,6 +1,9 @@
 #include "labkit/run.h"
 
+#include <set>
+
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
@@ -32,7 +35,12 @@ void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
     bool found = spec == "native";
     for (const Algorithm& a : all_algorithms())
       if (a.name == spec || spec == "native") { comm.set_algorithm(a.op, spec); found = true; }
-    if (!found) throw Error(fmt::format("--algo: no collective has an algorithm named '{}'", spec));
+    if (!found) {
+      std::set<std::string_view> names;
+      for (const Algorithm& a : all_algorithms()) names.insert(a.name);
+      throw Error(fmt::format("--algo {}: no collective has an algorithm of that name (known: native, {})", spec,
+                              fmt::join(names, ", ")));
+    }
   }
 }
 

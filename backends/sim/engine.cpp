@@ -9,6 +9,7 @@
 
 #include "labkit/cost_model.h"
 #include "labkit/units.h"
+#include "native_collectives.h"
 #include "sim_comm.h"
 
 namespace labkit::sim {
@@ -265,83 +266,27 @@ std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const 
 void Engine::finish_native(Rendezvous& rv, int comm_id) {
   const std::vector<int>& group = groups_[comm_id];
   const int p = int(group.size());
-  const CollectiveCall& c0 = rv.slots[0].call;
-  const CollectiveCall& at_root = rv.slots[has_root(c0.op) ? c0.root : 0].call;
-  const std::size_t es = size_of(c0.recv.dtype);
-  auto call = [&](int i) -> const CollectiveCall& { return rv.slots[i].call; };
-  bool payload = options_.payload;
-  for (const auto& s : rv.slots) payload = payload && (s.call.op == Collective::barrier || s.call.recv.data || s.call.send.data);
-  auto copy = [&](View to, std::size_t to_off, View from, std::size_t from_off, std::size_t n) {
-    if (payload && to.data && from.data && n)
-      std::memcpy(static_cast<std::byte*>(to.data) + to_off * es, static_cast<const std::byte*>(from.data) + from_off * es, n * es);
-  };
-  // Reduce the ranks' `input` views in rank order into a fresh buffer.
-  auto reduced = [&](auto input) {
-    const View first = input(0);
-    std::vector<std::byte> acc(first.bytes());
-    if (payload && first.data) {
-      std::memcpy(acc.data(), first.data, acc.size());
-      for (int i = 1; i < p; ++i) reduce_local(c0.reduce_op, first.dtype, input(i).data, acc.data(), first.count);
-    }
-    return acc;
-  };
-  auto from_bytes = [&](std::vector<std::byte>& b, DType d) { return View{b.data(), b.size() / es, d}; };
-  switch (c0.op) {
-    case Collective::broadcast:
-      for (int i = 0; i < p; ++i) if (i != c0.root) copy(call(i).recv, 0, at_root.recv, 0, at_root.recv.count);
-      break;
-    case Collective::reduce: {
-      auto acc = reduced([&](int i) { return call(i).recv; });
-      copy(at_root.recv, 0, from_bytes(acc, c0.recv.dtype), 0, at_root.recv.count);
-      break;
-    }
-    case Collective::all_reduce: {
-      auto acc = reduced([&](int i) { return call(i).recv; });
-      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, from_bytes(acc, c0.recv.dtype), 0, call(i).recv.count);
-      break;
-    }
-    case Collective::gather:
-      for (int i = 0; i < p; ++i) copy(at_root.recv, i * call(i).send.count, call(i).send, 0, call(i).send.count);
-      break;
-    case Collective::scatter:
-      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, at_root.send, i * call(i).recv.count, call(i).recv.count);
-      break;
-    case Collective::all_gather:
-      for (int i = 0; i < p; ++i)
-        for (int j = 0; j < p; ++j) copy(call(i).recv, j * call(j).send.count, call(j).send, 0, call(j).send.count);
-      break;
-    case Collective::reduce_scatter: {
-      auto acc = reduced([&](int i) { return call(i).send; });
-      for (int i = 0; i < p; ++i) copy(call(i).recv, 0, from_bytes(acc, c0.send.dtype), i * call(i).recv.count, call(i).recv.count);
-      break;
-    }
-    case Collective::all_to_all: {
-      // Every rank's send may alias its recv, so stage all sends first.
-      std::vector<std::vector<std::byte>> sends(p);
-      for (int i = 0; i < p; ++i)
-        if (payload && call(i).send.data)
-          sends[i].assign(static_cast<const std::byte*>(call(i).send.data),
-                          static_cast<const std::byte*>(call(i).send.data) + call(i).send.bytes());
-      const std::size_t block = c0.send.count / p;
-      for (int i = 0; i < p; ++i)
-        for (int j = 0; j < p; ++j)
-          if (!sends[j].empty()) copy(call(i).recv, j * block, from_bytes(sends[j], c0.send.dtype), i * block, block);
-      break;
-    }
-    case Collective::barrier: break;
-  }
+  std::vector<CollectiveCall> calls;
+  for (const Rendezvous::Slot& slot : rv.slots) calls.push_back(slot.call);
+  if (options_.payload) compute_native(calls);
+  // nccl-tests' "size": the larger buffer, over the slowest link the group uses.
   std::size_t bytes = 0;
-  for (int i = 0; i < p; ++i) bytes = std::max({bytes, call(i).send.bytes(), call(i).recv.bytes()});
+  for (const CollectiveCall& c : calls) bytes = std::max({bytes, c.send.bytes(), c.recv.bytes()});
   const Topology& t = options_.topology;
-  const bool spans_nodes = t.node_of(group.front()) != t.node_of(group.back()) ||
-                           std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
-  const CostEstimate cost = native_cost(c0.op, bytes, p, spans_nodes ? t.inter : t.intra);
+  const bool spans_nodes =
+      std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
+  const CostEstimate cost = native_cost(calls[0].op, bytes, p, spans_nodes ? t.inter : t.intra);
   rv.native_algo = cost.algorithm;
   const double end = rv.latest + cost.seconds;
-  for (int i = 0; i < p; ++i) {
-    const int g = group[i];
-    if (ranks_[g].state == RankState::State::blocked) make_ready(g, end);
-    else ranks_[g].now = end;
+  release(group, end);
+}
+
+// Everyone in a rendezvous leaves at `at`: the blocked ranks wake, the rank
+// that arrived last (and is running) just moves its clock.
+void Engine::release(const std::vector<int>& group, double at) {
+  for (int g : group) {
+    if (ranks_[g].state == RankState::State::blocked) make_ready(g, at);
+    else ranks_[g].now = at;
   }
 }
 
@@ -357,10 +302,7 @@ std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id
     ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
     block(rank);
   } else {
-    for (int g : group) {  // no cost: the ranks only line up
-      if (ranks_[g].state == RankState::State::blocked) make_ready(g, rv.latest);
-      else ranks_[g].now = rv.latest;
-    }
+    release(group, rv.latest);  // no cost: the ranks only line up
   }
   std::vector<std::vector<std::byte>> out;
   if (me == 0) out = rendezvous_.at(key).gathered;
@@ -393,10 +335,7 @@ Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int c
       for (int j = 0; j < int(order.size()); ++j) rv.slots[order[j].second].membership = {id, j, members};
       groups_.push_back(std::move(members));
     }
-    for (int g : group) {
-      if (ranks_[g].state == RankState::State::blocked) make_ready(g, rv.latest);
-      else ranks_[g].now = rv.latest;
-    }
+    release(group, rv.latest);
   }
   Membership m = rendezvous_.at(key).slots[me].membership;
   leave(key);

@@ -121,6 +121,7 @@ class Engine {
   Rendezvous& arrive(int rank, const RendezvousKey& key, std::string what);
   void leave(const RendezvousKey& key);
   void finish_native(Rendezvous& rv, int comm_id);
+  void release(const std::vector<int>& group, double at);
   std::string deadlock_report() const;
   int waits_for(int rank) const;
 
