@@ -67,14 +67,15 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
                                  });
     ready_.push({0.0, r});
   }
-  while (!ready_.empty() && !failed_) {
+  while (!ready_.empty() && !failed_ && ready_.top().first <= options_.stop_at) {
     const int r = ready_.top().second;
     ready_.pop();
     ranks_[r].state = RankState::State::ready;
     ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
   }
   std::string deadlock;
-  if (!failed_ && std::any_of(ranks_.begin(), ranks_.end(),
+  const bool stopped = !ready_.empty() && ready_.top().first > options_.stop_at;
+  if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),
                               [](const RankState& s) { return s.state != RankState::State::done; }))
     deadlock = deadlock_report();
   for (RankState& s : ranks_) s.fiber = {};  // unwinds the stacks of ranks that did not finish
@@ -86,7 +87,8 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
 // whose clock ran ahead (a wait, a compute region) lets the others catch up
 // before it touches shared state.
 void Engine::sync(int rank) {
-  if (ready_.empty() || std::pair(ranks_[rank].now, rank) <= ready_.top()) return;
+  const bool others_first = !ready_.empty() && std::pair(ranks_[rank].now, rank) > ready_.top();
+  if (!others_first && ranks_[rank].now <= options_.stop_at) return;
   ready_.push({ranks_[rank].now, rank});
   ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
 }
@@ -105,7 +107,10 @@ void Engine::make_ready(int rank, double at) {
   ready_.push({s.now, rank});
 }
 
-void Engine::advance(int rank, double seconds) { ranks_[rank].now += seconds / options_.speed[rank]; }
+void Engine::advance(int rank, double seconds) {
+  ranks_[rank].now += seconds / options_.speed[rank];
+  sync(rank);
+}
 
 double Engine::seconds_for_flops(int rank, double flops) const {
   (void)rank;
@@ -124,7 +129,7 @@ std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id
     id = free_ops_.back();
     free_ops_.pop_back();
   }
-  ops_[id] = P2P{is_send, rank, peer, tag, comm_id, buf, ranks_[rank].now, false, 0};
+  ops_[id] = P2P{is_send, rank, peer, tag, comm_id, buf, ranks_[rank].now};
   // A send looks for a posted receive at its destination; a receive looks for an
   // unexpected send at itself. The first in post order matches (non-overtaking).
   std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[rank].unexpected_sends;
@@ -165,13 +170,26 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   const double wire = double(s.buf.bytes()) / link.bandwidth;
   *out = *in = start + wire;
   const double delivered = start + link.alpha + wire;
-  if (options_.payload && s.buf.data && r.buf.data && s.buf.bytes()) std::memcpy(r.buf.data, s.buf.data, s.buf.bytes());
   ++messages_;
+  s.partner = recv_id;
+  r.partner = send_id;
   for (P2P* op : {&s, &r}) {
     op->done = true;
     op->complete = delivered;
     if (ranks_[op->owner].waiting_op == (op == &s ? send_id : recv_id)) make_ready(op->owner, delivered);
   }
+}
+
+// The bytes land when the message is delivered: whichever end first sees the
+// operation complete copies them, before either side can touch its buffer again.
+// (A run stopped at time t therefore shows exactly the messages delivered by t.)
+void Engine::deliver(std::int64_t id) {
+  P2P& op = ops_[id];
+  if (op.delivered) return;
+  P2P& other = ops_[op.partner];
+  const P2P &s = op.is_send ? op : other, &r = op.is_send ? other : op;
+  if (options_.payload && s.buf.data && r.buf.data && s.buf.bytes()) std::memcpy(r.buf.data, s.buf.data, s.buf.bytes());
+  op.delivered = other.delivered = true;
 }
 
 void Engine::wait(int rank, std::int64_t id) {
@@ -180,12 +198,15 @@ void Engine::wait(int rank, std::int64_t id) {
     block(rank);
   }
   ranks_[rank].now = std::max(ranks_[rank].now, ops_[id].complete);
+  sync(rank);  // the delivery happens at its time, not before
+  deliver(id);
   free_ops_.push_back(id);
 }
 
 bool Engine::test(int rank, std::int64_t id) {
   sync(rank);
   if (ops_[id].done && ops_[id].complete <= ranks_[rank].now) {
+    deliver(id);
     free_ops_.push_back(id);
     return true;
   }

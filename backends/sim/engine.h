@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <queue>
@@ -39,6 +40,9 @@ struct Options {
   double efficiency = 0.5;   // achieved fraction of the device's peak FLOP/s
   std::vector<double> speed; // per rank; 0.5 = a straggler at half speed (empty: all 1)
   Trace* trace = nullptr;    // null: not tracing
+  // Stop the run once the next event is later than this (seconds): what every
+  // buffer holds at that instant. A deterministic run replays exactly up to it.
+  double stop_at = std::numeric_limits<double>::infinity();
 };
 
 // Thrown when every live rank is blocked; what() lists each pending operation.
@@ -51,8 +55,8 @@ class Engine {
   explicit Engine(Options options);
   ~Engine();
 
-  // Runs rank_fn once per rank until all return. Throws the first rank's error
-  // (in virtual-time order) or a DeadlockError.
+  // Runs rank_fn once per rank until all return (or until options.stop_at).
+  // Throws the first rank's error (in virtual-time order) or a DeadlockError.
   void run(const std::function<void(Comm&)>& rank_fn);
 
   double elapsed() const;  // the latest rank's virtual time, seconds
@@ -85,8 +89,10 @@ class Engine {
     int owner = -1, peer = -1, tag = 0, comm_id = 0;
     View buf;
     double posted = 0;
-    bool done = false;
-    double complete = 0;  // virtual time the message is delivered
+    bool done = false;       // matched: its delivery time is known
+    double complete = 0;     // virtual time the message is delivered
+    std::int64_t partner = -1;  // the matching receive or send
+    bool delivered = false;  // the bytes have been copied
   };
   // Ranks meeting in a collective, a split or an inspection.
   struct Rendezvous {
@@ -118,6 +124,7 @@ class Engine {
   void block(int rank);
   void make_ready(int rank, double at);
   void match(std::int64_t send, std::int64_t recv);
+  void deliver(std::int64_t op);
   Rendezvous& arrive(int rank, const RendezvousKey& key, std::string what);
   void leave(const RendezvousKey& key);
   void finish_native(Rendezvous& rv, int comm_id);
