@@ -157,7 +157,8 @@ TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
     c.all_reduce(view_of(a), c.rank() ? ReduceOp::max : ReduceOp::sum);
   }, "rank 1: all_reduce: op=max but rank 0 passed op=sum");
   expect(2, [](Comm& c) { c.set_algorithm(Collective::all_reduce, "rign"); },
-         "rank 0: all_reduce: unknown algorithm 'rign' (known: native, naive, ring)");
+         "rank 0: all_reduce: unknown algorithm 'rign' (known: native, naive, binomial_tree, ring, "
+         "recursive_halving_doubling, hierarchical)");
   expect(2, [](Comm& c) {
     if (c.rank() == 1) throw std::runtime_error("my bug");
     c.barrier();
@@ -316,4 +317,32 @@ TEST(SimReplay, StoppingAtATimeShowsOnlyWhatWasDeliveredByThen) {
   whole.run(rank_fn);
   EXPECT_EQ(inbox, (std::vector<float>{1, 2}));
   EXPECT_DOUBLE_EQ(whole.elapsed(), 2 * first);
+}
+
+TEST(SimP2P, AReceiveMatchesOnlyItsOwnSource) {
+  // Rank 0 posts receives from 3, 2, 1 (in that order) before anyone sends;
+  // each must get its own sender's message, whatever order they arrive in.
+  simulate(4, [](Comm& c) {
+    if (c.rank() != 0) {
+      std::vector<int> mine(c.rank(), c.rank());  // rank r sends r copies of r
+      c.compute_for("stagger", c.rank() * 1e-6);  // rank 1 sends first
+      c.send(view_of(mine), 0);
+      return;
+    }
+    std::vector<std::vector<int>> in = {{}, std::vector<int>(1), std::vector<int>(2), std::vector<int>(3)};
+    std::vector<Request> pending;
+    for (int from = 3; from >= 1; --from) pending.push_back(c.irecv(view_of(in[from]), from));
+    for (Request& r : pending) r.wait();
+    for (int from = 1; from <= 3; ++from) EXPECT_EQ(in[from], std::vector<int>(from, from)) << "from " << from;
+  });
+}
+
+TEST(SimCollectives, AllReduceAlgorithmsAreRightAcrossNodes) {
+  // 2 full nodes, and 2 nodes plus a partial third (8 devices per node).
+  for (int p : {16, 20})
+    for (const char* algo : {"hierarchical", "recursive_halving_doubling", "ring", "binomial_tree"}) {
+      const Result want = run_collective(Collective::all_reduce, "native", p, 37, 0, ReduceOp::sum);
+      const Result got = run_collective(Collective::all_reduce, algo, p, 37, 0, ReduceOp::sum);
+      for (int r = 0; r < p; ++r) ASSERT_EQ(got.per_rank[r], want.per_rank[r]) << algo << " P=" << p << " rank " << r;
+    }
 }

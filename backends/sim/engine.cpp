@@ -135,7 +135,7 @@ std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id
   std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[rank].unexpected_sends;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
     const P2P& other = ops_[*it];
-    if (other.tag == tag && other.comm_id == comm_id && other.owner == peer) {
+    if (other.owner == peer && other.peer == rank && other.tag == tag && other.comm_id == comm_id) {
       const std::int64_t other_id = *it;
       queue.erase(it);
       is_send ? match(id, other_id) : match(other_id, id);

@@ -36,6 +36,7 @@ class SimComm final : public Comm {
     return std::make_unique<SimComm>(engine_, m.comm_id, m.rank, std::move(m.members), track());
   }
   void advance(double seconds) override { engine_.advance(me_, seconds); }
+  int node_of_global(int global_rank) const override { return engine_.options().topology.node_of(global_rank); }
   double seconds_for_flops(double flops) const override { return engine_.seconds_for_flops(me_, flops); }
   std::vector<std::vector<std::byte>> gather_untimed(View buf) override {
     return engine_.gather_untimed(me_, comm_id_, ++inspect_seq_, buf);

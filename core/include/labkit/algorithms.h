@@ -4,22 +4,26 @@
 // and is never called with ReduceOp::avg (Comm runs avg as sum, then divides).
 #pragma once
 
+#include <bit>
 #include <cstddef>
+#include <memory>
 #include <cstring>
 #include <span>
 #include <vector>
 #include <string_view>
 
 #include "labkit/collective.h"
+#include "labkit/comm.h"
 
 namespace labkit {
-
-class Comm;
 
 void binomial_tree_broadcast(Comm& comm, View buf, int root);
 void binomial_tree_reduce(Comm& comm, View buf, ReduceOp op, int root);
 void naive_all_reduce(Comm& comm, View buf, ReduceOp op);
+void binomial_tree_all_reduce(Comm& comm, View buf, ReduceOp op);
 void ring_all_reduce(Comm& comm, View buf, ReduceOp op);
+void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op);
+void hierarchical_all_reduce(Comm& comm, View buf, ReduceOp op);
 void linear_gather(Comm& comm, View send, View recv, int root);
 void linear_scatter(Comm& comm, View send, View recv, int root);
 void ring_all_gather(Comm& comm, View send, View recv);

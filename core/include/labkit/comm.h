@@ -52,6 +52,8 @@ class Comm {
   int size() const { return size_; }
   // Global rank of a rank of this group (its trace track).
   int global_rank(int group_rank) const { return global_ranks_.at(group_rank); }
+  // The node (host) a rank of this group runs on, for topology-aware algorithms.
+  int node_of(int group_rank) const { return node_of_global(global_rank(group_rank)); }
 
   // ---- point-to-point. A blocking send returns once the message is delivered
   // (rendezvous, like MPI_Ssend), so two ranks that both send first deadlock:
@@ -109,6 +111,7 @@ class Comm {
   virtual std::string_view run_native(const CollectiveCall& call) = 0;
   virtual std::unique_ptr<Comm> split_group(int color, int key) = 0;
   virtual void advance(double seconds) = 0;
+  virtual int node_of_global(int global_rank) const = 0;
   virtual double seconds_for_flops(double flops) const = 0;
   virtual std::vector<std::vector<std::byte>> gather_untimed(View buf) = 0;
 
