@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace labkit {
 
@@ -34,6 +37,155 @@ CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link
       return {log_p * a, "dissemination"};
   }
   return {0.0, "none"};
+}
+
+namespace {
+
+using Pairs = std::vector<std::pair<int, int>>;  // (sender, receiver) in one step
+
+// One step in which every pair moves `bytes`: the slowest pair sets the pace.
+double step(const Topology& t, double bytes, const Pairs& pairs) {
+  double slowest = 0;
+  for (auto [from, to] : pairs) {
+    const Link& l = t.link(from, to);
+    slowest = std::max(slowest, l.alpha + bytes / l.bandwidth);
+  }
+  return slowest;
+}
+
+// The rounds of a binomial tree rooted at `root` over `members`: in the round of
+// distance `mask`, relative rank v sends to v + mask for v a multiple of 2 mask.
+std::vector<Pairs> binomial_rounds(const std::vector<int>& members, int root) {
+  const int p = int(members.size());
+  std::vector<Pairs> rounds;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    Pairs& round = rounds.emplace_back();
+    for (int v = 0; v + mask < p; v += 2 * mask)
+      round.push_back({members[(v + root) % p], members[(v + mask + root) % p]});
+  }
+  return rounds;
+}
+
+std::vector<int> iota(int from, int count) {
+  std::vector<int> v(count);
+  for (int i = 0; i < count; ++i) v[i] = from + i;
+  return v;
+}
+
+double binomial_tree(const Topology& t, double n, const std::vector<int>& members) {
+  double time = 0;
+  for (const Pairs& round : binomial_rounds(members, 0)) time += step(t, n, round);
+  return time;
+}
+
+double ring(const Topology& t, double bytes_per_step, int steps, const std::vector<int>& members) {
+  Pairs neighbours;
+  for (std::size_t i = 0; i < members.size(); ++i)
+    neighbours.push_back({members[i], members[(i + 1) % members.size()]});
+  return steps * step(t, bytes_per_step, neighbours);
+}
+
+double recursive_halving_doubling(const Topology& t, double n, int p) {
+  const int pow2 = std::bit_floor(unsigned(p)), rem = p - pow2;
+  auto real = [&](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  double time = 0;
+  if (rem > 0) {  // fold in and, at the end, hand back: the whole buffer each way
+    Pairs fold;
+    for (int i = 0; i < rem; ++i) fold.push_back({2 * i, 2 * i + 1});
+    time += 2 * step(t, n, fold);
+  }
+  for (int distance = pow2 / 2; distance >= 1; distance /= 2) {
+    Pairs swap;
+    for (int v = 0; v < pow2; ++v) swap.push_back({real(v), real(v ^ distance)});
+    time += 2 * step(t, n * distance / pow2, swap);  // once halving, once doubling
+  }
+  return time;
+}
+
+double hierarchical(const Topology& t, double n, int p) {
+  const int g = std::min(p, t.devices_per_node), nodes = (p + g - 1) / g;
+  std::vector<int> leaders;
+  for (int k = 0; k < nodes; ++k) leaders.push_back(k * g);
+  // Reduce and broadcast inside the largest node; ring among the leaders.
+  return 2 * binomial_tree(t, n, iota(0, g)) + ring(t, n / nodes, 2 * (nodes - 1), leaders);
+}
+
+// Everyone sends n/P to (or receives it from) the root at once: the root's port
+// carries (P-1) n/P bytes, one message after another.
+double linear(const Topology& t, double n, int p) {
+  double wire = 0, alpha = 0;
+  for (int r = 1; r < p; ++r) {
+    wire += n / p / t.link(0, r).bandwidth;
+    alpha = std::max(alpha, t.link(0, r).alpha);
+  }
+  return alpha + wire;
+}
+
+double naive(const Topology& t, double n, int p) {
+  double time = 0;  // P-1 receives at rank 0, one after the other, then P-1 sends
+  for (int r = 1; r < p; ++r) time += 2 * step(t, n, {{r, 0}});
+  return time;
+}
+
+double pairwise(const Topology& t, double n, int p) {
+  double time = 0;
+  for (int s = 1; s < p; ++s) {
+    Pairs round;
+    for (int r = 0; r < p; ++r) round.push_back({r, (r + s) % p});
+    time += step(t, n / p, round);
+  }
+  return time;
+}
+
+double dissemination(const Topology& t, int p) {
+  double time = 0;
+  for (int d = 1; d < p; d <<= 1) {
+    Pairs round;
+    for (int r = 0; r < p; ++r) round.push_back({r, (r + d) % p});
+    time += step(t, 0, round);
+  }
+  return time;
+}
+
+}  // namespace
+
+double predict(Collective op, std::string_view algo, std::size_t bytes, int p, const Topology& t) {
+  if (p <= 1) return 0;
+  const double n = double(bytes);
+  const std::vector<int> all = iota(0, p);
+  if (op == Collective::all_reduce) {
+    if (algo == "naive") return naive(t, n, p);
+    if (algo == "binomial_tree") return 2 * binomial_tree(t, n, all);
+    if (algo == "ring") return ring(t, n / p, 2 * (p - 1), all);
+    if (algo == "recursive_halving_doubling") return recursive_halving_doubling(t, n, p);
+    if (algo == "hierarchical") return hierarchical(t, n, p);
+  }
+  if ((op == Collective::broadcast || op == Collective::reduce) && algo == "binomial_tree")
+    return binomial_tree(t, n, all);
+  if ((op == Collective::gather || op == Collective::scatter) && algo == "linear") return linear(t, n, p);
+  if ((op == Collective::all_gather || op == Collective::reduce_scatter) && algo == "ring")
+    return ring(t, n / p, p - 1, all);
+  if (op == Collective::all_to_all && algo == "pairwise") return pairwise(t, n, p);
+  if (op == Collective::barrier && algo == "dissemination") return dissemination(t, p);
+  if (algo == "native") return native_cost(op, bytes, p, t.node_of(p - 1) > 0 ? t.inter : t.intra).seconds;
+  throw std::invalid_argument("predict: no model for " + std::string(name_of(op)) + " algorithm '" +
+                              std::string(algo) + "'");
+}
+
+double bus_bandwidth_factor(Collective op, int ranks) {
+  const double p = ranks;
+  switch (op) {
+    case Collective::all_reduce: return 2 * (p - 1) / p;
+    case Collective::all_gather:
+    case Collective::reduce_scatter:
+    case Collective::all_to_all:
+    case Collective::gather:
+    case Collective::scatter: return (p - 1) / p;
+    case Collective::broadcast:
+    case Collective::reduce:
+    case Collective::barrier: return 1;
+  }
+  return 1;
 }
 
 }  // namespace labkit

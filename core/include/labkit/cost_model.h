@@ -1,8 +1,13 @@
-// The alpha-beta cost of a collective as a vendor library (NCCL) runs it: what the
-// simulator charges for a native collective, a black box that is always right.
+// The alpha-beta cost model (the reading's guide, section 5; Hockney 1994):
+// a message of n bytes over a link costs alpha + n beta, beta = 1 / bandwidth.
 //
-// T = k(P) alpha + m(n, P) beta with beta = 1 / bandwidth (the reading's guide,
-// section 5). n is nccl-tests' "size": the bytes of the larger buffer.
+// native_cost: what a vendor library (NCCL) would take — the simulator charges
+// it for a native collective.
+// predict: the closed form of each labkit algorithm, step by step, where a step
+// costs its slowest pair's alpha + bytes beta (so it is topology-aware). On a
+// uniform topology these are the reading's formulas; where the simulator
+// disagrees, links are shared (contention), which the model leaves out.
+// n is nccl-tests' "size": the bytes of the larger buffer.
 #pragma once
 
 #include <cstddef>
@@ -19,5 +24,15 @@ struct CostEstimate {
 };
 
 CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link& link);
+
+// Seconds for labkit's `algo` (a name from the registry) on ranks 0..ranks-1.
+double predict(Collective op, std::string_view algo, std::size_t bytes, int ranks, const Topology& topology);
+
+// nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x factor,
+// which makes busbw comparable with the link's bandwidth whatever the rank count.
+double bus_bandwidth_factor(Collective op, int ranks);
+
+// The message size where latency and bandwidth cost the same: n* = alpha / beta.
+inline double crossover_bytes(const Link& link) { return link.alpha * link.bandwidth; }
 
 }  // namespace labkit
