@@ -60,14 +60,21 @@ std::vector<double> parse_speeds(const RunOptions& o) {
 RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   if (o.backend != "sim")
     throw Error(fmt::format("--backend {}: not available in this build; the simulated backend 'sim' is", o.backend));
-  std::unique_ptr<Trace> trace = o.trace.empty() ? nullptr : std::make_unique<Trace>(o.ranks);
-  sim::Engine engine({o.ranks, find_topology(o.topology), !o.payload_free, o.efficiency, parse_speeds(o), trace.get()});
+  std::shared_ptr<Trace> trace = o.trace.empty() && !o.keep_trace ? nullptr : std::make_shared<Trace>(o.ranks);
+  sim::Engine engine({.ranks = o.ranks,
+                      .topology = find_topology(o.topology),
+                      .payload = !o.payload_free,
+                      .efficiency = o.efficiency,
+                      .speed = parse_speeds(o),
+                      .trace = trace.get(),
+                      .stop_at = o.stop_at,
+                      .progress = o.progress});
   engine.run([&](Comm& comm) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
   });
-  if (trace) trace->write_chrome_json(o.trace, o.backend);
-  return {engine.elapsed(), engine.messages()};
+  if (!o.trace.empty()) trace->write_chrome_json(o.trace, o.backend);
+  return {engine.elapsed(), engine.messages(), trace};
 }
 
 }  // namespace labkit

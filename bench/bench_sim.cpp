@@ -13,7 +13,7 @@
 using namespace labkit;
 
 namespace {
-sim::Options options(int ranks) { return {ranks, find_topology("dgx-h100"), true, 0.5, {}, nullptr}; }
+sim::Options options(int ranks) { return {.ranks = ranks, .topology = find_topology("dgx-h100")}; }
 
 // Every rank passes a small message around a ring, again and again.
 void BM_RingShiftMessages(benchmark::State& state) {

@@ -15,7 +15,7 @@ namespace {
 const Topology kFlat{"flat", 64, 64, {2e-6, 100e9}, {2e-6, 100e9}, device_preset("h100")};
 
 double simulated(Collective op, const std::string& algo, std::size_t bytes, int p, const Topology& t) {
-  sim::Engine engine({p, t, false, 0.5, {}, nullptr});
+  sim::Engine engine({.ranks = p, .topology = t, .payload = false});
   engine.run([&](Comm& c) {
     c.set_algorithm(op, algo);
     const std::size_t count = bytes / 4;

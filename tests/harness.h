@@ -21,7 +21,7 @@ struct SimRun {
 inline SimRun simulate(int ranks, const std::function<void(Comm&)>& fn, const std::string& topology = "dgx-h100",
                        bool payload = true) {
   SimRun out{std::make_unique<Trace>(ranks)};
-  sim::Engine engine({ranks, find_topology(topology), payload, 0.5, {}, out.trace.get()});
+  sim::Engine engine({.ranks = ranks, .topology = find_topology(topology), .payload = payload, .trace = out.trace.get()});
   engine.run(fn);
   out.elapsed = engine.elapsed();
   out.messages = engine.messages();

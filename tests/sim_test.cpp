@@ -70,7 +70,7 @@ TEST(SimTime, RanksOfANodeShareItsSingleNic) {
 
 TEST(SimTime, ComputeChargesFlopsAndStragglersMakeEveryoneWait) {
   Trace trace(4);
-  sim::Engine engine({4, kH100, true, 0.5, {1, 1, 0.25, 1}, &trace});
+  sim::Engine engine({.ranks = 4, .topology = kH100, .speed = {1, 1, 0.25, 1}, .trace = &trace});
   engine.run([](Comm& c) {
     c.compute("matmul", 989e12 * 0.5 * 1e-3);  // 1 ms at half of the H100's peak
     c.barrier();
@@ -310,10 +310,10 @@ TEST(SimReplay, StoppingAtATimeShowsOnlyWhatWasDeliveredByThen) {
     }
   };
   const double first = kH100.intra.alpha + 4 / kH100.intra.bandwidth;
-  sim::Engine partial({2, kH100, true, 0.5, {}, nullptr, first});
+  sim::Engine partial({.ranks = 2, .topology = kH100, .stop_at = first});
   partial.run(rank_fn);  // stopped, not deadlocked: no error
   EXPECT_EQ(inbox, (std::vector<float>{1, 0}));
-  sim::Engine whole({2, kH100, true, 0.5, {}, nullptr});
+  sim::Engine whole({.ranks = 2, .topology = kH100});
   whole.run(rank_fn);
   EXPECT_EQ(inbox, (std::vector<float>{1, 2}));
   EXPECT_DOUBLE_EQ(whole.elapsed(), 2 * first);

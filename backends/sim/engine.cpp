@@ -170,7 +170,7 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   const double wire = double(s.buf.bytes()) / link.bandwidth;
   *out = *in = start + wire;
   const double delivered = start + link.alpha + wire;
-  ++messages_;
+  if ((++messages_ & ((1u << 20) - 1)) == 0 && options_.progress) options_.progress(messages_);
   s.partner = recv_id;
   r.partner = send_id;
   for (P2P* op : {&s, &r}) {

@@ -38,11 +38,13 @@ struct Options {
   Topology topology;
   bool payload = true;       // false: sizes only, for what-if runs at scale
   double efficiency = 0.5;   // achieved fraction of the device's peak FLOP/s
-  std::vector<double> speed; // per rank; 0.5 = a straggler at half speed (empty: all 1)
+  std::vector<double> speed = {};  // per rank; 0.5 = a straggler at half speed (empty: all 1)
   Trace* trace = nullptr;    // null: not tracing
   // Stop the run once the next event is later than this (seconds): what every
   // buffer holds at that instant. A deterministic run replays exactly up to it.
   double stop_at = std::numeric_limits<double>::infinity();
+  // Called every 2^20 messages with the count so far, for a progress line.
+  std::function<void(std::uint64_t messages)> progress = nullptr;
 };
 
 // Thrown when every live rank is blocked; what() lists each pending operation.

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,11 +24,19 @@ struct RunOptions {
   bool payload_free = false;
   double efficiency = 0.5;
   std::vector<std::string> stragglers;  // "RANK:SPEED", e.g. "2:0.5"
+
+  // Set by labs, not on the command line:
+  bool keep_trace = false;  // return the trace in RunResult (as well as writing --trace)
+  // sim only: stop once virtual time passes this, to see every buffer at that instant.
+  double stop_at = std::numeric_limits<double>::infinity();
+  // Called now and then with the number of messages delivered so far (progress lines).
+  std::function<void(std::uint64_t messages)> progress;
 };
 
 struct RunResult {
   double elapsed = 0;          // seconds: virtual on sim
   std::uint64_t messages = 0;  // point-to-point messages delivered
+  std::shared_ptr<const Trace> trace;  // with keep_trace or --trace
 };
 
 using RankFn = std::function<void(Comm&)>;
