@@ -33,7 +33,7 @@ Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.
   nic_in_free_ = nic_out_free_;
   std::vector<int> world(options_.ranks);
   for (int r = 0; r < options_.ranks; ++r) world[r] = r;
-  groups_.push_back(std::move(world));
+  groups_.push_back(std::make_shared<const std::vector<int>>(std::move(world)));
 }
 
 Engine::~Engine() = default;
@@ -219,7 +219,7 @@ bool Engine::test(int rank, std::int64_t id) {
 
 void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& c,
                               const std::string& who) {
-  const std::vector<int>& group = groups_[comm_id];
+  const std::vector<int>& group = *groups_[comm_id];
   const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
   const auto it = first_call_.try_emplace({comm_id, seq}, FirstCall{c, me, 0}).first;
   const CollectiveCall& f = it->second.call;
@@ -248,7 +248,7 @@ void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const Co
 
 Engine::Rendezvous& Engine::arrive(int rank, const RendezvousKey& key, std::string what) {
   sync(rank);
-  const std::vector<int>& group = groups_[std::get<0>(key)];
+  const std::vector<int>& group = *groups_[std::get<0>(key)];
   Rendezvous& rv = rendezvous_[key];
   if (rv.slots.empty()) {
     rv.slots.resize(group.size());
@@ -267,7 +267,7 @@ void Engine::leave(const RendezvousKey& key) {
 std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call) {
   const RendezvousKey key{comm_id, Channel::collective, seq};
   Rendezvous& rv = arrive(rank, key, std::string(name_of(call.op)));
-  const std::vector<int>& group = groups_[comm_id];
+  const std::vector<int>& group = *groups_[comm_id];
   const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
   rv.slots[me].present = true;
   rv.slots[me].call = call;
@@ -285,7 +285,7 @@ std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const 
 // The black-box library: compute the result directly from every rank's buffers,
 // then charge the cost model's time for the algorithm NCCL would choose.
 void Engine::finish_native(Rendezvous& rv, int comm_id) {
-  const std::vector<int>& group = groups_[comm_id];
+  const std::vector<int>& group = *groups_[comm_id];
   const int p = int(group.size());
   std::vector<CollectiveCall> calls;
   for (const Rendezvous::Slot& slot : rv.slots) calls.push_back(slot.call);
@@ -314,7 +314,7 @@ void Engine::release(const std::vector<int>& group, double at) {
 std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf) {
   const RendezvousKey key{comm_id, Channel::inspect, seq};
   Rendezvous& rv = arrive(rank, key, "inspect");
-  const std::vector<int>& group = groups_[comm_id];
+  const std::vector<int>& group = *groups_[comm_id];
   const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
   if (rv.gathered.empty()) rv.gathered.resize(group.size());
   rv.slots[me].present = true;
@@ -334,7 +334,8 @@ std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id
 Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int color, int key_) {
   const RendezvousKey key{comm_id, Channel::split, seq};
   Rendezvous& rv = arrive(rank, key, "split");
-  const std::vector<int> group = groups_[comm_id];  // a copy: groups_ grows below
+  const Members members = groups_[comm_id];  // held: groups_ grows below
+  const std::vector<int>& group = *members;
   const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
   rv.slots[me].present = true;
   rv.slots[me].color = color;
@@ -351,10 +352,10 @@ Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int c
       for (int i = 0; i < int(group.size()); ++i) if (rv.slots[i].color == c) order.push_back({rv.slots[i].key, i});
       std::sort(order.begin(), order.end());
       const int id = int(groups_.size());
-      std::vector<int> members;
-      for (auto [k, i] : order) members.push_back(group[i]);
-      for (int j = 0; j < int(order.size()); ++j) rv.slots[order[j].second].membership = {id, j, members};
-      groups_.push_back(std::move(members));
+      auto created = std::make_shared<std::vector<int>>();
+      for (auto [k, i] : order) created->push_back(group[i]);
+      for (int j = 0; j < int(order.size()); ++j) rv.slots[order[j].second].membership = {id, j, created};
+      groups_.push_back(std::move(created));
     }
     release(group, rv.latest);
   }
@@ -369,7 +370,7 @@ int Engine::waits_for(int rank) const {
   const RankState& s = ranks_[rank];
   if (s.waiting_op >= 0) return ops_[s.waiting_op].peer;
   if (s.waiting_rv) {
-    const std::vector<int>& group = groups_[std::get<0>(*s.waiting_rv)];
+    const std::vector<int>& group = *groups_[std::get<0>(*s.waiting_rv)];
     const Rendezvous& rv = rendezvous_.at(*s.waiting_rv);
     for (std::size_t i = 0; i < group.size(); ++i)
       if (!rv.slots[i].present) return group[i];

@@ -23,13 +23,11 @@
 #include <boost/context/fiber.hpp>
 
 #include "labkit/collective.h"
+#include "labkit/comm.h"
 #include "labkit/error.h"
 #include "labkit/topology.h"
 #include "labkit/trace.h"
 
-namespace labkit {
-class Comm;
-}
 
 namespace labkit::sim {
 
@@ -78,7 +76,7 @@ class Engine {
   struct Membership {
     int comm_id;
     int rank;
-    std::vector<int> members;  // global ranks
+    Members members;  // global ranks
   };
   Membership split(int rank, int comm_id, std::uint64_t seq, int color, int key);
 
@@ -136,7 +134,7 @@ class Engine {
 
   Options options_;
   std::vector<RankState> ranks_;
-  std::vector<std::vector<int>> groups_;  // comm_id -> global ranks
+  std::vector<Members> groups_;  // comm_id -> global ranks
   std::vector<P2P> ops_;
   std::vector<std::int64_t> free_ops_;
   std::vector<double> nic_out_free_, nic_in_free_;

@@ -9,9 +9,8 @@ namespace labkit::sim {
 
 class SimComm final : public Comm {
  public:
-  SimComm(Engine& engine, int comm_id, int rank, std::vector<int> members, TraceTrack* track)
-      : Comm(comm_id, rank, int(members.size()), members, track), engine_(engine), comm_id_(comm_id),
-        me_(members[rank]) {}
+  SimComm(Engine& engine, int comm_id, int rank, Members members, TraceTrack* track)
+      : Comm(comm_id, rank, members, track), engine_(engine), comm_id_(comm_id), me_((*members)[rank]) {}
 
   double now() const override { return engine_.now(me_); }
 

@@ -9,8 +9,9 @@
 
 namespace labkit {
 
-Comm::Comm(int comm_id, int rank, int size, std::vector<int> global_ranks, TraceTrack* track)
-    : comm_id_(comm_id), rank_(rank), size_(size), global_ranks_(std::move(global_ranks)), track_(track) {}
+Comm::Comm(int comm_id, int rank, Members global_ranks, TraceTrack* track)
+    : comm_id_(comm_id), rank_(rank), size_(int(global_ranks->size())), global_ranks_(std::move(global_ranks)),
+      track_(track) {}
 
 std::string Comm::who() const {
   if (comm_id_ == 0) return fmt::format("rank {}", rank_);

@@ -24,6 +24,10 @@ namespace labkit {
 
 class Comm;
 
+// The global ranks of a group, shared by all its members' Comms (one copy per
+// group, not per rank: 4096 ranks would otherwise hold 64 MB of copies).
+using Members = std::shared_ptr<const std::vector<int>>;
+
 // A pending isend or irecv. wait() blocks until it completes; test() asks.
 class Request {
  public:
@@ -51,7 +55,7 @@ class Comm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   // Global rank of a rank of this group (its trace track).
-  int global_rank(int group_rank) const { return global_ranks_.at(group_rank); }
+  int global_rank(int group_rank) const { return global_ranks_->at(group_rank); }
   // The node (host) a rank of this group runs on, for topology-aware algorithms.
   int node_of(int group_rank) const { return node_of_global(global_rank(group_rank)); }
 
@@ -98,7 +102,7 @@ class Comm {
 
  protected:
   // comm_id names the group uniquely in a run (0 = world); it keeps flow ids apart.
-  Comm(int comm_id, int rank, int size, std::vector<int> global_ranks, TraceTrack* track);
+  Comm(int comm_id, int rank, Members global_ranks, TraceTrack* track);
 
   // What a backend implements.
   virtual std::int64_t post_send(View buf, int to, int tag) = 0;
@@ -129,7 +133,7 @@ class Comm {
   int comm_id_;
   int rank_;
   int size_;
-  std::vector<int> global_ranks_;
+  Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::map<Collective, std::string> algorithms_;
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th

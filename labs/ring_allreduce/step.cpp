@@ -1,0 +1,92 @@
+// --step: ring allreduce on a few ranks, one step at a time, as the reading draws
+// it (Day 64, "Ring AllReduce (4 GPUs, data split into 4 chunks)"). Nothing is
+// drawn by hand: the simulator is deterministic, so the lab replays the same run
+// and stops it at the end of each step to look at every rank's buffer.
+#include <bit>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "labkit/algorithms.h"
+#include "labkit/error.h"
+#include "labkit/units.h"
+#include "ring_allreduce.h"
+
+using namespace labkit;
+
+namespace ring_lab {
+
+namespace {
+// Rank r contributes 1 << r to every chunk, so a chunk's sum is the set of ranks
+// whose data it holds: 0b0110 is "1+2", all bits set is the full sum.
+std::string contributors(std::int64_t bits, int p) {
+  if (bits == (std::int64_t(1) << p) - 1) return "Σ";
+  std::string out;
+  for (int r = 0; r < p; ++r)
+    if (bits >> r & 1) out += (out.empty() ? "" : "+") + std::to_string(r);
+  return out;
+}
+
+using State = std::vector<std::vector<std::int64_t>>;  // [rank][chunk]
+
+void print_state(const State& s, int width) {
+  const int p = int(s.size());
+  for (int r = 0; r < p; ++r) {
+    std::string row = fmt::format("  rank {}", r);
+    for (int c = 0; c < p; ++c) row += fmt::format("  {:<{}}", contributors(s[r][c], p), width);
+    fmt::print("{}\n", row.substr(0, row.find_last_not_of(' ') + 1));
+  }
+}
+}  // namespace
+
+int walk_ring(const RunOptions& base) {
+  const int p = base.ranks;
+  if (p < 2 || p > 8) throw Error(fmt::format("--step: ranks={} must be 2..8 to fit a screen", p));
+  State buffers(p);
+  auto rank_fn = [&](Comm& comm) {
+    buffers[comm.rank()].assign(p, std::int64_t(1) << comm.rank());  // one element per chunk
+    ring_all_reduce(comm, view_of(buffers[comm.rank()]), ReduceOp::sum);
+  };
+
+  // One full run, traced: a step ends when rank 0's receive of that step completes.
+  RunOptions full = base;
+  full.keep_trace = true;
+  const RunResult whole = run(full, rank_fn);
+  std::vector<double> step_ends;
+  for (const TraceEvent& e : whole.trace->tracks()[0].events)
+    if (e.kind == TraceEvent::Kind::recv) step_ends.push_back(e.end);
+
+  const int width = std::max(4, int(2 * p - 1));
+  fmt::print("ring allreduce on {} ranks: {} chunks per buffer; an entry lists whose data the chunk holds "
+             "(Σ = everyone's)\n", p, p);
+  std::string header = "        ";
+  for (int c = 0; c < p; ++c) header += fmt::format("  {:<{}}", fmt::format("chunk {}", c), width);
+  fmt::print("{}\nstart\n", header.substr(0, header.find_last_not_of(' ') + 1));
+  State before(p);
+  for (int r = 0; r < p; ++r) before[r].assign(p, std::int64_t(1) << r);
+  print_state(before, width);
+
+  for (std::size_t k = 0; k < step_ends.size(); ++k) {
+    RunOptions partial = base;
+    partial.stop_at = step_ends[k];
+    run(partial, rank_fn);
+    // What rank r sent shows up as the chunk that changed at rank r+1.
+    std::string sends;
+    for (int r = 0; r < p; ++r) {
+      const int to = (r + 1) % p;
+      for (int c = 0; c < p; ++c)
+        if (buffers[to][c] != before[to][c]) sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
+    }
+    const bool scatter = k < step_ends.size() / 2;
+    const std::size_t n = scatter ? k + 1 : k + 1 - step_ends.size() / 2;
+    fmt::print("{} step {}/{} at {}  ({})\n", scatter ? "reduce-scatter" : "all-gather", n, p - 1,
+               format_seconds(step_ends[k]), sends);
+    print_state(buffers, width);
+    before = buffers;
+  }
+  fmt::print("each rank sent 2(P-1) = {} chunks of n/P: 2(P-1)/P = {:.2f} of its buffer\n", 2 * (p - 1),
+             2.0 * (p - 1) / p);
+  return 0;
+}
+
+}  // namespace ring_lab

@@ -1,0 +1,87 @@
+// --what-if: the reading's exercise (Day 64). Data parallelism alone: every step
+// each GPU computes on its share of the global batch, then ring-allreduces the
+// bf16 gradients (2 bytes x N) with no overlap. Where does it stop working?
+//
+//   compute per GPU = 6 N tokens / (peak x MFU)      (6N FLOPs per token: Kaplan et al. 2020)
+//   communication   = ring allreduce of 2N bytes     (the cost model, on the topology)
+//   CCR             = FLOPs per GPU / bytes each GPU sends; compute-bound above
+//                     CCR* = achieved FLOP/s / link bytes/s (the reading's ridge point)
+//   memory          = 16 N bytes per replica (bf16 weights and grads, fp32 master and Adam m, v)
+#include <fmt/format.h>
+
+#include "labkit/cost_model.h"
+#include "labkit/units.h"
+#include "ring_allreduce.h"
+
+using namespace labkit;
+
+namespace ring_lab {
+
+namespace {
+struct Scenario {
+  const char* name;
+  double params;
+  int gpus;
+  const char* topology;
+};
+
+std::string count(double v) {
+  if (v >= 1e12) return fmt::format("{:.0f}T", v / 1e12);
+  if (v >= 1e9) return fmt::format("{:.0f}B", v / 1e9);
+  return fmt::format("{:.0f}M", v / 1e6);
+}
+}  // namespace
+
+int what_if(const WhatIfOptions& o) {
+  const Scenario scenarios[] = {{"7B on 8 A100 (NVLink)", 7e9, 8, "dgx-a100"},
+                                {"70B on 64 H100, 8 nodes (IB)", 70e9, 64, "dgx-h100"},
+                                {"1T on 4096 H100, 512 nodes (IB)", 1e12, 4096, "dgx-h100"}};
+  constexpr double gpu_memory = 80e9;
+  fmt::print("# data parallelism alone: global batch {} tokens per step, MFU {:.0f}%, bf16 gradients, ring "
+             "allreduce, no overlap\n", count(o.global_batch_tokens), o.mfu * 100);
+  fmt::print("# {:<32} {:>9} {:>10} {:>10} {:>9} {:>8} {:>10} {:>10} {:>11}\n", "scenario", "link", "grads",
+             "comm", "compute", "CCR", "CCR*", "efficiency", "16N/GPU");
+  for (const Scenario& s : scenarios) {
+    const Topology t = find_topology(s.topology);
+    const Link& link = s.gpus > t.devices_per_node ? t.inter : t.intra;
+    const double grads = 2 * s.params;
+    const double comm = predict(Collective::all_reduce, "ring", std::uint64_t(grads), s.gpus, t);
+    const double tokens = o.global_batch_tokens / s.gpus;
+    const double flops = 6 * s.params * tokens, achieved = t.device.peak_flops * o.mfu;
+    const double compute = flops / achieved;
+    const double ccr = flops / (2.0 * (s.gpus - 1) / s.gpus * grads), ridge = achieved / link.bandwidth;
+    const double efficiency = compute / (compute + comm), memory = 16 * s.params;
+    fmt::print("  {:<32} {:>5.0f}GB/s {:>10} {:>10} {:>9} {:>8.0f} {:>10.0f} {:>9.1f}% {:>8.0f} GB{}\n", s.name,
+               link.bandwidth / 1e9, fmt::format("{:.0f} GB", grads / 1e9), format_seconds(comm), format_seconds(compute),
+               ccr, ridge, efficiency * 100, memory / 1e9, memory > gpu_memory ? " !" : "");
+  }
+  fmt::print("# ! a full replica (16 bytes per parameter) does not fit in 80 GB: shard it (ZeRO/FSDP, chapter 5)\n");
+  fmt::print("# where data parallelism alone breaks down:\n"
+             "#  - memory first: above 80 GB / 16 B = 5B parameters no replica fits, so even 7B needs ZeRO or FSDP;\n"
+             "#  - then communication: with the global batch fixed, tokens per GPU shrink as GPUs are added, CCR\n"
+             "#    falls below CCR*, and at 1T on 4096 GPUs most of every step is the allreduce. Tensor and\n"
+             "#    pipeline parallelism (chapters 6, 7) cut the bytes each GPU must synchronize.\n");
+
+  // The reading's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
+  const double reading = 2.0 * 7 / 8 * 14e9 / 50e9;
+  fmt::print("# the reading's example: 2 x 7/8 x 14 GB / 50 GB/s = {:.2f} s; with 2 s of compute, efficiency "
+             "{:.0f}%\n\n", reading, 100 * 2.0 / (2.0 + reading));
+
+  // Crossover n* = alpha / beta: below it a message costs mostly latency.
+  struct Interconnect {
+    const char* name;
+    Link link;
+  };
+  const Interconnect nets[] = {{"NVLink 4.0", {1.0e-6, 450e9}},
+                               {"InfiniBand HDR", {1.5e-6, 25e9}},
+                               {"100GbE RoCE", {5.0e-6, 12.5e9}},
+                               {"TCP/IP Ethernet", {50e-6, 12.5e9}}};
+  fmt::print("# {:<18} {:>8} {:>10} {:>12} {:>10}\n", "interconnect", "alpha", "bandwidth", "n* (bytes)", "n*");
+  for (const Interconnect& n : nets)
+    fmt::print("  {:<18} {:>8} {:>5.1f} GB/s {:>12.0f} {:>10}\n", n.name, format_seconds(n.link.alpha),
+               n.link.bandwidth / 1e9, crossover_bytes(n.link), format_bytes(std::uint64_t(crossover_bytes(n.link))));
+  fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
+  return 0;
+}
+
+}  // namespace ring_lab
