@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "grade_checks.h"
 #include "grade_main.h"
 #include "harness.h"
 #include "labkit/algorithms.h"
@@ -18,29 +19,7 @@ using labkit::test::simulate;
 
 namespace {
 
-using Buffers = std::vector<std::vector<float>>;  // one per rank
-
-// Rank- and index-dependent input, so a block delivered to the wrong place shows.
-float input(int rank, std::size_t i) { return float((rank + 1) * 1000 + i); }
-
-std::vector<float> inputs(int rank, std::size_t n) {
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = input(rank, i);
-  return v;
-}
-
-// The first rank and element where got differs from expected(rank, i), or "".
-std::string first_mismatch(const Buffers& got, std::size_t n, const std::function<float(int, std::size_t)>& expected,
-                           std::size_t block = 0) {
-  for (int r = 0; r < int(got.size()); ++r)
-    for (std::size_t i = 0; i < n; ++i)
-      if (i >= got[r].size() || got[r][i] != expected(r, i)) {
-        const std::string where = block ? fmt::format(" (block {}, element {} of it)", i / block, i % block) : "";
-        return fmt::format("rank {}, element {}{}: expected {}, got {}", r, i, where, expected(r, i),
-                           i < got[r].size() ? fmt::format("{}", got[r][i]) : "nothing");
-      }
-  return "";
-}
+using namespace labkit::grade;
 
 int lowest_bit(int v) { return v & -v; }
 

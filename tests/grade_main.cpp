@@ -54,17 +54,17 @@ int main(int argc, char** argv, double points) {
 
   double total = 0, possible = 0;
   nlohmann::json tests = nlohmann::json::array();
-  fmt::print("\n{:<28} {:>7} {:>11}\n", "exercise", "tests", "score");
+  fmt::print("\n{:<38} {:>7} {:>11}\n", "exercise", "tests", "score");
   for (const auto& [name, e] : scorer->exercises) {
     const double score = e.total ? points * e.passed / e.total : 0;
     total += score;
     possible += points;
-    fmt::print("{:<28} {:>3}/{:<3} {:>5.1f}/{:<5.0f}\n", name, e.passed, e.total, score, points);
+    fmt::print("{:<38} {:>3}/{:<3} {:>5.1f}/{:<5.0f}\n", name, e.passed, e.total, score, points);
     tests.push_back({{"name", name}, {"score", score}, {"max_score", points},
                      {"status", e.passed == e.total ? "passed" : "failed"},
                      {"output", e.feedback.empty() ? "all checks pass" : e.feedback}});
   }
-  fmt::print("{:<28} {:>7} {:>5.1f}/{:<5.0f}\n", "total", "", total, possible);
+  fmt::print("{:<38} {:>7} {:>5.1f}/{:<5.0f}\n", "total", "", total, possible);
   if (!gradescope.empty()) {
     std::ofstream out(gradescope);
     out << nlohmann::json{{"score", total}, {"tests", tests}}.dump(2) << '\n';

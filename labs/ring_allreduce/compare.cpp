@@ -97,6 +97,8 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
 }  // namespace
 
 int compare(const RunOptions& run_options, const CompareOptions& o) {
+  if (!run_options.trace.empty())
+    throw Error("--compare runs a simulation per size and algorithm; trace one with --step or the collectives lab");
   if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.factor < 2)
     throw Error("--compare: need 4 <= --min-bytes <= --max-bytes and --factor >= 2");
   const Topology topology = find_topology(run_options.topology);

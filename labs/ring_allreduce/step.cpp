@@ -69,6 +69,7 @@ int walk_ring(const RunOptions& base) {
   for (std::size_t k = 0; k < step_ends.size(); ++k) {
     RunOptions partial = base;
     partial.stop_at = step_ends[k];
+    partial.trace.clear();  // --trace records the full run above
     run(partial, rank_fn);
     // What rank r sent shows up as the chunk that changed at rank r+1.
     std::string sends;

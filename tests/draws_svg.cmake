@@ -1,0 +1,13 @@
+# The lab's --plot writes an SVG figure with one curve per algorithm.
+file(REMOVE ${OUT})
+execute_process(COMMAND ${LAB} --compare --ranks 8 -b 1K -e 1M --plot ${OUT} OUTPUT_QUIET RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "ring_allreduce --plot failed with ${status}")
+endif()
+file(READ ${OUT} svg)
+foreach(text "<svg" "ring" "recursive_halving_doubling" "hierarchical")
+  string(FIND "${svg}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${OUT} does not contain '${text}'")
+  endif()
+endforeach()
