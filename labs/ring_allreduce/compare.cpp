@@ -75,19 +75,25 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
     for (const std::string& algo : kAlgorithms) {
       out << "\"" << algo << "\"\n";
       for (const Row& r : rows)
-        if (r.algo == algo) out << r.bytes << ' ' << r.seconds * 1e6 << '\n';
+        if (r.algo == algo) out << r.bytes << ' ' << r.seconds << '\n';
       out << "\n\n";
     }
   }
   const bool png = path.size() > 4 && path.substr(path.size() - 4) == ".png";
   const std::string script = fmt::format(
-      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{}'\n"
-      "set title 'all\\_reduce on {} ranks, {}: simulated time per algorithm'\n"
-      "set logscale xy\nset xlabel 'message size (bytes)'\nset ylabel 'time (us)'\n"
-      "set format x '%.0b %BB'\nset termoption noenhanced\nset autoscale xfix\nset key top left\nset grid\n"
-      "plot for [i=0:{}] '{}' index i using 1:2 with linespoints title columnheader(1)\n",
-      png ? "pngcairo" : "svg", path, run.ranks, run.topology, kAlgorithms.size() - 1, data);
+      "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
+      "set output '{path}'\n"
+      "set termoption noenhanced\n"
+      "set title 'all_reduce on {ranks} ranks, {topology}: simulated time per algorithm'\n"
+      "set logscale x 2\nset logscale y\nset xtics 32\nset autoscale xfix\n"
+      "set xlabel 'message size'\nset ylabel 'time'\nset format x '%.0b %BB'\nset format y '%.0s %cs'\n"
+      "set key top left\nset grid\n"
+      // native (last) dashed, so the ring it usually equals shows beneath it
+      "plot for [i=0:{last_algo}] '{data}' index i using 1:2 with linespoints title columnheader(1), "
+      "'{data}' index {native} using 1:2 with lines dashtype 2 linewidth 2 title columnheader(1)\n",
+      fmt::arg("terminal", png ? "pngcairo" : "svg"), fmt::arg("path", path), fmt::arg("ranks", run.ranks),
+      fmt::arg("topology", run.topology), fmt::arg("last_algo", kAlgorithms.size() - 2), fmt::arg("data", data),
+      fmt::arg("native", kAlgorithms.size() - 1));
   FILE* gnuplot = popen("gnuplot", "w");
   if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
   std::fputs(script.c_str(), gnuplot);
@@ -158,7 +164,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
       break;
     }
   if (nodes > 1)
-    fmt::print("# across nodes every flat-ring step waits for the slowest hop ({} at {:.0f} GB/s, not {} at {:.0f} "
+    fmt::print("# across nodes every flat-ring step waits for the slowest hop ({} at {:g} GB/s, not {} at {:g} "
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",
                format_seconds(topology.inter.alpha), topology.inter.bandwidth / 1e9,
                format_seconds(topology.intra.alpha), topology.intra.bandwidth / 1e9, 2 * (nodes - 1));
