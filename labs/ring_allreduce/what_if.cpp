@@ -76,10 +76,17 @@ int what_if(const WhatIfOptions& o) {
                                {"InfiniBand HDR", {1.5e-6, 25e9}},
                                {"100GbE RoCE", {5.0e-6, 12.5e9}},
                                {"TCP/IP Ethernet", {50e-6, 12.5e9}}};
-  fmt::print("# {:<18} {:>8} {:>10} {:>12} {:>10}\n", "interconnect", "alpha", "bandwidth", "n* (bytes)", "n*");
-  for (const Interconnect& n : nets)
-    fmt::print("  {:<18} {:>8} {:>5.1f} GB/s {:>12.0f} {:>10}\n", n.name, format_seconds(n.link.alpha),
-               n.link.bandwidth / 1e9, crossover_bytes(n.link), format_bytes(std::uint64_t(crossover_bytes(n.link))));
+  fmt::print("# {:<20} {:>8} {:>10} {:>12} {:>10}\n", "interconnect", "alpha", "bandwidth", "n* (bytes)", "n*");
+  auto row = [](const std::string& name, const Link& link) {
+    fmt::print("  {:<20} {:>8} {:>5.1f} GB/s {:>12.0f} {:>10}\n", name, format_seconds(link.alpha),
+               link.bandwidth / 1e9, crossover_bytes(link), format_bytes(std::uint64_t(crossover_bytes(link))));
+  };
+  for (const Interconnect& n : nets) row(n.name, n.link);
+  for (std::string_view preset : topology_presets()) {
+    const Topology t = find_topology(preset);
+    for (auto [where, link] : {std::pair{"in node", t.intra}, std::pair{"between", t.inter}})
+      row(fmt::format("{}, {}", preset, where), link);
+  }
   fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
   return 0;
 }
