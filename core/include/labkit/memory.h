@@ -1,0 +1,157 @@
+// The memory estimator: what training and inference need per GPU.
+//
+// Sources: the reading (chapter 1 "Estimating Model Resource Requirements"; the
+// guide's "Memory Wall" and ZeRO sections), Rajbhandari et al. 2020 (ZeRO: model
+// state (2 + 2 + K) Psi for mixed-precision Adam, K = 12), and Korthikanti et al.
+// 2022 (activations per transformer layer, sbh(34 + 5as/h) and its TP,
+// sequence-parallel and recomputation forms).
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace labkit::memory {
+
+// ---- storage formats ----------------------------------------------------------
+enum class Precision { fp32, bf16, fp16, fp8_e4m3, fp8_e5m2, int8, int4 };
+double bytes_per_element(Precision p);  // int4 is half a byte
+std::string_view name_of(Precision p);
+Precision parse_precision(std::string_view name);  // "bf16", "fp8-e4m3", ...
+
+// ---- architectures and parameter counts ---------------------------------------
+// Multi-head latent attention (DeepSeek-V2/V3): queries and keys/values pass
+// through low-rank latents; the KV cache holds the latent, not per-head K and V.
+struct LatentAttention {
+  int q_rank, kv_rank, qk_nope_dim, qk_rope_dim, v_dim;
+};
+
+struct Architecture {
+  std::string name;
+  int layers = 0, hidden = 0, heads = 0, kv_heads = 0;  // kv_heads < heads: GQA
+  int ffn = 0;             // FFN width (of one expert, in an MoE layer)
+  bool gated_ffn = false;  // SwiGLU: three matrices, not two
+  int vocab = 0;
+  int positions = 0;       // learned position embeddings (GPT-2/3); 0 = rotary
+  bool tied_embeddings = false;
+  bool biases = false;     // GPT-style linear biases and LayerNorm; else RMSNorm
+  // Mixture of experts: every layer from `dense_layers` on routes each token to
+  // `active_experts` of `experts`, plus `shared_experts` that see every token.
+  int experts = 0, active_experts = 0, shared_experts = 0, dense_layers = 0, dense_ffn = 0;
+  std::optional<LatentAttention> latent = std::nullopt;
+
+  int head_dim() const { return hidden / heads; }
+};
+
+struct ParameterCount {
+  double total;
+  double active;  // per token: differs from total for MoE
+};
+ParameterCount count_parameters(const Architecture& a);
+
+std::vector<std::string_view> model_presets();
+Architecture model_preset(std::string_view name);  // throws with the list of names
+
+// ---- optimizers ---------------------------------------------------------------
+struct Optimizer {
+  std::string_view name;
+  double states;  // optimizer-state tensors per parameter (Adam: m and v = 2)
+  std::string_view what;
+};
+std::span<const Optimizer> optimizers();  // the reading's table
+const Optimizer& find_optimizer(std::string_view name);
+
+// ---- the three formulas of the exercises (solutions/ and exercises/) -----------
+struct ModelStatePrecision {
+  Precision weights = Precision::bf16, grads = Precision::bf16, states = Precision::fp32;
+  bool master_weights = true;  // an fp32 copy of the weights for the update
+};
+struct ModelStateBytes {
+  double weights, grads, master, optimizer;  // per GPU
+  double total() const { return weights + grads + master + optimizer; }
+};
+// Bytes per GPU for `params` parameters under ZeRO stage 0..3 across `dp` ranks:
+// stage 1 shards the optimizer state (with the master weights), 2 also the
+// gradients, 3 also the weights (Rajbhandari et al. 2020, Figure 1).
+ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& precision, const Optimizer& optimizer,
+                                  int zero_stage, int dp);
+
+enum class Recompute { none, selective, full };
+struct ActivationShape {
+  double seq, micro_batch, hidden, heads;  // s, b, h, a
+  int tp = 1;                              // tensor-parallel degree t
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+};
+// Bytes one transformer layer keeps for the backward pass, 16-bit activations
+// (Korthikanti et al. 2022, Table 2): sbh(34 + 5as/h), and its t, SP and recompute forms.
+double activation_bytes_per_layer(const ActivationShape& shape);
+
+struct KvShape {
+  double batch, seq, layers, kv_heads, head_dim;
+  Precision dtype = Precision::bf16;
+};
+// K and V for every layer, head and token: 2 x b x s x L x kv_heads x head_dim x bytes.
+double kv_cache_bytes(const KvShape& shape);
+
+// ---- the breakdown per GPU ----------------------------------------------------
+struct Gpu {
+  std::string name;
+  double bytes;
+};
+std::vector<std::string_view> gpu_presets();
+Gpu gpu_preset(std::string_view name);  // "h100-80g", "a100-40g", ...
+
+struct Plan {
+  bool training = true;
+  Precision precision = Precision::bf16;     // weights (and activations)
+  ModelStatePrecision state;
+  std::string optimizer = "adamw";
+  int zero = 0;          // 0 = plain DDP
+  int dp = 1, tp = 1, pp = 1;
+  int shard_group = 0;   // HSDP: ZeRO-3 inside groups of this many ranks, replicas across them
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::none;
+  double micro_batch = 1, seq = 2048;
+  double batch = 1;      // inference: concurrent sequences
+  Precision kv_dtype = Precision::bf16;
+  std::optional<double> activations;  // bytes per GPU, overriding the formula
+};
+
+struct Line {
+  std::string component;
+  double bytes;
+  std::string note;
+  bool overhead = false;
+};
+
+struct Breakdown {
+  std::vector<Line> lines;  // components, then overheads
+  double total = 0;
+  double gpu_bytes = 0;
+  bool fits() const { return total <= gpu_bytes; }
+};
+Breakdown estimate(const Architecture& model, const Plan& plan, const Gpu& gpu);
+
+// Memory at the end of forward, the peak of backward, and the optimizer step.
+struct Phase {
+  std::string name;
+  double bytes;
+  std::string holds;
+};
+std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);
+
+// The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel for
+// inference) on which the plan fits; 0 if none up to 100,000.
+int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu);
+
+// The reading's decision framework: which parallelism, and why.
+struct Recommendation {
+  std::string strategy;
+  std::vector<std::string> reasons;
+};
+Recommendation recommend(const Architecture& model, const Plan& plan, const Gpu& gpu, int gpus, int gpus_per_node);
+
+}  // namespace labkit::memory

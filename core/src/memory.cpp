@@ -1,0 +1,346 @@
+#include "labkit/memory.h"
+
+#include <algorithm>
+#include <array>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace labkit::memory {
+
+namespace {
+constexpr double GB = 1e9;
+std::string gb(double bytes) { return fmt::format("{:.1f} GB", bytes / GB); }
+
+struct PrecisionInfo {
+  Precision precision;
+  std::string_view name;
+  double bytes;
+};
+constexpr std::array kPrecisions = {
+    PrecisionInfo{Precision::fp32, "fp32", 4},         PrecisionInfo{Precision::bf16, "bf16", 2},
+    PrecisionInfo{Precision::fp16, "fp16", 2},         PrecisionInfo{Precision::fp8_e4m3, "fp8-e4m3", 1},
+    PrecisionInfo{Precision::fp8_e5m2, "fp8-e5m2", 1}, PrecisionInfo{Precision::int8, "int8", 1},
+    PrecisionInfo{Precision::int4, "int4", 0.5}};
+
+// The reading's optimizer table (chapter 1), states per parameter.
+constexpr std::array kOptimizers = {
+    Optimizer{"sgd", 0, "none (the learning rate is a scalar)"},
+    Optimizer{"momentum", 1, "velocity v"},
+    Optimizer{"nesterov", 1, "velocity v"},
+    Optimizer{"adagrad", 1, "sum of squared gradients"},
+    Optimizer{"rmsprop", 1, "second moment v"},
+    Optimizer{"adam", 2, "first and second moments m, v"},
+    Optimizer{"adamw", 2, "first and second moments m, v"},
+    Optimizer{"adafactor", 0.5, "factored row and column statistics (~0.5x)"},
+    Optimizer{"lamb", 2, "first and second moments m, v"},
+    Optimizer{"lion", 1, "first moment m only"},
+    Optimizer{"nadam", 2, "first and second moments m, v"},
+    Optimizer{"amsgrad", 3, "m, v and the running max of v"},
+    Optimizer{"adabelief", 2, "m and the belief term s"},
+};
+}  // namespace
+
+double bytes_per_element(Precision p) { return kPrecisions[int(p)].bytes; }
+std::string_view name_of(Precision p) { return kPrecisions[int(p)].name; }
+
+Precision parse_precision(std::string_view name) {
+  for (const PrecisionInfo& p : kPrecisions)
+    if (p.name == name) return p.precision;
+  throw std::invalid_argument(
+      fmt::format("unknown precision '{}' (fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4)", name));
+}
+
+std::span<const Optimizer> optimizers() { return kOptimizers; }
+
+const Optimizer& find_optimizer(std::string_view name) {
+  for (const Optimizer& o : kOptimizers)
+    if (o.name == name) return o;
+  std::string names;
+  for (const Optimizer& o : kOptimizers) names += fmt::format("{}{}", names.empty() ? "" : ", ", o.name);
+  throw std::invalid_argument(fmt::format("unknown optimizer '{}' ({})", name, names));
+}
+
+// ---- parameter counts ---------------------------------------------------------
+
+ParameterCount count_parameters(const Architecture& a) {
+  const double h = a.hidden, norm = a.biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
+  double attention;
+  if (a.latent) {
+    const LatentAttention& m = *a.latent;
+    const double qk = m.qk_nope_dim + m.qk_rope_dim;
+    attention = h * m.q_rank + m.q_rank + m.q_rank * a.heads * qk         // queries through their latent
+                + h * (m.kv_rank + m.qk_rope_dim) + m.kv_rank             // the shared KV latent and rope key
+                + m.kv_rank * a.heads * (m.qk_nope_dim + m.v_dim)         // keys and values from the latent
+                + a.heads * m.v_dim * h;                                  // output projection
+  } else {
+    const double kv = double(a.kv_heads) * a.head_dim();
+    attention = 2 * h * h + 2 * h * kv + (a.biases ? 2 * h + 2 * kv : 0);  // q, o and k, v (GQA: fewer)
+  }
+  auto ffn = [&](double width) { return (a.gated_ffn ? 3 : 2) * h * width + (a.biases ? width + h : 0); };
+
+  double total = 0, active = 0;
+  for (int layer = 0; layer < a.layers; ++layer) {
+    const double common = attention + 2 * norm;
+    if (a.experts == 0 || layer < a.dense_layers) {
+      const double dense = common + ffn(a.experts ? a.dense_ffn : a.ffn);
+      total += dense;
+      active += dense;
+    } else {
+      const double router = h * a.experts;
+      total += common + router + (a.experts + a.shared_experts) * ffn(a.ffn);
+      active += common + router + (a.active_experts + a.shared_experts) * ffn(a.ffn);
+    }
+  }
+  const double embeddings = double(a.vocab) * h + double(a.positions) * h + norm  // + the final norm
+                            + (a.tied_embeddings ? 0 : double(a.vocab) * h);     // the output head
+  return {total + embeddings, active + embeddings};
+}
+
+namespace {
+// Published configurations: GPT-2 (Radford et al. 2019, HF configs), GPT-3
+// (Brown et al. 2020, Table 2.1), LLaMA-2 (Touvron et al. 2023), Mixtral
+// (Jiang et al. 2024), DeepSeek-V3 (DeepSeek-AI 2024, HF config).
+Architecture gpt2(std::string name, int layers, int hidden, int heads) {
+  return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = heads,
+          .ffn = 4 * hidden, .vocab = 50257, .positions = 1024, .tied_embeddings = true, .biases = true};
+}
+Architecture llama2(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
+  return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = kv_heads,
+          .ffn = ffn, .gated_ffn = true, .vocab = 32000};
+}
+std::vector<Architecture> presets() {
+  std::vector<Architecture> p = {
+      gpt2("gpt2", 12, 768, 12), gpt2("gpt2-medium", 24, 1024, 16), gpt2("gpt2-large", 36, 1280, 20),
+      gpt2("gpt2-xl", 48, 1600, 25),
+      llama2("llama2-7b", 32, 4096, 32, 32, 11008), llama2("llama2-13b", 40, 5120, 40, 40, 13824),
+      llama2("llama2-70b", 80, 8192, 64, 8, 28672)};
+  Architecture gpt3 = gpt2("gpt3-175b", 96, 12288, 96);
+  gpt3.positions = 2048;
+  p.push_back(gpt3);
+  Architecture mixtral = llama2("mixtral-8x7b", 32, 4096, 32, 8, 14336);
+  mixtral.experts = 8;
+  mixtral.active_experts = 2;
+  p.push_back(mixtral);
+  p.push_back({.name = "deepseek-v3", .layers = 61, .hidden = 7168, .heads = 128, .kv_heads = 128, .ffn = 2048,
+               .gated_ffn = true, .vocab = 129280, .experts = 256, .active_experts = 8, .shared_experts = 1,
+               .dense_layers = 3, .dense_ffn = 18432, .latent = LatentAttention{1536, 512, 128, 64, 128}});
+  return p;
+}
+}  // namespace
+
+std::vector<std::string_view> model_presets() {
+  static const std::vector<Architecture> all = presets();
+  std::vector<std::string_view> names;
+  for (const Architecture& a : all) names.push_back(a.name);
+  return names;
+}
+
+Architecture model_preset(std::string_view name) {
+  for (Architecture& a : presets())
+    if (a.name == name) return a;
+  std::string names;
+  for (std::string_view n : model_presets()) names += fmt::format("{}{}", names.empty() ? "" : ", ", n);
+  throw std::invalid_argument(fmt::format("unknown model '{}' ({})", name, names));
+}
+
+// ---- GPUs ---------------------------------------------------------------------
+
+namespace {
+constexpr double MiB = 1024.0 * 1024.0;
+// Usable memory as nvidia-smi reports it: a little under the marketing figure.
+const std::vector<Gpu>& gpus() {
+  static const std::vector<Gpu> all = {{"h100-80g", 81559 * MiB}, {"h200-141g", 143771 * MiB},
+                                       {"a100-80g", 81920 * MiB}, {"a100-40g", 40960 * MiB},
+                                       {"l40s-48g", 46068 * MiB}, {"rtx4090-24g", 24564 * MiB}};
+  return all;
+}
+}  // namespace
+
+std::vector<std::string_view> gpu_presets() {
+  std::vector<std::string_view> names;
+  for (const Gpu& g : gpus()) names.push_back(g.name);
+  return names;
+}
+
+Gpu gpu_preset(std::string_view name) {
+  for (const Gpu& g : gpus())
+    if (g.name == name) return g;
+  throw std::invalid_argument(fmt::format("unknown gpu '{}' (h100-80g, h200-141g, a100-80g, a100-40g, l40s-48g, "
+                                          "rtx4090-24g)", name));
+}
+
+// ---- the breakdown ------------------------------------------------------------
+
+namespace {
+// The reading's real-world overheads (chapter 1, "Real-World Considerations").
+constexpr double kFramework = 2 * GB;      // CUDA context and PyTorch allocator: 1-2 GB
+constexpr double kCommBuffers = 4 * GB;    // NCCL buffers when distributed: 2-5 GB
+constexpr double kSafetyMargin = 0.20;     // fragmentation and spikes: 10-20% for training, 20-30% to be safe
+
+double kv_cache(const Architecture& a, const Plan& p) {
+  if (a.latent)  // MLA caches the compressed latent and the rope key, shared by all heads
+    return p.batch * p.seq * a.layers * (a.latent->kv_rank + a.latent->qk_rope_dim) * bytes_per_element(p.kv_dtype);
+  return kv_cache_bytes({p.batch, p.seq, double(a.layers), double(a.kv_heads), double(a.head_dim()), p.kv_dtype});
+}
+
+void add_overheads(Breakdown& b, bool distributed) {
+  double base = 0;
+  for (const Line& l : b.lines) base += l.bytes;
+  b.lines.push_back({"framework (CUDA context, allocator)", kFramework, "reading: 1-2 GB", true});
+  if (distributed) b.lines.push_back({"communication buffers", kCommBuffers, "reading: 2-5 GB per GPU", true});
+  b.lines.push_back({"safety margin", kSafetyMargin * base, "20% of the above: fragmentation, spikes", true});
+  for (const Line& l : b.lines) b.total += l.bytes;
+}
+}  // namespace
+
+Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
+  Breakdown b;
+  b.gpu_bytes = gpu.bytes;
+  const ParameterCount params = count_parameters(model);
+  const double model_parallel = double(p.tp) * p.pp;
+  const double local = params.total / model_parallel;
+  const std::string split = model_parallel > 1 ? fmt::format(", / (tp {} x pp {})", p.tp, p.pp) : "";
+  if (!p.training) {
+    b.lines.push_back({"weights", local * bytes_per_element(p.precision),
+                       fmt::format("{:.2f}B params x {} B ({}){}", params.total / 1e9, bytes_per_element(p.precision),
+                                   name_of(p.precision), split)});
+    // Tensor parallelism splits KV heads (replicated once tp exceeds them); pipeline splits layers.
+    const double heads_split = model.latent ? 1 : std::min<double>(p.tp, model.kv_heads);
+    b.lines.push_back({"KV cache", kv_cache(model, p) / heads_split / p.pp,
+                       fmt::format("batch {:g} x seq {:g} x {} layers{}", p.batch, p.seq, model.layers,
+                                   model.latent ? ", latent" : fmt::format(" x {} kv heads", model.kv_heads))});
+    add_overheads(b, model_parallel > 1);
+    return b;
+  }
+  const int shard = p.shard_group > 0 ? p.shard_group : p.dp;
+  ModelStatePrecision precision = p.state;
+  precision.weights = p.precision;
+  const ModelStateBytes state = model_state_bytes(local, precision, find_optimizer(p.optimizer), p.zero, shard);
+  const std::string sharded = p.zero ? fmt::format(" (ZeRO-{} over {})", p.zero, shard) : "";
+  b.lines.push_back({"weights", state.weights, fmt::format("{} {}{}", name_of(p.precision), split,
+                                                           p.zero >= 3 ? sharded : "")});
+  b.lines.push_back({"gradients", state.grads, fmt::format("{}{}", name_of(precision.grads), p.zero >= 2 ? sharded : "")});
+  if (precision.master_weights) b.lines.push_back({"master weights", state.master, "fp32 copy" + sharded});
+  b.lines.push_back({"optimizer states", state.optimizer,
+                     fmt::format("{}: {:g} x {}{}", p.optimizer, find_optimizer(p.optimizer).states,
+                                 name_of(precision.states), sharded)});
+  double activations;
+  std::string note;
+  if (p.activations) {
+    activations = *p.activations;
+    note = "given";
+  } else {
+    // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its
+    // layers/pp layers: as much as one micro-batch through every layer.
+    activations = model.layers * activation_bytes_per_layer({p.seq, p.micro_batch, double(model.hidden),
+                                                             double(model.heads), p.tp, p.sequence_parallel,
+                                                             p.recompute});
+    note = fmt::format("s {:g} x b {:g} x {} layers{}{}", p.seq, p.micro_batch, model.layers,
+                       p.recompute == Recompute::full ? ", full recompute"
+                       : p.recompute == Recompute::selective ? ", selective recompute" : "",
+                       p.sequence_parallel ? ", SP" : "");
+  }
+  b.lines.push_back({"activations", activations, note});
+  add_overheads(b, double(p.dp) * model_parallel > 1);
+  return b;
+}
+
+std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
+  const Breakdown b = estimate(model, plan, {"any", 0});
+  auto find = [&](std::string_view name) {
+    for (const Line& l : b.lines)
+      if (l.component == name) return l.bytes;
+    return 0.0;
+  };
+  const double persistent = find("weights") + find("master weights") + find("optimizer states");
+  const double grads = find("gradients"), acts = find("activations");
+  return {{"forward", persistent + acts, "weights + optimizer states + activations"},
+          {"backward (peak)", persistent + acts + grads, "+ gradients, while activations are still needed"},
+          {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"}};
+}
+
+int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
+  for (int n = 1; n <= 100000; n = n < 8 ? n + 1 : n * 2) {
+    if (plan.training) {
+      plan.dp = n;
+      plan.zero = 3;
+    } else {
+      plan.tp = n;
+    }
+    if (estimate(model, plan, gpu).fits()) return n;
+  }
+  return 0;
+}
+
+Recommendation recommend(const Architecture& model, const Plan& base, const Gpu& gpu, int gpus, int per_node) {
+  Recommendation r;
+  const double weights = count_parameters(model).total * bytes_per_element(base.precision);
+  auto fits = [&](Plan p) { return estimate(model, p, gpu); };
+  if (!base.training) {
+    Plan p = base;
+    p.tp = p.pp = 1;
+    const Breakdown one = fits(p);
+    r.reasons.push_back(fmt::format("weights {} + KV cache need {} with overheads; one GPU has {}", gb(weights),
+                                    gb(one.total), gb(gpu.bytes)));
+    if (one.fits()) {
+      r.strategy = "one GPU per replica (vLLM or SGLang); more GPUs only add throughput as replicas";
+    } else {
+      for (p.tp = 2; p.tp <= per_node && !fits(p).fits(); p.tp *= 2) {}
+      if (p.tp <= per_node) {
+        r.strategy = fmt::format("tensor parallelism over {} GPUs of one node", p.tp);
+        r.reasons.push_back("TP splits every layer's weights and KV heads; it needs NVLink, so it stays in a node");
+      } else {
+        p.tp = per_node;
+        for (p.pp = 2; p.pp * per_node <= gpus && !fits(p).fits(); p.pp *= 2) {}
+        r.strategy = fmt::format("TP {} inside each node x PP {} across nodes", per_node, p.pp);
+        r.reasons.push_back("one node is not enough: pipeline stages across nodes only pass activations");
+      }
+    }
+    if (model.experts) r.reasons.push_back("MoE: expert parallelism (EP) spreads the experts; tokens move by all-to-all");
+    return r;
+  }
+  Plan p = base;
+  p.dp = gpus;
+  p.tp = p.pp = 1;
+  p.zero = 0;
+  const Breakdown ddp = fits(p);
+  r.reasons.push_back(fmt::format("a full replica needs {} per GPU; one GPU has {}", gb(ddp.total), gb(gpu.bytes)));
+  if (ddp.fits()) {
+    r.strategy = "DDP (data parallelism)";
+    r.reasons.push_back("the model fits: replicate it, split the batch, allreduce the gradients (chapter 4)");
+  } else {
+    for (p.zero = 1; p.zero <= 3 && !fits(p).fits(); ++p.zero) {}
+    if (p.zero <= 3) {
+      r.strategy = p.zero == 3 ? fmt::format("FSDP / ZeRO-3 over {} GPUs", gpus)
+                               : fmt::format("DDP with ZeRO-{} over {} GPUs", p.zero, gpus);
+      r.reasons.push_back(fmt::format("ZeRO-{} shards {} across the {} ranks: {} per GPU", p.zero,
+                                      p.zero == 1 ? "the optimizer states" : p.zero == 2 ? "optimizer states and gradients"
+                                                                                         : "everything",
+                                      gpus, gb(fits(p).total)));
+      if (p.zero == 3) r.reasons.push_back("FSDP gathers each layer's weights when it runs: 3N bytes per step, not 2N");
+    } else {
+      p.zero = 3;
+      p.tp = std::min(per_node, gpus);
+      p.sequence_parallel = true;
+      p.dp = std::max(1, gpus / p.tp);
+      for (p.pp = 1; p.tp * p.pp <= gpus && !fits(p).fits(); p.pp *= 2) p.dp = std::max(1, gpus / (p.tp * p.pp));
+      if (p.tp * p.pp <= gpus && fits(p).fits()) {
+        r.strategy = fmt::format("TP {}", p.tp);
+        if (p.pp > 1) r.strategy += fmt::format(" x PP {}", p.pp);
+        if (p.dp > 1) r.strategy += fmt::format(" x FSDP {}", p.dp);
+        r.reasons.push_back("ZeRO-3 alone is not enough: it shards model state, not activations "
+                            "(recomputing activations is the other way out)");
+        r.reasons.push_back("TP (with sequence parallelism) inside a node, on NVLink");
+        if (p.pp > 1) r.reasons.push_back("PP across nodes: stages exchange activations point-to-point");
+      } else {
+        r.strategy = fmt::format("does not fit on {} GPUs", gpus);
+        r.reasons.push_back(fmt::format("with ZeRO-3 it needs at least {} GPUs", gpus_needed(model, base, gpu)));
+      }
+    }
+  }
+  if (model.experts) r.reasons.push_back("MoE: add expert parallelism (EP); tokens reach their experts by all-to-all");
+  return r;
+}
+
+}  // namespace labkit::memory

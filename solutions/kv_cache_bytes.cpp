@@ -1,0 +1,17 @@
+// The KV cache of autoregressive inference: every layer keeps a key and a value
+// vector per KV head for every token of every sequence in the batch, so the
+// next token attends to them without recomputing.
+//
+//   bytes = 2 (K and V) x batch x seq x layers x kv_heads x head_dim x bytes per element
+//
+// Grouped-query attention (kv_heads < heads; LLaMA-2 70B has 8 for 64 query
+// heads) shrinks it by heads / kv_heads.
+#include "labkit/memory.h"
+
+namespace labkit::memory {
+
+double kv_cache_bytes(const KvShape& x) {
+  return 2 * x.batch * x.seq * x.layers * x.kv_heads * x.head_dim * bytes_per_element(x.dtype);
+}
+
+}  // namespace labkit::memory

@@ -1,0 +1,29 @@
+// Model state per GPU under ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models", Figure 1).
+//
+// Mixed-precision Adam keeps, per parameter: bf16 weights (2 B), bf16 gradients
+// (2 B), and K = 12 B of optimizer state (an fp32 master copy, fp32 m and v),
+// (2 + 2 + K) Psi = 16 Psi in all — the "16 bytes per parameter" rule.
+//
+//   stage     shards across the dp ranks          bytes per GPU (K = 12)
+//   0 (DDP)   nothing                             (2 + 2 + K) Psi       = 16 Psi
+//   1 (P_os)  optimizer state (+ master weights)  (2 + 2) Psi + K Psi/dp
+//   2 (P_g)   + gradients                         2 Psi + (2 + K) Psi/dp
+//   3 (P_p)   + weights (FSDP)                    (2 + 2 + K) Psi/dp
+#include "labkit/memory.h"
+
+namespace labkit::memory {
+
+ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& precision, const Optimizer& optimizer,
+                                  int zero_stage, int dp) {
+  // The fraction of a tensor one rank keeps once its stage shards it.
+  auto kept = [&](int sharded_from_stage) { return zero_stage >= sharded_from_stage ? 1.0 / dp : 1.0; };
+  return {
+      .weights = params * bytes_per_element(precision.weights) * kept(3),
+      .grads = params * bytes_per_element(precision.grads) * kept(2),
+      .master = precision.master_weights ? params * bytes_per_element(Precision::fp32) * kept(1) : 0.0,
+      .optimizer = params * optimizer.states * bytes_per_element(precision.states) * kept(1),
+  };
+}
+
+}  // namespace labkit::memory

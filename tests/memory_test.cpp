@@ -1,0 +1,211 @@
+// The memory estimator against its sources: published parameter counts, the
+// reading's tables (16N, quick reference, optimizers, ZeRO stages, the 7B step
+// timeline), the ZeRO paper's Figure 1, and Korthikanti et al.'s activation formulas.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "labkit/memory.h"
+
+using namespace labkit::memory;
+
+namespace {
+constexpr double GB = 1e9;
+double total(std::string_view model) { return count_parameters(model_preset(model)).total; }
+const Optimizer& adam = find_optimizer("adam");
+}  // namespace
+
+TEST(Parameters, MatchThePublishedCounts) {
+  // Exact: the models' released checkpoints (Hugging Face) hold these many.
+  EXPECT_EQ(total("gpt2"), 124439808);
+  EXPECT_EQ(total("gpt2-medium"), 354823168);
+  EXPECT_EQ(total("gpt2-large"), 774030080);
+  EXPECT_EQ(total("gpt2-xl"), 1557611200);
+  EXPECT_EQ(total("llama2-7b"), 6738415616);
+  EXPECT_EQ(total("llama2-13b"), 13015864320);
+  EXPECT_EQ(total("llama2-70b"), 68976648192);
+  // Rounded in their papers: 175B; 46.7B total and 12.9B active; 671B and 37B.
+  EXPECT_NEAR(total("gpt3-175b") / 175e9, 1, 0.005);
+  EXPECT_NEAR(total("mixtral-8x7b") / 46.7e9, 1, 0.001);
+  EXPECT_NEAR(count_parameters(model_preset("mixtral-8x7b")).active / 12.9e9, 1, 0.002);
+  EXPECT_NEAR(total("deepseek-v3") / 671e9, 1, 0.001);
+  EXPECT_NEAR(count_parameters(model_preset("deepseek-v3")).active / 37e9, 1, 0.02);
+  EXPECT_THROW(model_preset("llama9"), std::invalid_argument);
+}
+
+TEST(Precision, BytesPerElementAsTheReadingsTable) {
+  EXPECT_EQ(bytes_per_element(parse_precision("fp32")), 4);
+  EXPECT_EQ(bytes_per_element(parse_precision("bf16")), 2);
+  EXPECT_EQ(bytes_per_element(parse_precision("fp16")), 2);
+  EXPECT_EQ(bytes_per_element(parse_precision("fp8-e4m3")), 1);
+  EXPECT_EQ(bytes_per_element(parse_precision("fp8-e5m2")), 1);
+  EXPECT_EQ(bytes_per_element(parse_precision("int8")), 1);
+  EXPECT_EQ(bytes_per_element(parse_precision("int4")), 0.5);
+  // "For a 7B parameter model, that's 28GB in FP32, 14GB in BF16, 7GB in Int8, and 3.5GB in Int4."
+  EXPECT_EQ(7e9 * bytes_per_element(Precision::int4) / GB, 3.5);
+}
+
+TEST(ModelState, SixteenBytesPerParameterFallsOutOfMixedPrecisionAdam) {
+  const ModelStateBytes s = model_state_bytes(1, {}, adam, 0, 1);
+  EXPECT_EQ(s.weights, 2);
+  EXPECT_EQ(s.grads, 2);
+  EXPECT_EQ(s.master, 4);
+  EXPECT_EQ(s.optimizer, 8);
+  EXPECT_EQ(s.total(), 16);
+}
+
+TEST(ModelState, TheReadingsSixteenNTable) {
+  // Model, 16N in GB, A100 80GB GPUs needed (the guide, "The Memory Wall").
+  const struct { double params, gb; int gpus; } rows[] = {
+      {7e9, 112, 2}, {13e9, 208, 3}, {65e9, 1040, 13}, {175e9, 2800, 35}, {540e9, 8640, 108}};
+  for (auto row : rows) {
+    const double bytes = model_state_bytes(row.params, {}, adam, 0, 1).total();
+    EXPECT_DOUBLE_EQ(bytes / GB, row.gb);
+    EXPECT_EQ(int(std::ceil(bytes / (80 * GB))), row.gpus);
+  }
+}
+
+TEST(ModelState, TheOptimizerTable) {
+  const struct { const char* name; double states; } rows[] = {
+      {"sgd", 0},  {"momentum", 1}, {"nesterov", 1}, {"adagrad", 1}, {"rmsprop", 1},
+      {"adam", 2}, {"adamw", 2},    {"adafactor", 0.5}, {"lamb", 2}, {"lion", 1}, {"nadam", 2},
+      {"amsgrad", 3},  // m, v and max(v): the reading lists three tensors but prints 2x
+      {"adabelief", 2}};
+  for (auto row : rows) EXPECT_EQ(find_optimizer(row.name).states, row.states) << row.name;
+  EXPECT_THROW(find_optimizer("adamax9"), std::invalid_argument);
+}
+
+TEST(ModelState, ZeroStagesFor7BOnEightRanks) {
+  // (2 + 2 + 12) Psi sharded stage by stage, Psi = 7B, 8 ranks. The reading's
+  // guide prints 140, 42, 30 and 18 GB: it counts 20 bytes per parameter and
+  // shards 16N, not 12N, of optimizer state. The formulas it also gives
+  // (4N + 12N/P, 2N + 14N/P, 16N/P) yield these:
+  const double psi = 7e9;
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, {}, adam, 0, 8).total() / GB, 112);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, {}, adam, 1, 8).total() / GB, 4 * 7 + 12 * 7.0 / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, {}, adam, 2, 8).total() / GB, 2 * 7 + 14 * 7.0 / 8);
+  EXPECT_DOUBLE_EQ(model_state_bytes(psi, {}, adam, 3, 8).total() / GB, 16 * 7.0 / 8);
+}
+
+TEST(ModelState, ZeroPaperFigureOne) {
+  // Rajbhandari et al. 2020, Figure 1: Psi = 7.5B, Nd = 64, K = 12.
+  const double psi = 7.5e9;
+  const double expected[] = {120, 31.4, 16.6, 1.9};
+  for (int stage = 0; stage <= 3; ++stage)
+    EXPECT_NEAR(model_state_bytes(psi, {}, adam, stage, 64).total() / GB, expected[stage], 0.05) << "stage " << stage;
+}
+
+TEST(Activations, KorthikantiFormulas) {
+  // GPT-3 175B, s = 2048, b = 1: sbh(34 + 5as/h) per layer; x 96 layers is the
+  // reading's "~275 GB per sample".
+  ActivationShape gpt3{2048, 1, 12288, 96};
+  const double sbh = 2048.0 * 12288;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), sbh * (34 + 5.0 * 96 * 2048 / 12288));
+  EXPECT_NEAR(96 * activation_bytes_per_layer(gpt3) / GB, 275, 1);
+  gpt3.tp = 8;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), sbh * (10 + 24.0 / 8 + 5.0 * 96 * 2048 / (12288 * 8)));
+  gpt3.sequence_parallel = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), sbh * (34.0 / 8 + 5.0 * 96 * 2048 / (12288 * 8)));
+  gpt3.recompute = Recompute::selective;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), sbh * 34 / 8);
+  gpt3.recompute = Recompute::full;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), 2 * sbh / 8);
+  // Their configurations (Table 3: 22B, 175B, 530B, 1T, all t = 8): sequence
+  // parallelism with selective recomputation needs about 5x less than TP alone
+  // (their abstract: "by 5x").
+  const struct { double h, a, b; } configs[] = {{6144, 64, 4}, {12288, 96, 1}, {20480, 128, 1}, {25600, 160, 1}};
+  for (auto c : configs) {
+    const double tp_only = activation_bytes_per_layer({2048, c.b, c.h, c.a, 8});
+    const double sp_selective = activation_bytes_per_layer({2048, c.b, c.h, c.a, 8, true, Recompute::selective});
+    EXPECT_GT(tp_only / sp_selective, 4.9) << "h " << c.h;
+    EXPECT_LT(tp_only / sp_selective, 7) << "h " << c.h;
+  }
+}
+
+TEST(KvCache, GroupedQueryAttentionOnLlama2_70B) {
+  // The reading: 70B, batch 32, 2048 tokens: "the KV cache adds 20-40 GB".
+  const Architecture m = model_preset("llama2-70b");
+  const double bytes = kv_cache_bytes({32, 2048, double(m.layers), double(m.kv_heads), double(m.head_dim())});
+  EXPECT_DOUBLE_EQ(bytes, 2.0 * 32 * 2048 * 80 * 8 * 128 * 2);
+  EXPECT_GT(bytes / GB, 20);
+  EXPECT_LT(bytes / GB, 40);
+}
+
+TEST(Estimate, TheReadingsQuickReferenceTable) {
+  // Training with BF16 + Adam, no fp32 copies (2 + 2 + 4 bytes), one 2048-token
+  // sequence with selective recomputation; inference in BF16 with a few sequences.
+  const struct { const char* model; double lo, hi, infer_lo, infer_hi, batch; } rows[] = {
+      {"llama2-7b", 60, 70, 14, 20, 4}, {"llama2-13b", 110, 130, 26, 35, 4}, {"llama2-70b", 600, 700, 140, 180, 32}};
+  for (auto row : rows) {
+    Plan train;
+    train.state = {Precision::bf16, Precision::bf16, Precision::bf16, false};
+    train.optimizer = "adam";
+    train.recompute = Recompute::selective;
+    const Breakdown b = estimate(model_preset(row.model), train, gpu_preset("h100-80g"));
+    double base = 0;
+    for (const Line& l : b.lines) base += l.overhead ? 0 : l.bytes;
+    EXPECT_GE(base / GB, row.lo * 0.99) << row.model;  // "70B" rounds 69.0B up
+    EXPECT_LE(base / GB, row.hi) << row.model;
+    Plan serve;
+    serve.training = false;
+    serve.batch = row.batch;
+    const Breakdown i = estimate(model_preset(row.model), serve, gpu_preset("h100-80g"));
+    EXPECT_GE((i.lines[0].bytes + i.lines[1].bytes) / GB, row.infer_lo) << row.model;
+    EXPECT_LE((i.lines[0].bytes + i.lines[1].bytes) / GB, row.infer_hi) << row.model;
+  }
+}
+
+TEST(Estimate, TheReadings7BStepTimeline) {
+  // Weights 14 GB, Adam states 28 GB (bf16 m and v), activations 12 GB, gradients 14 GB.
+  Plan p;
+  p.state = {Precision::bf16, Precision::bf16, Precision::bf16, false};
+  p.optimizer = "adam";
+  p.activations = 12 * GB;
+  Architecture seven = model_preset("llama2-7b");
+  const double scale = 7e9 / count_parameters(seven).total;  // the reading's round 7B
+  const std::vector<Phase> t = step_timeline(seven, p);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_NEAR(t[0].bytes / GB, 14 / scale * scale + 28 + 12, 3);  // forward: 54
+  EXPECT_NEAR((t[0].bytes - 12 * GB) * scale / GB + 12, 54, 0.01);
+  EXPECT_NEAR((t[1].bytes - 12 * GB) * scale / GB + 12, 68, 0.01);  // backward, the peak
+  EXPECT_NEAR(t[2].bytes * scale / GB, 56, 0.01);                   // optimizer step
+  EXPECT_GT(t[1].bytes, t[0].bytes);
+  EXPECT_GT(t[1].bytes, t[2].bytes);
+}
+
+TEST(Estimate, OverheadsAreSeparateLinesAndShardingHelps) {
+  Plan p;
+  p.dp = 64;
+  const Architecture m = model_preset("llama2-7b");
+  const Gpu h100 = gpu_preset("h100-80g");
+  int overheads = 0;
+  for (const Line& l : estimate(m, p, h100).lines) overheads += l.overhead;
+  EXPECT_EQ(overheads, 3);  // framework, communication buffers, safety margin
+  double previous = 1e30;
+  for (p.zero = 0; p.zero <= 3; ++p.zero) {
+    const double now = estimate(m, p, h100).total;
+    EXPECT_LT(now, previous) << "ZeRO-" << p.zero;
+    previous = now;
+  }
+  EXPECT_FALSE(estimate(m, Plan{}, h100).fits());
+  p.zero = 3;
+  EXPECT_TRUE(estimate(m, p, h100).fits());
+}
+
+TEST(Recommend, FollowsTheDecisionFramework) {
+  const Gpu h100 = gpu_preset("h100-80g");
+  EXPECT_EQ(recommend(model_preset("gpt2"), Plan{}, h100, 8, 8).strategy, "DDP (data parallelism)");
+  EXPECT_EQ(recommend(model_preset("llama2-7b"), Plan{}, h100, 8, 8).strategy, "DDP with ZeRO-2 over 8 GPUs");
+  // 70B: even sharded 64 ways, 153 GB of activations per sequence do not fit without TP or recomputation.
+  EXPECT_EQ(recommend(model_preset("llama2-70b"), Plan{}, h100, 64, 8).strategy, "TP 8 x FSDP 8");
+  Plan recompute;
+  recompute.recompute = Recompute::full;
+  EXPECT_EQ(recommend(model_preset("llama2-70b"), recompute, h100, 64, 8).strategy, "FSDP / ZeRO-3 over 64 GPUs");
+  Plan serve;
+  serve.training = false;
+  EXPECT_NE(recommend(model_preset("llama2-7b"), serve, h100, 8, 8).strategy.find("one GPU"), std::string::npos);
+  EXPECT_NE(recommend(model_preset("llama2-70b"), serve, h100, 8, 8).strategy.find("tensor parallelism"),
+            std::string::npos);
+  EXPECT_EQ(gpus_needed(model_preset("llama2-70b"), Plan{}, h100), 0);  // activations alone exceed a GPU
+  EXPECT_GT(gpus_needed(model_preset("llama2-70b"), recompute, h100), 8);
+}
