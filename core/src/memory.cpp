@@ -51,6 +51,13 @@ Precision parse_precision(std::string_view name) {
       fmt::format("unknown precision '{}' (fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4)", name));
 }
 
+Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::none;
+  if (name == "selective") return Recompute::selective;
+  if (name == "full") return Recompute::full;
+  throw std::invalid_argument(fmt::format("unknown recomputation '{}' (none, selective, full)", name));
+}
+
 std::span<const Optimizer> optimizers() { return kOptimizers; }
 
 const Optimizer& find_optimizer(std::string_view name) {
@@ -218,7 +225,7 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   precision.weights = p.precision;
   const ModelStateBytes state = model_state_bytes(local, precision, find_optimizer(p.optimizer), p.zero, shard);
   const std::string sharded = p.zero ? fmt::format(" (ZeRO-{} over {})", p.zero, shard) : "";
-  b.lines.push_back({"weights", state.weights, fmt::format("{} {}{}", name_of(p.precision), split,
+  b.lines.push_back({"weights", state.weights, fmt::format("{}{}{}", name_of(p.precision), split,
                                                            p.zero >= 3 ? sharded : "")});
   b.lines.push_back({"gradients", state.grads, fmt::format("{}{}", name_of(precision.grads), p.zero >= 2 ? sharded : "")});
   if (precision.master_weights) b.lines.push_back({"master weights", state.master, "fp32 copy" + sharded});

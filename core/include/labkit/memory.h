@@ -79,6 +79,7 @@ ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& prec
                                   int zero_stage, int dp);
 
 enum class Recompute { none, selective, full };
+Recompute parse_recompute(std::string_view name);  // "none", "selective", "full"
 struct ActivationShape {
   double seq, micro_batch, hidden, heads;  // s, b, h, a
   int tp = 1;                              // tensor-parallel degree t

@@ -1,0 +1,92 @@
+// The breakdown per GPU, the step timeline and the recommendation.
+#include <fmt/format.h>
+
+#include "memory_lab.h"
+
+using namespace labkit::memory;
+
+namespace memory_lab {
+
+namespace {
+constexpr double GB = 1e9;
+
+std::string describe(const Architecture& m, const Plan& p) {
+  const ParameterCount n = count_parameters(m);
+  std::string params = fmt::format("{:.2f}B parameters", n.total / 1e9);
+  if (n.active < n.total) params += fmt::format(", {:.1f}B active", n.active / 1e9);
+  if (!p.training)
+    return fmt::format("{} ({}), inference in {}, batch {:g} x {:g} tokens, tp {} x pp {}", m.name, params,
+                       name_of(p.precision), p.batch, p.seq, p.tp, p.pp);
+  std::string parallel = fmt::format("dp {}", p.dp);
+  if (p.tp > 1) parallel += fmt::format(" x tp {}", p.tp);
+  if (p.pp > 1) parallel += fmt::format(" x pp {}", p.pp);
+  const std::string zero = p.zero == 0 ? "DDP" : p.zero == 3 ? "ZeRO-3 (FSDP)" : fmt::format("ZeRO-{}", p.zero);
+  return fmt::format("{} ({}), training with {}, {} weights, {}{}, {}", m.name, params, p.optimizer,
+                     name_of(p.precision), zero, p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "",
+                     parallel);
+}
+}  // namespace
+
+int list_models() {
+  fmt::print("{:<14} {:>16} {:>16} {:>7} {:>7} {:>6} {:>8}\n", "model", "parameters", "active", "layers", "hidden",
+             "heads", "kv heads");
+  for (std::string_view name : model_presets()) {
+    const Architecture m = model_preset(name);
+    const ParameterCount n = count_parameters(m);
+    fmt::print("{:<14} {:>16.0f} {:>16.0f} {:>7} {:>7} {:>6} {:>8}\n", name, n.total, n.active, m.layers, m.hidden,
+               m.heads, m.latent ? "latent" : std::to_string(m.kv_heads));
+  }
+  return 0;
+}
+
+nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, const Gpu& gpu) {
+  const Breakdown b = estimate(model, plan, gpu);
+  fmt::print("{}\non {} ({:.1f} GB usable)\n\n", describe(model, plan), gpu.name, gpu.bytes / GB);
+  fmt::print("{:<38} {:>10}  {}\n", "component", "GB per GPU", "note");
+  nlohmann::json lines = nlohmann::json::array();
+  bool overheads = false;
+  for (const Line& l : b.lines) {
+    if (l.overhead && !overheads) fmt::print("{:<38} {:>10}\n", "overheads:", "");
+    overheads = overheads || l.overhead;
+    fmt::print("{:<38} {:>10.2f}  {}\n", (l.overhead ? "  " : "") + l.component, l.bytes / GB, l.note);
+    lines.push_back({{"component", l.component}, {"bytes", l.bytes}, {"note", l.note}, {"overhead", l.overhead}});
+  }
+  fmt::print("{:<38} {:>10.2f}  {}\n", "total", b.total / GB,
+             b.fits() ? fmt::format("fits: {:.0f}% of {:.1f} GB", 100 * b.total / b.gpu_bytes, b.gpu_bytes / GB)
+                      : fmt::format("DOES NOT FIT in {:.1f} GB", b.gpu_bytes / GB));
+  const int needed = gpus_needed(model, plan, gpu);
+  const std::string how = plan.training ? "with ZeRO-3" : "with tensor parallelism";
+  if (needed)
+    fmt::print("GPUs needed {}: {}\n", how, needed);
+  else
+    fmt::print("GPUs needed {}: none suffice; shrink activations (--recompute, --tp with --sp) or batch\n", how);
+  return {{"model", model.name},        {"parameters", count_parameters(model).total},
+          {"gpu", gpu.name},            {"gpu_bytes", gpu.bytes},
+          {"lines", lines},             {"total_bytes", b.total},
+          {"fits", b.fits()},           {"gpus_needed", needed}};
+}
+
+nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
+  nlohmann::json out = nlohmann::json::array();
+  fmt::print("\nmemory over one training step (without overheads):\n");
+  const std::vector<Phase> phases = step_timeline(model, plan);
+  double peak = 0;
+  for (const Phase& p : phases) peak = std::max(peak, p.bytes);
+  for (const Phase& p : phases) {
+    const int bar = int(40 * p.bytes / peak + 0.5);
+    fmt::print("  {:<16} {:>8.1f} GB  {:<40}  {}\n", p.name, p.bytes / GB, std::string(bar, '#'), p.holds);
+    out.push_back({{"phase", p.name}, {"bytes", p.bytes}, {"holds", p.holds}});
+  }
+  return out;
+}
+
+nlohmann::json print_recommendation(const Architecture& model, const Plan& plan, const Gpu& gpu, int gpus,
+                                    int per_node) {
+  if (gpus <= 0) gpus = plan.dp * plan.tp * plan.pp;
+  const Recommendation r = recommend(model, plan, gpu, gpus, per_node);
+  fmt::print("\nrecommendation for {} x {} ({} per node): {}\n", gpus, gpu.name, per_node, r.strategy);
+  for (const std::string& why : r.reasons) fmt::print("  - {}\n", why);
+  return {{"gpus", gpus}, {"strategy", r.strategy}, {"reasons", r.reasons}};
+}
+
+}  // namespace memory_lab

@@ -1,0 +1,102 @@
+// --sweep: the same model under each ZeRO stage, or over 1 to 1024 GPUs, side
+// by side; --plot draws the stages as stacked bars (gnuplot).
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+#include "memory_lab.h"
+
+using namespace labkit::memory;
+
+namespace memory_lab {
+
+namespace {
+constexpr double GB = 1e9;
+const char* kParts[] = {"weights", "gradients", "master weights", "optimizer states", "activations"};
+
+struct Row {
+  std::string label;
+  double parts[5] = {};
+  double overheads = 0, total = 0;
+  bool fits = false;
+};
+
+Row row(const std::string& label, const Breakdown& b) {
+  Row r{label};
+  for (const Line& l : b.lines) {
+    if (l.overhead) r.overheads += l.bytes;
+    for (int i = 0; i < 5; ++i)
+      if (l.component == kParts[i]) r.parts[i] = l.bytes;
+  }
+  r.total = b.total;
+  r.fits = b.fits();
+  return r;
+}
+
+void plot_stages(const std::vector<Row>& rows, const std::string& path, const Architecture& model, const Plan& plan,
+                 const Gpu& gpu) {
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out(data);
+    out << "stage weights gradients master optimizer activations overheads\n";
+    for (const Row& r : rows) {
+      out << '"' << r.label << '"';
+      for (double p : r.parts) out << ' ' << p / GB;
+      out << ' ' << r.overheads / GB << '\n';
+    }
+  }
+  const bool png = path.size() > 4 && path.substr(path.size() - 4) == ".png";
+  const std::string script = fmt::format(
+      "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
+      "set output '{path}'\nset termoption noenhanced\n"
+      "set title '{model}, {optimizer}, dp {dp}, on {gpu}: memory per GPU by ZeRO stage'\n"
+      "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
+      "set boxwidth 0.6\nset ylabel 'GB per GPU'\nset key outside right top\nset grid ytics\nset yrange [0:*]\n"
+      "set arrow from graph 0, first {limit} to graph 1, first {limit} nohead dashtype 2 linewidth 2\n"
+      "set label 'GPU memory' at graph 0.99, first {limit} right offset 0,0.7\n"
+      "plot for [i=2:7] '{data}' using i:xtic(1) title columnheader(i)\n",
+      fmt::arg("terminal", png ? "pngcairo" : "svg"), fmt::arg("path", path), fmt::arg("model", model.name),
+      fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp), fmt::arg("gpu", gpu.name),
+      fmt::arg("limit", gpu.bytes / GB), fmt::arg("data", data));
+  FILE* gnuplot = popen("gnuplot", "w");
+  if (!gnuplot) throw labkit::Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
+  std::fputs(script.c_str(), gnuplot);
+  const int status = pclose(gnuplot);
+  std::remove(data.c_str());
+  if (status != 0) throw labkit::Error("--plot: gnuplot failed");
+}
+}  // namespace
+
+nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gpu& gpu, const std::string& what,
+                           const std::string& plot) {
+  if (!base.training) throw labkit::Error("--sweep: sweeps compare training plans");
+  std::vector<Row> rows;
+  Plan p = base;
+  if (what == "zero") {
+    for (p.zero = 0; p.zero <= 3; ++p.zero)
+      rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), estimate(model, p, gpu)));
+  } else {
+    if (p.zero == 0) p.zero = 3;
+    for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPUs", p.dp), estimate(model, p, gpu)));
+  }
+  fmt::print("\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}  {}\n", what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero),
+             "weights", "grads", "master", "optimizer", "activations", "overhead", "total", "(GB per GPU)");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    fmt::print("{:<10} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}  {}\n", r.label, r.parts[0] / GB,
+               r.parts[1] / GB, r.parts[2] / GB, r.parts[3] / GB, r.parts[4] / GB, r.overheads / GB, r.total / GB,
+               r.fits ? "fits" : "does not fit");
+    out.push_back({{"label", r.label}, {"weights", r.parts[0]}, {"gradients", r.parts[1]}, {"master", r.parts[2]},
+                   {"optimizer", r.parts[3]}, {"activations", r.parts[4]}, {"overheads", r.overheads},
+                   {"total", r.total}, {"fits", r.fits}});
+  }
+  if (!plot.empty()) {
+    if (what != "zero") throw labkit::Error("--plot: draws --sweep zero");
+    plot_stages(rows, plot, model, base, gpu);
+  }
+  return out;
+}
+
+}  // namespace memory_lab
