@@ -1,0 +1,19 @@
+// EXERCISE 3.3 — the KV cache of autoregressive inference: every layer keeps a
+// key and a value vector per KV head for every token of every sequence.
+//
+//   bytes = 2 (K and V) x batch x seq x layers x kv_heads x head_dim x bytes per element
+//
+// Grouped-query attention (kv_heads < heads; LLaMA-2 70B has 8 for 64 query
+// heads) shrinks it by heads / kv_heads.
+// Grade it: ./labkit grade memory
+#include "labkit/memory.h"
+
+namespace labkit::memory {
+
+double kv_cache_bytes(const KvShape& x) {
+  (void)x;
+  // TODO: the formula above; bytes_per_element(x.dtype) gives the last factor.
+  return 0;
+}
+
+}  // namespace labkit::memory
