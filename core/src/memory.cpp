@@ -204,7 +204,7 @@ void add_overheads(Breakdown& b, bool distributed) {
 Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   Breakdown b;
   b.gpu_bytes = gpu.bytes;
-  const ParameterCount params = count_parameters(model);
+  const ParameterCount params = p.params ? ParameterCount{*p.params, *p.params} : count_parameters(model);
   const double model_parallel = double(p.tp) * p.pp;
   const double local = params.total / model_parallel;
   const std::string split = model_parallel > 1 ? fmt::format(", / (tp {} x pp {})", p.tp, p.pp) : "";
@@ -282,7 +282,7 @@ int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
 
 Recommendation recommend(const Architecture& model, const Plan& base, const Gpu& gpu, int gpus, int per_node) {
   Recommendation r;
-  const double weights = count_parameters(model).total * bytes_per_element(base.precision);
+  const double weights = base.params.value_or(count_parameters(model).total) * bytes_per_element(base.precision);
   auto fits = [&](Plan p) { return estimate(model, p, gpu); };
   if (!base.training) {
     Plan p = base;

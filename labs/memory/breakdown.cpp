@@ -11,7 +11,7 @@ namespace {
 constexpr double GB = 1e9;
 
 std::string describe(const Architecture& m, const Plan& p) {
-  const ParameterCount n = count_parameters(m);
+  const ParameterCount n = p.params ? ParameterCount{*p.params, *p.params} : count_parameters(m);
   std::string params = fmt::format("{:.2f}B parameters", n.total / 1e9);
   if (n.active < n.total) params += fmt::format(", {:.1f}B active", n.active / 1e9);
   if (!p.training)
@@ -60,7 +60,7 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
     fmt::print("GPUs needed {}: {}\n", how, needed);
   else
     fmt::print("GPUs needed {}: none suffice; shrink activations (--recompute, --tp with --sp) or batch\n", how);
-  return {{"model", model.name},        {"parameters", count_parameters(model).total},
+  return {{"model", model.name},        {"parameters", plan.params.value_or(count_parameters(model).total)},
           {"gpu", gpu.name},            {"gpu_bytes", gpu.bytes},
           {"lines", lines},             {"total_bytes", b.total},
           {"fits", b.fits()},           {"gpus_needed", needed}};

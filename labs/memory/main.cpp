@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")->capture_default_str();
   app.add_option("--seq", plan.seq, "sequence length")->capture_default_str();
   app.add_option("--activations-gb", activations_gb, "use this activation memory instead of the formula");
+  double params = 0;
+  app.add_option("--params", params, "use this parameter count instead of the model's (e.g. 7e9)");
   app.add_flag("--inference", inference, "serving: weights and KV cache");
   app.add_option("--batch", plan.batch, "inference: concurrent sequences")->capture_default_str();
   app.add_option("--kv-precision", kv, "inference: KV cache")->capture_default_str();
@@ -65,6 +67,7 @@ int main(int argc, char** argv) {
     plan.kv_dtype = parse_precision(kv);
     plan.recompute = parse_recompute(recompute);
     if (activations_gb >= 0) plan.activations = activations_gb * 1e9;
+    if (params > 0) plan.params = params;
     find_optimizer(plan.optimizer);  // a clear error for a misspelt name
     const Gpu device = gpu_preset(gpu);
 

@@ -119,6 +119,7 @@ struct Plan {
   double batch = 1;      // inference: concurrent sequences
   Precision kv_dtype = Precision::bf16;
   std::optional<double> activations;  // bytes per GPU, overriding the formula
+  std::optional<double> params;       // overriding the architecture's count (a round "7B")
 };
 
 struct Line {
