@@ -268,7 +268,8 @@ std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
 }
 
 int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
-  for (int n = 1; n <= 100000; n = n < 8 ? n + 1 : n * 2) {
+  // Data parallelism takes any count; tensor parallelism must divide the heads: powers of two.
+  for (int n = 1; n <= 100000; n = plan.training && n < 8 ? n + 1 : n * 2) {
     if (plan.training) {
       plan.dp = n;
       plan.zero = 3;

@@ -79,7 +79,7 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
       rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), estimate(model, p, gpu)));
   } else {
     if (p.zero == 0) p.zero = 3;
-    for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPUs", p.dp), estimate(model, p, gpu)));
+    for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
   }
   fmt::print("\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}  {}\n", what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero),
              "weights", "grads", "master", "optimizer", "activations", "overhead", "total", "(GB per GPU)");

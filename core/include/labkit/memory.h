@@ -145,8 +145,8 @@ struct Phase {
 };
 std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);
 
-// The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel for
-// inference) on which the plan fits; 0 if none up to 100,000.
+// The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel in powers
+// of two for inference) on which the plan fits; 0 if none up to 100,000.
 int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu);
 
 // The reading's decision framework: which parallelism, and why.
