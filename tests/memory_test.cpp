@@ -131,6 +131,14 @@ TEST(KvCache, GroupedQueryAttentionOnLlama2_70B) {
   EXPECT_LT(bytes / GB, 40);
 }
 
+TEST(Estimate, TheReadingsQuickReferenceTableFor1B) {
+  // 1B: FP32 weights 4 GB, BF16 2 GB, training with BF16 + Adam "~8 GB" (2 + 2 + 4 bytes).
+  const ModelStatePrecision bf16_adam{Precision::bf16, Precision::bf16, Precision::bf16, false};
+  EXPECT_EQ(1e9 * bytes_per_element(Precision::fp32) / GB, 4);
+  EXPECT_EQ(1e9 * bytes_per_element(Precision::bf16) / GB, 2);
+  EXPECT_EQ(model_state_bytes(1e9, bf16_adam, adam, 0, 1).total() / GB, 8);
+}
+
 TEST(Estimate, TheReadingsQuickReferenceTable) {
   // Training with BF16 + Adam, no fp32 copies (2 + 2 + 4 bytes), one 2048-token
   // sequence with selective recomputation; inference in BF16 with a few sequences.
