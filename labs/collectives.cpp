@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/error.h"
+#include "labkit/output.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
 
@@ -203,6 +204,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  if (!json_path.empty()) std::ofstream(json_path) << report.dump(2) << '\n';
+  if (!json_path.empty()) create_file(json_path) << report.dump(2) << '\n';
   return identities_hold ? 0 : 1;
 }

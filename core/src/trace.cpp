@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "labkit/output.h"
+
 namespace labkit {
 
 Trace::Trace(int ranks) : tracks_(ranks) {
@@ -77,8 +79,7 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
 }
 
 void Trace::write_chrome_json(const std::string& path, const std::string& backend) const {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("trace: cannot open '" + path + "' for writing");
+  std::ofstream out = create_file(path);
   write_chrome_json(out, backend);
 }
 

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "labkit/output.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -75,7 +76,7 @@ int main(int argc, char** argv) {
     if (timeline) report["timeline"] = memory_lab::print_timeline(arch, plan);
     if (advice) report["recommendation"] = memory_lab::print_recommendation(arch, plan, device, gpus, per_node);
     if (!sweep.empty()) report["sweep"] = memory_lab::print_sweep(arch, plan, device, sweep, plot);
-    if (!json.empty()) std::ofstream(json) << report.dump(2) << '\n';
+    if (!json.empty()) labkit::create_file(json) << report.dump(2) << '\n';
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

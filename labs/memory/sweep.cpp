@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/output.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -39,7 +40,7 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
                  const Gpu& gpu) {
   const std::string data = path + ".dat";
   {
-    std::ofstream out(data);
+    std::ofstream out = labkit::create_file(data);
     out << "stage weights gradients master optimizer activations overheads\n";
     for (const Row& r : rows) {
       out << '"' << r.label << '"';
@@ -47,7 +48,6 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
       out << ' ' << r.overheads / GB << '\n';
     }
   }
-  const bool png = path.size() > 4 && path.substr(path.size() - 4) == ".png";
   const std::string script = fmt::format(
       "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
       "set output '{path}'\nset termoption noenhanced\n"
@@ -57,15 +57,11 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
       "set arrow from graph 0, first {limit} to graph 1, first {limit} nohead dashtype 2 linewidth 2\n"
       "set label 'GPU memory' at graph 0.99, first {limit} right offset 0,0.7\n"
       "plot for [i=2:7] '{data}' using i:xtic(1) title columnheader(i)\n",
-      fmt::arg("terminal", png ? "pngcairo" : "svg"), fmt::arg("path", path), fmt::arg("model", model.name),
+      fmt::arg("terminal", labkit::gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("model", model.name),
       fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp), fmt::arg("gpu", gpu.name),
       fmt::arg("limit", gpu.bytes / GB), fmt::arg("data", data));
-  FILE* gnuplot = popen("gnuplot", "w");
-  if (!gnuplot) throw labkit::Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
-  std::fputs(script.c_str(), gnuplot);
-  const int status = pclose(gnuplot);
+  labkit::run_gnuplot(script);
   std::remove(data.c_str());
-  if (status != 0) throw labkit::Error("--plot: gnuplot failed");
 }
 }  // namespace
 

@@ -13,6 +13,7 @@
 
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
+#include "labkit/output.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -71,7 +72,7 @@ Row measure(const RunOptions& base, std::uint64_t bytes, const std::string& algo
 void write_plot(const std::vector<Row>& rows, const std::string& path, const RunOptions& run) {
   const std::string data = path + ".dat";
   {
-    std::ofstream out(data);
+    std::ofstream out = create_file(data);
     for (const std::string& algo : kAlgorithms) {
       out << "\"" << algo << "\"\n";
       for (const Row& r : rows)
@@ -79,7 +80,6 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
       out << "\n\n";
     }
   }
-  const bool png = path.size() > 4 && path.substr(path.size() - 4) == ".png";
   const std::string script = fmt::format(
       "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
       "set output '{path}'\n"
@@ -91,13 +91,10 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
       // native (last) dashed, so the ring it usually equals shows beneath it
       "plot for [i=0:{last_algo}] '{data}' index i using 1:2 with linespoints title columnheader(1), "
       "'{data}' index {native} using 1:2 with lines dashtype 2 linewidth 2 title columnheader(1)\n",
-      fmt::arg("terminal", png ? "pngcairo" : "svg"), fmt::arg("path", path), fmt::arg("ranks", run.ranks),
+      fmt::arg("terminal", gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("ranks", run.ranks),
       fmt::arg("topology", run.topology), fmt::arg("last_algo", kAlgorithms.size() - 2), fmt::arg("data", data),
       fmt::arg("native", kAlgorithms.size() - 1));
-  FILE* gnuplot = popen("gnuplot", "w");
-  if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
-  std::fputs(script.c_str(), gnuplot);
-  if (pclose(gnuplot) != 0) throw Error("--plot: gnuplot failed");
+  run_gnuplot(script);
   std::remove(data.c_str());
 }
 }  // namespace
@@ -168,7 +165,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",
                format_seconds(topology.inter.alpha), topology.inter.bandwidth / 1e9,
                format_seconds(topology.intra.alpha), topology.intra.bandwidth / 1e9, 2 * (nodes - 1));
-  if (!o.json.empty()) std::ofstream(o.json) << json.dump(2) << '\n';
+  if (!o.json.empty()) create_file(o.json) << json.dump(2) << '\n';
   if (!o.plot.empty()) write_plot(rows, o.plot, run_options);
   return wrong_total ? 1 : 0;
 }
