@@ -246,47 +246,46 @@ void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const Co
   if (++it->second.seen == int(group.size())) first_call_.erase(it);
 }
 
-Engine::Rendezvous& Engine::arrive(int rank, const RendezvousKey& key, std::string what) {
+// Every rank of the group joins with its slot filled by `fill`; the last to
+// arrive runs `complete` (which wakes the others), and each rank takes its
+// result with `read` before leaving.
+template <class Result>
+Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
+                    const std::function<void(Rendezvous::Slot&)>& fill, const std::function<void(Rendezvous&)>& complete,
+                    const std::function<Result(const Rendezvous&, int me)>& read) {
   sync(rank);
-  const std::vector<int>& group = *groups_[std::get<0>(key)];
-  Rendezvous& rv = rendezvous_[key];
-  if (rv.slots.empty()) {
-    rv.slots.resize(group.size());
-    rv.what = std::move(what);
+  const Members members = groups_[std::get<0>(key)];  // held: complete() may add groups
+  const int me = int(std::find(members->begin(), members->end(), rank) - members->begin());
+  auto [it, first] = rendezvous_.try_emplace(key);
+  Rendezvous& rv = it->second;
+  if (first) {
+    rv.slots.resize(members->size());
+    rv.what = what;
   }
-  rv.arrived++;
+  rv.slots[me].present = true;
+  fill(rv.slots[me]);
   rv.latest = std::max(rv.latest, ranks_[rank].now);
-  return rv;
-}
-
-void Engine::leave(const RendezvousKey& key) {
-  Rendezvous& rv = rendezvous_.at(key);
-  if (++rv.left == int(rv.slots.size())) rendezvous_.erase(key);
+  if (++rv.arrived < int(members->size())) {
+    ranks_[rank].waiting_rv = &it->first;
+    block(rank);
+  } else {
+    complete(rv);
+  }
+  Result result = read(rv, me);
+  if (++rv.left == int(rv.slots.size())) rendezvous_.erase(it);
+  return result;
 }
 
 std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call) {
-  const RendezvousKey key{comm_id, Channel::collective, seq};
-  Rendezvous& rv = arrive(rank, key, std::string(name_of(call.op)));
-  const std::vector<int>& group = *groups_[comm_id];
-  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
-  rv.slots[me].present = true;
-  rv.slots[me].call = call;
-  if (rv.arrived < int(group.size())) {
-    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
-    block(rank);
-  } else {
-    finish_native(rv, comm_id);
-  }
-  const std::string_view algo = rendezvous_.at(key).native_algo;
-  leave(key);
-  return algo;
+  return meet<std::string_view>(
+      rank, {comm_id, Channel::collective, seq}, name_of(call.op), [&](Rendezvous::Slot& s) { s.call = call; },
+      [&](Rendezvous& rv) { finish_native(rv, comm_id); }, [](const Rendezvous& rv, int) { return rv.native_algo; });
 }
 
 // The black-box library: compute the result directly from every rank's buffers,
 // then charge the cost model's time for the algorithm NCCL would choose.
 void Engine::finish_native(Rendezvous& rv, int comm_id) {
   const std::vector<int>& group = *groups_[comm_id];
-  const int p = int(group.size());
   std::vector<CollectiveCall> calls;
   for (const Rendezvous::Slot& slot : rv.slots) calls.push_back(slot.call);
   if (options_.payload) compute_native(calls);
@@ -296,10 +295,9 @@ void Engine::finish_native(Rendezvous& rv, int comm_id) {
   const Topology& t = options_.topology;
   const bool spans_nodes =
       std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
-  const CostEstimate cost = native_cost(calls[0].op, bytes, p, spans_nodes ? t.inter : t.intra);
+  const CostEstimate cost = native_cost(calls[0].op, bytes, int(group.size()), spans_nodes ? t.inter : t.intra);
   rv.native_algo = cost.algorithm;
-  const double end = rv.latest + cost.seconds;
-  release(group, end);
+  release(group, rv.latest + cost.seconds);
 }
 
 // Everyone in a rendezvous leaves at `at`: the blocked ranks wake, the rank
@@ -312,56 +310,48 @@ void Engine::release(const std::vector<int>& group, double at) {
 }
 
 std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf) {
-  const RendezvousKey key{comm_id, Channel::inspect, seq};
-  Rendezvous& rv = arrive(rank, key, "inspect");
-  const std::vector<int>& group = *groups_[comm_id];
-  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
-  if (rv.gathered.empty()) rv.gathered.resize(group.size());
-  rv.slots[me].present = true;
-  if (buf.data) rv.gathered[me].assign(static_cast<const std::byte*>(buf.data), static_cast<const std::byte*>(buf.data) + buf.bytes());
-  if (rv.arrived < int(group.size())) {
-    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
-    block(rank);
-  } else {
-    release(group, rv.latest);  // no cost: the ranks only line up
-  }
-  std::vector<std::vector<std::byte>> out;
-  if (me == 0) out = rendezvous_.at(key).gathered;
-  leave(key);
-  return out;
+  using Gathered = std::vector<std::vector<std::byte>>;
+  return meet<Gathered>(
+      rank, {comm_id, Channel::inspect, seq}, "inspect",
+      [&](Rendezvous::Slot& s) {
+        if (buf.data) s.bytes.assign(static_cast<const std::byte*>(buf.data), static_cast<const std::byte*>(buf.data) + buf.bytes());
+      },
+      [&](Rendezvous& rv) { release(*groups_[comm_id], rv.latest); },  // no cost: the ranks only line up
+      [](const Rendezvous& rv, int me) {
+        Gathered all;
+        if (me == 0)
+          for (const Rendezvous::Slot& s : rv.slots) all.push_back(s.bytes);
+        return all;
+      });
 }
 
-Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int color, int key_) {
-  const RendezvousKey key{comm_id, Channel::split, seq};
-  Rendezvous& rv = arrive(rank, key, "split");
-  const Members members = groups_[comm_id];  // held: groups_ grows below
-  const std::vector<int>& group = *members;
-  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
-  rv.slots[me].present = true;
-  rv.slots[me].color = color;
-  rv.slots[me].key = key_;
-  if (rv.arrived < int(group.size())) {
-    ranks_[rank].waiting_rv = &rendezvous_.find(key)->first;
-    block(rank);
-  } else {
-    // New groups in ascending color; members by (key, old rank), as MPI_Comm_split.
-    std::set<int> colors;
-    for (const auto& s : rv.slots) if (s.color >= 0) colors.insert(s.color);
-    for (int c : colors) {
-      std::vector<std::pair<int, int>> order;  // (key, old rank)
-      for (int i = 0; i < int(group.size()); ++i) if (rv.slots[i].color == c) order.push_back({rv.slots[i].key, i});
-      std::sort(order.begin(), order.end());
-      const int id = int(groups_.size());
-      auto created = std::make_shared<std::vector<int>>();
-      for (auto [k, i] : order) created->push_back(group[i]);
-      for (int j = 0; j < int(order.size()); ++j) rv.slots[order[j].second].membership = {id, j, created};
-      groups_.push_back(std::move(created));
-    }
-    release(group, rv.latest);
-  }
-  Membership m = rendezvous_.at(key).slots[me].membership;
-  leave(key);
-  return m;
+Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int color, int key) {
+  return meet<Membership>(
+      rank, {comm_id, Channel::split, seq}, "split",
+      [&](Rendezvous::Slot& s) {
+        s.color = color;
+        s.key = key;
+      },
+      [&](Rendezvous& rv) {
+        // New groups in ascending color; members by (key, old rank), as MPI_Comm_split.
+        const Members parent = groups_[comm_id];
+        std::set<int> colors;
+        for (const Rendezvous::Slot& s : rv.slots)
+          if (s.color >= 0) colors.insert(s.color);
+        for (int c : colors) {
+          std::vector<std::pair<int, int>> order;  // (key, rank in the parent)
+          for (int i = 0; i < int(rv.slots.size()); ++i)
+            if (rv.slots[i].color == c) order.push_back({rv.slots[i].key, i});
+          std::sort(order.begin(), order.end());
+          auto created = std::make_shared<std::vector<int>>();
+          for (auto [k, i] : order) created->push_back((*parent)[i]);
+          for (int j = 0; j < int(order.size()); ++j)
+            rv.slots[order[j].second].membership = {int(groups_.size()), j, created};
+          groups_.push_back(std::move(created));
+        }
+        release(*parent, rv.latest);
+      },
+      [](const Rendezvous& rv, int me) { return rv.slots[me].membership; });
 }
 
 // ---- deadlock report -----------------------------------------------------------

@@ -101,13 +101,13 @@ class Engine {
       CollectiveCall call;
       int color = 0, key = 0;
       Membership membership{-1, -1, {}};
+      std::vector<std::byte> bytes;  // inspect: this rank's buffer
     };
     std::vector<Slot> slots;
     int arrived = 0, left = 0;
     double latest = 0;
     std::string what;
     std::string_view native_algo;
-    std::vector<std::vector<std::byte>> gathered;
   };
   struct RankState {
     boost::context::fiber fiber;      // the rank's own context
@@ -125,8 +125,10 @@ class Engine {
   void make_ready(int rank, double at);
   void match(std::int64_t send, std::int64_t recv);
   void deliver(std::int64_t op);
-  Rendezvous& arrive(int rank, const RendezvousKey& key, std::string what);
-  void leave(const RendezvousKey& key);
+  template <class Result>
+  Result meet(int rank, const RendezvousKey& key, std::string_view what,
+              const std::function<void(Rendezvous::Slot&)>& fill, const std::function<void(Rendezvous&)>& complete,
+              const std::function<Result(const Rendezvous&, int me)>& read);
   void finish_native(Rendezvous& rv, int comm_id);
   void release(const std::vector<int>& group, double at);
   std::string deadlock_report() const;
