@@ -1,0 +1,70 @@
+// The visualizer's trace loader: it reads what every backend writes, and
+// rejects malformed files with a message that names the file and the fault.
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "labkit/error.h"
+#include "trace_model.h"
+
+using namespace labkit;
+
+namespace {
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string error_loading(const std::string& path) {
+  try {
+    viz::load_chrome_trace(path);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
+  auto run = test::simulate(4, [](Comm& c) {
+    std::vector<float> buf(64, 1.0f);
+    c.set_algorithm(Collective::all_reduce, "ring");
+    c.compute("forward", 1e9);
+    c.all_reduce(view_of(buf), ReduceOp::sum);
+  });
+  std::ostringstream json;
+  run.trace->write_chrome_json(json, "sim");
+  const viz::TraceModel m = viz::load_chrome_trace(write("lab.json", json.str()));
+  ASSERT_EQ(m.tracks.size(), 4u);
+  EXPECT_EQ(m.tracks[2].name, "rank 2");
+  EXPECT_EQ(m.events, 4u * (1 + 1 + 2 * 3 * 2));  // compute, all_reduce, 6 sends and 6 receives per rank
+  EXPECT_EQ(m.flows.size(), 4u * 6);
+  for (const viz::Flow& f : m.flows) {
+    EXPECT_EQ(f.to_rank, (f.from_rank + 1) % 4);
+    EXPECT_EQ(f.bytes, 64);  // a ring chunk: 64 floats / 4 ranks
+  }
+  EXPECT_NEAR(m.end, run.elapsed, 1e-12);
+  const viz::TraceModel direct = viz::from_trace(*run.trace, "direct");
+  EXPECT_EQ(direct.events, m.events);
+  EXPECT_EQ(direct.flows.size(), m.flows.size());
+}
+
+TEST(VizTrace, RejectsMalformedFilesWithAClearError) {
+  EXPECT_NE(error_loading(write("cut.json", R"({"traceEvents": [{"ph": "X", )")).find("not valid JSON"),
+            std::string::npos);
+  EXPECT_NE(error_loading(write("other.json", R"({"events": []})")).find("no traceEvents array"), std::string::npos);
+  const std::string no_ts = error_loading(write("nots.json", R"({"traceEvents": [{"ph": "X", "tid": 0}]})"));
+  EXPECT_NE(no_ts.find("event 1 is malformed"), std::string::npos) << no_ts;
+  EXPECT_NE(error_loading(::testing::TempDir() + "/missing.json").find("cannot open"), std::string::npos);
+}
+
+TEST(VizTrace, AcceptsTheBareArrayForm) {
+  const viz::TraceModel m = viz::load_chrome_trace(
+      write("bare.json", R"([{"ph": "X", "name": "step", "cat": "compute", "tid": 1, "ts": 0, "dur": 5}])"));
+  ASSERT_EQ(m.tracks.size(), 2u);
+  EXPECT_EQ(m.tracks[1].spans.at(0).kind, viz::Kind::compute);
+  EXPECT_DOUBLE_EQ(m.end, 5e-6);
+}

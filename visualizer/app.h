@@ -1,0 +1,40 @@
+// The visualizer's state, shared by every panel (Dear ImGui style: state lives
+// in the app and is passed in; panels are functions that draw it each frame).
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "scenario.h"
+#include "trace_model.h"
+
+namespace viz {
+
+struct App {
+  TraceModel model;
+  Scenario scenario;        // what the "run" panel simulates
+  bool from_scenario = false;  // the model is a run of `scenario` (so algbw and busbw apply)
+  std::array<char, 512> trace_path{};  // the "open" box
+  std::string error;        // the last load or run error, shown instead of crashing
+  double view_start = 0;    // timeline window, seconds
+  double view_span = 0;     // 0: fit the whole trace on the next frame
+  double cursor = 0;        // the scrubber: the time the data-flow view shows
+  bool playing = false;
+  float speed = 1;          // trace seconds per wall second, relative to the trace's length / 10
+};
+
+// A panel is a window drawn every frame. Labs register their own (memory bars,
+// the pipeline grid, MoE routing) the same way this lab's panels do, in
+// panels.cpp: a name and a function of the App.
+struct Panel {
+  std::string name;
+  std::function<void(App&)> draw;
+};
+std::vector<Panel>& panels();
+void register_panel(std::string name, std::function<void(App&)> draw);
+
+void register_builtin_panels();  // timeline, data flow, summary, run
+
+}  // namespace viz

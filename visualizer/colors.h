@@ -1,0 +1,33 @@
+// One palette for every panel, so a send looks the same everywhere.
+#pragma once
+
+#include <imgui.h>
+
+#include "trace_model.h"
+
+namespace viz::colors {
+
+constexpr ImU32 collective = IM_COL32(70, 110, 200, 255);
+constexpr ImU32 send = IM_COL32(60, 170, 90, 255);
+constexpr ImU32 recv = IM_COL32(40, 150, 160, 255);
+constexpr ImU32 compute = IM_COL32(220, 150, 50, 255);
+constexpr ImU32 other = IM_COL32(150, 150, 150, 255);
+constexpr ImU32 idle = IM_COL32(45, 45, 50, 255);
+constexpr ImU32 merged = IM_COL32(200, 200, 200, 255);  // a run of spans too narrow to draw apart
+constexpr ImU32 flow = IM_COL32(240, 240, 240, 110);
+constexpr ImU32 cursor = IM_COL32(255, 220, 0, 255);
+constexpr ImU32 rank_node = IM_COL32(255, 64, 160, 255);  // unique: tests count rank nodes by it
+constexpr ImU32 message = IM_COL32(255, 255, 255, 255);
+
+inline ImU32 of(Kind k) {
+  switch (k) {
+    case Kind::collective: return collective;
+    case Kind::send: return send;
+    case Kind::recv: return recv;
+    case Kind::compute: return compute;
+    case Kind::other: return other;
+  }
+  return other;
+}
+
+}  // namespace viz::colors

@@ -1,0 +1,123 @@
+#include "trace_model.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/error.h"
+
+namespace viz {
+
+namespace {
+Kind kind_of(const std::string& cat, const std::string& name) {
+  if (cat == "collective") return Kind::collective;
+  if (cat == "compute") return Kind::compute;
+  if (cat == "p2p") return name == "send" ? Kind::send : Kind::recv;
+  return Kind::other;
+}
+
+void finish(TraceModel& m) {
+  for (Track& t : m.tracks) {
+    std::sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
+    for (const Span& s : t.spans) {
+      t.longest = std::max(t.longest, s.end - s.start);
+      m.end = std::max(m.end, s.end);
+    }
+    m.events += t.spans.size();
+  }
+}
+
+Track& track(TraceModel& m, int rank) {
+  if (rank >= int(m.tracks.size())) m.tracks.resize(rank + 1);
+  return m.tracks[rank];
+}
+}  // namespace
+
+TraceModel load_chrome_trace(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw labkit::Error(fmt::format("trace '{}': cannot open it", path));
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw labkit::Error(fmt::format("trace '{}': not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  }
+  // Both forms of the format: {"traceEvents": [...]} and a bare array of events.
+  const nlohmann::json* events = doc.is_array() ? &doc : doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"] : nullptr;
+  if (!events || !events->is_array())
+    throw labkit::Error(fmt::format("trace '{}': no traceEvents array (is it a Chrome trace?)", path));
+  TraceModel m;
+  m.source = path;
+  std::map<std::uint64_t, Flow> starts;                          // flow id -> its "s" end
+  std::map<std::uint64_t, std::pair<int, double>> finishes;     // flow id -> its "f" end (any order)
+  std::size_t index = 0;
+  for (const nlohmann::json& e : *events) {
+    ++index;
+    try {
+      const std::string ph = e.at("ph");
+      const int tid = e.value("tid", 0);
+      if (tid < 0 || tid > 1 << 20) throw labkit::Error(fmt::format("tid {} is not a rank", tid));
+      if (ph == "M") {
+        if (e.value("name", "") == "thread_name") track(m, tid).name = e.at("args").at("name");
+        continue;
+      }
+      const double ts = e.at("ts").get<double>() * 1e-6;
+      if (ph == "X") {
+        const nlohmann::json args = e.value("args", nlohmann::json::object());
+        const std::string name = e.value("name", ""), cat = e.value("cat", "");
+        Span s{kind_of(cat, name), name, ts, ts + e.value("dur", 0.0) * 1e-6, args.value("bytes", std::int64_t(0)),
+               args.value("peer", -1), ""};
+        if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
+        track(m, tid).spans.push_back(std::move(s));
+      } else if (ph == "s") {
+        starts[e.at("id").get<std::uint64_t>()] = Flow{tid, -1, ts, 0, 0};
+      } else if (ph == "f") {
+        finishes[e.at("id").get<std::uint64_t>()] = {tid, ts};
+      }
+    } catch (const nlohmann::json::exception& ex) {
+      throw labkit::Error(fmt::format("trace '{}': event {} is malformed: {}", path, index, ex.what()));
+    }
+  }
+  for (auto& [id, flow] : starts) {  // an arrow missing either end is left out
+    auto f = finishes.find(id);
+    if (f == finishes.end()) continue;
+    flow.to_rank = f->second.first;
+    flow.delivered = f->second.second;
+    m.flows.push_back(flow);
+  }
+  for (std::size_t r = 0; r < m.tracks.size(); ++r)
+    if (m.tracks[r].name.empty()) m.tracks[r].name = fmt::format("rank {}", r);
+  finish(m);
+  // An arrow's bytes are its send's: the send span that holds the arrow's start.
+  for (Flow& f : m.flows)
+    for (const Span& s : m.tracks[f.from_rank].spans)
+      if (s.kind == Kind::send && s.start <= f.sent && f.sent <= s.end) f.bytes = s.bytes;
+  return m;
+}
+
+TraceModel from_trace(const labkit::Trace& trace, std::string source) {
+  TraceModel m;
+  m.source = std::move(source);
+  for (const labkit::TraceTrack& t : trace.tracks()) {
+    Track& out = track(m, t.rank);
+    out.name = fmt::format("rank {}", t.rank);
+    for (const labkit::TraceEvent& e : t.events) {
+      using K = labkit::TraceEvent::Kind;
+      const Kind kind = e.kind == K::collective ? Kind::collective
+                        : e.kind == K::send   ? Kind::send
+                        : e.kind == K::recv   ? Kind::recv
+                                              : Kind::compute;
+      std::string detail;
+      for (const auto& [key, value] : e.args) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", key, value);
+      out.spans.push_back({kind, e.name, e.start, e.end, std::int64_t(e.bytes), e.peer, detail});
+      if (e.kind == K::send) m.flows.push_back({t.rank, e.peer, e.start, e.end, std::int64_t(e.bytes)});
+    }
+  }
+  finish(m);
+  return m;
+}
+
+}  // namespace viz

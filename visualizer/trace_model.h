@@ -1,0 +1,49 @@
+// What the visualizer shows: a Chrome trace (from any backend, or from a live
+// sim run) turned into tracks of spans and the flows between them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "labkit/trace.h"
+
+namespace viz {
+
+enum class Kind { collective, send, recv, compute, other };
+
+struct Span {
+  Kind kind;
+  std::string name;
+  double start = 0, end = 0;  // seconds
+  std::int64_t bytes = 0;
+  int peer = -1;
+  std::string detail;  // algorithm and counts, for the tooltip
+};
+
+struct Flow {
+  int from_rank, to_rank;
+  double sent, delivered;  // seconds
+  std::int64_t bytes;
+};
+
+struct Track {
+  std::string name;
+  std::vector<Span> spans;  // sorted by start
+  double longest = 0;       // the longest span, to find what overlaps a time window
+};
+
+struct TraceModel {
+  std::string source;  // file name or scenario
+  std::vector<Track> tracks;
+  std::vector<Flow> flows;
+  double end = 0;  // the last span's end
+  std::size_t events = 0;
+};
+
+// Reads a Chrome Trace Event Format file; throws labkit::Error naming the file
+// and what is wrong (not JSON, no traceEvents, an event without ts) instead of crashing.
+TraceModel load_chrome_trace(const std::string& path);
+TraceModel from_trace(const labkit::Trace& trace, std::string source);
+
+}  // namespace viz
