@@ -17,7 +17,7 @@ namespace viz {
 
 namespace {
 constexpr float kLabelWidth = 64, kRulerHeight = 18, kMinVisible = 3;
-constexpr std::size_t kMaxArrows = 4000;
+constexpr std::size_t kMaxArrows = 1000;  // more than this in view: zoom in to see them
 
 void draw_ruler(ImDrawList* dl, ImVec2 origin, float width, double start, double span) {
   // A tick every power of ten that gives 5-15 ticks across the view.
@@ -55,6 +55,9 @@ void draw_timeline(App& app) {
   if (ImGui::IsItemHovered() && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) app.view_span = 0;  // fit
 
   ImDrawList* dl = ImGui::GetWindowDrawList();
+  // Thousands of axis-aligned boxes: antialiasing would triple their vertices for nothing.
+  const ImDrawListFlags flags = dl->Flags;
+  dl->Flags &= ~(ImDrawListFlags_AntiAliasedFill | ImDrawListFlags_AntiAliasedLines);
   dl->PushClipRect(origin, {origin.x + size.x, origin.y + size.y}, true);
   draw_ruler(dl, origin, size.x, app.view_start, app.view_span);
   const int ranks = int(m.tracks.size());
@@ -63,13 +66,18 @@ void draw_timeline(App& app) {
   auto y_of = [&](int r) { return origin.y + kRulerHeight + r * row; };
   const double view_end = app.view_start + app.view_span;
   const Span* hovered = nullptr;
+  const bool nested_visible = row >= 10;  // below that, sends inside a collective are a pixel tall: skip them
 
   for (int r = 0; r < ranks; ++r) {
     const Track& track = m.tracks[r];
     const float y0 = y_of(r), y1 = y0 + row - 1;
     if (y0 > origin.y + size.y) break;
     if (row >= 10) dl->AddText({origin.x + 2, y0 + (row - 14) / 2}, IM_COL32(220, 220, 220, 255), track.name.c_str());
-    dl->AddRectFilled({x_of(0), y0}, {x_of(m.end), y1}, colors::idle);  // idle unless a span covers it
+    // Idle time is the gaps between top-level spans, shaded as they are passed.
+    double busy_until = std::max(0.0, app.view_start);
+    auto idle_until = [&](double t) {
+      if (t > busy_until) dl->AddRectFilled({x_of(busy_until), y0}, {x_of(t), y1}, colors::idle);
+    };
     // Only the spans that can reach into the view: sorted by start, none longer than `longest`.
     auto first = std::lower_bound(track.spans.begin(), track.spans.end(), app.view_start - track.longest,
                                   [](const Span& s, double t) { return s.start < t; });
@@ -80,10 +88,14 @@ void draw_timeline(App& app) {
       run_count = 0;
     };
     for (auto it = first; it != track.spans.end() && it->start <= view_end; ++it) {
-      if (it->end < app.view_start) continue;
+      if (it->end < app.view_start || (it->depth > 0 && !nested_visible)) continue;
+      if (it->depth == 0) {
+        idle_until(it->start);
+        busy_until = std::max(busy_until, it->end);
+      }
       const float x0 = std::max(x_of(it->start), origin.x + kLabelWidth), x1 = std::min(x_of(it->end), origin.x + size.x);
       if (x1 - x0 < kMinVisible) {  // too narrow alone: merge with its neighbours
-        if (run_count == 0 || x0 > run_x1 + 1) {
+        if (run_count == 0 || x0 > run_x1 + kMinVisible) {
           flush_run();
           run_x0 = x0;
         }
@@ -101,16 +113,26 @@ void draw_timeline(App& app) {
       if (io.MousePos.x >= x0 && io.MousePos.x < x1 && io.MousePos.y >= top && io.MousePos.y < bottom) hovered = &*it;
     }
     flush_run();
+    idle_until(std::min(m.end, view_end));
   }
-  // Arrows from send to receive, for the flows inside the view.
-  std::size_t drawn = 0;
-  for (const Flow& f : m.flows) {
-    if (f.delivered < app.view_start || f.sent > view_end || f.to_rank < 0 || drawn++ > kMaxArrows) continue;
-    dl->AddLine({x_of(f.sent), y_of(f.from_rank) + row * 0.7f}, {x_of(f.delivered), y_of(f.to_rank) + row * 0.7f},
-                colors::flow);
+  // Arrows from send to receive, for the flows inside the view, if few enough to read.
+  std::size_t in_view = 0;
+  for (const Flow& f : m.flows) in_view += f.delivered >= app.view_start && f.sent <= view_end && f.to_rank >= 0;
+  if (in_view <= kMaxArrows) {
+    for (const Flow& f : m.flows)
+      if (f.delivered >= app.view_start && f.sent <= view_end && f.to_rank >= 0)
+        dl->AddLine({x_of(f.sent), y_of(f.from_rank) + row * 0.7f},
+                    {x_of(f.delivered), y_of(f.to_rank) + row * 0.7f}, colors::flow);
+  } else {
+    const std::string note = fmt::format("{} messages in view: zoom in to see their arrows", in_view);
+    const ImVec2 text = ImGui::CalcTextSize(note.c_str());
+    dl->AddRectFilled({origin.x + size.x - text.x - 8, origin.y + size.y - text.y - 4}, {origin.x + size.x, origin.y + size.y},
+                      IM_COL32(0, 0, 0, 200));
+    dl->AddText({origin.x + size.x - text.x - 4, origin.y + size.y - text.y - 2}, IM_COL32_WHITE, note.c_str());
   }
   dl->AddLine({x_of(app.cursor), origin.y}, {x_of(app.cursor), origin.y + size.y}, colors::cursor, 2);
   dl->PopClipRect();
+  dl->Flags = flags;
 
   if (hovered) {
     ImGui::BeginTooltip();

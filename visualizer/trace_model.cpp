@@ -21,8 +21,14 @@ Kind kind_of(const std::string& cat, const std::string& name) {
 
 void finish(TraceModel& m) {
   for (Track& t : m.tracks) {
-    std::sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) { return a.start < b.start; });
-    for (const Span& s : t.spans) {
+    // By start; of two that start together, the longer (the enclosing one) first.
+    std::sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) {
+      return a.start != b.start ? a.start < b.start : a.end > b.end;
+    });
+    double top_end = -1;
+    for (Span& s : t.spans) {
+      s.depth = s.start < top_end ? 1 : 0;
+      if (s.depth == 0) top_end = s.end;
       t.longest = std::max(t.longest, s.end - s.start);
       m.end = std::max(m.end, s.end);
     }
@@ -92,9 +98,15 @@ TraceModel load_chrome_trace(const std::string& path) {
     if (m.tracks[r].name.empty()) m.tracks[r].name = fmt::format("rank {}", r);
   finish(m);
   // An arrow's bytes are its send's: the send span that holds the arrow's start.
-  for (Flow& f : m.flows)
-    for (const Span& s : m.tracks[f.from_rank].spans)
-      if (s.kind == Kind::send && s.start <= f.sent && f.sent <= s.end) f.bytes = s.bytes;
+  for (Flow& f : m.flows) {
+    const Track& t = m.tracks[f.from_rank];
+    auto it = std::upper_bound(t.spans.begin(), t.spans.end(), f.sent, [](double at, const Span& s) { return at < s.start; });
+    while (it != t.spans.begin() && (--it)->start >= f.sent - t.longest)
+      if (it->kind == Kind::send && f.sent <= it->end) {
+        f.bytes = it->bytes;
+        break;
+      }
+  }
   return m;
 }
 

@@ -19,6 +19,7 @@ struct Span {
   std::int64_t bytes = 0;
   int peer = -1;
   std::string detail;  // algorithm and counts, for the tooltip
+  int depth = 0;       // 0: top level; 1: inside another span (a send inside its collective)
 };
 
 struct Flow {
