@@ -21,9 +21,13 @@ Kind kind_of(const std::string& cat, const std::string& name) {
 
 void finish(TraceModel& m) {
   for (Track& t : m.tracks) {
-    // By start; of two that start together, the longer (the enclosing one) first.
-    std::sort(t.spans.begin(), t.spans.end(), [](const Span& a, const Span& b) {
-      return a.start != b.start ? a.start < b.start : a.end > b.end;
+    // By start; of two that start together, the enclosing one first: the longer,
+    // or for equal spans the collective or compute region around its messages.
+    auto encloses = [](Kind k) { return k == Kind::collective || k == Kind::compute; };
+    std::sort(t.spans.begin(), t.spans.end(), [&](const Span& a, const Span& b) {
+      if (a.start != b.start) return a.start < b.start;
+      if (a.end != b.end) return a.end > b.end;
+      return encloses(a.kind) && !encloses(b.kind);
     });
     double top_end = -1;
     for (Span& s : t.spans) {
