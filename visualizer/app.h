@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -12,10 +13,22 @@
 
 namespace viz {
 
+// What the summary shows, computed once per trace rather than every frame.
+struct RankShare {
+  double communicating, computing;  // fractions of the run
+};
+struct Summary {
+  std::vector<RankShare> ranks;
+  std::vector<std::pair<std::int64_t, std::pair<int, int>>> links;  // (bytes, (from, to)), busiest first
+};
+Summary summarize(const TraceModel& model);
+
 struct App {
   TraceModel model;
+  Summary summary;          // of `model`
   Scenario scenario;        // what the "run" panel simulates
   bool from_scenario = false;  // the model is a run of `scenario` (so algbw and busbw apply)
+  ChunkHistory chunks;         // for the data-flow view, when the scenario has one
   std::array<char, 512> trace_path{};  // the "open" box
   std::string error;        // the last load or run error, shown instead of crashing
   double view_start = 0;    // timeline window, seconds
@@ -36,5 +49,10 @@ std::vector<Panel>& panels();
 void register_panel(std::string name, std::function<void(App&)> draw);
 
 void register_builtin_panels();  // timeline, data flow, summary, run
+
+// Shows a trace: the model, its summary, the whole run in the timeline.
+void show(App& app, TraceModel model);
+// Simulates app.scenario and shows it, with its chunk history when there is one.
+void run_scenario(App& app);
 
 }  // namespace viz

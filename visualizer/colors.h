@@ -18,6 +18,13 @@ constexpr ImU32 flow = IM_COL32(240, 240, 240, 110);
 constexpr ImU32 cursor = IM_COL32(255, 220, 0, 255);
 constexpr ImU32 rank_node = IM_COL32(255, 64, 160, 255);  // unique: tests count rank nodes by it
 constexpr ImU32 message = IM_COL32(255, 255, 255, 255);
+// A chunk of a rank's buffer: whose data it holds.
+constexpr ImU32 chunk_empty = IM_COL32(60, 60, 66, 255);
+constexpr ImU32 chunk_own = IM_COL32(140, 140, 140, 255);
+constexpr ImU32 chunk_gathered = IM_COL32(165, 105, 235, 255);
+constexpr ImU32 chunk_partial = IM_COL32(90, 170, 255, 255);
+constexpr ImU32 chunk_reduced = IM_COL32(80, 210, 110, 255);
+constexpr ImU32 node_group = IM_COL32(255, 255, 255, 28);
 
 inline ImU32 of(Kind k) {
   switch (k) {

@@ -77,17 +77,15 @@ int main(int argc, char** argv) {
   viz::App app;
   try {
     if (!trace.empty()) {
-      app.model = viz::load_chrome_trace(trace);
+      viz::show(app, viz::load_chrome_trace(trace));
     } else {
       if (!scenario.empty()) app.scenario = viz::parse_scenario(scenario);
-      app.model = viz::run_scenario(app.scenario);
-      app.from_scenario = true;
+      viz::run_scenario(app);
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  app.cursor = app.model.end / 3;  // a moment with messages in flight
 
   glfwSetErrorCallback([](int code, const char* what) { fmt::print(stderr, "glfw error {}: {}\n", code, what); });
   if (!glfwInit()) {

@@ -18,6 +18,22 @@ void register_panel(std::string name, std::function<void(App&)> draw) {
   panels().push_back({std::move(name), std::move(draw)});
 }
 
+void show(App& app, TraceModel model) {
+  app.model = std::move(model);
+  app.summary = summarize(app.model);
+  app.chunks = {};
+  app.from_scenario = false;
+  app.error.clear();
+  app.view_span = 0;                // fit the whole run
+  app.cursor = app.model.end / 3;  // a moment with messages in flight
+}
+
+void run_scenario(App& app) {
+  show(app, run_scenario(app.scenario));
+  app.chunks = chunk_history(app.scenario);
+  app.from_scenario = true;
+}
+
 void register_builtin_panels() {
   register_panel("Timeline", draw_timeline);
   register_panel("Data flow", draw_dataflow);

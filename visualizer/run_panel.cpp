@@ -41,11 +41,7 @@ void draw_run(App& app) {
   combo("topology", s.topology, topologies);
   if (ImGui::Button("run")) {
     try {
-      app.model = run_scenario(s);
-      app.from_scenario = true;
-      app.error.clear();
-      app.view_span = 0;
-      app.cursor = 0;
+      run_scenario(app);
     } catch (const std::exception& e) {
       app.error = e.what();
     }
@@ -54,10 +50,7 @@ void draw_run(App& app) {
   ImGui::SameLine();
   if (ImGui::Button("open")) {
     try {
-      app.model = load_chrome_trace(app.trace_path.data());
-      app.from_scenario = false;
-      app.error.clear();
-      app.view_span = 0;
+      show(app, load_chrome_trace(app.trace_path.data()));
     } catch (const std::exception& e) {
       app.error = e.what();
     }

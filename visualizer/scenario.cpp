@@ -1,10 +1,12 @@
 #include "scenario.h"
 
+#include <algorithm>
 #include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
@@ -54,6 +56,58 @@ TraceModel run_scenario(const Scenario& s) {
   });
   return from_trace(*r.trace, fmt::format("{} {} on {} ranks, {}, {}", s.algorithm, s.collective, s.ranks,
                                           labkit::format_bytes(s.bytes), s.topology));
+}
+
+ChunkHistory chunk_history(const Scenario& s) {
+  const labkit::Collective op = labkit::parse_collective(s.collective);
+  const bool shown = op == labkit::Collective::all_reduce || op == labkit::Collective::all_gather ||
+                     op == labkit::Collective::broadcast;
+  if (!shown || s.ranks > 16 || s.bytes > (64u << 20)) return {};
+  const int p = s.ranks;
+  const std::size_t count = std::max<std::size_t>(s.bytes / 8 / p, 1) * p;  // i64 elements, P whole blocks
+  std::vector<std::vector<std::int64_t>> buffers(p);
+  auto rank_fn = [&](labkit::Comm& comm) {
+    const int r = comm.rank();
+    const std::int64_t mine = std::int64_t(1) << r;
+    std::vector<std::int64_t>& buf = buffers[r];
+    if (op == labkit::Collective::all_gather) {
+      std::vector<std::int64_t> block(count / p, mine);
+      buf.assign(count, 0);
+      comm.all_gather(labkit::view_of(block), labkit::view_of(buf));
+    } else if (op == labkit::Collective::broadcast) {
+      buf.assign(count, r == 0 ? mine : 0);
+      comm.broadcast(labkit::view_of(buf), 0);
+    } else {
+      buf.assign(count, mine);
+      comm.all_reduce(labkit::view_of(buf), labkit::ReduceOp::sum);
+    }
+  };
+  labkit::RunOptions o;
+  o.ranks = p;
+  o.topology = s.topology;
+  o.algos = {s.collective + "=" + s.algorithm};
+  o.keep_trace = true;
+  const labkit::RunResult whole = labkit::run(o, rank_fn);
+
+  ChunkHistory h;
+  h.everyone = (std::uint64_t(1) << p) - 1;
+  h.times = {0};
+  for (const labkit::TraceTrack& t : whole.trace->tracks())
+    for (const labkit::TraceEvent& e : t.events)
+      if (e.kind == labkit::TraceEvent::Kind::recv) h.times.push_back(e.end);
+  std::sort(h.times.begin(), h.times.end());
+  h.times.erase(std::unique(h.times.begin(), h.times.end()), h.times.end());
+  if (h.times.size() > 256) return {};
+  o.keep_trace = false;
+  for (double t : h.times) {
+    o.stop_at = t;
+    labkit::run(o, rank_fn);
+    auto& state = h.states.emplace_back(p, std::vector<std::uint64_t>(p));
+    for (int r = 0; r < p; ++r)
+      for (int c = 0; c < p; ++c)  // the first element of chunk c stands for the chunk
+        state[r][c] = std::uint64_t(buffers[r][labkit::chunk_range(count, p, c).offset]);
+  }
+  return h;
 }
 
 }  // namespace viz

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "trace_model.h"
 
@@ -21,5 +22,17 @@ struct Scenario {
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free) and returns its trace.
 TraceModel run_scenario(const Scenario& s);
+
+// Every rank's buffer, chunk by chunk, after every delivery. Rank r contributes
+// the bit 1 << r, so a chunk's value is the set of ranks whose data it holds
+// (the replay of `ring_allreduce --step`: a deterministic run stopped at each
+// delivery). For all_reduce, all_gather and broadcast on up to 16 ranks and
+// 64 MiB; empty otherwise.
+struct ChunkHistory {
+  std::vector<double> times;                                    // state i holds from times[i] on
+  std::vector<std::vector<std::vector<std::uint64_t>>> states;  // [state][rank][chunk]
+  std::uint64_t everyone = 0;                                   // the bits of all ranks
+};
+ChunkHistory chunk_history(const Scenario& s);
 
 }  // namespace viz

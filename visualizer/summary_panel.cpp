@@ -32,6 +32,17 @@ bool communicating(Kind k) { return k == Kind::collective || k == Kind::send || 
 bool computing(Kind k) { return k == Kind::compute; }
 }  // namespace
 
+Summary summarize(const TraceModel& m) {
+  Summary s;
+  const double end = std::max(m.end, 1e-300);
+  for (const Track& t : m.tracks) s.ranks.push_back({covered(t, communicating) / end, covered(t, computing) / end});
+  std::map<std::pair<int, int>, std::int64_t> per_link;
+  for (const Flow& f : m.flows) per_link[{f.from_rank, f.to_rank}] += f.bytes;
+  for (const auto& [link, bytes] : per_link) s.links.push_back({bytes, link});
+  std::sort(s.links.rbegin(), s.links.rend());
+  return s;
+}
+
 void draw_summary(App& app) {
   const TraceModel& m = app.model;
   ImGui::Begin("Summary");
@@ -49,8 +60,8 @@ void draw_summary(App& app) {
     ImGui::TableSetupColumn("computing");
     ImGui::TableSetupColumn("idle");
     ImGui::TableHeadersRow();
-    for (std::size_t r = 0; r < m.tracks.size(); ++r) {
-      const double comm = covered(m.tracks[r], communicating) / m.end, comp = covered(m.tracks[r], computing) / m.end;
+    for (std::size_t r = 0; r < app.summary.ranks.size(); ++r) {
+      const double comm = app.summary.ranks[r].communicating, comp = app.summary.ranks[r].computing;
       ImGui::TableNextRow();
       ImGui::TableNextColumn();
       ImGui::Text("%zu", r);
@@ -63,11 +74,7 @@ void draw_summary(App& app) {
     }
     ImGui::EndTable();
   }
-  std::map<std::pair<int, int>, std::int64_t> per_link;
-  for (const Flow& f : m.flows) per_link[{f.from_rank, f.to_rank}] += f.bytes;
-  std::vector<std::pair<std::int64_t, std::pair<int, int>>> busiest;
-  for (const auto& [link, bytes] : per_link) busiest.push_back({bytes, link});
-  std::sort(busiest.rbegin(), busiest.rend());
+  const auto& busiest = app.summary.links;
   ImGui::Text("bytes per link (%zu links):", busiest.size());
   for (std::size_t i = 0; i < std::min<std::size_t>(busiest.size(), 8); ++i)
     ImGui::Text("  %d -> %d  %s", busiest[i].second.first, busiest[i].second.second,

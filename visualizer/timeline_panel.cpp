@@ -109,7 +109,9 @@ void draw_timeline(App& app) {
       const float top = it->kind == Kind::send ? y0 + row * 0.4f : it->kind == Kind::recv ? y0 + row * 0.7f : y0;
       const float bottom = it->kind == Kind::send ? y0 + row * 0.7f : y1;
       dl->AddRectFilled({x0, top}, {x1, bottom}, colors::of(it->kind));
-      if (x1 - x0 > 40 && row >= 12 && !p2p) dl->AddText({x0 + 3, y0 + (row - 14) / 2}, IM_COL32_WHITE, it->name.c_str());
+      // A name, where no nested bands will cover it.
+      const float band = nested_visible ? row * 0.4f : row;
+      if (x1 - x0 > 40 && band >= 13 && !p2p) dl->AddText({x0 + 3, y0 + (band - 13) / 2}, IM_COL32_WHITE, it->name.c_str());
       if (io.MousePos.x >= x0 && io.MousePos.x < x1 && io.MousePos.y >= top && io.MousePos.y < bottom) hovered = &*it;
     }
     flush_run();

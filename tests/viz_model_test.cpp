@@ -1,5 +1,6 @@
-// The visualizer's trace loader: it reads what every backend writes, and
-// rejects malformed files with a message that names the file and the fault.
+// The visualizer's model: the trace loader reads what every backend writes and
+// rejects malformed files with a message that names the file and the fault;
+// the chunk history records whose data each chunk holds after every delivery.
 #include <fstream>
 #include <sstream>
 
@@ -7,6 +8,7 @@
 
 #include "harness.h"
 #include "labkit/error.h"
+#include "scenario.h"
 #include "trace_model.h"
 
 using namespace labkit;
@@ -67,4 +69,25 @@ TEST(VizTrace, AcceptsTheBareArrayForm) {
   ASSERT_EQ(m.tracks.size(), 2u);
   EXPECT_EQ(m.tracks[1].spans.at(0).kind, viz::Kind::compute);
   EXPECT_DOUBLE_EQ(m.end, 5e-6);
+}
+
+TEST(VizChunks, RingAllReduceReducesOneChunkPerRankThenGathersThem) {
+  const viz::ChunkHistory h = viz::chunk_history(viz::parse_scenario("ring:4:1K"));
+  ASSERT_EQ(h.times.size(), 1u + 2 * 3);  // the start, then 2(P-1) steps (every rank in step)
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(h.states[0][r][c], 1u << r) << "at the start every chunk is its rank's own";
+      EXPECT_EQ(h.states[3][r][c] == h.everyone, c == (r + 1) % 4) << "after reduce-scatter rank " << r
+                                                                    << " holds the full sum of chunk r+1 only";
+      EXPECT_EQ(h.states.back()[r][c], h.everyone) << "at the end everyone has everything";
+    }
+}
+
+TEST(VizChunks, AllGatherFillsEveryBlockWithItsRanksData) {
+  const viz::ChunkHistory h = viz::chunk_history(viz::parse_scenario("ring:5:1K:all_gather"));
+  ASSERT_FALSE(h.states.empty());
+  for (int r = 0; r < 5; ++r)
+    for (int c = 0; c < 5; ++c) EXPECT_EQ(h.states.back()[r][c], 1u << c);
+  EXPECT_TRUE(viz::chunk_history(viz::parse_scenario("pairwise:4:1K:all_to_all")).states.empty());
+  EXPECT_THROW(viz::parse_scenario("ring:eight:1M"), Error);
 }
