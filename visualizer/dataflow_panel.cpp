@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <vector>
 
 #include <imgui.h>
 
@@ -75,7 +76,19 @@ void draw_dataflow(App& app) {
   const ImVec2 center{origin.x + size.x / 2, origin.y + size.y / 2};
   const float radius = std::max(20.0f, std::min(size.x, size.y) / 2 - 24);
   const float node = std::clamp(radius * 3.0f / std::max(ranks, 1), 3.0f, 14.0f);
+  // A binomial tree rooted at rank 0 is drawn as a tree: rank r sits at depth
+  // popcount(r) (the rounds its data took), spread across its level; anything
+  // else sits on a ring.
+  const bool tree = app.from_scenario && app.scenario.algorithm == "binomial_tree";
+  std::vector<int> level_size(8 * sizeof(int) + 1, 0), index_in_level(ranks);
+  for (int r = 0; r < ranks; ++r) index_in_level[r] = level_size[std::popcount(unsigned(r))]++;
+  const int depth = tree ? std::bit_width(unsigned(std::max(ranks - 1, 1))) : 0;
   auto at = [&](int r) {
+    if (tree) {
+      const int level = std::popcount(unsigned(r));
+      const float x = origin.x + size.x * (index_in_level[r] + 0.5f) / level_size[level];
+      return ImVec2{x, origin.y + 24 + (size.y - 60) * level / std::max(depth, 1)};
+    }
     const float angle = 2 * 3.14159265f * r / std::max(ranks, 1) - 3.14159265f / 2;
     return ImVec2{center.x + radius * std::cos(angle), center.y + radius * std::sin(angle)};
   };
@@ -88,7 +101,7 @@ void draw_dataflow(App& app) {
     dl->AddCircleFilled({a.x + (b.x - a.x) * u, a.y + (b.y - a.y) * u}, std::max(2.0f, node / 3), colors::message);
   }
   // Nodes as groups: a shaded arc behind the ranks of each node.
-  if (app.from_scenario) {
+  if (app.from_scenario && !tree) {
     const int per_node = labkit::find_topology(app.scenario.topology).devices_per_node;
     for (int first = 0; per_node < ranks && first < ranks; first += per_node) {
       const float a0 = 2 * 3.14159265f * (first - 0.4f) / ranks - 3.14159265f / 2;
