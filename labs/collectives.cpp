@@ -37,11 +37,10 @@ Values make(std::size_t n, const std::function<float(std::size_t)>& f) {
   return v;
 }
 
-// What rank 0 printed, for --json.
-nlohmann::json report = nlohmann::json::array();
-
-// Runs `call` on every rank and has rank 0 print each rank's `in` before and `out` after.
-void show(Comm& comm, const std::string& title, Values& in, Values& out, const std::function<void()>& call) {
+// Runs `call` on every rank and has rank 0 print each rank's `in` before and
+// `out` after, and add them to `report` (--json).
+void show_buffers(Comm& comm, nlohmann::json& report, const std::string& title, Values& in, Values& out,
+                  const std::function<void()>& call) {
   const auto before = comm.inspect(view_of(in));
   std::vector<double> clock = {comm.now(), 0};
   call();
@@ -72,7 +71,10 @@ std::string with_algo(Comm& comm, Collective c, const std::string& what) {
   return fmt::format("{} on {} ranks, algo {}", what, comm.size(), comm.algorithm(c));
 }
 
-void demo(Comm& comm, const std::string& name, const Options& o) {
+void demo(Comm& comm, const std::string& name, const Options& o, nlohmann::json& report) {
+  auto show = [&](Comm& c, const std::string& title, Values& in, Values& out, const std::function<void()>& call) {
+    show_buffers(c, report, title, in, out, call);
+  };
   const int p = comm.size(), r = comm.rank(), root = o.root;
   const ReduceOp op = parse_reduce_op(o.reduce_op);
   const std::string reduce_args = "op=" + o.reduce_op;
@@ -138,7 +140,7 @@ void demo(Comm& comm, const std::string& name, const Options& o) {
 }
 
 // The identities the reading states, checked element by element on every rank.
-bool check_identities(Comm& comm) {
+bool check_identities(Comm& comm, nlohmann::json& report) {
   const int p = comm.size(), r = comm.rank();
   const std::size_t n = 2 * p;  // divisible by P, as reduce_scatter needs
   Values x = make(n, [&](std::size_t i) { return float((r + 1) * 100 + i); });
@@ -194,11 +196,12 @@ int main(int argc, char** argv) {
   const std::vector<std::string> all = {"broadcast", "reduce", "all_reduce", "gather", "scatter",
                                         "all_gather", "reduce_scatter", "all_to_all", "send_recv", "barrier"};
   bool identities_hold = true;
+  nlohmann::json report = nlohmann::json::array();  // what rank 0 printed, for --json
   try {
     run(run_options, [&](Comm& comm) {
-      if (o.op != "all") return demo(comm, o.op, o);
-      for (const std::string& name : all) demo(comm, name, o);
-      if (!check_identities(comm)) identities_hold = false;
+      if (o.op != "all") return demo(comm, o.op, o, report);
+      for (const std::string& name : all) demo(comm, name, o, report);
+      if (!check_identities(comm, report)) identities_hold = false;
     });
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
