@@ -219,6 +219,17 @@ void attention_backward(T* dinp, T* dpreatt, T* datt, const T* dout, const T* in
       }
 }
 
+template <class T> void residual_forward(T* out, const T* a, const T* b, int n) {
+  for (int i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+template <class T> void residual_backward(T* da, T* db, const T* dout, int n) {
+  for (int i = 0; i < n; ++i) {
+    da[i] += dout[i];
+    db[i] += dout[i];
+  }
+}
+
 template <class T> void crossentropy_forward(T* losses, const T* probs, const int* targets, int N, int V) {
   for (int n = 0; n < N; ++n) losses[n] = -std::log(probs[std::size_t(n) * V + targets[n]]);
 }
@@ -248,6 +259,8 @@ void crossentropy_softmax_backward(T* dlogits, const T* dlosses, const T* probs,
   template void softmax_backward<T>(T*, const T*, const T*, int, int);                                      \
   template void attention_forward<T>(T*, T*, T*, const T*, int, int, int, int);                             \
   template void attention_backward<T>(T*, T*, T*, const T*, const T*, const T*, int, int, int, int);        \
+  template void residual_forward<T>(T*, const T*, const T*, int);                                           \
+  template void residual_backward<T>(T*, T*, const T*, int);                                                \
   template void crossentropy_forward<T>(T*, const T*, const int*, int, int);                                \
   template void crossentropy_softmax_backward<T>(T*, const T*, const T*, const int*, int, int);
 LABKIT_OPS(float)

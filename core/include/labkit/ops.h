@@ -50,6 +50,10 @@ template <class T>
 void attention_backward(T* dinp, T* dpreatt, T* datt, const T* dout, const T* inp, const T* att, int B, int Tn, int C,
                         int NH);
 
+// The residual connection: out = a + b; its backward passes dout to both.
+template <class T> void residual_forward(T* out, const T* a, const T* b, int n);
+template <class T> void residual_backward(T* da, T* db, const T* dout, int n);
+
 // Cross-entropy: losses (N) = -log probs[target]; the backward of softmax and
 // cross-entropy fused: dlogits += dloss (probs - onehot(target)).
 template <class T> void crossentropy_forward(T* losses, const T* probs, const int* targets, int N, int V);

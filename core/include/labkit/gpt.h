@@ -1,0 +1,55 @@
+// A tiny GPT-2 that trains on a CPU, written the way llm.c's train_gpt2.c is:
+// every parameter tensor lives in one flat buffer, every activation in another,
+// and forward and backward are a walk down and back up the layers calling the
+// ops of labkit/ops.h. The training labs (DDP, FSDP, tensor and pipeline
+// parallelism) check their parallel runs against this one, to the bit.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace labkit {
+
+struct GptConfig {
+  int max_seq = 32;   // T: the context the model sees
+  int vocab = 64;     // V
+  int layers = 2;     // L
+  int heads = 4;      // NH
+  int channels = 64;  // C
+};
+GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
+
+class Gpt {
+ public:
+  Gpt(const GptConfig& config, std::uint64_t seed);  // GPT-2's initialisation, seeded
+
+  // Mean cross-entropy of predicting targets (B,T) from tokens (B,T).
+  float forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
+  void zero_grad();
+  void backward();  // of the last forward
+  // AdamW (Loshchilov & Hutter 2019): m, v in fp32, bias-corrected, decoupled weight decay.
+  void adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay);
+
+  // Every parameter in one flat buffer (GPT-2's order), and the gradients in
+  // another of the same layout: what data parallelism averages and FSDP shards.
+  std::size_t parameter_count() const { return params_.size(); }
+  std::vector<float>& parameters() { return params_; }
+  std::vector<float>& gradients() { return grads_; }
+  // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention).
+  double flops_per_step(int B, int T) const;
+
+ private:
+  struct Tensors;  // pointers into a flat buffer, in GPT-2's order
+  GptConfig config_;
+  std::vector<float> params_, grads_, m_, v_, acts_, grad_acts_;
+  std::vector<int> tokens_, targets_;
+  int B_ = 0, T_ = 0;
+  int step_ = 0;
+};
+
+// A character-level corpus made here from a small grammar, seeded, so nothing is
+// downloaded and every run sees the same text.
+std::string synthetic_corpus(std::size_t chars, std::uint64_t seed);
+
+}  // namespace labkit

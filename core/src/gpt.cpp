@@ -1,0 +1,250 @@
+#include "labkit/gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+
+#include "labkit/ops.h"
+
+namespace labkit {
+
+using namespace ops;
+
+GptConfig gpt_preset(const std::string& name, int vocab) {
+  if (name == "tiny-gpt") return {.max_seq = 32, .vocab = vocab, .layers = 2, .heads = 4, .channels = 64};
+  throw std::invalid_argument("unknown model '" + name + "' (tiny-gpt)");
+}
+
+// Carves consecutive tensors out of one flat buffer, in order.
+namespace {
+class Carver {
+ public:
+  explicit Carver(float* base) : at_(base) {}
+  float* take(std::size_t n) {
+    float* p = at_;
+    at_ += n;
+    return p;
+  }
+
+ private:
+  float* at_;
+};
+
+struct Params {
+  float *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
+      *lnfw, *lnfb;
+};
+
+// GPT-2's parameters (V,C), (maxT,C), then per layer L x: ln1 (C), qkv (3C,C)
+// and (3C), attention projection (C,C) and (C), ln2 (C), fc (4C,C) and (4C),
+// fc projection (C,4C) and (C); the final ln (C).
+std::size_t param_count(const GptConfig& c) {
+  const std::size_t C = c.channels, L = c.layers;
+  return c.vocab * C + c.max_seq * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
+                                              4 * C * C + C) + 2 * C;
+}
+
+Params params_at(float* base, const GptConfig& c) {
+  const std::size_t C = c.channels, L = c.layers;
+  Carver k(base);
+  Params p;
+  p.wte = k.take(c.vocab * C);
+  p.wpe = k.take(c.max_seq * C);
+  p.ln1w = k.take(L * C);
+  p.ln1b = k.take(L * C);
+  p.qkvw = k.take(L * 3 * C * C);
+  p.qkvb = k.take(L * 3 * C);
+  p.attprojw = k.take(L * C * C);
+  p.attprojb = k.take(L * C);
+  p.ln2w = k.take(L * C);
+  p.ln2b = k.take(L * C);
+  p.fcw = k.take(L * 4 * C * C);
+  p.fcb = k.take(L * 4 * C);
+  p.fcprojw = k.take(L * C * 4 * C);
+  p.fcprojb = k.take(L * C);
+  p.lnfw = k.take(C);
+  p.lnfb = k.take(C);
+  return p;
+}
+
+struct Acts {
+  float *encoded, *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *preatt, *att, *attproj, *residual2, *ln2, *ln2_mean,
+      *ln2_rstd, *fch, *fch_gelu, *fcproj, *residual3, *lnf, *lnf_mean, *lnf_rstd, *logits, *probs, *losses;
+};
+
+std::size_t act_count(const GptConfig& c, int B, int T) {
+  const std::size_t BT = std::size_t(B) * T, C = c.channels, L = c.layers, NH = c.heads, V = c.vocab;
+  return BT * C + L * (BT * C + 2 * BT + BT * 3 * C + BT * C + 2 * B * NH * T * T + 2 * BT * C + BT * C + 2 * BT +
+                       2 * BT * 4 * C + 2 * BT * C) + BT * C + 2 * BT + 2 * BT * V + BT;
+}
+
+Acts acts_at(float* base, const GptConfig& c, int B, int T) {
+  const std::size_t BT = std::size_t(B) * T, C = c.channels, L = c.layers, NH = c.heads, V = c.vocab;
+  Carver k(base);
+  Acts a;
+  a.encoded = k.take(BT * C);
+  a.ln1 = k.take(L * BT * C);
+  a.ln1_mean = k.take(L * BT);
+  a.ln1_rstd = k.take(L * BT);
+  a.qkv = k.take(L * BT * 3 * C);
+  a.atty = k.take(L * BT * C);
+  a.preatt = k.take(L * B * NH * T * T);
+  a.att = k.take(L * B * NH * T * T);
+  a.attproj = k.take(L * BT * C);
+  a.residual2 = k.take(L * BT * C);
+  a.ln2 = k.take(L * BT * C);
+  a.ln2_mean = k.take(L * BT);
+  a.ln2_rstd = k.take(L * BT);
+  a.fch = k.take(L * BT * 4 * C);
+  a.fch_gelu = k.take(L * BT * 4 * C);
+  a.fcproj = k.take(L * BT * C);
+  a.residual3 = k.take(L * BT * C);
+  a.lnf = k.take(BT * C);
+  a.lnf_mean = k.take(BT);
+  a.lnf_rstd = k.take(BT);
+  a.logits = k.take(BT * V);
+  a.probs = k.take(BT * V);
+  a.losses = k.take(BT);
+  return a;
+}
+}  // namespace
+
+Gpt::Gpt(const GptConfig& config, std::uint64_t seed)
+    : config_(config), params_(param_count(config)), grads_(params_.size()), m_(params_.size()), v_(params_.size()) {
+  if (config.channels % config.heads) throw std::invalid_argument("gpt: channels must divide by heads");
+  // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by
+  // 1/sqrt(2L) (Radford et al. 2019), zero biases, unit layer-norm gains.
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const Params p = params_at(params_.data(), config);
+  const std::size_t C = config.channels, L = config.layers;
+  auto fill = [&](float* t, std::size_t n, float scale) {
+    for (std::size_t i = 0; i < n; ++i) t[i] = normal(gen) * scale;
+  };
+  const float residual_scale = 1.0f / std::sqrt(2.0f * L);
+  fill(p.wte, config.vocab * C, 1);
+  fill(p.wpe, config.max_seq * C, 1);
+  fill(p.qkvw, L * 3 * C * C, 1);
+  fill(p.attprojw, L * C * C, residual_scale);
+  fill(p.fcw, L * 4 * C * C, 1);
+  fill(p.fcprojw, L * C * 4 * C, residual_scale);
+  std::fill_n(p.ln1w, L * C, 1.0f);
+  std::fill_n(p.ln2w, L * C, 1.0f);
+  std::fill_n(p.lnfw, C, 1.0f);
+}
+
+float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+  if (T > config_.max_seq) throw std::invalid_argument("gpt: sequence longer than the model's context");
+  if (B != B_ || T != T_) {
+    B_ = B;
+    T_ = T;
+    acts_.assign(act_count(config_, B, T), 0.0f);
+    grad_acts_.assign(acts_.size(), 0.0f);
+  }
+  tokens_ = tokens;
+  targets_ = targets;
+  const int C = config_.channels, L = config_.layers, NH = config_.heads, V = config_.vocab, BT = B * T;
+  const Params p = params_at(params_.data(), config_);
+  const Acts a = acts_at(acts_.data(), config_, B, T);
+  encoder_forward(a.encoded, tokens.data(), p.wte, p.wpe, B, T, C);
+  for (int l = 0; l < L; ++l) {
+    const float* residual = l == 0 ? a.encoded : a.residual3 + std::size_t(l - 1) * BT * C;
+    const std::size_t btc = std::size_t(l) * BT * C, bt = std::size_t(l) * BT, att = std::size_t(l) * B * NH * T * T;
+    float *ln1 = a.ln1 + btc, *qkv = a.qkv + 3 * btc, *atty = a.atty + btc, *attproj = a.attproj + btc;
+    float *residual2 = a.residual2 + btc, *ln2 = a.ln2 + btc, *fch = a.fch + 4 * btc, *fch_gelu = a.fch_gelu + 4 * btc;
+    float *fcproj = a.fcproj + btc, *residual3 = a.residual3 + btc;
+    layernorm_forward(ln1, a.ln1_mean + bt, a.ln1_rstd + bt, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C);
+    matmul_forward(qkv, ln1, p.qkvw + std::size_t(l) * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
+    attention_forward(atty, a.preatt + att, a.att + att, qkv, B, T, C, NH);
+    matmul_forward(attproj, atty, p.attprojw + std::size_t(l) * C * C, p.attprojb + l * C, BT, C, C);
+    residual_forward(residual2, residual, attproj, BT * C);
+    layernorm_forward(ln2, a.ln2_mean + bt, a.ln2_rstd + bt, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C);
+    matmul_forward(fch, ln2, p.fcw + std::size_t(l) * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
+    gelu_forward(fch_gelu, fch, BT * 4 * C);
+    matmul_forward(fcproj, fch_gelu, p.fcprojw + std::size_t(l) * C * 4 * C, p.fcprojb + l * C, BT, 4 * C, C);
+    residual_forward(residual3, residual2, fcproj, BT * C);
+  }
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + std::size_t(L - 1) * BT * C, p.lnfw, p.lnfb, BT, C);
+  matmul_forward(a.logits, a.lnf, p.wte, static_cast<const float*>(nullptr), BT, C, V);  // the head shares wte
+  softmax_forward(a.probs, a.logits, BT, V);
+  crossentropy_forward(a.losses, a.probs, targets.data(), BT, V);
+  double mean = 0;
+  for (int i = 0; i < BT; ++i) mean += a.losses[i];
+  return float(mean / BT);
+}
+
+void Gpt::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
+
+void Gpt::backward() {
+  const int B = B_, T = T_, C = config_.channels, L = config_.layers, NH = config_.heads, V = config_.vocab, BT = B * T;
+  std::fill(grad_acts_.begin(), grad_acts_.end(), 0.0f);
+  const Params p = params_at(params_.data(), config_), g = params_at(grads_.data(), config_);
+  const Acts a = acts_at(acts_.data(), config_, B, T), d = acts_at(grad_acts_.data(), config_, B, T);
+  std::fill_n(d.losses, BT, 1.0f / BT);  // the loss is the mean over B x T
+  crossentropy_softmax_backward(d.logits, d.losses, a.probs, targets_.data(), BT, V);
+  matmul_backward(d.lnf, g.wte, static_cast<float*>(nullptr), d.logits, a.lnf, p.wte, BT, C, V);
+  const std::size_t last = std::size_t(L - 1) * BT * C;
+  layernorm_backward(d.residual3 + last, g.lnfw, g.lnfb, d.lnf, a.residual3 + last, p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C);
+  for (int l = L - 1; l >= 0; --l) {
+    const std::size_t btc = std::size_t(l) * BT * C, bt = std::size_t(l) * BT, att = std::size_t(l) * B * NH * T * T;
+    const float* residual = l == 0 ? a.encoded : a.residual3 + btc - BT * C;
+    float* dresidual = l == 0 ? d.encoded : d.residual3 + btc - BT * C;
+    residual_backward(d.residual2 + btc, d.fcproj + btc, d.residual3 + btc, BT * C);
+    matmul_backward(d.fch_gelu + 4 * btc, g.fcprojw + std::size_t(l) * C * 4 * C, g.fcprojb + l * C, d.fcproj + btc,
+                    a.fch_gelu + 4 * btc, p.fcprojw + std::size_t(l) * C * 4 * C, BT, 4 * C, C);
+    gelu_backward(d.fch + 4 * btc, a.fch + 4 * btc, d.fch_gelu + 4 * btc, BT * 4 * C);
+    matmul_backward(d.ln2 + btc, g.fcw + std::size_t(l) * 4 * C * C, g.fcb + l * 4 * C, d.fch + 4 * btc, a.ln2 + btc,
+                    p.fcw + std::size_t(l) * 4 * C * C, BT, C, 4 * C);
+    layernorm_backward(d.residual2 + btc, g.ln2w + l * C, g.ln2b + l * C, d.ln2 + btc, a.residual2 + btc,
+                       p.ln2w + l * C, a.ln2_mean + bt, a.ln2_rstd + bt, BT, C);
+    residual_backward(dresidual, d.attproj + btc, d.residual2 + btc, BT * C);
+    matmul_backward(d.atty + btc, g.attprojw + std::size_t(l) * C * C, g.attprojb + l * C, d.attproj + btc,
+                    a.atty + btc, p.attprojw + std::size_t(l) * C * C, BT, C, C);
+    attention_backward(d.qkv + 3 * btc, d.preatt + att, d.att + att, d.atty + btc, a.qkv + 3 * btc, a.att + att, B, T,
+                       C, NH);
+    matmul_backward(d.ln1 + btc, g.qkvw + std::size_t(l) * 3 * C * C, g.qkvb + l * 3 * C, d.qkv + 3 * btc,
+                    a.ln1 + btc, p.qkvw + std::size_t(l) * 3 * C * C, BT, C, 3 * C);
+    layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, d.ln1 + btc, residual, p.ln1w + l * C,
+                       a.ln1_mean + bt, a.ln1_rstd + bt, BT, C);
+  }
+  encoder_backward(g.wte, g.wpe, d.encoded, tokens_.data(), B, T, C);
+}
+
+void Gpt::adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay) {
+  ++step_;
+  const float correct1 = 1.0f - std::pow(beta1, float(step_)), correct2 = 1.0f - std::pow(beta2, float(step_));
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const float g = grads_[i];
+    m_[i] = beta1 * m_[i] + (1 - beta1) * g;
+    v_[i] = beta2 * v_[i] + (1 - beta2) * g * g;
+    params_[i] -= lr * ((m_[i] / correct1) / (std::sqrt(v_[i] / correct2) + eps) + weight_decay * params_[i]);
+  }
+}
+
+double Gpt::flops_per_step(int B, int T) const {
+  const int C = config_.channels, V = config_.vocab, N = B * T;
+  const double per_layer = matmul_flops(N, C, 3 * C) + matmul_flops(N, C, C) + matmul_flops(N, C, 4 * C) +
+                           matmul_flops(N, 4 * C, C) + attention_flops(B, T, C);
+  const double forward = config_.layers * per_layer + matmul_flops(N, C, V);
+  return 3 * forward;  // backward costs twice the forward
+}
+
+std::string synthetic_corpus(std::size_t chars, std::uint64_t seed) {
+  static const char* subjects[] = {"the cat", "a dog", "my friend", "the old man", "a small bird", "the teacher",
+                                   "her brother", "the farmer"};
+  static const char* verbs[] = {"sat on", "looked at", "ran to", "found", "painted", "walked past", "liked", "saw"};
+  static const char* objects[] = {"the mat", "a tall tree", "the river", "an open door", "the red house",
+                                  "a quiet field", "the market", "the blue boat"};
+  std::mt19937_64 gen(seed);
+  std::string text;
+  while (text.size() < chars) {
+    std::string sentence = std::string(subjects[gen() % 8]) + " " + verbs[gen() % 8] + " " + objects[gen() % 8];
+    sentence[0] = char(std::toupper(sentence[0]));
+    text += sentence + (gen() % 4 == 0 ? ".\n" : ". ");
+  }
+  text.resize(chars);
+  return text;
+}
+
+}  // namespace labkit

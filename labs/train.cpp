@@ -1,0 +1,106 @@
+// Train a tiny GPT on the kit's character corpus, on one rank.
+//
+//   ./labkit lab train --model tiny-gpt --steps 200
+//
+//   step    0/200  loss 3.33
+//   step   20/200  loss 2.41
+//   ...
+//
+// The model and its ops are core/src/gpt.cpp and core/src/ops.cpp (llm.c's
+// layout). Each step charges the simulator its FLOPs, so the virtual clock
+// shows what the step would take on the topology's device. The data-parallel,
+// FSDP, tensor- and pipeline-parallel labs check their runs against this one.
+#include <algorithm>
+#include <chrono>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/gpt.h"
+#include "labkit/output.h"
+#include "labkit/run.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a tiny GPT on one rank"};
+  std::string model_name = "tiny-gpt", json;
+  int steps = 200, batch = 8, every = 20;
+  float lr = 3e-3f;
+  std::uint64_t seed = 1337;
+  RunOptions run_options;
+  run_options.ranks = 1;
+  app.add_option("--model", model_name, "tiny-gpt")->capture_default_str();
+  app.add_option("--steps", steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, "AdamW learning rate")->capture_default_str();
+  app.add_option("--seed", seed, "initialisation and corpus")->capture_default_str();
+  app.add_option("--print-every", every, "steps between loss lines")->capture_default_str();
+  app.add_option("--json", json, "also write the loss curve as JSON");
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  // The corpus, as characters; 90% to train on, the rest to validate.
+  const std::string text = synthetic_corpus(200000, seed);
+  const std::set<char> charset(text.begin(), text.end());
+  const std::vector<char> table(charset.begin(), charset.end());
+  std::vector<int> ids;
+  for (char c : text) ids.push_back(int(std::lower_bound(table.begin(), table.end(), c) - table.begin()));
+  const std::size_t split = ids.size() * 9 / 10;
+
+  try {
+    const GptConfig config = gpt_preset(model_name, int(table.size()));
+    const int T = config.max_seq;
+    nlohmann::json curve = nlohmann::json::array();
+    const auto start = std::chrono::steady_clock::now();
+    run(run_options, [&](Comm& comm) {
+      Gpt model(config, seed);
+      std::vector<int> x(batch * T), y(batch * T);
+      // Batch s of rank r: windows spread over the training text, so ranks never share one.
+      auto load = [&](int s, std::size_t lo, std::size_t hi) {
+        for (int b = 0; b < batch; ++b) {
+          const std::size_t window = (std::size_t(s) * batch * comm.size() + comm.rank() * batch + b) * 7919;
+          const std::size_t at = lo + window % (hi - lo - T - 1);
+          for (int t = 0; t < T; ++t) {
+            x[b * T + t] = ids[at + t];
+            y[b * T + t] = ids[at + t + 1];
+          }
+        }
+      };
+      if (comm.rank() == 0)
+        fmt::print("{}: {} parameters, {} layers, {} channels, context {}, vocabulary {}\n", model_name,
+                   model.parameter_count(), config.layers, config.channels, T, config.vocab);
+      for (int s = 0; s <= steps; ++s) {
+        const bool report = s % every == 0 || s == steps;
+        float val = 0;
+        if (report) {  // validate first: backward needs the training batch's activations
+          load(s, split, ids.size());
+          val = model.forward(x, y, batch, T);
+        }
+        load(s, 0, split);
+        const float loss = model.forward(x, y, batch, T);
+        if (report) {
+          if (comm.rank() == 0) fmt::print("step {:>5}/{}  loss {:.4f}  val {:.4f}\n", s, steps, loss, val);
+          curve.push_back({{"step", s}, {"loss", loss}, {"val_loss", val}});
+        }
+        if (s == steps) break;
+        model.zero_grad();
+        model.backward();
+        model.adamw_update(lr, 0.9f, 0.999f, 1e-8f, 0.0f);
+        comm.compute("step", model.flops_per_step(batch, T));
+      }
+      if (comm.rank() == 0) {
+        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this CPU; {} on the simulated {}\n", steps, batch * T,
+                   steps * batch * T / wall, format_seconds(comm.now()), run_options.topology);
+      }
+    });
+    if (!json.empty()) create_file(json) << curve.dump(2) << '\n';
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

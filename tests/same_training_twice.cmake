@@ -1,0 +1,11 @@
+# Trains twice with the same seed and fails unless the loss curves are identical to the bit.
+foreach(i 1 2)
+  execute_process(COMMAND ${LAB} --steps 40 --print-every 5 --json ${OUT}/train_${i}.json OUTPUT_QUIET RESULT_VARIABLE status)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "training run ${i} failed with ${status}")
+  endif()
+endforeach()
+execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${OUT}/train_1.json ${OUT}/train_2.json RESULT_VARIABLE differ)
+if(differ)
+  message(FATAL_ERROR "two runs with the same seed trained differently")
+endif()
