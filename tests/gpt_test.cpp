@@ -84,3 +84,28 @@ TEST(Gpt, LearnsTheCorpusAndIsReproducibleToTheBit) {
   EXPECT_EQ(a, b);
   EXPECT_EQ(params_a, params_b);
 }
+
+TEST(Gpt, ReportsEachRangeOfGradientsOnceInBackwardOrder) {
+  const Data d = encode(synthetic_corpus(5000, 7));
+  Gpt model({.max_seq = 16, .vocab = d.vocab, .layers = 3, .heads = 4, .channels = 32}, 1);
+  std::vector<int> x, y;
+  batch(d, 0, 2, 16, x, y);
+  model.forward(x, y, 2, 16);
+  model.zero_grad();
+  std::vector<ParameterRange> ready;
+  std::vector<float> snapshot;
+  model.backward([&](ParameterRange r) {
+    ready.push_back(r);
+    // Final means final: the rest of backward must not touch this range again.
+    if (ready.size() == 2) snapshot.assign(model.gradients().begin() + r.offset, model.gradients().begin() + r.offset + r.count);
+  });
+  ASSERT_EQ(ready.size(), 1u + 3 + 1);  // final norm, layers 2, 1, 0, embeddings
+  EXPECT_EQ(ready[1].offset, model.layer_range(2).offset);
+  EXPECT_EQ(ready[3].offset, model.layer_range(0).offset);
+  EXPECT_EQ(ready[4].offset, 0u);
+  std::size_t covered = 0;
+  for (ParameterRange r : ready) covered += r.count;
+  EXPECT_EQ(covered, model.parameter_count());
+  const ParameterRange last_layer = ready[1];
+  EXPECT_TRUE(std::equal(snapshot.begin(), snapshot.end(), model.gradients().begin() + last_layer.offset));
+}

@@ -31,38 +31,36 @@ class Carver {
   float* at_;
 };
 
-struct Params {
-  float *wte, *wpe, *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb,
-      *lnfw, *lnfb;
+// The parameters, layer by layer, so one layer's are contiguous: the unit that
+// data parallelism reduces as soon as backward is done with it, and that FSDP
+// shards and gathers. wte (V,C), wpe (maxT,C); then each layer: ln1 (C, C),
+// qkv (3C,C) and (3C), attention projection (C,C) and (C), ln2 (C, C),
+// fc (4C,C) and (4C), fc projection (C,4C) and (C); then the final ln (C, C).
+struct Layer {
+  float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 };
 
-// GPT-2's parameters (V,C), (maxT,C), then per layer L x: ln1 (C), qkv (3C,C)
-// and (3C), attention projection (C,C) and (C), ln2 (C), fc (4C,C) and (4C),
-// fc projection (C,4C) and (C); the final ln (C).
+std::size_t layer_size(std::size_t C) { return 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C; }
+std::size_t embeddings_size(const GptConfig& c) { return std::size_t(c.vocab + c.max_seq) * c.channels; }
+
 std::size_t param_count(const GptConfig& c) {
-  const std::size_t C = c.channels, L = c.layers;
-  return c.vocab * C + c.max_seq * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C +
-                                              4 * C * C + C) + 2 * C;
+  return embeddings_size(c) + c.layers * layer_size(c.channels) + 2 * std::size_t(c.channels);
 }
 
+struct Params {
+  float *wte, *wpe, *lnfw, *lnfb;
+  std::vector<Layer> layers;
+};
+
 Params params_at(float* base, const GptConfig& c) {
-  const std::size_t C = c.channels, L = c.layers;
+  const std::size_t C = c.channels;
   Carver k(base);
   Params p;
   p.wte = k.take(c.vocab * C);
   p.wpe = k.take(c.max_seq * C);
-  p.ln1w = k.take(L * C);
-  p.ln1b = k.take(L * C);
-  p.qkvw = k.take(L * 3 * C * C);
-  p.qkvb = k.take(L * 3 * C);
-  p.attprojw = k.take(L * C * C);
-  p.attprojb = k.take(L * C);
-  p.ln2w = k.take(L * C);
-  p.ln2b = k.take(L * C);
-  p.fcw = k.take(L * 4 * C * C);
-  p.fcb = k.take(L * 4 * C);
-  p.fcprojw = k.take(L * C * 4 * C);
-  p.fcprojb = k.take(L * C);
+  for (int l = 0; l < c.layers; ++l)
+    p.layers.push_back({k.take(C), k.take(C), k.take(3 * C * C), k.take(3 * C), k.take(C * C), k.take(C), k.take(C),
+                        k.take(C), k.take(4 * C * C), k.take(4 * C), k.take(4 * C * C), k.take(C)});
   p.lnfw = k.take(C);
   p.lnfb = k.take(C);
   return p;
@@ -118,19 +116,21 @@ Gpt::Gpt(const GptConfig& config, std::uint64_t seed)
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const Params p = params_at(params_.data(), config);
-  const std::size_t C = config.channels, L = config.layers;
+  const std::size_t C = config.channels;
   auto fill = [&](float* t, std::size_t n, float scale) {
     for (std::size_t i = 0; i < n; ++i) t[i] = normal(gen) * scale;
   };
-  const float residual_scale = 1.0f / std::sqrt(2.0f * L);
+  const float residual_scale = 1.0f / std::sqrt(2.0f * config.layers);
   fill(p.wte, config.vocab * C, 1);
   fill(p.wpe, config.max_seq * C, 1);
-  fill(p.qkvw, L * 3 * C * C, 1);
-  fill(p.attprojw, L * C * C, residual_scale);
-  fill(p.fcw, L * 4 * C * C, 1);
-  fill(p.fcprojw, L * C * 4 * C, residual_scale);
-  std::fill_n(p.ln1w, L * C, 1.0f);
-  std::fill_n(p.ln2w, L * C, 1.0f);
+  for (const Layer& l : p.layers) {
+    std::fill_n(l.ln1w, C, 1.0f);
+    fill(l.qkvw, 3 * C * C, 1);
+    fill(l.attprojw, C * C, residual_scale);
+    std::fill_n(l.ln2w, C, 1.0f);
+    fill(l.fcw, 4 * C * C, 1);
+    fill(l.fcprojw, C * 4 * C, residual_scale);
+  }
   std::fill_n(p.lnfw, C, 1.0f);
 }
 
@@ -154,15 +154,16 @@ float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targe
     float *ln1 = a.ln1 + btc, *qkv = a.qkv + 3 * btc, *atty = a.atty + btc, *attproj = a.attproj + btc;
     float *residual2 = a.residual2 + btc, *ln2 = a.ln2 + btc, *fch = a.fch + 4 * btc, *fch_gelu = a.fch_gelu + 4 * btc;
     float *fcproj = a.fcproj + btc, *residual3 = a.residual3 + btc;
-    layernorm_forward(ln1, a.ln1_mean + bt, a.ln1_rstd + bt, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C);
-    matmul_forward(qkv, ln1, p.qkvw + std::size_t(l) * 3 * C * C, p.qkvb + l * 3 * C, BT, C, 3 * C);
+    const Layer& w = p.layers[l];
+    layernorm_forward(ln1, a.ln1_mean + bt, a.ln1_rstd + bt, residual, w.ln1w, w.ln1b, BT, C);
+    matmul_forward(qkv, ln1, w.qkvw, w.qkvb, BT, C, 3 * C);
     attention_forward(atty, a.preatt + att, a.att + att, qkv, B, T, C, NH);
-    matmul_forward(attproj, atty, p.attprojw + std::size_t(l) * C * C, p.attprojb + l * C, BT, C, C);
+    matmul_forward(attproj, atty, w.attprojw, w.attprojb, BT, C, C);
     residual_forward(residual2, residual, attproj, BT * C);
-    layernorm_forward(ln2, a.ln2_mean + bt, a.ln2_rstd + bt, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C);
-    matmul_forward(fch, ln2, p.fcw + std::size_t(l) * 4 * C * C, p.fcb + l * 4 * C, BT, C, 4 * C);
+    layernorm_forward(ln2, a.ln2_mean + bt, a.ln2_rstd + bt, residual2, w.ln2w, w.ln2b, BT, C);
+    matmul_forward(fch, ln2, w.fcw, w.fcb, BT, C, 4 * C);
     gelu_forward(fch_gelu, fch, BT * 4 * C);
-    matmul_forward(fcproj, fch_gelu, p.fcprojw + std::size_t(l) * C * 4 * C, p.fcprojb + l * C, BT, 4 * C, C);
+    matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
     residual_forward(residual3, residual2, fcproj, BT * C);
   }
   layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + std::size_t(L - 1) * BT * C, p.lnfw, p.lnfb, BT, C);
@@ -176,7 +177,7 @@ float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targe
 
 void Gpt::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
-void Gpt::backward() {
+void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
   const int B = B_, T = T_, C = config_.channels, L = config_.layers, NH = config_.heads, V = config_.vocab, BT = B * T;
   std::fill(grad_acts_.begin(), grad_acts_.end(), 0.0f);
   const Params p = params_at(params_.data(), config_), g = params_at(grads_.data(), config_);
@@ -186,29 +187,31 @@ void Gpt::backward() {
   matmul_backward(d.lnf, g.wte, static_cast<float*>(nullptr), d.logits, a.lnf, p.wte, BT, C, V);
   const std::size_t last = std::size_t(L - 1) * BT * C;
   layernorm_backward(d.residual3 + last, g.lnfw, g.lnfb, d.lnf, a.residual3 + last, p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C);
+  if (on_ready) on_ready({parameter_count() - 2 * std::size_t(C), 2 * std::size_t(C)});  // the final norm
   for (int l = L - 1; l >= 0; --l) {
     const std::size_t btc = std::size_t(l) * BT * C, bt = std::size_t(l) * BT, att = std::size_t(l) * B * NH * T * T;
     const float* residual = l == 0 ? a.encoded : a.residual3 + btc - BT * C;
     float* dresidual = l == 0 ? d.encoded : d.residual3 + btc - BT * C;
+    const Layer &w = p.layers[l], &dw = g.layers[l];
     residual_backward(d.residual2 + btc, d.fcproj + btc, d.residual3 + btc, BT * C);
-    matmul_backward(d.fch_gelu + 4 * btc, g.fcprojw + std::size_t(l) * C * 4 * C, g.fcprojb + l * C, d.fcproj + btc,
-                    a.fch_gelu + 4 * btc, p.fcprojw + std::size_t(l) * C * 4 * C, BT, 4 * C, C);
+    matmul_backward(d.fch_gelu + 4 * btc, dw.fcprojw, dw.fcprojb, d.fcproj + btc, a.fch_gelu + 4 * btc, w.fcprojw, BT,
+                    4 * C, C);
     gelu_backward(d.fch + 4 * btc, a.fch + 4 * btc, d.fch_gelu + 4 * btc, BT * 4 * C);
-    matmul_backward(d.ln2 + btc, g.fcw + std::size_t(l) * 4 * C * C, g.fcb + l * 4 * C, d.fch + 4 * btc, a.ln2 + btc,
-                    p.fcw + std::size_t(l) * 4 * C * C, BT, C, 4 * C);
-    layernorm_backward(d.residual2 + btc, g.ln2w + l * C, g.ln2b + l * C, d.ln2 + btc, a.residual2 + btc,
-                       p.ln2w + l * C, a.ln2_mean + bt, a.ln2_rstd + bt, BT, C);
+    matmul_backward(d.ln2 + btc, dw.fcw, dw.fcb, d.fch + 4 * btc, a.ln2 + btc, w.fcw, BT, C, 4 * C);
+    layernorm_backward(d.residual2 + btc, dw.ln2w, dw.ln2b, d.ln2 + btc, a.residual2 + btc, w.ln2w, a.ln2_mean + bt,
+                       a.ln2_rstd + bt, BT, C);
     residual_backward(dresidual, d.attproj + btc, d.residual2 + btc, BT * C);
-    matmul_backward(d.atty + btc, g.attprojw + std::size_t(l) * C * C, g.attprojb + l * C, d.attproj + btc,
-                    a.atty + btc, p.attprojw + std::size_t(l) * C * C, BT, C, C);
+    matmul_backward(d.atty + btc, dw.attprojw, dw.attprojb, d.attproj + btc, a.atty + btc, w.attprojw, BT, C, C);
     attention_backward(d.qkv + 3 * btc, d.preatt + att, d.att + att, d.atty + btc, a.qkv + 3 * btc, a.att + att, B, T,
                        C, NH);
-    matmul_backward(d.ln1 + btc, g.qkvw + std::size_t(l) * 3 * C * C, g.qkvb + l * 3 * C, d.qkv + 3 * btc,
-                    a.ln1 + btc, p.qkvw + std::size_t(l) * 3 * C * C, BT, C, 3 * C);
-    layernorm_backward(dresidual, g.ln1w + l * C, g.ln1b + l * C, d.ln1 + btc, residual, p.ln1w + l * C,
-                       a.ln1_mean + bt, a.ln1_rstd + bt, BT, C);
+    matmul_backward(d.ln1 + btc, dw.qkvw, dw.qkvb, d.qkv + 3 * btc, a.ln1 + btc, w.qkvw, BT, C, 3 * C);
+    layernorm_backward(dresidual, dw.ln1w, dw.ln1b, d.ln1 + btc, residual, w.ln1w, a.ln1_mean + bt, a.ln1_rstd + bt,
+                       BT, C);
+    // This layer's gradients are final: data parallelism can start reducing them.
+    if (on_ready) on_ready(layer_range(l));
   }
   encoder_backward(g.wte, g.wpe, d.encoded, tokens_.data(), B, T, C);
+  if (on_ready) on_ready({0, embeddings_size(config_)});
 }
 
 void Gpt::adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay) {
@@ -220,6 +223,11 @@ void Gpt::adamw_update(float lr, float beta1, float beta2, float eps, float weig
     v_[i] = beta2 * v_[i] + (1 - beta2) * g * g;
     params_[i] -= lr * ((m_[i] / correct1) / (std::sqrt(v_[i] / correct2) + eps) + weight_decay * params_[i]);
   }
+}
+
+ParameterRange Gpt::layer_range(int layer) const {
+  const std::size_t size = layer_size(config_.channels);
+  return {embeddings_size(config_) + layer * size, size};
 }
 
 double Gpt::flops_per_step(int B, int T) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,11 @@ struct GptConfig {
 };
 GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
 
+// A run of the flat parameter (and gradient) buffer: one layer, or the embeddings.
+struct ParameterRange {
+  std::size_t offset, count;
+};
+
 class Gpt {
  public:
   Gpt(const GptConfig& config, std::uint64_t seed);  // GPT-2's initialisation, seeded
@@ -27,7 +33,12 @@ class Gpt {
   // Mean cross-entropy of predicting targets (B,T) from tokens (B,T).
   float forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
   void zero_grad();
-  void backward();  // of the last forward
+  // Backward of the last forward. on_ready, if given, is called as soon as a
+  // range of gradients is final, in the order backward finishes them: the final
+  // norm, the layers from last to first, the embeddings (tied to the output
+  // head, so they finish last). DDP starts reducing a bucket there.
+  void backward(const std::function<void(ParameterRange)>& on_ready = {});
+  ParameterRange layer_range(int layer) const;
   // AdamW (Loshchilov & Hutter 2019): m, v in fp32, bias-corrected, decoupled weight decay.
   void adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay);
 
