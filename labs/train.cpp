@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/gpt.h"
+#include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     run(run_options, [&](Comm& comm) {
       Gpt model(config, seed);
+      AdamW adamw{.lr = lr};
       std::vector<int> x(batch * T), y(batch * T);
       // Batch s of rank r: windows spread over the training text, so ranks never share one.
       auto load = [&](int s, std::size_t lo, std::size_t hi) {
@@ -88,7 +90,7 @@ int main(int argc, char** argv) {
         if (s == steps) break;
         model.zero_grad();
         model.backward();
-        model.adamw_update(lr, 0.9f, 0.999f, 1e-8f, 0.0f);
+        adamw.update(model.parameters(), model.gradients());
         comm.compute("step", model.flops_per_step(batch, T));
       }
       if (comm.rank() == 0) {

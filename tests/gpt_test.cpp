@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "labkit/gpt.h"
+#include "labkit/optim.h"
 
 using namespace labkit;
 
@@ -41,12 +42,13 @@ std::vector<float> train(const Data& d, int steps, std::vector<float>* final_par
   Gpt model({.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32}, 42);
   std::vector<int> x, y;
   std::vector<float> losses;
+  AdamW adamw;
   for (int s = 0; s < steps; ++s) {
     batch(d, s, 4, 16, x, y);
     losses.push_back(model.forward(x, y, 4, 16));
     model.zero_grad();
     model.backward();
-    model.adamw_update(3e-3f, 0.9f, 0.999f, 1e-8f, 0.0f);
+    adamw.update(model.parameters(), model.gradients());
   }
   if (final_params) *final_params = model.parameters();
   return losses;
@@ -108,4 +110,19 @@ TEST(Gpt, ReportsEachRangeOfGradientsOnceInBackwardOrder) {
   EXPECT_EQ(covered, model.parameter_count());
   const ParameterRange last_layer = ready[1];
   EXPECT_TRUE(std::equal(snapshot.begin(), snapshot.end(), model.gradients().begin() + last_layer.offset));
+}
+
+TEST(Optimizers, OneStepByHand) {
+  std::vector<float> w = {1.0f, -2.0f}, g = {0.5f, 0.25f};
+  SgdMomentum sgd{.lr = 0.1f, .momentum = 0.9f};
+  sgd.update(w, g);
+  sgd.update(w, g);  // v = 0.9 g + g = 1.9 g
+  EXPECT_FLOAT_EQ(w[0], 1.0f - 0.1f * 0.5f - 0.1f * 1.9f * 0.5f);
+  std::vector<float> a = {1.0f};
+  AdamW adamw{.lr = 0.01f, .weight_decay = 0.1f};
+  adamw.update(a, std::vector<float>{2.0f});
+  // Step 1: m/(1-b1) = g, v/(1-b2) = g^2, so the step is lr (g/|g| + wd w).
+  EXPECT_NEAR(a[0], 1.0f - 0.01f * (1.0f + 0.1f * 1.0f), 1e-6);
+  std::vector<float> wrong(3);
+  EXPECT_THROW(adamw.update(wrong, std::vector<float>(3)), std::invalid_argument);
 }

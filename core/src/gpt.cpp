@@ -109,7 +109,7 @@ Acts acts_at(float* base, const GptConfig& c, int B, int T) {
 }  // namespace
 
 Gpt::Gpt(const GptConfig& config, std::uint64_t seed)
-    : config_(config), params_(param_count(config)), grads_(params_.size()), m_(params_.size()), v_(params_.size()) {
+    : config_(config), params_(param_count(config)), grads_(params_.size()) {
   if (config.channels % config.heads) throw std::invalid_argument("gpt: channels must divide by heads");
   // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by
   // 1/sqrt(2L) (Radford et al. 2019), zero biases, unit layer-norm gains.
@@ -212,17 +212,6 @@ void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
   }
   encoder_backward(g.wte, g.wpe, d.encoded, tokens_.data(), B, T, C);
   if (on_ready) on_ready({0, embeddings_size(config_)});
-}
-
-void Gpt::adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay) {
-  ++step_;
-  const float correct1 = 1.0f - std::pow(beta1, float(step_)), correct2 = 1.0f - std::pow(beta2, float(step_));
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const float g = grads_[i];
-    m_[i] = beta1 * m_[i] + (1 - beta1) * g;
-    v_[i] = beta2 * v_[i] + (1 - beta2) * g * g;
-    params_[i] -= lr * ((m_[i] / correct1) / (std::sqrt(v_[i] / correct2) + eps) + weight_decay * params_[i]);
-  }
 }
 
 ParameterRange Gpt::layer_range(int layer) const {

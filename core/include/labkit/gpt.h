@@ -39,8 +39,6 @@ class Gpt {
   // head, so they finish last). DDP starts reducing a bucket there.
   void backward(const std::function<void(ParameterRange)>& on_ready = {});
   ParameterRange layer_range(int layer) const;
-  // AdamW (Loshchilov & Hutter 2019): m, v in fp32, bias-corrected, decoupled weight decay.
-  void adamw_update(float lr, float beta1, float beta2, float eps, float weight_decay);
 
   // Every parameter in one flat buffer (GPT-2's order), and the gradients in
   // another of the same layout: what data parallelism averages and FSDP shards.
@@ -53,10 +51,9 @@ class Gpt {
  private:
   struct Tensors;  // pointers into a flat buffer, in GPT-2's order
   GptConfig config_;
-  std::vector<float> params_, grads_, m_, v_, acts_, grad_acts_;
+  std::vector<float> params_, grads_, acts_, grad_acts_;
   std::vector<int> tokens_, targets_;
   int B_ = 0, T_ = 0;
-  int step_ = 0;
 };
 
 // A character-level corpus made here from a small grammar, seeded, so nothing is
