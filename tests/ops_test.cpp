@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "labkit/ops.h"
+#include "labkit/tensor_parallel.h"
 
 using namespace labkit::ops;
 using Vec = std::vector<double>;
@@ -150,4 +151,32 @@ TEST(Precision, FloatMatchesDoubleToFloatPrecision) {
   matmul_forward(fo.data(), fi.data(), fw.data(), static_cast<const float*>(nullptr), N, C, OC);
   for (int i = 0; i < N * OC; ++i) EXPECT_NEAR(fo[i], out[i], 1e-5 * std::max(1.0, std::abs(out[i])));
   EXPECT_DOUBLE_EQ(matmul_flops(N, C, OC), 2.0 * N * C * OC);
+}
+
+TEST(TensorParallel, ColumnThenRowParallelMlpEqualsTheWholeMlp) {
+  // y = gelu(x W1^T + b1) W2^T + b2 with W1 (H, C) split by columns (rows of W1)
+  // and W2 (C, H) split by rows (columns of W2): each of p ranks computes a
+  // partial y; their sum (the all-reduce) plus b2 is the unsplit MLP.
+  const int N = 4, C = 8, H = 32, p = 4;
+  auto f = [](const Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  const std::vector<float> x = f(random(N * C, 20)), w1 = f(random(H * C, 21)), b1 = f(random(H, 22)),
+                           w2 = f(random(C * H, 23)), b2 = f(random(C, 24));
+  std::vector<float> h(N * H), g(N * H), y(N * C);
+  matmul_forward(h.data(), x.data(), w1.data(), b1.data(), N, C, H);
+  gelu_forward(g.data(), h.data(), N * H);
+  matmul_forward(y.data(), g.data(), w2.data(), b2.data(), N, H, C);
+
+  std::vector<float> sum(N * C, 0.0f);
+  const int slice = H / p;
+  for (int r = 0; r < p; ++r) {
+    const std::vector<float> w1_r = labkit::column_shard(w1, H, C, p, r), w2_r = labkit::row_shard(w2, C, H, p, r);
+    const std::vector<float> b1_r(b1.begin() + r * slice, b1.begin() + (r + 1) * slice);
+    std::vector<float> h_r(N * slice), g_r(N * slice), y_r(N * C);
+    matmul_forward(h_r.data(), x.data(), w1_r.data(), b1_r.data(), N, C, slice);
+    gelu_forward(g_r.data(), h_r.data(), N * slice);  // elementwise: no communication
+    matmul_forward(y_r.data(), g_r.data(), w2_r.data(), static_cast<const float*>(nullptr), N, slice, C);
+    for (int i = 0; i < N * C; ++i) sum[i] += y_r[i];
+  }
+  for (int i = 0; i < N * C; ++i) EXPECT_NEAR(sum[i] + b2[i % C], y[i], 1e-5) << "element " << i;
+  EXPECT_THROW(labkit::column_shard(w1, H, C, 5, 0), std::invalid_argument);
 }
