@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
           }
         }
       };
+      const std::int64_t model_bytes = std::int64_t(model.parameter_count() * sizeof(float));
+      comm.track_memory(MemoryUse::weights, model_bytes);
+      comm.track_memory(MemoryUse::gradients, model_bytes);
       if (comm.rank() == 0)
         fmt::print("{}: {} parameters, {} layers, {} channels, context {}, vocabulary {}\n", model_name,
                    model.parameter_count(), config.layers, config.channels, T, config.vocab);
@@ -91,12 +94,20 @@ int main(int argc, char** argv) {
         model.zero_grad();
         model.backward();
         adamw.update(model.parameters(), model.gradients());
+        if (s == 0) {  // the first step allocated the activations and AdamW's m and v
+          comm.track_memory(MemoryUse::activations, std::int64_t(model.activation_bytes()));
+          comm.track_memory(MemoryUse::optimizer, 2 * model_bytes);
+        }
         comm.compute("step", model.flops_per_step(batch, T));
       }
       if (comm.rank() == 0) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this CPU; {} on the simulated {}\n", steps, batch * T,
                    steps * batch * T / wall, format_seconds(comm.now()), run_options.topology);
+        std::string held;
+        for (MemoryUse use : kMemoryUses)
+          held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));
+        fmt::print("memory per rank: {}peak {}\n", held, format_bytes(comm.memory().peak_total));
       }
     });
     if (!json.empty()) create_file(json) << curve.dump(2) << '\n';

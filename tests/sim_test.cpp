@@ -346,3 +346,20 @@ TEST(SimCollectives, AllReduceAlgorithmsAreRightAcrossNodes) {
       for (int r = 0; r < p; ++r) ASSERT_EQ(got.per_rank[r], want.per_rank[r]) << algo << " P=" << p << " rank " << r;
     }
 }
+
+TEST(SimMemory, TracksCurrentAndPeakBytesAndTracesThemAsCounters) {
+  auto run = simulate(2, [](Comm& c) {
+    c.track_memory(MemoryUse::weights, 1000);
+    c.track_memory(MemoryUse::activations, 500 * (c.rank() + 1));
+    c.track_memory(MemoryUse::activations, -500 * (c.rank() + 1));
+    c.track_memory(MemoryUse::gradients, 1000);
+    EXPECT_EQ(c.memory().total(), 2000);
+    EXPECT_EQ(c.memory().peak[std::size_t(MemoryUse::activations)], 500 * (c.rank() + 1));
+    EXPECT_EQ(c.memory().peak_total, std::max(1500 + 500 * c.rank(), 2000));
+    EXPECT_THROW(c.track_memory(MemoryUse::optimizer, -1), std::invalid_argument);
+  });
+  std::ostringstream json;
+  run.trace->write_chrome_json(json, "sim");
+  EXPECT_NE(json.str().find(R"("name":"rank 1 memory","ph":"C")"), std::string::npos);
+  EXPECT_NE(json.str().find(R"("activations":1000.0)"), std::string::npos);
+}

@@ -18,6 +18,7 @@ json traced_run(int ranks) {
   auto run = test::simulate(ranks, [](Comm& c) {
     std::vector<float> buf(256, 1.0f);
     c.compute("forward", 1e9);
+    c.track_memory(MemoryUse::activations, 4096);
     c.set_algorithm(Collective::all_reduce, "ring");
     c.all_reduce(view_of(buf), ReduceOp::sum);
     c.set_algorithm(Collective::all_reduce, "native");
@@ -40,7 +41,10 @@ TEST(ChromeTrace, MatchesTheTraceEventFormatSchema) {
     ASSERT_TRUE(e.at("pid").is_number_integer()) << e;
     ASSERT_TRUE(e.at("tid").is_number_integer()) << e;
     const std::string ph = e["ph"];
-    ASSERT_TRUE(ph == "X" || ph == "M" || ph == "s" || ph == "f") << "unexpected phase " << e;
+    ASSERT_TRUE(ph == "X" || ph == "M" || ph == "s" || ph == "f" || ph == "C") << "unexpected phase " << e;
+    if (ph == "C") {  // a counter: every value a number
+      for (const auto& [key, value] : e.at("args").items()) EXPECT_TRUE(value.is_number()) << key;
+    }
     if (ph == "M") {
       ASSERT_TRUE(e.at("args").is_object()) << e;
       continue;
@@ -50,7 +54,7 @@ TEST(ChromeTrace, MatchesTheTraceEventFormatSchema) {
     if (ph == "X") {
       ASSERT_TRUE(e.at("dur").is_number()) << e;
       EXPECT_GE(e["dur"].get<double>(), 0) << e;
-    } else {
+    } else if (ph != "C") {
       ASSERT_TRUE(e.at("id").is_number_unsigned()) << e;
       EXPECT_LT(e["id"].get<std::uint64_t>(), 1ull << 53) << "flow ids must survive a JavaScript number";
       if (ph == "f") {

@@ -122,6 +122,7 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
     out.name = fmt::format("rank {}", t.rank);
     for (const labkit::TraceEvent& e : t.events) {
       using K = labkit::TraceEvent::Kind;
+      if (e.kind == K::memory) continue;  // counters, not spans
       const Kind kind = e.kind == K::collective ? Kind::collective
                         : e.kind == K::send   ? Kind::send
                         : e.kind == K::recv   ? Kind::recv

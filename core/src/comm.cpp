@@ -198,6 +198,14 @@ void Comm::compute_for(std::string_view what, double seconds) {
   if (track_) track_->events.push_back({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
 }
 
+void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
+  memory_.change(use, bytes);
+  if (!track_) return;
+  TraceEvent e{TraceEvent::Kind::memory, "memory", now(), now()};
+  for (MemoryUse u : kMemoryUses) e.counters.emplace_back(name_of(u), double(memory_.current[std::size_t(u)]));
+  track_->events.push_back(std::move(e));
+}
+
 std::vector<std::vector<double>> Comm::inspect(View buf) {
   std::vector<std::vector<double>> rows;
   for (const std::vector<std::byte>& bytes : gather_untimed(buf)) {

@@ -24,6 +24,7 @@ std::string_view category(TraceEvent::Kind kind) {
     case TraceEvent::Kind::collective: return "collective";
     case TraceEvent::Kind::send: case TraceEvent::Kind::recv: return "p2p";
     case TraceEvent::Kind::compute: return "compute";
+    case TraceEvent::Kind::memory: return "memory";
   }
   return "";
 }
@@ -68,6 +69,13 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
   }
   for (const TraceTrack& t : tracks_) {
     for (const TraceEvent& e : t.events) {
+      if (e.kind == TraceEvent::Kind::memory) {  // counters are per process in the format: name them per rank
+        nlohmann::json args = nlohmann::json::object();
+        for (const auto& [use, bytes] : e.counters) args[use] = bytes;
+        events.push_back({{"name", "rank " + std::to_string(t.rank) + " memory"}, {"cat", "memory"}, {"ph", "C"},
+                          {"pid", kPid}, {"tid", t.rank}, {"ts", micros(e.start)}, {"args", std::move(args)}});
+        continue;
+      }
       events.push_back(span(t.rank, e));
       if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) events.push_back(flow_end(t.rank, e));
     }

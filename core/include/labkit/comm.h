@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "labkit/collective.h"
+#include "labkit/memory_tracker.h"
 #include "labkit/trace.h"
 #include "labkit/view.h"
 
@@ -89,6 +90,11 @@ class Comm {
   void compute(std::string_view what, double flops);
   void compute_for(std::string_view what, double seconds);
 
+  // ---- memory: say what you allocate and free, by use; the trace draws it as a
+  // counter per rank, and memory() keeps the current and peak bytes.
+  void track_memory(MemoryUse use, std::int64_t bytes);
+  const MemoryTracker& memory() const { return memory_; }
+
   // Seconds since the run started: virtual on sim, wall clock on real backends.
   virtual double now() const = 0;
 
@@ -136,6 +142,7 @@ class Comm {
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::map<Collective, std::string> algorithms_;
+  MemoryTracker memory_;
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
   // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.
   std::map<std::tuple<int, int, int>, std::uint64_t> flow_counts_;

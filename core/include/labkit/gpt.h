@@ -45,6 +45,8 @@ class Gpt {
   std::size_t parameter_count() const { return params_.size(); }
   std::vector<float>& parameters() { return params_; }
   std::vector<float>& gradients() { return grads_; }
+  // Bytes of the activations and their gradients the last forward allocated.
+  std::size_t activation_bytes() const { return (acts_.size() + grad_acts_.size()) * sizeof(float); }
   // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention).
   double flops_per_step(int B, int T) const;
 

@@ -2,7 +2,8 @@
 // everything that shows results. Written as Chrome Trace Event Format JSON
 // (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
 // one track per rank, "X" spans for collectives, sends, receives and compute,
-// and "s"/"f" flow events that draw an arrow from each send to its receive.
+// "s"/"f" flow events that draw an arrow from each send to its receive, and "C"
+// counters of each rank's memory by use.
 // Perfetto (ui.perfetto.dev) and chrome://tracing open it.
 #pragma once
 
@@ -15,7 +16,7 @@
 namespace labkit {
 
 struct TraceEvent {
-  enum class Kind { collective, send, recv, compute };
+  enum class Kind { collective, send, recv, compute, memory };
   Kind kind;
   std::string name;     // "all_reduce", "send", "recv", or the compute region's name
   double start = 0;     // seconds
@@ -25,7 +26,9 @@ struct TraceEvent {
   std::uint64_t bytes = 0;
   std::uint64_t flow = 0;  // send and recv of one message share it
   // Collectives: algo, dtype, counts, op, root, as (key, value) pairs in order.
-  std::vector<std::pair<std::string, std::string>> args;
+  std::vector<std::pair<std::string, std::string>> args = {};
+  // Memory: the bytes held at `start`, by use (a Chrome counter event).
+  std::vector<std::pair<std::string, double>> counters = {};
 };
 
 // One rank's events, in the order they ended.
