@@ -126,3 +126,42 @@ TEST(Optimizers, OneStepByHand) {
   std::vector<float> wrong(3);
   EXPECT_THROW(adamw.update(wrong, std::vector<float>(3)), std::invalid_argument);
 }
+
+TEST(Gpt, TwoPipelineStagesComputeWhatOneModelDoes) {
+  // Stage 0 runs the embeddings and layer 0, stage 1 layers 1..2 and the head;
+  // the residual stream goes forward, its gradient comes back. The embeddings
+  // are tied to the head, so their gradient is the sum of both stages' (the
+  // all-reduce between first and last stage that Megatron-LM does).
+  const Data d = encode(synthetic_corpus(5000, 9));
+  const GptConfig config{.max_seq = 16, .vocab = d.vocab, .layers = 3, .heads = 4, .channels = 32};
+  std::vector<int> x, y;
+  batch(d, 0, 2, 16, x, y);
+  Gpt whole(config, 5), first(config, 5), second(config, 5);
+  const float loss = whole.forward(x, y, 2, 16);
+  whole.zero_grad();
+  whole.backward();
+
+  first.prepare(2, 16);
+  first.embed(x);
+  first.forward_layers(0, 1);
+  second.prepare(2, 16);
+  std::copy(first.stream(0).begin(), first.stream(0).end(), second.stream(0).begin());  // send the stream
+  second.forward_layers(1, 3);
+  EXPECT_EQ(second.head(y), loss);
+  first.zero_grad();
+  second.zero_grad();
+  second.backward_head();
+  second.backward_layers(1, 3);
+  std::copy(second.stream_grad(0).begin(), second.stream_grad(0).end(), first.stream_grad(0).begin());  // and back
+  first.backward_layers(0, 1);
+  first.backward_embed();
+
+  const ParameterRange layer1 = whole.layer_range(1), layer0 = whole.layer_range(0);
+  for (std::size_t i = 0; i < whole.parameter_count(); ++i) {
+    const float want = whole.gradients()[i];
+    if (i < layer0.offset)  // tied embeddings: summed, in another order than one model adds them
+      ASSERT_NEAR(first.gradients()[i] + second.gradients()[i], want, 1e-6f * std::max(1.0f, std::abs(want))) << i;
+    else  // each layer's gradient is computed by one stage exactly as the whole model does
+      ASSERT_EQ(i < layer1.offset ? first.gradients()[i] : second.gradients()[i], want) << "parameter " << i;
+  }
+}

@@ -134,22 +134,50 @@ Gpt::Gpt(const GptConfig& config, std::uint64_t seed)
   std::fill_n(p.lnfw, C, 1.0f);
 }
 
-float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+void Gpt::prepare(int B, int T) {
   if (T > config_.max_seq) throw std::invalid_argument("gpt: sequence longer than the model's context");
   if (B != B_ || T != T_) {
     B_ = B;
     T_ = T;
     acts_.assign(act_count(config_, B, T), 0.0f);
     grad_acts_.assign(acts_.size(), 0.0f);
+  } else {
+    std::fill(grad_acts_.begin(), grad_acts_.end(), 0.0f);
   }
+}
+
+std::span<float> Gpt::stream(int layer) {
+  const Acts a = acts_at(acts_.data(), config_, B_, T_);
+  const std::size_t btc = std::size_t(B_) * T_ * config_.channels;
+  return {layer < 0 ? a.encoded : a.residual3 + layer * btc, btc};
+}
+
+std::span<float> Gpt::stream_grad(int layer) {
+  const Acts d = acts_at(grad_acts_.data(), config_, B_, T_);
+  const std::size_t btc = std::size_t(B_) * T_ * config_.channels;
+  return {layer < 0 ? d.encoded : d.residual3 + layer * btc, btc};
+}
+
+float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+  prepare(B, T);
+  embed(tokens);
+  forward_layers(0, config_.layers);
+  return head(targets);
+}
+
+void Gpt::embed(const std::vector<int>& tokens) {
   tokens_ = tokens;
-  targets_ = targets;
-  const int C = config_.channels, L = config_.layers, NH = config_.heads, V = config_.vocab, BT = B * T;
+  const Params p = params_at(params_.data(), config_);
+  encoder_forward(stream(-1).data(), tokens.data(), p.wte, p.wpe, B_, T_, config_.channels);
+}
+
+// One transformer block (pre-norm, as GPT-2): x + attn(ln1(x)), then + mlp(ln2(.)).
+void Gpt::forward_layers(int first, int last) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.heads, BT = B * T;
   const Params p = params_at(params_.data(), config_);
   const Acts a = acts_at(acts_.data(), config_, B, T);
-  encoder_forward(a.encoded, tokens.data(), p.wte, p.wpe, B, T, C);
-  for (int l = 0; l < L; ++l) {
-    const float* residual = l == 0 ? a.encoded : a.residual3 + std::size_t(l - 1) * BT * C;
+  for (int l = first; l < last; ++l) {
+    const float* residual = stream(l - 1).data();
     const std::size_t btc = std::size_t(l) * BT * C, bt = std::size_t(l) * BT, att = std::size_t(l) * B * NH * T * T;
     float *ln1 = a.ln1 + btc, *qkv = a.qkv + 3 * btc, *atty = a.atty + btc, *attproj = a.attproj + btc;
     float *residual2 = a.residual2 + btc, *ln2 = a.ln2 + btc, *fch = a.fch + 4 * btc, *fch_gelu = a.fch_gelu + 4 * btc;
@@ -166,7 +194,14 @@ float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targe
     matmul_forward(fcproj, fch_gelu, w.fcprojw, w.fcprojb, BT, 4 * C, C);
     residual_forward(residual3, residual2, fcproj, BT * C);
   }
-  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, a.residual3 + std::size_t(L - 1) * BT * C, p.lnfw, p.lnfb, BT, C);
+}
+
+float Gpt::head(const std::vector<int>& targets) {
+  targets_ = targets;
+  const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
+  const Params p = params_at(params_.data(), config_);
+  const Acts a = acts_at(acts_.data(), config_, B_, T_);
+  layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, stream(config_.layers - 1).data(), p.lnfw, p.lnfb, BT, C);
   matmul_forward(a.logits, a.lnf, p.wte, static_cast<const float*>(nullptr), BT, C, V);  // the head shares wte
   softmax_forward(a.probs, a.logits, BT, V);
   crossentropy_forward(a.losses, a.probs, targets.data(), BT, V);
@@ -178,20 +213,34 @@ float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targe
 void Gpt::zero_grad() { std::fill(grads_.begin(), grads_.end(), 0.0f); }
 
 void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
-  const int B = B_, T = T_, C = config_.channels, L = config_.layers, NH = config_.heads, V = config_.vocab, BT = B * T;
+  backward_head();
+  if (on_ready) on_ready({parameter_count() - 2 * std::size_t(config_.channels), 2 * std::size_t(config_.channels)});
+  backward_layers(0, config_.layers, on_ready);
+  backward_embed();
+  if (on_ready) on_ready({0, embeddings_size(config_)});
+}
+
+void Gpt::backward_head() {
+  const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
   std::fill(grad_acts_.begin(), grad_acts_.end(), 0.0f);
   const Params p = params_at(params_.data(), config_), g = params_at(grads_.data(), config_);
-  const Acts a = acts_at(acts_.data(), config_, B, T), d = acts_at(grad_acts_.data(), config_, B, T);
+  const Acts a = acts_at(acts_.data(), config_, B_, T_), d = acts_at(grad_acts_.data(), config_, B_, T_);
   std::fill_n(d.losses, BT, 1.0f / BT);  // the loss is the mean over B x T
   crossentropy_softmax_backward(d.logits, d.losses, a.probs, targets_.data(), BT, V);
   matmul_backward(d.lnf, g.wte, static_cast<float*>(nullptr), d.logits, a.lnf, p.wte, BT, C, V);
-  const std::size_t last = std::size_t(L - 1) * BT * C;
-  layernorm_backward(d.residual3 + last, g.lnfw, g.lnfb, d.lnf, a.residual3 + last, p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C);
-  if (on_ready) on_ready({parameter_count() - 2 * std::size_t(C), 2 * std::size_t(C)});  // the final norm
-  for (int l = L - 1; l >= 0; --l) {
+  const int last = config_.layers - 1;
+  layernorm_backward(stream_grad(last).data(), g.lnfw, g.lnfb, d.lnf, stream(last).data(), p.lnfw, a.lnf_mean,
+                     a.lnf_rstd, BT, C);
+}
+
+void Gpt::backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready) {
+  const int B = B_, T = T_, C = config_.channels, NH = config_.heads, BT = B * T;
+  const Params p = params_at(params_.data(), config_), g = params_at(grads_.data(), config_);
+  const Acts a = acts_at(acts_.data(), config_, B, T), d = acts_at(grad_acts_.data(), config_, B, T);
+  for (int l = last - 1; l >= first; --l) {
     const std::size_t btc = std::size_t(l) * BT * C, bt = std::size_t(l) * BT, att = std::size_t(l) * B * NH * T * T;
-    const float* residual = l == 0 ? a.encoded : a.residual3 + btc - BT * C;
-    float* dresidual = l == 0 ? d.encoded : d.residual3 + btc - BT * C;
+    const float* residual = stream(l - 1).data();
+    float* dresidual = stream_grad(l - 1).data();
     const Layer &w = p.layers[l], &dw = g.layers[l];
     residual_backward(d.residual2 + btc, d.fcproj + btc, d.residual3 + btc, BT * C);
     matmul_backward(d.fch_gelu + 4 * btc, dw.fcprojw, dw.fcprojb, d.fcproj + btc, a.fch_gelu + 4 * btc, w.fcprojw, BT,
@@ -210,8 +259,11 @@ void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
     // This layer's gradients are final: data parallelism can start reducing them.
     if (on_ready) on_ready(layer_range(l));
   }
-  encoder_backward(g.wte, g.wpe, d.encoded, tokens_.data(), B, T, C);
-  if (on_ready) on_ready({0, embeddings_size(config_)});
+}
+
+void Gpt::backward_embed() {
+  const Params g = params_at(grads_.data(), config_);
+  encoder_backward(g.wte, g.wpe, stream_grad(-1).data(), tokens_.data(), B_, T_, config_.channels);
 }
 
 ParameterRange Gpt::layer_range(int layer) const {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,23 @@ class Gpt {
   // head, so they finish last). DDP starts reducing a bucket there.
   void backward(const std::function<void(ParameterRange)>& on_ready = {});
   ParameterRange layer_range(int layer) const;
+
+  // The pieces of forward and backward, for pipeline stages that each run
+  // layers [first, last): forward = prepare, embed (first stage), forward_layers,
+  // head (last stage); backward the reverse. What passes between stages is the
+  // residual stream, (B,T,C) floats: stream(l) is layer l's output (stream(-1)
+  // the embeddings), stream_grad(l) its gradient. A later stage writes its input
+  // into stream(first - 1) after prepare; an earlier one its incoming gradient
+  // into stream_grad(last - 1) before backward_layers.
+  void prepare(int B, int T);  // size the activations for B x T, clear their gradients
+  void embed(const std::vector<int>& tokens);
+  void forward_layers(int first, int last);
+  float head(const std::vector<int>& targets);  // final norm, tied output head, mean loss
+  void backward_head();                         // clears the activation gradients, then sets stream_grad(L-1)
+  void backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready = {});
+  void backward_embed();
+  std::span<float> stream(int layer);
+  std::span<float> stream_grad(int layer);
 
   // Every parameter in one flat buffer (GPT-2's order), and the gradients in
   // another of the same layout: what data parallelism averages and FSDP shards.
