@@ -7,7 +7,8 @@
 // port out and one port in (inside a node; NVSwitch-like), a node has NICs out
 // and in (between nodes); each port carries one message's bytes at a time, in
 // the order the transfers start, so a root that receives from everyone pays for
-// it. A blocking send completes when the message is delivered (rendezvous).
+// it. A blocking send completes when the message is delivered (rendezvous),
+// and the bytes land in the receive buffer at that moment.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +28,6 @@
 #include "labkit/error.h"
 #include "labkit/topology.h"
 #include "labkit/trace.h"
-
 
 namespace labkit::sim {
 
