@@ -1,0 +1,31 @@
+// The ops of labkit/ops.h on an NVIDIA GPU: the same contracts (row-major,
+// backward functions accumulate), float only, device pointers. Matmuls are
+// cuBLAS; the rest are one-thread-per-output kernels written to mirror the CPU
+// loops line for line (llm.c's dev/cuda "kernel 1" versions), so the two can be
+// compared to 1e-5. Built when CMake finds CUDA (LABKIT_HAVE_CUDA).
+#pragma once
+
+namespace labkit::ops::cuda {
+
+bool available();  // a CUDA device is present
+
+void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C);
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C);
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C);
+void gelu_forward(float* out, const float* inp, int n);
+void gelu_backward(float* dinp, const float* inp, const float* dout, int n);
+void softmax_forward(float* probs, const float* logits, int N, int V);
+void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH);
+void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
+                        const float* att, int B, int T, int C, int NH);
+void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V);
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets, int N,
+                                   int V);
+
+}  // namespace labkit::ops::cuda

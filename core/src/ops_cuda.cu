@@ -1,0 +1,297 @@
+#include "labkit/ops_cuda.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+namespace labkit::ops::cuda {
+
+namespace {
+constexpr int kThreads = 256;
+int blocks(long n) { return int((n + kThreads - 1) / kThreads); }
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+cublasHandle_t handle() {
+  static cublasHandle_t h = [] {
+    cublasHandle_t created;
+    if (cublasCreate(&created) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublas: cannot create a handle");
+    return created;
+  }();
+  return h;
+}
+
+void launched(const char* what) { check(cudaGetLastError(), what); }
+
+__global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
+                                       int C) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), bt = int(i / C), t = bt % T;
+  out[i] = wte[long(tokens[bt]) * C + c] + wpe[long(t) * C + c];
+}
+
+__global__ void encoder_backward_kernel(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T,
+                                        int C) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), bt = int(i / C), t = bt % T;
+  atomicAdd(&dwte[long(tokens[bt]) * C + c], dout[i]);  // a token may repeat
+  atomicAdd(&dwpe[long(t) * C + c], dout[i]);
+}
+
+__global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < long(N) * OC) out[i] += bias[i % OC];
+}
+
+__global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
+  const int o = blockIdx.x * blockDim.x + threadIdx.x;
+  if (o >= OC) return;
+  float sum = 0;
+  for (int n = 0; n < N; ++n) sum += dout[long(n) * OC + o];
+  dbias[o] += sum;
+}
+
+__global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                                         const float* bias, int N, int C) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* x = inp + long(n) * C;
+  float m = 0, v = 0;
+  for (int i = 0; i < C; ++i) m += x[i];
+  m /= C;
+  for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
+  const float s = rsqrtf(v / C + 1e-5f);
+  for (int i = 0; i < C; ++i) out[long(n) * C + i] = (x[i] - m) * s * weight[i] + bias[i];
+  mean[n] = m;
+  rstd[n] = s;
+}
+
+__global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, const float* dout,
+                                          const float* inp, const float* weight, const float* mean, const float* rstd,
+                                          int N, int C) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* x = inp + long(n) * C;
+  const float* d = dout + long(n) * C;
+  float dnorm_mean = 0, dnorm_norm_mean = 0;
+  for (int i = 0; i < C; ++i) {
+    const float norm = (x[i] - mean[n]) * rstd[n];
+    dnorm_mean += weight[i] * d[i];
+    dnorm_norm_mean += weight[i] * d[i] * norm;
+  }
+  dnorm_mean /= C;
+  dnorm_norm_mean /= C;
+  for (int i = 0; i < C; ++i) {
+    const float norm = (x[i] - mean[n]) * rstd[n];
+    atomicAdd(&dbias[i], d[i]);
+    atomicAdd(&dweight[i], norm * d[i]);
+    dinp[long(n) * C + i] += (weight[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
+  }
+}
+
+constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i];
+  out[i] = 0.5f * x * (1.0f + tanhf(kGeluScale * (x + 0.044715f * x * x * x)));
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float x = inp[i], th = tanhf(kGeluScale * (x + 0.044715f * x * x * x)), sech2 = 1.0f - th * th;
+  dinp[i] += (0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x)) * dout[i];
+}
+
+__global__ void softmax_forward_kernel(float* probs, const float* logits, int N, int V) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* l = logits + long(n) * V;
+  float* p = probs + long(n) * V;
+  float max = -INFINITY, sum = 0;
+  for (int v = 0; v < V; ++v) max = fmaxf(max, l[v]);
+  for (int v = 0; v < V; ++v) sum += p[v] = expf(l[v] - max);
+  for (int v = 0; v < V; ++v) p[v] /= sum;
+}
+
+// One thread per (b, t, h): the CPU loop body of attention_forward.
+__global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
+                                         int NH) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * T * NH) return;
+  const int h = i % NH, t = (i / NH) % T, b = i / (NH * T);
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const float* query = inp + long(b) * T * C3 + t * C3 + h * hs;
+  float* pre = preatt + (long(b * NH + h) * T + t) * T;
+  float* a = att + (long(b * NH + h) * T + t) * T;
+  float max = -INFINITY;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* key = inp + long(b) * T * C3 + t2 * C3 + h * hs + C;
+    float dot = 0;
+    for (int k = 0; k < hs; ++k) dot += query[k] * key[k];
+    pre[t2] = dot * scale;
+    max = fmaxf(max, pre[t2]);
+  }
+  float sum = 0;
+  for (int t2 = 0; t2 <= t; ++t2) sum += a[t2] = expf(pre[t2] - max);
+  for (int t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
+  float* o = out + long(b) * T * C + t * C + h * hs;
+  for (int k = 0; k < hs; ++k) o[k] = 0;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* value = inp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
+    for (int k = 0; k < hs; ++k) o[k] += a[t2] * value[k];
+  }
+}
+
+// One thread per (b, t, h); keys and values of earlier positions are shared, so atomics.
+__global__ void attention_backward_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
+                                          const float* inp, const float* att, int B, int T, int C, int NH) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= B * T * NH) return;
+  const int h = i % NH, t = (i / NH) % T, b = i / (NH * T);
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const long row = (long(b * NH + h) * T + t) * T;
+  const float* a = att + row;
+  float* da = datt + row;
+  float* dpre = dpreatt + row;
+  const float* query = inp + long(b) * T * C3 + t * C3 + h * hs;
+  float* dquery = dinp + long(b) * T * C3 + t * C3 + h * hs;
+  const float* d = dout + long(b) * T * C + t * C + h * hs;
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* value = inp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
+    float* dvalue = dinp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
+    for (int k = 0; k < hs; ++k) {
+      da[t2] += value[k] * d[k];
+      atomicAdd(&dvalue[k], a[t2] * d[k]);
+    }
+  }
+  for (int t2 = 0; t2 <= t; ++t2)
+    for (int t3 = 0; t3 <= t; ++t3) dpre[t3] += a[t2] * ((t2 == t3 ? 1.0f : 0.0f) - a[t3]) * da[t2];
+  for (int t2 = 0; t2 <= t; ++t2) {
+    const float* key = inp + long(b) * T * C3 + t2 * C3 + h * hs + C;
+    float* dkey = dinp + long(b) * T * C3 + t2 * C3 + h * hs + C;
+    for (int k = 0; k < hs; ++k) {
+      atomicAdd(&dquery[k], key[k] * dpre[t2] * scale);
+      atomicAdd(&dkey[k], query[k] * dpre[t2] * scale);
+    }
+  }
+}
+
+__global__ void crossentropy_forward_kernel(float* losses, const float* probs, const int* targets, int N, int V) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n < N) losses[n] = -logf(probs[long(n) * V + targets[n]]);
+}
+
+__global__ void crossentropy_softmax_backward_kernel(float* dlogits, const float* dlosses, const float* probs,
+                                                     const int* targets, int N, int V) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(N) * V) return;
+  const int n = int(i / V), v = int(i % V);
+  dlogits[i] += (probs[i] - (v == targets[n] ? 1.0f : 0.0f)) * dlosses[n];
+}
+}  // namespace
+
+bool available() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
+  encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads>>>(out, tokens, wte, wpe, B, T, C);
+  launched("encoder_forward");
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
+  encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads>>>(dwte, dwpe, dout, tokens, B, T, C);
+  launched("encoder_backward");
+}
+
+// Row-major out (N,OC) = inp (N,C) . W^T is column-major out^T = W^T' . inp^T: cuBLAS sees the
+// transposes of our matrices, so the operands swap (as llm.c's matmul_forward_cublas).
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
+  const float one = 1, zero = 0;
+  if (cublasSgemm(handle(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC) !=
+      CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublas: matmul_forward");
+  if (bias) {
+    add_bias_kernel<<<blocks(long(N) * OC), kThreads>>>(out, bias, N, OC);
+    launched("matmul_forward bias");
+  }
+}
+
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC) {
+  const float one = 1;
+  // dinp (N,C) += dout (N,OC) . W (OC,C);  dW (OC,C) += dout^T (OC,N) . inp (N,C).
+  if (cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight, C) !=
+          CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublas: matmul_backward");
+  if (dbias) {
+    bias_backward_kernel<<<blocks(OC), kThreads>>>(dbias, dout, N, OC);
+    launched("matmul_backward bias");
+  }
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C) {
+  layernorm_forward_kernel<<<blocks(N), kThreads>>>(out, mean, rstd, inp, weight, bias, N, C);
+  launched("layernorm_forward");
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C) {
+  layernorm_backward_kernel<<<blocks(N), kThreads>>>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  launched("layernorm_backward");
+}
+
+void gelu_forward(float* out, const float* inp, int n) {
+  gelu_forward_kernel<<<blocks(n), kThreads>>>(out, inp, n);
+  launched("gelu_forward");
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, int n) {
+  gelu_backward_kernel<<<blocks(n), kThreads>>>(dinp, inp, dout, n);
+  launched("gelu_backward");
+}
+
+void softmax_forward(float* probs, const float* logits, int N, int V) {
+  softmax_forward_kernel<<<blocks(N), kThreads>>>(probs, logits, N, V);
+  launched("softmax_forward");
+}
+
+void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
+  attention_forward_kernel<<<blocks(B * T * NH), kThreads>>>(out, preatt, att, inp, B, T, C, NH);
+  launched("attention_forward");
+}
+
+void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
+                        const float* att, int B, int T, int C, int NH) {
+  attention_backward_kernel<<<blocks(B * T * NH), kThreads>>>(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+  launched("attention_backward");
+}
+
+void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V) {
+  crossentropy_forward_kernel<<<blocks(N), kThreads>>>(losses, probs, targets, N, V);
+  launched("crossentropy_forward");
+}
+
+void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets, int N,
+                                   int V) {
+  crossentropy_softmax_backward_kernel<<<blocks(long(N) * V), kThreads>>>(dlogits, dlosses, probs, targets, N, V);
+  launched("crossentropy_softmax_backward");
+}
+
+}  // namespace labkit::ops::cuda

@@ -1,0 +1,131 @@
+// The CUDA ops agree with the CPU ops to 1e-5 (relative to max(1, |value|)).
+// Needs a GPU: without one every test is skipped and says so.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include "labkit/ops.h"
+#include "labkit/ops_cuda.h"
+
+namespace cpu = labkit::ops;
+namespace gpu = labkit::ops::cuda;
+
+namespace {
+std::vector<float> random(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+// A device copy of a host vector, copied back with host().
+template <class T> struct Device {
+  T* ptr = nullptr;
+  std::size_t n;
+  explicit Device(const std::vector<T>& h) : n(h.size()) {
+    cudaMalloc(&ptr, n * sizeof(T));
+    cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  ~Device() { cudaFree(ptr); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
+    return h;
+  }
+};
+
+void expect_close(const std::vector<float>& gpu_out, const std::vector<float>& cpu_out, const char* what) {
+  ASSERT_EQ(gpu_out.size(), cpu_out.size()) << what;
+  for (std::size_t i = 0; i < cpu_out.size(); ++i)
+    ASSERT_NEAR(gpu_out[i], cpu_out[i], 1e-5 * std::max(1.0f, std::abs(cpu_out[i]))) << what << ", element " << i;
+}
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::available()) GTEST_SKIP() << "no CUDA device here: the CPU-GPU agreement was not checked";
+  }
+};
+}  // namespace
+
+TEST_F(CudaOps, MatmulForwardAndBackward) {
+  const int N = 64, C = 48, OC = 80;
+  auto inp = random(N * C, 1), w = random(OC * C, 2), b = random(OC, 3), dout = random(N * OC, 4);
+  std::vector<float> out(N * OC), dinp(N * C), dw(OC * C), db(OC);
+  Device<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(out), g_dinp(dinp), g_dw(dw), g_db(db);
+  cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+  cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+  gpu::matmul_forward(g_out.ptr, g_inp.ptr, g_w.ptr, g_b.ptr, N, C, OC);
+  gpu::matmul_backward(g_dinp.ptr, g_dw.ptr, g_db.ptr, g_dout.ptr, g_inp.ptr, g_w.ptr, N, C, OC);
+  expect_close(g_out.host(), out, "matmul out");
+  expect_close(g_dinp.host(), dinp, "matmul dinp");
+  expect_close(g_dw.host(), dw, "matmul dweight");
+  expect_close(g_db.host(), db, "matmul dbias");
+}
+
+TEST_F(CudaOps, LayerNormGeluSoftmax) {
+  const int N = 32, C = 40;
+  auto x = random(N * C, 5), w = random(C, 6), b = random(C, 7), dout = random(N * C, 8);
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C), g(N * C), dg(N * C), p(N * C);
+  Device<float> g_x(x), g_w(w), g_b(b), g_dout(dout), g_out(out), g_mean(mean), g_rstd(rstd), g_dx(dx), g_dw(dw),
+      g_db(db), g_g(g), g_dg(dg), g_p(p);
+  cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  cpu::gelu_forward(g.data(), x.data(), N * C);
+  cpu::gelu_backward(dg.data(), x.data(), dout.data(), N * C);
+  cpu::softmax_forward(p.data(), x.data(), N, C);
+  gpu::layernorm_forward(g_out.ptr, g_mean.ptr, g_rstd.ptr, g_x.ptr, g_w.ptr, g_b.ptr, N, C);
+  gpu::layernorm_backward(g_dx.ptr, g_dw.ptr, g_db.ptr, g_dout.ptr, g_x.ptr, g_w.ptr, g_mean.ptr, g_rstd.ptr, N, C);
+  gpu::gelu_forward(g_g.ptr, g_x.ptr, N * C);
+  gpu::gelu_backward(g_dg.ptr, g_x.ptr, g_dout.ptr, N * C);
+  gpu::softmax_forward(g_p.ptr, g_x.ptr, N, C);
+  expect_close(g_out.host(), out, "layernorm out");
+  expect_close(g_dx.host(), dx, "layernorm dinp");
+  expect_close(g_dw.host(), dw, "layernorm dweight");
+  expect_close(g_db.host(), db, "layernorm dbias");
+  expect_close(g_g.host(), g, "gelu");
+  expect_close(g_dg.host(), dg, "gelu backward");
+  expect_close(g_p.host(), p, "softmax");
+}
+
+TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {
+  const int B = 2, T = 8, C = 16, NH = 4, V = 11;
+  auto qkv = random(B * T * 3 * C, 9), dout = random(B * T * C, 10), wte = random(V * C, 11), wpe = random(T * C, 12);
+  std::vector<int> tokens(B * T);
+  for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7) % V;
+  std::vector<float> out(B * T * C), pre(B * NH * T * T), att(B * NH * T * T), dqkv(qkv.size()), dpre(pre.size()),
+      datt(att.size()), emb(B * T * C), dwte(V * C), dwpe(T * C);
+  Device<float> g_qkv(qkv), g_dout(dout), g_out(out), g_pre(pre), g_att(att), g_dqkv(dqkv), g_dpre(dpre), g_datt(datt),
+      g_wte(wte), g_wpe(wpe), g_emb(emb), g_dwte(dwte), g_dwpe(dwpe);
+  Device<int> g_tokens(tokens);
+  cpu::attention_forward(out.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dpre.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  cpu::encoder_forward(emb.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  cpu::encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  gpu::attention_forward(g_out.ptr, g_pre.ptr, g_att.ptr, g_qkv.ptr, B, T, C, NH);
+  gpu::attention_backward(g_dqkv.ptr, g_dpre.ptr, g_datt.ptr, g_dout.ptr, g_qkv.ptr, g_att.ptr, B, T, C, NH);
+  gpu::encoder_forward(g_emb.ptr, g_tokens.ptr, g_wte.ptr, g_wpe.ptr, B, T, C);
+  gpu::encoder_backward(g_dwte.ptr, g_dwpe.ptr, g_dout.ptr, g_tokens.ptr, B, T, C);
+  expect_close(g_out.host(), out, "attention out");
+  expect_close(g_dqkv.host(), dqkv, "attention dinp");
+  expect_close(g_emb.host(), emb, "embeddings");
+  expect_close(g_dwte.host(), dwte, "embeddings dwte");
+  expect_close(g_dwpe.host(), dwpe, "embeddings dwpe");
+
+  const int N = B * T;
+  auto logits = random(N * V, 13), dloss = random(N, 14);
+  std::vector<float> probs(N * V), losses(N), dlogits(N * V);
+  cpu::softmax_forward(probs.data(), logits.data(), N, V);
+  cpu::crossentropy_forward(losses.data(), probs.data(), tokens.data(), N, V);
+  cpu::crossentropy_softmax_backward(dlogits.data(), dloss.data(), probs.data(), tokens.data(), N, V);
+  const std::vector<float> no_losses(N), no_dlogits(N * V);
+  Device<float> g_probs(probs), g_losses(no_losses), g_dloss(dloss), g_dlogits(no_dlogits);
+  gpu::crossentropy_forward(g_losses.ptr, g_probs.ptr, g_tokens.ptr, N, V);
+  gpu::crossentropy_softmax_backward(g_dlogits.ptr, g_dloss.ptr, g_probs.ptr, g_tokens.ptr, N, V);
+  expect_close(g_losses.host(), losses, "cross-entropy");
+  expect_close(g_dlogits.host(), dlogits, "cross-entropy backward");
+}
