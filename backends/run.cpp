@@ -32,9 +32,16 @@ void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
       comm.set_algorithm(parse_collective(spec.substr(0, eq)), spec.substr(eq + 1));
       continue;
     }
-    bool found = spec == "native";
+    if (spec == "native") {
+      for (Collective c : kCollectives) comm.set_algorithm(c, "native");
+      continue;
+    }
+    bool found = false;
     for (const Algorithm& a : all_algorithms())
-      if (a.name == spec || spec == "native") { comm.set_algorithm(a.op, spec); found = true; }
+      if (a.name == spec) {
+        comm.set_algorithm(a.op, spec);
+        found = true;
+      }
     if (!found) {
       std::set<std::string_view> names;
       for (const Algorithm& a : all_algorithms()) names.insert(a.name);

@@ -26,10 +26,9 @@
 namespace {
 
 // The first frame's layout: timeline along the bottom, the rest above it.
-void place(const char* name, float x, float y, float w, float h, ImVec2 screen) {
+void place(float x, float y, float w, float h, ImVec2 screen) {
   ImGui::SetNextWindowPos({x * screen.x, y * screen.y}, ImGuiCond_FirstUseEver);
   ImGui::SetNextWindowSize({w * screen.x, h * screen.y}, ImGuiCond_FirstUseEver);
-  (void)name;
 }
 
 void draw_frame(viz::App& app, ImVec2 screen) {
@@ -40,7 +39,7 @@ void draw_frame(viz::App& app, ImVec2 screen) {
   std::size_t i = 0;
   for (viz::Panel& p : viz::panels()) {
     const auto& l = layout[std::min(i++, std::size(layout) - 1)];
-    place(p.name.c_str(), l.x, l.y, l.w, l.h, screen);
+    place(l.x, l.y, l.w, l.h, screen);
     p.draw(app);
   }
   ImGui::Render();

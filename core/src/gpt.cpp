@@ -222,7 +222,6 @@ void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
 
 void Gpt::backward_head() {
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
-  std::fill(grad_acts_.begin(), grad_acts_.end(), 0.0f);
   const Params p = params_at(params_.data(), config_), g = params_at(grads_.data(), config_);
   const Acts a = acts_at(acts_.data(), config_, B_, T_), d = acts_at(grad_acts_.data(), config_, B_, T_);
   std::fill_n(d.losses, BT, 1.0f / BT);  // the loss is the mean over B x T

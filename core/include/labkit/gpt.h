@@ -52,7 +52,7 @@ class Gpt {
   void embed(const std::vector<int>& tokens);
   void forward_layers(int first, int last);
   float head(const std::vector<int>& targets);  // final norm, tied output head, mean loss
-  void backward_head();                         // clears the activation gradients, then sets stream_grad(L-1)
+  void backward_head();                         // sets stream_grad(L-1); one backward per forward
   void backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready = {});
   void backward_embed();
   std::span<float> stream(int layer);
