@@ -27,7 +27,7 @@ using namespace labkit;
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
-  std::string model_name = "tiny-gpt", json;
+  std::string model_name = "tiny-gpt", json, device_name = "cpu";
   int steps = 200, batch = 8, every = 20;
   float lr = 3e-3f;
   std::uint64_t seed = 1337;
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", lr, "AdamW learning rate")->capture_default_str();
   app.add_option("--seed", seed, "initialisation and corpus")->capture_default_str();
   app.add_option("--print-every", every, "steps between loss lines")->capture_default_str();
+  app.add_option("--device", device_name, "where the model trains: cpu, or cuda (a GPU)")->capture_default_str();
   app.add_option("--json", json, "also write the loss curve as JSON");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
@@ -53,11 +54,12 @@ int main(int argc, char** argv) {
 
   try {
     const GptConfig config = gpt_preset(model_name, int(table.size()));
+    const DeviceKind where = parse_device(device_name);
     const int T = config.max_seq;
     nlohmann::json curve = nlohmann::json::array();
     const auto start = std::chrono::steady_clock::now();
     run(run_options, [&](Comm& comm) {
-      Gpt model(config, seed);
+      Gpt model(config, seed, where);
       AdamW adamw{.lr = lr};
       std::vector<int> x(batch * T), y(batch * T);
       // Batch s of rank r: windows spread over the training text, so ranks never share one.
@@ -102,8 +104,9 @@ int main(int argc, char** argv) {
       }
       if (comm.rank() == 0) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this CPU; {} on the simulated {}\n", steps, batch * T,
-                   steps * batch * T / wall, format_seconds(comm.now()), run_options.topology);
+        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", steps, batch * T,
+                   steps * batch * T / wall, device_name == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()),
+                   run_options.topology);
         std::string held;
         for (MemoryUse use : kMemoryUses)
           held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));

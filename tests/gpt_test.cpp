@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/optim.h"
 
 using namespace labkit;
@@ -50,7 +51,7 @@ std::vector<float> train(const Data& d, int steps, std::vector<float>* final_par
     model.backward();
     adamw.update(model.parameters(), model.gradients());
   }
-  if (final_params) *final_params = model.parameters();
+  if (final_params) *final_params = model.parameters().to_host();
   return losses;
 }
 }  // namespace
@@ -64,12 +65,12 @@ TEST(Gpt, TheGradientPointsDownhill) {
   model.zero_grad();
   model.backward();
   // A small step against the gradient lowers the loss by about lr |g|^2.
-  std::vector<float> params = model.parameters();
+  const std::vector<float> params = model.parameters().to_host();
   double norm2 = 0;
   for (float g : model.gradients()) norm2 += double(g) * g;
   ASSERT_GT(norm2, 0);
   Gpt stepped = model;
-  std::vector<float>& p = stepped.parameters();
+  Tensor& p = stepped.parameters();
   const float lr = 1e-2f;
   for (std::size_t i = 0; i < p.size(); ++i) p[i] = params[i] - lr * model.gradients()[i];
   const float after = stepped.forward(x, y, 4, 16);
@@ -164,4 +165,46 @@ TEST(Gpt, TwoPipelineStagesComputeWhatOneModelDoes) {
     else  // each layer's gradient is computed by one stage exactly as the whole model does
       ASSERT_EQ(i < layer1.offset ? first.gradients()[i] : second.gradients()[i], want) << "parameter " << i;
   }
+}
+
+// What the GPT really allocates, against the memory lab's formulas: the model
+// state to the byte, and the activations term by term from Korthikanti et al.
+TEST(Gpt, HoldsWhatTheMemoryLabEstimates) {
+  using namespace memory;
+  const int B = 4, T = 16, C = 32, NH = 4;
+  auto model = [&](int layers) { return Gpt({.max_seq = T, .vocab = 40, .layers = layers, .heads = NH, .channels = C}, 1); };
+  Gpt gpt = model(2);
+  const double N = double(gpt.parameter_count());
+  std::vector<int> x(B * T, 1);
+  gpt.forward(x, x, B, T);
+  gpt.backward();
+  AdamW fp32_adam, mixed_adam{.bf16_weights = true};
+  fp32_adam.update(gpt.parameters(), gpt.gradients());
+  Gpt copy(gpt);
+  mixed_adam.update(copy.parameters(), copy.gradients());
+
+  const Optimizer& adam = find_optimizer("adam");
+  const ModelStateBytes fp32 = model_state_bytes(N, {Precision::fp32, Precision::fp32, Precision::fp32, false}, adam, 0, 1);
+  EXPECT_EQ(gpt.parameters().bytes(), fp32.weights);
+  EXPECT_EQ(gpt.gradients().bytes(), fp32.grads);
+  EXPECT_EQ(fp32_adam.state_bytes(), fp32.optimizer);
+  const ModelStateBytes mixed = model_state_bytes(N, {Precision::bf16, Precision::fp32, Precision::fp32, true}, adam, 0, 1);
+  EXPECT_EQ(mixed_adam.state_bytes(), mixed.master + mixed.optimizer);
+
+  // One layer's activations: the difference between 3 layers and 2 (activation_bytes
+  // counts the activations and their gradients, hence / 2).
+  Gpt three = model(3);
+  three.forward(x, x, B, T);
+  const double per_layer = double(three.activation_bytes() - gpt.activation_bytes()) / 2;
+  // Korthikanti's 16-bit count, sbh(34 + 5as/h), less what dropout keeps (two
+  // sbh-byte masks after the projections, the as^2b-byte mask and 2as^2b-byte
+  // output of attention dropout): 32 sbh + 2 as^2 b bytes = 16 sbh + as^2 b values.
+  const double s = T, b = B, h = C, a = NH, sbh = s * b * h;
+  const double korthikanti = activation_bytes_per_layer({.seq = s, .micro_batch = b, .hidden = h, .heads = a});
+  const double values = (korthikanti - 2 * sbh - 3 * a * s * s * b) / 2;
+  EXPECT_EQ(values, 16 * sbh + a * s * s * b);
+  // llm.c's layout keeps, in fp32, those values plus the two projection outputs
+  // before each residual add (2 sbh, unfused), the scores before softmax
+  // (as^2b), and each layer norm's mean and 1/std (4 sb).
+  EXPECT_EQ(per_layer, 4 * (values + 2 * sbh + a * s * s * b + 4 * s * b));
 }

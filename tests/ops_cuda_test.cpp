@@ -7,6 +7,9 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "labkit/device.h"
+#include "labkit/gpt.h"
+#include "labkit/optim.h"
 #include "labkit/ops.h"
 #include "labkit/ops_cuda.h"
 
@@ -47,7 +50,7 @@ void expect_close(const std::vector<float>& gpu_out, const std::vector<float>& c
 class CudaOps : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!gpu::available()) GTEST_SKIP() << "no CUDA device here: the CPU-GPU agreement was not checked";
+    if (!labkit::cuda_available()) GTEST_SKIP() << "no CUDA device here: the CPU-GPU agreement was not checked";
   }
 };
 }  // namespace
@@ -128,4 +131,60 @@ TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {
   gpu::crossentropy_softmax_backward(g_dlogits.ptr, g_dloss.ptr, g_probs.ptr, g_tokens.ptr, N, V);
   expect_close(g_losses.host(), losses, "cross-entropy");
   expect_close(g_dlogits.host(), dlogits, "cross-entropy backward");
+}
+
+TEST_F(CudaOps, ResidualAndAdamW) {
+  const int n = 1000;
+  auto a = random(n, 15), b = random(n, 16), dout = random(n, 17), grads = random(n, 18);
+  std::vector<float> out(n), da(n), db(n);
+  Device<float> g_a(a), g_b(b), g_dout(dout), g_out(out), g_da(da), g_db(db);
+  cpu::residual_forward(out.data(), a.data(), b.data(), n);
+  cpu::residual_backward(da.data(), db.data(), dout.data(), n);
+  gpu::residual_forward(g_out.ptr, g_a.ptr, g_b.ptr, n);
+  gpu::residual_backward(g_da.ptr, g_db.ptr, g_dout.ptr, n);
+  expect_close(g_out.host(), out, "residual");
+  expect_close(g_da.host(), da, "residual backward");
+  for (bool bf16 : {false, true}) {
+    std::vector<float> w = a, master = a, m(n), v(n);
+    Device<float> g_w(w), g_master(master), g_grads(grads), g_m(m), g_v(v);
+    const cpu::AdamWStep step{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                              .correct1 = 0.1f, .correct2 = 0.05f, .bf16_weights = bf16};
+    float* master_or_null = bf16 ? master.data() : nullptr;
+    cpu::adamw_update(w.data(), master_or_null, grads.data(), m.data(), v.data(), n, step);
+    gpu::adamw_update(g_w.ptr, bf16 ? g_master.ptr : nullptr, g_grads.ptr, g_m.ptr, g_v.ptr, n, step);
+    expect_close(g_w.host(), w, bf16 ? "adamw bf16 weights" : "adamw weights");
+    expect_close(g_m.host(), m, "adamw m");
+    expect_close(g_v.host(), v, "adamw v");
+    if (bf16) expect_close(g_master.host(), master, "adamw master");
+  }
+}
+
+// The whole model: the GPT on the GPU computes what the GPT on the CPU does,
+// starting from the same weights, through several AdamW steps.
+TEST_F(CudaOps, GptTrainsTheSameOnBothDevices) {
+  using labkit::DeviceKind;
+  const labkit::GptConfig config{.max_seq = 16, .vocab = 20, .layers = 2, .heads = 4, .channels = 32};
+  labkit::Gpt on_cpu(config, 7), on_gpu(config, 7, DeviceKind::cuda);
+  labkit::AdamW cpu_adamw, gpu_adamw;
+  std::vector<int> x(4 * 16), y(4 * 16);
+  for (int step = 0; step < 5; ++step) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = int((i * 7 + step) % 20);
+      y[i] = int((i * 5 + 3 * step) % 20);
+    }
+    const float loss_cpu = on_cpu.forward(x, y, 4, 16), loss_gpu = on_gpu.forward(x, y, 4, 16);
+    ASSERT_NEAR(loss_gpu, loss_cpu, 1e-5 * loss_cpu) << "step " << step;
+    on_cpu.zero_grad();
+    on_gpu.zero_grad();
+    on_cpu.backward();
+    on_gpu.backward();
+    const std::vector<float> g_cpu = on_cpu.gradients().to_host(), g_gpu = on_gpu.gradients().to_host();
+    float largest = 0;
+    for (float g : g_cpu) largest = std::max(largest, std::abs(g));
+    for (std::size_t i = 0; i < g_cpu.size(); ++i)
+      ASSERT_NEAR(g_gpu[i], g_cpu[i], 1e-5 * largest) << "step " << step << ", gradient " << i;
+    cpu_adamw.update(on_cpu.parameters(), on_cpu.gradients());
+    gpu_adamw.update(on_gpu.parameters(), on_gpu.gradients());
+  }
+  expect_close(on_gpu.parameters().to_host(), on_cpu.parameters().to_host(), "weights after 5 AdamW steps");
 }

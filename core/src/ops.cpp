@@ -1,6 +1,8 @@
 #include "labkit/ops.h"
 
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include <cblas.h>
@@ -241,6 +243,23 @@ void crossentropy_softmax_backward(T* dlogits, const T* dlosses, const T* probs,
       const T p = probs[std::size_t(n) * V + v];
       dlogits[std::size_t(n) * V + v] += (p - (v == targets[n] ? T(1) : T(0))) * dlosses[n];
     }
+}
+
+float round_to_bf16(float x) {
+  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // inf and NaN stay as they are
+  bits += 0x7fffu + ((bits >> 16) & 1u);               // round to nearest, ties to even
+  return std::bit_cast<float>(bits & 0xffff0000u);
+}
+
+void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& s) {
+  for (long i = 0; i < n; ++i) {
+    m[i] = s.beta1 * m[i] + (1 - s.beta1) * grads[i];
+    v[i] = s.beta2 * v[i] + (1 - s.beta2) * grads[i] * grads[i];
+    float& weight = master ? master[i] : params[i];
+    weight -= s.lr * ((m[i] / s.correct1) / (std::sqrt(v[i] / s.correct2) + s.eps) + s.weight_decay * weight);
+    if (s.bf16_weights) params[i] = round_to_bf16(weight);
+  }
 }
 
 // The models run in float; the gradient checks in double.

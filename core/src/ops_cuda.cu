@@ -1,5 +1,7 @@
 #include "labkit/ops_cuda.h"
 
+#include "labkit/device.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -112,6 +114,18 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   dinp[i] += (0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x)) * dout[i];
 }
 
+__global__ void residual_forward_kernel(float* out, const float* a, const float* b, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = a[i] + b[i];
+}
+
+__global__ void residual_backward_kernel(float* da, float* db, const float* dout, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  da[i] += dout[i];
+  db[i] += dout[i];
+}
+
 __global__ void softmax_forward_kernel(float* probs, const float* logits, int N, int V) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
@@ -200,12 +214,24 @@ __global__ void crossentropy_softmax_backward_kernel(float* dlogits, const float
   const int n = int(i / V), v = int(i % V);
   dlogits[i] += (probs[i] - (v == targets[n] ? 1.0f : 0.0f)) * dlosses[n];
 }
-}  // namespace
-
-bool available() {
-  int devices = 0;
-  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+__device__ float round_to_bf16(float x) {
+  unsigned bits = __float_as_uint(x);
+  if ((bits & 0x7f800000u) == 0x7f800000u) return x;
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return __uint_as_float(bits & 0xffff0000u);
 }
+
+__global__ void adamw_kernel(float* params, float* master, const float* grads, float* m, float* v, long n,
+                             AdamWStep s) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  m[i] = s.beta1 * m[i] + (1 - s.beta1) * grads[i];
+  v[i] = s.beta2 * v[i] + (1 - s.beta2) * grads[i] * grads[i];
+  float& weight = master ? master[i] : params[i];
+  weight -= s.lr * ((m[i] / s.correct1) / (sqrtf(v[i] / s.correct2) + s.eps) + s.weight_decay * weight);
+  if (s.bf16_weights) params[i] = round_to_bf16(weight);
+}
+}  // namespace
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
   encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads>>>(out, tokens, wte, wpe, B, T, C);
@@ -267,6 +293,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int n) {
   launched("gelu_backward");
 }
 
+void residual_forward(float* out, const float* a, const float* b, int n) {
+  residual_forward_kernel<<<blocks(n), kThreads>>>(out, a, b, n);
+  launched("residual_forward");
+}
+
+void residual_backward(float* da, float* db, const float* dout, int n) {
+  residual_backward_kernel<<<blocks(n), kThreads>>>(da, db, dout, n);
+  launched("residual_backward");
+}
+
 void softmax_forward(float* probs, const float* logits, int N, int V) {
   softmax_forward_kernel<<<blocks(N), kThreads>>>(probs, logits, N, V);
   launched("softmax_forward");
@@ -294,4 +330,69 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
   launched("crossentropy_softmax_backward");
 }
 
+void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step) {
+  adamw_kernel<<<blocks(n), kThreads>>>(params, master, grads, m, v, n, step);
+  launched("adamw_update");
+}
+
 }  // namespace labkit::ops::cuda
+
+namespace labkit {
+
+namespace {
+using ops::cuda::check;
+
+void* gpu_allocate(std::size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
+  check(cudaMemset(p, 0, bytes), "cudaMemset");
+  return p;
+}
+
+// Filled field by field: designated initializers are C++20, and nvcc builds this file as C++17.
+const Device kCuda = [] {
+  Device d{};
+  d.kind = DeviceKind::cuda;
+  d.name = "cuda";
+  d.allocate = gpu_allocate;
+  d.release = [](void* p) { cudaFree(p); };
+  d.copy_from_host = [](void* dst, const void* src, std::size_t bytes) {
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
+  };
+  d.copy_to_host = [](void* dst, const void* src, std::size_t bytes) {
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
+  };
+  d.zero = [](void* p, std::size_t bytes) { check(cudaMemset(p, 0, bytes), "cudaMemset"); };
+  d.synchronize = [] { check(cudaDeviceSynchronize(), "synchronize"); };
+  using namespace ops::cuda;
+  d.encoder_forward = encoder_forward;
+  d.encoder_backward = encoder_backward;
+  d.matmul_forward = matmul_forward;
+  d.matmul_backward = matmul_backward;
+  d.layernorm_forward = layernorm_forward;
+  d.layernorm_backward = layernorm_backward;
+  d.gelu_forward = gelu_forward;
+  d.gelu_backward = gelu_backward;
+  d.residual_forward = residual_forward;
+  d.residual_backward = residual_backward;
+  d.softmax_forward = softmax_forward;
+  d.attention_forward = attention_forward;
+  d.attention_backward = attention_backward;
+  d.crossentropy_forward = crossentropy_forward;
+  d.crossentropy_softmax_backward = crossentropy_softmax_backward;
+  d.adamw_update = adamw_update;
+  return d;
+}();
+}  // namespace
+
+bool cuda_available() {
+  int devices = 0;
+  return cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0;
+}
+
+const Device& cuda_device() {
+  if (!cuda_available()) throw std::runtime_error("device cuda: no CUDA GPU on this machine");
+  return kCuda;
+}
+
+}  // namespace labkit

@@ -1,15 +1,19 @@
-// A tiny GPT-2 that trains on a CPU, written the way llm.c's train_gpt2.c is:
-// every parameter tensor lives in one flat buffer, every activation in another,
-// and forward and backward are a walk down and back up the layers calling the
-// ops of labkit/ops.h. The training labs (DDP, FSDP, tensor and pipeline
+// A tiny GPT-2 that trains on a CPU or a GPU, laid out the way llm.c's
+// train_gpt2.c is: every parameter lives in one flat buffer, every activation
+// in another, and forward and backward are a walk down and back up the blocks
+// of labkit/modules.h. The training labs (DDP, FSDP, tensor and pipeline
 // parallelism) check their parallel runs against this one, to the bit.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "labkit/modules.h"
+#include "labkit/tensor.h"
 
 namespace labkit {
 
@@ -29,7 +33,11 @@ struct ParameterRange {
 
 class Gpt {
  public:
-  Gpt(const GptConfig& config, std::uint64_t seed);  // GPT-2's initialisation, seeded
+  // GPT-2's initialisation, seeded and drawn on the host, so a model on the GPU
+  // starts from the same weights as one on the CPU.
+  Gpt(const GptConfig& config, std::uint64_t seed, DeviceKind where = DeviceKind::cpu);
+  Gpt(const Gpt& other);  // a copy with its own buffers
+  Gpt& operator=(const Gpt&) = delete;
 
   // Mean cross-entropy of predicting targets (B,T) from tokens (B,T).
   float forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
@@ -47,7 +55,8 @@ class Gpt {
   // residual stream, (B,T,C) floats: stream(l) is layer l's output (stream(-1)
   // the embeddings), stream_grad(l) its gradient. A later stage writes its input
   // into stream(first - 1) after prepare; an earlier one its incoming gradient
-  // into stream_grad(last - 1) before backward_layers.
+  // into stream_grad(last - 1) before backward_layers. Both are the model's
+  // device memory.
   void prepare(int B, int T);  // size the activations for B x T, clear their gradients
   void embed(const std::vector<int>& tokens);
   void forward_layers(int first, int last);
@@ -61,18 +70,40 @@ class Gpt {
   // Every parameter in one flat buffer (GPT-2's order), and the gradients in
   // another of the same layout: what data parallelism averages and FSDP shards.
   std::size_t parameter_count() const { return params_.size(); }
-  std::vector<float>& parameters() { return params_; }
-  std::vector<float>& gradients() { return grads_; }
+  Tensor& parameters() { return params_; }
+  Tensor& gradients() { return grads_; }
+  const Device& device() const { return params_.device(); }
+  const GptConfig& config() const { return config_; }
   // Bytes of the activations and their gradients the last forward allocated.
-  std::size_t activation_bytes() const { return (acts_.size() + grad_acts_.size()) * sizeof(float); }
+  std::size_t activation_bytes() const { return acts_.bytes() + grad_acts_.bytes(); }
   // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention).
   double flops_per_step(int B, int T) const;
 
  private:
-  struct Tensors;  // pointers into a flat buffer, in GPT-2's order
+  // The modules, in GPT-2's parameter order: token and position embeddings
+  // (the token table is also the output head), the blocks, the final norm.
+  struct Modules {
+    Slice wte, wpe;
+    std::vector<Block> blocks;
+    LayerNorm lnf;
+    Modules(Carver& params, const GptConfig& c);
+  };
+  // The activations of B x T tokens, in forward order.
+  struct Acts {
+    Slice encoded;
+    std::vector<Block::Acts> blocks;
+    LayerNorm::Acts lnf;
+    Slice logits, probs, losses;
+    Acts(Carver& acts, const GptConfig& c, int B, int T);
+  };
+  void carve();  // point the modules and activations at this model's buffers
+  ParameterRange range_of(Slice start, std::size_t count) const;
+
   GptConfig config_;
-  std::vector<float> params_, grads_, acts_, grad_acts_;
-  std::vector<int> tokens_, targets_;
+  Tensor params_, grads_, acts_, grad_acts_;
+  IndexTensor tokens_, targets_;
+  std::optional<Modules> m_;  // views into params_ and grads_
+  std::optional<Acts> a_;     // views into acts_ and grad_acts_, once prepare() has sized them
   int B_ = 0, T_ = 0;
 };
 

@@ -60,4 +60,19 @@ template <class T> void crossentropy_forward(T* losses, const T* probs, const in
 template <class T>
 void crossentropy_softmax_backward(T* dlogits, const T* dlosses, const T* probs, const int* targets, int N, int V);
 
+// One AdamW step (Loshchilov & Hutter 2019) over n weights, as llm.c's
+// adamw_kernel: m and v are the fp32 moments; weight decay acts on the weights
+// directly. bf16 weights (values rounded to bfloat16) lose any update smaller
+// than half their last bit, so mixed precision keeps an fp32 master copy,
+// updates that, and rounds it into the weights (Micikevicius et al. 2018).
+struct AdamWStep {
+  float lr, beta1, beta2, eps, weight_decay;
+  float correct1, correct2;  // 1 - beta1^t and 1 - beta2^t, the bias corrections at step t
+  bool bf16_weights;         // the weights hold bf16 values: round every update to bf16
+};
+void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
+
+// Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits.
+float round_to_bf16(float x);
+
 }  // namespace labkit::ops

@@ -2,12 +2,13 @@
 // backward functions accumulate), float only, device pointers. Matmuls are
 // cuBLAS; the rest are one-thread-per-output kernels written to mirror the CPU
 // loops line for line (llm.c's dev/cuda "kernel 1" versions), so the two can be
-// compared to 1e-5. Built when CMake finds CUDA (LABKIT_HAVE_CUDA).
+// compared to 1e-5. Built when CMake finds CUDA (LABKIT_CUDA); labkit/device.h
+// gathers them, with the GPU's memory, into the "cuda" Device.
 #pragma once
 
-namespace labkit::ops::cuda {
+#include "labkit/ops.h"
 
-bool available();  // a CUDA device is present
+namespace labkit::ops::cuda {
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
@@ -20,6 +21,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* weight, const float* mean, const float* rstd, int N, int C);
 void gelu_forward(float* out, const float* inp, int n);
 void gelu_backward(float* dinp, const float* inp, const float* dout, int n);
+void residual_forward(float* out, const float* a, const float* b, int n);
+void residual_backward(float* da, float* db, const float* dout, int n);
 void softmax_forward(float* probs, const float* logits, int N, int V);
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH);
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
@@ -27,5 +30,7 @@ void attention_backward(float* dinp, float* dpreatt, float* datt, const float* d
 void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V);
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets, int N,
                                    int V);
+
+void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
 
 }  // namespace labkit::ops::cuda

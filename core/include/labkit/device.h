@@ -1,0 +1,59 @@
+// Where memory lives and where the ops run: the CPU, or an NVIDIA GPU. A Device
+// is a table of functions, filled once per device (core/src/device.cpp for the
+// CPU, core/src/ops_cuda.cu for CUDA), so the modules and the GPT are written
+// once and run on either: the same code path as llm.c's train_gpt2.c and
+// train_gpt2.cu, without keeping two copies of the model.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "labkit/ops.h"
+
+namespace labkit {
+
+enum class DeviceKind { cpu, cuda };
+DeviceKind parse_device(const std::string& name);  // "cpu" or "cuda"
+
+struct Device {
+  DeviceKind kind;
+  const char* name;
+
+  // Memory: allocate is zero-filled; copies take bytes, either side host memory.
+  void* (*allocate)(std::size_t bytes);
+  void (*release)(void* p);
+  void (*copy_from_host)(void* dst, const void* src, std::size_t bytes);
+  void (*copy_to_host)(void* dst, const void* src, std::size_t bytes);
+  void (*zero)(void* p, std::size_t bytes);
+  void (*synchronize)();  // wait until every op issued so far has finished
+
+  // The ops of labkit/ops.h in float; the backward functions accumulate.
+  void (*encoder_forward)(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C);
+  void (*encoder_backward)(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
+  void (*matmul_forward)(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
+  void (*matmul_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC);
+  void (*layernorm_forward)(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                            const float* bias, int N, int C);
+  void (*layernorm_backward)(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                             const float* weight, const float* mean, const float* rstd, int N, int C);
+  void (*gelu_forward)(float* out, const float* inp, int n);
+  void (*gelu_backward)(float* dinp, const float* inp, const float* dout, int n);
+  void (*residual_forward)(float* out, const float* a, const float* b, int n);
+  void (*residual_backward)(float* da, float* db, const float* dout, int n);
+  void (*softmax_forward)(float* probs, const float* logits, int N, int V);
+  void (*attention_forward)(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH);
+  void (*attention_backward)(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
+                             const float* att, int B, int T, int C, int NH);
+  void (*crossentropy_forward)(float* losses, const float* probs, const int* targets, int N, int V);
+  void (*crossentropy_softmax_backward)(float* dlogits, const float* dlosses, const float* probs, const int* targets,
+                                        int N, int V);
+  void (*adamw_update)(float* params, float* master, const float* grads, float* m, float* v, long n,
+                       const ops::AdamWStep& step);
+};
+
+const Device& device(DeviceKind kind);  // the CUDA one throws if this build or machine has no GPU
+const Device& cuda_device();            // in ops_cuda.cu, or no_cuda.cpp in a build without CUDA
+bool cuda_available();                  // built with CUDA, and a GPU is present
+
+}  // namespace labkit

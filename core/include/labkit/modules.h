@@ -1,0 +1,117 @@
+// The building blocks of a GPT-2 layer, as classes: Linear, LayerNorm, the MLP,
+// causal self-attention and the transformer block. A module owns no memory:
+// it is a view onto its slice of the model's flat parameter buffer (and the
+// same slice of the gradient buffer), as llm.c lays a model out, so the whole
+// model stays one buffer that data parallelism reduces and FSDP shards. Its
+// activations are views too, carved from the model's activation buffer (and the
+// same place in the activation-gradient buffer) by its Acts.
+//
+// forward(device, ...) and backward(device, ...) run the ops of labkit/ops.h on
+// the given Device; backward accumulates (+=) into every gradient it touches.
+// x is the module's input, N = B*T rows of C channels.
+#pragma once
+
+#include <cstddef>
+
+#include "labkit/device.h"
+
+namespace labkit {
+
+// A tensor's values and, at the same offset in the twin buffer, its gradient.
+struct Slice {
+  float* value = nullptr;
+  float* grad = nullptr;
+};
+
+// Hands out consecutive slices of a buffer and its gradient twin, in order.
+// With null bases it only counts: that is how a model sizes its buffers.
+class Carver {
+ public:
+  Carver(float* values, float* grads) : values_(values), grads_(grads) {}
+  Slice take(std::size_t n) {
+    const Slice s{values_ ? values_ + taken_ : nullptr, grads_ ? grads_ + taken_ : nullptr};
+    taken_ += n;
+    return s;
+  }
+  std::size_t taken() const { return taken_; }
+
+ private:
+  float *values_, *grads_;
+  std::size_t taken_ = 0;
+};
+
+// y (N,out) = x (N,in) W^T + b, W (out,in).
+class Linear {
+ public:
+  Linear(Carver& params, int in, int out, bool bias = true);
+  void forward(const Device& d, float* y, const float* x, int N) const;
+  void backward(const Device& d, float* dx, const float* dy, const float* x, int N) const;
+  int in, out;
+  Slice weight, bias;  // bias.value is null without a bias
+};
+
+// Layer norm over C channels (Ba, Kiros & Hinton 2016), with a gain and a bias.
+class LayerNorm {
+ public:
+  LayerNorm(Carver& params, int C);
+  struct Acts {
+    Slice out, mean, rstd;  // mean and 1/std per row, kept for backward
+    Acts(Carver& acts, int N, int C);
+  };
+  void forward(const Device& d, const Acts& a, const float* x, int N) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const;
+  int C;
+  Slice weight, bias;
+};
+
+// GPT-2's feed-forward network: C -> 4C, GELU, 4C -> C.
+class Mlp {
+ public:
+  Mlp(Carver& params, int C);
+  struct Acts {
+    Slice hidden, gelu, out;
+    Acts(Carver& acts, int N, int C);
+  };
+  void forward(const Device& d, const Acts& a, const float* x, int N) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const;
+  Linear fc, proj;
+};
+
+// Multi-head causal self-attention (Vaswani et al. 2017): one Linear makes q, k
+// and v, each head attends to earlier positions only, another Linear projects.
+class CausalSelfAttention {
+ public:
+  CausalSelfAttention(Carver& params, int C, int heads);
+  struct Acts {
+    Slice qkv, heads_out, preatt, att, out;  // preatt and att (B,NH,T,T): scores before and after softmax
+    Acts(Carver& acts, int B, int T, int C, int NH);
+  };
+  void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const;
+  Linear qkv, proj;
+  int heads;
+};
+
+// A pre-norm transformer block, as GPT-2: r = x + attn(ln1(x)); out = r + mlp(ln2(r)).
+class Block {
+ public:
+  Block(Carver& params, int C, int heads);
+  struct Acts {
+    LayerNorm::Acts ln1;
+    CausalSelfAttention::Acts attn;
+    Slice residual;
+    LayerNorm::Acts ln2;
+    Mlp::Acts mlp;
+    Slice out;  // the residual stream after this block
+    Acts(Carver& acts, int B, int T, int C, int NH);
+  };
+  void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
+  // From a.out.grad, the gradient of the block's output, to dx (+=).
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const;
+  LayerNorm ln1;
+  CausalSelfAttention attn;
+  LayerNorm ln2;
+  Mlp mlp;
+};
+
+}  // namespace labkit

@@ -1,0 +1,54 @@
+#include "labkit/device.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace labkit {
+
+namespace {
+void* host_allocate(std::size_t bytes) {
+  void* p = std::calloc(bytes ? bytes : 1, 1);
+  if (!p) throw std::bad_alloc();
+  return p;
+}
+void host_copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+void host_zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
+
+constexpr Device kCpu = {
+    .kind = DeviceKind::cpu,
+    .name = "cpu",
+    .allocate = host_allocate,
+    .release = [](void* p) { std::free(p); },
+    .copy_from_host = host_copy,
+    .copy_to_host = host_copy,
+    .zero = host_zero,
+    .synchronize = [] {},
+    .encoder_forward = ops::encoder_forward<float>,
+    .encoder_backward = ops::encoder_backward<float>,
+    .matmul_forward = ops::matmul_forward<float>,
+    .matmul_backward = ops::matmul_backward<float>,
+    .layernorm_forward = ops::layernorm_forward<float>,
+    .layernorm_backward = ops::layernorm_backward<float>,
+    .gelu_forward = ops::gelu_forward<float>,
+    .gelu_backward = ops::gelu_backward<float>,
+    .residual_forward = ops::residual_forward<float>,
+    .residual_backward = ops::residual_backward<float>,
+    .softmax_forward = ops::softmax_forward<float>,
+    .attention_forward = ops::attention_forward<float>,
+    .attention_backward = ops::attention_backward<float>,
+    .crossentropy_forward = ops::crossentropy_forward<float>,
+    .crossentropy_softmax_backward = ops::crossentropy_softmax_backward<float>,
+    .adamw_update = ops::adamw_update,
+};
+}  // namespace
+
+DeviceKind parse_device(const std::string& name) {
+  if (name == "cpu") return DeviceKind::cpu;
+  if (name == "cuda") return DeviceKind::cuda;
+  throw std::invalid_argument("unknown device '" + name + "' (cpu, cuda)");
+}
+
+const Device& device(DeviceKind kind) { return kind == DeviceKind::cpu ? kCpu : cuda_device(); }
+
+}  // namespace labkit

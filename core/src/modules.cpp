@@ -1,0 +1,95 @@
+#include "labkit/modules.h"
+
+namespace labkit {
+
+Linear::Linear(Carver& params, int in, int out, bool bias)
+    : in(in), out(out), weight(params.take(std::size_t(out) * in)), bias(bias ? params.take(out) : Slice{}) {}
+
+void Linear::forward(const Device& d, float* y, const float* x, int N) const {
+  d.matmul_forward(y, x, weight.value, bias.value, N, in, out);
+}
+
+void Linear::backward(const Device& d, float* dx, const float* dy, const float* x, int N) const {
+  d.matmul_backward(dx, weight.grad, bias.grad, dy, x, weight.value, N, in, out);
+}
+
+LayerNorm::LayerNorm(Carver& params, int C) : C(C), weight(params.take(C)), bias(params.take(C)) {}
+
+LayerNorm::Acts::Acts(Carver& acts, int N, int C)
+    : out(acts.take(std::size_t(N) * C)), mean(acts.take(N)), rstd(acts.take(N)) {}
+
+void LayerNorm::forward(const Device& d, const Acts& a, const float* x, int N) const {
+  d.layernorm_forward(a.out.value, a.mean.value, a.rstd.value, x, weight.value, bias.value, N, C);
+}
+
+void LayerNorm::backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const {
+  d.layernorm_backward(dx, weight.grad, bias.grad, a.out.grad, x, weight.value, a.mean.value, a.rstd.value, N, C);
+}
+
+Mlp::Mlp(Carver& params, int C) : fc(params, C, 4 * C), proj(params, 4 * C, C) {}
+
+Mlp::Acts::Acts(Carver& acts, int N, int C)
+    : hidden(acts.take(std::size_t(N) * 4 * C)), gelu(acts.take(std::size_t(N) * 4 * C)),
+      out(acts.take(std::size_t(N) * C)) {}
+
+void Mlp::forward(const Device& d, const Acts& a, const float* x, int N) const {
+  fc.forward(d, a.hidden.value, x, N);
+  d.gelu_forward(a.gelu.value, a.hidden.value, N * fc.out);
+  proj.forward(d, a.out.value, a.gelu.value, N);
+}
+
+void Mlp::backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const {
+  proj.backward(d, a.gelu.grad, a.out.grad, a.gelu.value, N);
+  d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * fc.out);
+  fc.backward(d, dx, a.hidden.grad, x, N);
+}
+
+CausalSelfAttention::CausalSelfAttention(Carver& params, int C, int heads)
+    : qkv(params, C, 3 * C), proj(params, C, C), heads(heads) {}
+
+CausalSelfAttention::Acts::Acts(Carver& acts, int B, int T, int C, int NH)
+    : qkv(acts.take(std::size_t(B) * T * 3 * C)), heads_out(acts.take(std::size_t(B) * T * C)),
+      preatt(acts.take(std::size_t(B) * NH * T * T)), att(acts.take(std::size_t(B) * NH * T * T)),
+      out(acts.take(std::size_t(B) * T * C)) {}
+
+void CausalSelfAttention::forward(const Device& d, const Acts& a, const float* x, int B, int T) const {
+  qkv.forward(d, a.qkv.value, x, B * T);
+  d.attention_forward(a.heads_out.value, a.preatt.value, a.att.value, a.qkv.value, B, T, proj.in, heads);
+  proj.forward(d, a.out.value, a.heads_out.value, B * T);
+}
+
+void CausalSelfAttention::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const {
+  proj.backward(d, a.heads_out.grad, a.out.grad, a.heads_out.value, B * T);
+  d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B, T,
+                       proj.in, heads);
+  qkv.backward(d, dx, a.qkv.grad, x, B * T);
+}
+
+Block::Block(Carver& params, int C, int heads)
+    : ln1(params, C), attn(params, C, heads), ln2(params, C), mlp(params, C) {}
+
+Block::Acts::Acts(Carver& acts, int B, int T, int C, int NH)
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C),
+      mlp(acts, B * T, C), out(acts.take(std::size_t(B) * T * C)) {}
+
+void Block::forward(const Device& d, const Acts& a, const float* x, int B, int T) const {
+  const int N = B * T, n = N * ln1.C;
+  ln1.forward(d, a.ln1, x, N);
+  attn.forward(d, a.attn, a.ln1.out.value, B, T);
+  d.residual_forward(a.residual.value, x, a.attn.out.value, n);
+  ln2.forward(d, a.ln2, a.residual.value, N);
+  mlp.forward(d, a.mlp, a.ln2.out.value, N);
+  d.residual_forward(a.out.value, a.residual.value, a.mlp.out.value, n);
+}
+
+void Block::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const {
+  const int N = B * T, n = N * ln1.C;
+  d.residual_backward(a.residual.grad, a.mlp.out.grad, a.out.grad, n);
+  mlp.backward(d, a.ln2.out.grad, a.mlp, a.ln2.out.value, N);
+  ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);
+  d.residual_backward(dx, a.attn.out.grad, a.residual.grad, n);
+  attn.backward(d, a.ln1.out.grad, a.attn, a.ln1.out.value, B, T);
+  ln1.backward(d, dx, a.ln1, x, N);
+}
+
+}  // namespace labkit
