@@ -133,6 +133,23 @@ TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {
   expect_close(g_dlogits.host(), dlogits, "cross-entropy backward");
 }
 
+TEST_F(CudaOps, ReluAndSoftmaxBackward) {
+  const int N = 24, V = 37;
+  auto x = random(N * V, 19), dout = random(N * V, 20);
+  std::vector<float> r(N * V), dr(N * V), p(N * V), dp(N * V);
+  cpu::relu_forward(r.data(), x.data(), N * V);
+  cpu::relu_backward(dr.data(), x.data(), dout.data(), N * V);
+  cpu::softmax_forward(p.data(), x.data(), N, V);
+  cpu::softmax_backward(dp.data(), p.data(), dout.data(), N, V);
+  Device<float> g_x(x), g_dout(dout), g_r(std::vector<float>(N * V)), g_dr(g_r.host()), g_p(p), g_dp(g_r.host());
+  gpu::relu_forward(g_r.ptr, g_x.ptr, N * V);
+  gpu::relu_backward(g_dr.ptr, g_x.ptr, g_dout.ptr, N * V);
+  gpu::softmax_backward(g_dp.ptr, g_p.ptr, g_dout.ptr, N, V);
+  expect_close(g_r.host(), r, "relu");
+  expect_close(g_dr.host(), dr, "relu backward");
+  expect_close(g_dp.host(), dp, "softmax backward");
+}
+
 TEST_F(CudaOps, ResidualAndAdamW) {
   const int n = 1000;
   auto a = random(n, 15), b = random(n, 16), dout = random(n, 17), grads = random(n, 18);

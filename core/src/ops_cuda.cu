@@ -114,6 +114,16 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
   dinp[i] += (0.5f * (1.0f + th) + x * 0.5f * sech2 * kGeluScale * (1.0f + 3.0f * 0.044715f * x * x)) * dout[i];
 }
 
+__global__ void relu_forward_kernel(float* out, const float* inp, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = inp[i] > 0 ? inp[i] : 0.0f;
+}
+
+__global__ void relu_backward_kernel(float* dinp, const float* inp, const float* dout, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) dinp[i] += inp[i] > 0 ? dout[i] : 0.0f;
+}
+
 __global__ void residual_forward_kernel(float* out, const float* a, const float* b, int n) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
@@ -135,6 +145,16 @@ __global__ void softmax_forward_kernel(float* probs, const float* logits, int N,
   for (int v = 0; v < V; ++v) max = fmaxf(max, l[v]);
   for (int v = 0; v < V; ++v) sum += p[v] = expf(l[v] - max);
   for (int v = 0; v < V; ++v) p[v] /= sum;
+}
+
+__global__ void softmax_backward_kernel(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* p = probs + long(n) * V;
+  const float* dp = dprobs + long(n) * V;
+  float dot = 0;
+  for (int v = 0; v < V; ++v) dot += p[v] * dp[v];
+  for (int v = 0; v < V; ++v) dlogits[long(n) * V + v] += p[v] * (dp[v] - dot);
 }
 
 // One thread per (b, t, h): the CPU loop body of attention_forward.
@@ -293,6 +313,16 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, int n) {
   launched("gelu_backward");
 }
 
+void relu_forward(float* out, const float* inp, int n) {
+  relu_forward_kernel<<<blocks(n), kThreads>>>(out, inp, n);
+  launched("relu_forward");
+}
+
+void relu_backward(float* dinp, const float* inp, const float* dout, int n) {
+  relu_backward_kernel<<<blocks(n), kThreads>>>(dinp, inp, dout, n);
+  launched("relu_backward");
+}
+
 void residual_forward(float* out, const float* a, const float* b, int n) {
   residual_forward_kernel<<<blocks(n), kThreads>>>(out, a, b, n);
   launched("residual_forward");
@@ -306,6 +336,11 @@ void residual_backward(float* da, float* db, const float* dout, int n) {
 void softmax_forward(float* probs, const float* logits, int N, int V) {
   softmax_forward_kernel<<<blocks(N), kThreads>>>(probs, logits, N, V);
   launched("softmax_forward");
+}
+
+void softmax_backward(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
+  softmax_backward_kernel<<<blocks(N), kThreads>>>(dlogits, probs, dprobs, N, V);
+  launched("softmax_backward");
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
