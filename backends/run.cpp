@@ -1,19 +1,29 @@
 #include "labkit/run.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <set>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
+#include "labkit/output.h"
 #include "sim/engine.h"
+#ifdef LABKIT_HAVE_MPI
+#include "mpi/mpi_run.h"
+#endif
 
 namespace labkit {
 
 void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--backend", o.backend, "sim (simulated cluster), mpi or nccl")->capture_default_str();
-  app.add_option("--ranks,-n", o.ranks, "number of ranks")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app.add_option("--ranks,-n", o.ranks, "number of ranks (under mpirun: -np, unless given)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20))
+      ->each([&o](const std::string&) { o.ranks_given = true; });
   app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, or a JSON file")->capture_default_str();
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
   app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native");
@@ -21,6 +31,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--efficiency", o.efficiency, "fraction of device peak FLOP/s that compute reaches")
       ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
   app.add_option("--straggler", o.stragglers, "RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed");
+  app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
+      ->capture_default_str();
+  if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") quiet_this_process();
 }
 
 namespace {
@@ -65,8 +78,18 @@ std::vector<double> parse_speeds(const RunOptions& o) {
 }  // namespace
 
 RunResult run(const RunOptions& o, const RankFn& rank_fn) {
-  if (o.backend != "sim")
-    throw Error(fmt::format("--backend {}: not available in this build; the simulated backend 'sim' is", o.backend));
+  const RankFn with_algorithms = [&](Comm& comm) {
+    apply_algorithms(comm, o.algos);
+    rank_fn(comm);
+  };
+  if (o.backend == "mpi") {
+#ifdef LABKIT_HAVE_MPI
+    return mpi::run(o, with_algorithms);
+#else
+    throw Error("--backend mpi: this build has no MPI (install libopenmpi-dev and rebuild; ./labkit does)");
+#endif
+  }
+  if (o.backend != "sim") throw Error(fmt::format("--backend {}: unknown backend (sim, mpi, nccl)", o.backend));
   std::shared_ptr<Trace> trace = o.trace.empty() && !o.keep_trace ? nullptr : std::make_shared<Trace>(o.ranks);
   sim::Engine engine({.ranks = o.ranks,
                       .topology = find_topology(o.topology),
@@ -76,10 +99,7 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
                       .trace = trace.get(),
                       .stop_at = o.stop_at,
                       .progress = o.progress});
-  engine.run([&](Comm& comm) {
-    apply_algorithms(comm, o.algos);
-    rank_fn(comm);
-  });
+  engine.run(with_algorithms);
   if (!o.trace.empty()) trace->write_chrome_json(o.trace, o.backend);
   return {engine.elapsed(), engine.messages(), trace};
 }

@@ -7,7 +7,19 @@
 
 namespace labkit {
 
+namespace {
+bool quiet = false;
+}
+
+void quiet_this_process() {
+  quiet = true;
+  if (!std::freopen("/dev/null", "w", stdout)) throw Error("cannot quiet standard output");
+}
+
+bool this_process_is_quiet() { return quiet; }
+
 std::ofstream create_file(const std::string& path) {
+  if (quiet) return std::ofstream("/dev/null");
   const std::filesystem::path parent = std::filesystem::path(path).parent_path();
   std::error_code ignored;
   if (!parent.empty()) std::filesystem::create_directories(parent, ignored);
@@ -21,6 +33,7 @@ std::string_view gnuplot_terminal(const std::string& path) {
 }
 
 void run_gnuplot(const std::string& script) {
+  if (quiet) return;
   FILE* gnuplot = popen("gnuplot", "w");
   if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
   std::fputs(script.c_str(), gnuplot);

@@ -14,6 +14,7 @@
 
 #include "labkit/algorithms.h"
 #include "labkit/cost_model.h"
+#include "labkit/error.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -70,6 +71,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (whatif) return ring_lab::what_if(what_if);
+    if (run_options.backend != "sim" && !cmp)
+      throw labkit::Error(fmt::format("--backend {}: --step and --scale replay or size the simulator; real backends "
+                                      "run --compare (and --trace)", run_options.backend));
     if (!app.count("--ranks")) run_options.ranks = cmp ? 16 : scaled ? 4096 : 4;
     if (scaled) return scale(run_options, parse_bytes(bytes));
     if (cmp) {

@@ -24,6 +24,8 @@ struct RunOptions {
   bool payload_free = false;
   double efficiency = 0.5;
   std::vector<std::string> stragglers;  // "RANK:SPEED", e.g. "2:0.5"
+  bool ranks_given = false;  // --ranks was on the command line (under mpirun, -np decides otherwise)
+  double deadlock_timeout = 60;  // real backends: seconds a wait may make no progress before the run stops
 
   // Set by labs, not on the command line:
   bool keep_trace = false;  // return the trace in RunResult (as well as writing --trace)
@@ -31,6 +33,9 @@ struct RunOptions {
   double stop_at = std::numeric_limits<double>::infinity();
   // Called now and then with the number of messages delivered so far (progress lines).
   std::function<void(std::uint64_t messages)> progress;
+  // Real backends: check every collective's arguments across ranks first (one
+  // small allgather per call). Benchmarks turn it off to time the collective alone.
+  bool check_arguments = true;
 };
 
 struct RunResult {
@@ -42,10 +47,13 @@ struct RunResult {
 using RankFn = std::function<void(Comm&)>;
 
 // Adds --backend, --ranks, --topology, --trace, --algo, --payload-free,
-// --efficiency and --straggler to a lab's command line.
+// --efficiency, --straggler and --deadlock-timeout to a lab's command line.
+// Under mpirun, it also quiets standard output on every process but rank 0's, so
+// a lab prints once, as it does on the simulator.
 void add_run_options(CLI::App& app, RunOptions& options);
 
 // Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock.
+// Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 
 }  // namespace labkit

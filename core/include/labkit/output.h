@@ -8,7 +8,14 @@
 namespace labkit {
 
 // Opens `path` for writing, creating its folders; throws naming the path if it cannot.
+// In a quiet process, a stream to nowhere.
 std::ofstream create_file(const std::string& path);
+
+// Under mpirun every process runs the whole lab, and one of them, rank 0, speaks
+// for it: the launcher quiets the others' standard output and files, so a lab
+// prints and writes once, as on the simulator.
+void quiet_this_process();
+bool this_process_is_quiet();
 
 // gnuplot's terminal for a figure file: pngcairo for .png, svg for anything else.
 std::string_view gnuplot_terminal(const std::string& path);

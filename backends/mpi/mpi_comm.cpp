@@ -1,0 +1,199 @@
+#include "mpi_comm.h"
+
+#include <array>
+#include <chrono>
+#include <limits>
+#include <numeric>
+#include <thread>
+
+#include "labkit/error.h"
+
+namespace labkit::mpi {
+
+namespace {
+int rank_in(MPI_Comm comm) {
+  int r = 0;
+  MPI_Comm_rank(comm, &r);
+  return r;
+}
+int size_of(MPI_Comm comm) {
+  int n = 0;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+int bytes_arg(std::size_t bytes, const std::string& who, std::string_view op) {
+  if (bytes > std::size_t(std::numeric_limits<int>::max()))
+    fail(who, op, "{} bytes in one message: MPI counts are int, split the buffer below 2 GiB", bytes);
+  return int(bytes);
+}
+}  // namespace
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+  }
+  return MPI_BYTE;
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: case ReduceOp::avg: return MPI_SUM;  // Comm divides after an avg
+    case ReduceOp::prod: return MPI_PROD;
+    case ReduceOp::min: return MPI_MIN;
+    case ReduceOp::max: return MPI_MAX;
+  }
+  return MPI_SUM;
+}
+
+MpiComm::MpiComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* track, Context& context)
+    : Comm(comm_id, rank_in(comm), std::move(members), track), comm_(comm), comm_id_(comm_id), context_(context) {}
+
+MpiComm::~MpiComm() {
+  if (comm_id_ != 0) MPI_Comm_free(&comm_);
+}
+
+std::int64_t MpiComm::post_send(View buf, int to, int tag) {
+  if (!buf.data && buf.count) fail(who(), "send", "a payload-free buffer: --payload-free runs on the simulator only");
+  Pending p{MPI_REQUEST_NULL, true, to, tag, buf.bytes()};
+  MPI_Issend(buf.data, bytes_arg(buf.bytes(), who(), "send"), MPI_BYTE, to, tag, comm_, &p.request);
+  ++context_.messages;
+  pending_.emplace(next_id_, p);
+  return next_id_++;
+}
+
+std::int64_t MpiComm::post_recv(View buf, int from, int tag) {
+  if (!buf.data && buf.count) fail(who(), "recv", "a payload-free buffer: --payload-free runs on the simulator only");
+  Pending p{MPI_REQUEST_NULL, false, from, tag, buf.bytes()};
+  MPI_Irecv(buf.data, bytes_arg(buf.bytes(), who(), "recv"), MPI_BYTE, from, tag, comm_, &p.request);
+  pending_.emplace(next_id_, p);
+  return next_id_++;
+}
+
+// Polls rather than blocking in MPI_Wait, so that a wait with no progress for
+// the deadlock timeout can say so instead of hanging the run.
+void MpiComm::wait_request(std::int64_t id) {
+  Pending& p = pending_.at(id);
+  const double deadline = MPI_Wtime() + context_.deadlock_timeout;
+  for (long polls = 0;; ++polls) {
+    int done = 0;
+    MPI_Status status;
+    MPI_Test(&p.request, &done, &status);
+    if (done) {
+      if (!p.is_send) {
+        int got = 0;
+        MPI_Get_count(&status, MPI_BYTE, &got);
+        if (std::size_t(got) != p.bytes)
+          fail(who(), "recv", "{} bytes arrived from rank {} (tag {}) for a {}-byte buffer", got, p.peer, p.tag,
+               p.bytes);
+      }
+      pending_.erase(id);
+      return;
+    }
+    if (polls % 4096 == 4095 && MPI_Wtime() > deadline)
+      fail(who(), p.is_send ? "send" : "recv",
+           "{} rank {} (tag {}, {} bytes) made no progress in {} s: a deadlock? (every rank sending first, or a "
+           "receive that no rank sends to)",
+           p.is_send ? "to" : "from", p.peer, p.tag, p.bytes, context_.deadlock_timeout);
+  }
+}
+
+bool MpiComm::test_request(std::int64_t id) {
+  int done = 0;
+  MPI_Test(&pending_.at(id).request, &done, MPI_STATUS_IGNORE);
+  if (done) pending_.erase(id);
+  return done;
+}
+
+// Every rank's (collective, root, op, dtype, count) against rank 0's: one small
+// allgather per call, so mismatched arguments fail with a message, not a hang.
+void MpiComm::check_collective(const CollectiveCall& c) {
+  if (!context_.check_arguments) return;
+  const bool block_is_send = c.op == Collective::gather || c.op == Collective::all_gather || c.op == Collective::all_to_all;
+  const View& agreed = block_is_send ? c.send : c.recv;
+  const std::array<long long, 5> mine = {int(c.op), has_root(c.op) ? c.root : 0,
+                                         has_reduce_op(c.op) ? int(c.reduce_op) : 0,
+                                         c.op == Collective::barrier ? 0 : int(agreed.dtype),
+                                         c.op == Collective::barrier ? 0 : (long long)agreed.count};
+  std::vector<std::array<long long, 5>> all(size());
+  MPI_Allgather(mine.data(), 5, MPI_LONG_LONG, all.data(), 5, MPI_LONG_LONG, comm_);
+  const std::string_view op = name_of(c.op);
+  for (int r = 0; r < size(); ++r) {
+    const auto& f = all[r];
+    if (f == mine) continue;
+    if (f[0] != mine[0])
+      fail(who(), op, "rank {} called {} at this point; every rank must call the same collective", r,
+           name_of(Collective(f[0])));
+    if (f[1] != mine[1]) fail(who(), op, "root={} but rank {} passed root={}", mine[1], r, f[1]);
+    if (f[2] != mine[2])
+      fail(who(), op, "op={} but rank {} passed op={}", name_of(c.reduce_op), r, name_of(ReduceOp(f[2])));
+    if (f[3] != mine[3])
+      fail(who(), op, "dtype={} but rank {} passed dtype={}", name_of(agreed.dtype), r, name_of(DType(f[3])));
+    fail(who(), op, "count={} but rank {} passed count={}; every rank must pass the same count", mine[4], r, f[4]);
+  }
+}
+
+std::string_view MpiComm::run_native(const CollectiveCall& c) {
+  const MPI_Datatype t = mpi_type(c.recv.dtype);
+  const MPI_Op op = mpi_op(c.reduce_op);
+  const int n = int(c.recv.count);
+  const bool root = rank() == c.root;
+  switch (c.op) {
+    case Collective::broadcast: MPI_Bcast(c.recv.data, n, t, c.root, comm_); break;
+    case Collective::reduce:
+      MPI_Reduce(root ? MPI_IN_PLACE : c.recv.data, root ? c.recv.data : nullptr, n, t, op, c.root, comm_);
+      break;
+    case Collective::all_reduce: MPI_Allreduce(MPI_IN_PLACE, c.recv.data, n, t, op, comm_); break;
+    case Collective::gather:
+      MPI_Gather(c.send.data, int(c.send.count), mpi_type(c.send.dtype), c.recv.data, int(c.send.count), t, c.root,
+                 comm_);
+      break;
+    case Collective::scatter:
+      MPI_Scatter(c.send.data, n, t, c.recv.data, n, t, c.root, comm_);
+      break;
+    case Collective::all_gather:
+      MPI_Allgather(c.send.data, int(c.send.count), t, c.recv.data, int(c.send.count), t, comm_);
+      break;
+    case Collective::reduce_scatter: MPI_Reduce_scatter_block(c.send.data, c.recv.data, n, t, op, comm_); break;
+    case Collective::all_to_all:
+      MPI_Alltoall(c.send.data, int(c.send.count) / size(), t, c.recv.data, int(c.send.count) / size(), t, comm_);
+      break;
+    case Collective::barrier: MPI_Barrier(comm_); break;
+  }
+  return "open-mpi";  // Open MPI's tuned component picks its own algorithm per size
+}
+
+std::unique_ptr<Comm> MpiComm::split_group(int color, int key) {
+  MPI_Comm sub = MPI_COMM_NULL;
+  MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub);
+  // Name the new group alike on its members, apart from its siblings: (parent, split, color).
+  const int id = (comm_id_ * 131 + ++splits_) * 1009 + color + 1;
+  if (sub == MPI_COMM_NULL) return nullptr;
+  std::vector<int> members(size_of(sub));
+  const int me = global_rank(rank());
+  MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, sub);
+  return std::make_unique<MpiComm>(sub, id, std::make_shared<const std::vector<int>>(std::move(members)), track(),
+                                   context_);
+}
+
+// compute_for on a real machine: this rank is busy for that long (a sleep), so
+// a lab's modeled work still shapes the timeline.
+void MpiComm::advance(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+
+// Buffers may differ in size by rank (a gather's root holds them all): sizes first.
+std::vector<std::vector<std::byte>> MpiComm::gather_untimed(View buf) {
+  const int bytes = bytes_arg(buf.bytes(), who(), "inspect");
+  std::vector<int> sizes(size()), offsets(size());
+  MPI_Gather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_);
+  std::exclusive_scan(sizes.begin(), sizes.end(), offsets.begin(), 0);
+  std::vector<std::byte> all(rank() == 0 ? std::size_t(offsets.back()) + sizes.back() : 0);
+  MPI_Gatherv(buf.data, bytes, MPI_BYTE, all.data(), sizes.data(), offsets.data(), MPI_BYTE, 0, comm_);
+  std::vector<std::vector<std::byte>> rows;
+  for (int r = 0; rank() == 0 && r < size(); ++r)
+    rows.emplace_back(all.begin() + offsets[r], all.begin() + offsets[r] + sizes[r]);
+  return rows;
+}
+
+}  // namespace labkit::mpi

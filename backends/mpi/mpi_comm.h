@@ -1,0 +1,67 @@
+// labkit::Comm on Open MPI: each rank is a process under mpirun. Point-to-point
+// is MPI_Issend/MPI_Irecv on bytes (a synchronous send, so a blocking send
+// completes on delivery as on the simulator, and a program that deadlocks there
+// deadlocks here: a wait that makes no progress for the deadlock timeout stops
+// the run and says which rank waits on whom). Native collectives are Open MPI's;
+// labkit algorithms run over the point-to-point above. Time is MPI_Wtime,
+// shifted onto rank 0's clock (see align_clocks in mpi_run.cpp).
+#pragma once
+
+#include <map>
+
+#include <mpi.h>
+
+#include "labkit/comm.h"
+
+namespace labkit::mpi {
+
+// What every Comm of one run shares (the world's and the groups split from it).
+struct Context {
+  double start = 0;               // this process's MPI_Wtime() at the run's start
+  std::vector<int> node_of_world;  // the node of each world rank
+  bool check_arguments = true;    // cross-rank argument checks (one small allgather per collective)
+  double deadlock_timeout = 60;   // seconds a wait may make no progress
+  std::uint64_t messages = 0;     // point-to-point messages this rank sent
+};
+
+class MpiComm final : public Comm {
+ public:
+  // comm_id 0 is the run's group, which the launcher owns; split groups are freed here.
+  MpiComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* track, Context& context);
+  ~MpiComm() override;
+
+  double now() const override { return MPI_Wtime() - context_.start; }
+
+ protected:
+  std::int64_t post_send(View buf, int to, int tag) override;
+  std::int64_t post_recv(View buf, int from, int tag) override;
+  void wait_request(std::int64_t id) override;
+  bool test_request(std::int64_t id) override;
+  void check_collective(const CollectiveCall& call) override;
+  std::string_view run_native(const CollectiveCall& call) override;
+  std::unique_ptr<Comm> split_group(int color, int key) override;
+  void advance(double seconds) override;
+  int node_of_global(int global_rank) const override { return context_.node_of_world.at(global_rank); }
+  double seconds_for_flops(double) const override { return 0; }  // real work takes its real time
+  std::vector<std::vector<std::byte>> gather_untimed(View buf) override;
+
+ private:
+  struct Pending {
+    MPI_Request request;
+    bool is_send;
+    int peer, tag;
+    std::size_t bytes;
+  };
+  MPI_Comm comm_;
+  int comm_id_;
+  Context& context_;
+  std::map<std::int64_t, Pending> pending_;
+  std::int64_t next_id_ = 0;
+  int splits_ = 0;
+};
+
+// MPI's datatype and operator for labkit's.
+MPI_Datatype mpi_type(DType dtype);
+MPI_Op mpi_op(ReduceOp op);
+
+}  // namespace labkit::mpi
