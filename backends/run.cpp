@@ -20,7 +20,7 @@ namespace labkit {
 
 void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--backend", o.backend, "sim (simulated cluster), mpi or nccl")->capture_default_str();
-  app.add_option("--ranks,-n", o.ranks, "number of ranks (under mpirun: -np, unless given)")
+  app.add_option("--ranks", o.ranks, "number of ranks (under mpirun: -np, unless given)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20))
       ->each([&o](const std::string&) { o.ranks_given = true; });

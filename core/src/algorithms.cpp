@@ -1,6 +1,8 @@
 #include "labkit/algorithms.h"
 
 #include <array>
+#include <map>
+#include <mutex>
 
 namespace labkit {
 
@@ -46,6 +48,37 @@ const Algorithm* find_algorithm(Collective op, std::string_view name) {
 Chunk chunk_range(std::size_t count, int parts, int i) {
   const std::size_t base = count / parts, extra = count % parts, index = i;
   return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+// The scratch pool: free buffers by capacity. A buffer is held by one Scratch at
+// a time, so ranks (fibers on the simulator, threads elsewhere) never share one.
+namespace {
+std::mutex pool_mutex;
+std::multimap<std::size_t, std::unique_ptr<std::byte[]>> pool;
+}  // namespace
+
+Scratch::Scratch(View like, std::size_t count) : view_{nullptr, count, like.dtype} {
+  const std::size_t bytes = like.data ? count * size_of(like.dtype) : 0;
+  if (bytes == 0) return;
+  {
+    std::lock_guard lock(pool_mutex);
+    if (auto it = pool.lower_bound(bytes); it != pool.end()) {
+      capacity_ = it->first;
+      memory_ = std::move(it->second);
+      pool.erase(it);
+    }
+  }
+  if (!memory_) {
+    memory_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    capacity_ = bytes;
+  }
+  view_.data = memory_.get();
+}
+
+Scratch::~Scratch() {
+  if (!memory_) return;
+  std::lock_guard lock(pool_mutex);
+  pool.emplace(capacity_, std::move(memory_));
 }
 
 }  // namespace labkit

@@ -54,16 +54,22 @@ inline void copy_local(View to, View from) {
 }
 
 // A temporary buffer of `count` elements of like.dtype: real memory when `like`
-// has data, sizes only when the run is payload-free.
+// has data, sizes only when the run is payload-free. The memory comes from a
+// pool and goes back to it, so an algorithm called in a loop (a benchmark, a
+// training step) neither allocates nor faults in fresh pages on every call,
+// as NCCL and gloo keep their buffers. Its contents start undefined.
 class Scratch {
  public:
-  Scratch(View like, std::size_t count) : bytes_(like.data ? count * size_of(like.dtype) : 0) {
-    view_ = {like.data ? bytes_.data() : nullptr, count, like.dtype};
-  }
+  Scratch(View like, std::size_t count);
+  ~Scratch();
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  Scratch(Scratch&&) = default;
   View view() const { return view_; }
 
  private:
-  std::vector<std::byte> bytes_;
+  std::unique_ptr<std::byte[]> memory_;
+  std::size_t capacity_ = 0;
   View view_;
 };
 

@@ -1,0 +1,35 @@
+// What the collective benchmark needs to know of each collective, as nccl-tests
+// keeps it in one small file per collective (all_reduce.cu, all_gather.cu, ...):
+// how many elements each buffer holds for a message of `count` elements, what
+// rank r's input element i is, what its output element i must be, and how to
+// call it. The harness (bench_collective.cpp) does the rest.
+#pragma once
+
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "labkit/comm.h"
+
+namespace labkit::bench {
+
+struct CollectiveBench {
+  Collective op;
+  bool in_place;  // the Comm call works in place (one buffer), or out of place
+  // Elements of the send and receive buffers when `count` elements is the size
+  // nccl-tests reports (its "count" column) on `ranks` ranks.
+  std::size_t (*send_count)(std::size_t count, int ranks);
+  std::size_t (*recv_count)(std::size_t count, int ranks);
+  float (*input)(int rank, std::size_t i, int ranks);
+  // block: the count / ranks elements that one rank contributes or receives.
+  float (*expected)(int rank, std::size_t i, int ranks, std::size_t block);
+  void (*call)(Comm& comm, View send, View recv);
+};
+
+// Small integers, so sums are exact in float and a misplaced block shows.
+inline float value(int rank, std::size_t i) { return float((rank * 7 + i) % 11); }
+
+const CollectiveBench& find_bench(std::string_view collective);  // throws naming the ones there are
+std::vector<std::string_view> bench_names();
+
+}  // namespace labkit::bench
