@@ -12,7 +12,6 @@
 // per call is the slowest rank's. algbw = bytes / time; busbw = algbw x the
 // collective's bus factor (2(P-1)/P for allreduce), comparable across P.
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -28,76 +27,17 @@
 #include "labkit/output.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
-#ifdef LABKIT_HAVE_MPI
-#include "bare_ring_mpi.h"
-#endif
 
 using namespace labkit;
 using namespace labkit::bench;
 
 namespace {
-struct Settings {
-  std::size_t min_bytes = 8, max_bytes = 32 << 20;
-  int factor = 2, iters = 20, warmup = 5;
-  bool check = true;
-};
-
 struct Row {
   std::string algo;
   std::size_t bytes, count;
   double seconds;
   std::int64_t wrong;  // -1: not checked
 };
-
-// Bytes a second one core copies through memory: the ceiling of any transport
-// that moves data through shared memory on this host.
-double memcpy_bandwidth() {
-  std::vector<char> from(256 << 20, 1), to(from.size());
-  std::memcpy(to.data(), from.data(), from.size());  // touch the pages first
-  const auto start = std::chrono::steady_clock::now();
-  constexpr int kCopies = 4;
-  for (int i = 0; i < kCopies; ++i) std::memcpy(to.data(), from.data(), from.size());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return double(from.size()) * kCopies / seconds;
-}
-
-// One size of one algorithm on this rank: warm up, time, check. Returns the
-// seconds per call and the wrong elements, both as the slowest or sum over ranks (on rank 0).
-std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
-                                        std::size_t count, const Settings& s) {
-  const int P = comm.size(), r = comm.rank();
-  std::vector<float> send(b.send_count(count, P)), recv(b.recv_count(count, P));
-  std::vector<float>& data = b.in_place ? recv : send;
-  auto fill = [&] {
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = b.input(r, i, P);
-  };
-  auto call = [&] {
-#ifdef LABKIT_HAVE_MPI
-    if (algo == "baseline") return bare_ring_all_reduce(recv.data(), recv.size(), MPI_COMM_WORLD);
-#endif
-    b.call(comm, view_of(send), view_of(recv));
-  };
-  fill();
-  for (int i = 0; i < s.warmup; ++i) call();
-  comm.barrier();
-  const double start = comm.now();
-  for (int i = 0; i < s.iters; ++i) call();
-  std::vector<double> mine = {(comm.now() - start) / s.iters, 0};
-  if (s.check) {
-    fill();
-    call();
-    const std::size_t block = count / P;
-    for (std::size_t i = 0; i < recv.size(); ++i) mine[1] += recv[i] != b.expected(r, i, P, block);
-  } else {
-    mine[1] = -1;
-  }
-  double slowest = 0, wrong = 0;
-  for (const std::vector<double>& row : comm.inspect(view_of(mine))) {
-    slowest = std::max(slowest, row[0]);
-    wrong += row[1];
-  }
-  return {slowest, s.check ? std::int64_t(wrong) : -1};
-}
 
 void print_header(const std::string& algo, const std::string& what) {
   fmt::print("#\n# algo: {}{}\n", algo, what);
@@ -120,7 +60,7 @@ void print_row(const Row& row, const CollectiveBench& b, double bus_factor) {
              b.in_place ? body : blank);
 }
 
-nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_factor) {
+nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_factor, int iters) {
   const double algbw = row.bytes / row.seconds / 1e9;
   const nlohmann::json body = {{"time", row.seconds * 1e6},
                                {"alg_bw", algbw},
@@ -133,7 +73,7 @@ nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_fac
           {"root", has_root(b.op) ? 0 : -1},
           {"out_of_place", b.in_place ? nlohmann::json() : body},
           {"in_place", b.in_place ? body : nlohmann::json()},
-          {"actual_iterations", 1},
+          {"actual_iterations", iters},
           {"experiment_name", row.algo}};
 }
 
@@ -265,7 +205,7 @@ int main(int argc, char** argv) {
     }
     if (!json.empty()) {
       nlohmann::json results = nlohmann::json::array();
-      for (const Row& r : rows) results.push_back(json_row(r, b, bus_factor));
+      for (const Row& r : rows) results.push_back(json_row(r, b, bus_factor, s.iters));
       create_file(json) << nlohmann::json{{"version", 1},
                                           {"start_time", start_time},
                                           {"args", std::vector<std::string>(argv, argv + argc)},

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,5 +33,21 @@ inline float value(int rank, std::size_t i) { return float((rank * 7 + i) % 11);
 
 const CollectiveBench& find_bench(std::string_view collective);  // throws naming the ones there are
 std::vector<std::string_view> bench_names();
+
+// A sweep, in nccl-tests' terms.
+struct Settings {
+  std::size_t min_bytes = 8, max_bytes = 32 << 20;
+  int factor = 2, iters = 20, warmup = 5;
+  bool check = true;
+};
+
+// One size of one algorithm ("native", a labkit algorithm set on the Comm, or
+// "baseline", the bare MPI ring): warm up, time, check. On rank 0, the slowest
+// rank's seconds per call and the wrong elements over all ranks (-1: unchecked).
+std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
+                                        std::size_t count, const Settings& s);
+
+// Bytes a second one core copies through memory on this host.
+double memcpy_bandwidth();
 
 }  // namespace labkit::bench

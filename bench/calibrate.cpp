@@ -1,0 +1,207 @@
+// Calibrate the simulator to a real machine: measure labkit's allreduce
+// algorithms over a size sweep on a real backend, fit the alpha-beta link that
+// explains them best, and write it as a topology JSON that
+// `--backend sim --topology FILE` reads, so the simulator predicts this machine.
+//
+//   ./labkit calibrate -np 2        (mpirun -np 2 build/default/bench/calibrate)
+//
+// The fit, per algorithm: its cost model (cost_model.h) is linear in the link,
+// T = alpha * A + beta * B, where A counts the latency terms (messages on the
+// critical path) and B the bytes terms, both read off the model itself by
+// pricing it once on a link of pure latency and once on one of pure bandwidth.
+// Least squares on the relative error, as the classic two regimes: alpha (and a
+// first beta) from the small messages, where latency dominates; then beta again,
+// alpha held, from the large messages, where bandwidth does. Between them lie a
+// transport's protocol switch (eager to rendezvous) and the caches' edge, which
+// no single line follows; the table shows it. Each algorithm gets its own fit: the model leaves out the reduction's compute
+// and the memory traffic around it, which each algorithm pays differently, and
+// a fitted beta absorbs them. The topology takes the fit of --use (the ring, the
+// algorithm of large messages).
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "collective_bench.h"
+#include "labkit/algorithms.h"
+#include "labkit/cost_model.h"
+#include "labkit/error.h"
+#include "labkit/output.h"
+#include "labkit/run.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+using namespace labkit::bench;
+
+namespace {
+struct Sample {
+  std::string algo;
+  std::size_t bytes;
+  double seconds;
+  double latency_terms, byte_terms;  // T = alpha * latency_terms + beta * byte_terms
+};
+
+Topology single_node(int ranks, Link link) {
+  return {.name = "calibration", .devices_per_node = ranks, .nics_per_node = 1, .intra = link, .inter = link,
+          .device = device_preset("h100")};
+}
+
+// Minimizes sum ((alpha A + beta B - T) / T)^2 over the small messages (2x2
+// normal equations, alpha kept >= 0), then over the large ones for beta alone.
+Link fit(const std::vector<Sample>& samples, std::size_t latency_below, std::size_t bandwidth_above) {
+  double aa = 0, ab = 0, bb = 0, at = 0, bt = 0;
+  for (const Sample& s : samples) {
+    if (s.bytes > latency_below) continue;
+    const double a = s.latency_terms / s.seconds, b = s.byte_terms / s.seconds;
+    aa += a * a;
+    ab += a * b;
+    bb += b * b;
+    at += a;
+    bt += b;
+  }
+  const double det = aa * bb - ab * ab;
+  if (std::abs(det) < 1e-30) throw Error("calibrate: too few small messages to fit alpha (lower -b)");
+  const double alpha = std::max(0.0, (at * bb - bt * ab) / det);
+  double num = 0, den = 0;
+  for (const Sample& s : samples) {
+    if (s.bytes < bandwidth_above) continue;
+    const double a = s.latency_terms / s.seconds, b = s.byte_terms / s.seconds;
+    num += b * (1 - alpha * a);
+    den += b * b;
+  }
+  if (den == 0 || num <= 0) throw Error("calibrate: too few large messages to fit beta (raise -e)");
+  return {alpha, den / num};
+}
+
+double predicted(const Sample& s, const Link& link) { return link.alpha * s.latency_terms + s.byte_terms / link.bandwidth; }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Fit the simulator's alpha-beta link to a real backend and write it as a topology JSON"};
+  std::string min_bytes = "1K", max_bytes = "32M", check_bytes = "64M", out = "out/calibrated.json";
+  std::string latency_below = "64K", bandwidth_above = "16M";  // past this machine's caches
+  Settings s{.factor = 2, .iters = 5, .warmup = 2};
+  int rounds = 5;
+  double tolerance = 0.25;
+  std::vector<std::string> algos = {"ring", "recursive_halving_doubling", "binomial_tree"};
+  std::string use = "ring";
+  RunOptions run_options;
+  run_options.backend = "mpi";
+  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str();
+  app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+  app.add_option("--algos", algos, "labkit allreduce algorithms to fit")->capture_default_str();
+  app.add_option("--use", use, "the algorithm whose fit the topology takes")->capture_default_str();
+  app.add_option("-o,--out", out, "the topology JSON to write")->capture_default_str();
+  app.add_option("--latency-below", latency_below, "alpha is fitted on messages up to this size")
+      ->capture_default_str();
+  app.add_option("--bandwidth-above", bandwidth_above, "beta is fitted on messages from this size")
+      ->capture_default_str();
+  app.add_option("--rounds", rounds, "each size is timed this many times; the best counts")->capture_default_str();
+  app.add_option("--check", check_bytes, "a larger size, measured but left out of the fit, that the calibrated "
+                 "simulator must then predict")->capture_default_str();
+  app.add_option("--tolerance", tolerance, "--check fails beyond this relative error")->capture_default_str();
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    s.min_bytes = parse_bytes(min_bytes);
+    s.max_bytes = parse_bytes(max_bytes);
+    const std::size_t check = parse_bytes(check_bytes);
+    const CollectiveBench& b = find_bench("all_reduce");
+    run_options.check_arguments = false;
+    if (std::find(algos.begin(), algos.end(), use) == algos.end()) throw Error("--use " + use + ": not among --algos");
+    std::vector<Sample> samples;
+    int ranks = 0;
+    bool speaker = false;  // rank 0 fits and prints
+    run(run_options, [&](Comm& comm) {
+      ranks = comm.size();
+      speaker = speaker || comm.rank() == 0;
+      comm.set_algorithm(Collective::barrier, "native");
+      std::vector<std::size_t> sizes;
+      for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) sizes.push_back(bytes);
+      sizes.push_back(check);
+      for (std::size_t bytes : sizes)
+        for (const std::string& algo : algos) {
+          comm.set_algorithm(Collective::all_reduce, algo);
+          const std::size_t count = bytes / sizeof(float);
+          // The best of several rounds: on a shared machine a round can be slowed by
+          // others; the fastest is the machine's own speed.
+          double seconds = 1e30;
+          for (int round = 0; round < rounds; ++round) {
+            const auto [t, wrong] = measure(comm, b, algo, count, s);
+            if (wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, wrong, bytes));
+            seconds = std::min(seconds, t);
+          }
+          if (comm.rank() != 0) continue;
+          // The model's latency and bytes terms: price it on a link of pure latency, then pure bandwidth.
+          const double latency = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {1.0, 1e300}));
+          const double per_byte = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {0.0, 1.0}));
+          samples.push_back({algo, bytes, seconds, latency, per_byte});
+        }
+    });
+    if (ranks < 2) throw Error("calibrate: needs at least 2 ranks (mpirun -np 2)");
+
+    if (!speaker) return 0;
+    fmt::print("# calibration of {} ranks on backend {}: all_reduce, {} to {}\n", ranks, run_options.backend,
+               format_bytes(s.min_bytes), format_bytes(s.max_bytes));
+    std::map<std::string, Link> fits;
+    nlohmann::json rows = nlohmann::json::array();
+    for (const std::string& algo : algos) {
+      std::vector<Sample> mine;
+      std::copy_if(samples.begin(), samples.end(), std::back_inserter(mine),
+                   [&](const Sample& x) { return x.algo == algo && x.bytes <= s.max_bytes; });
+      const Link link = fits[algo] = fit(mine, parse_bytes(latency_below), parse_bytes(bandwidth_above));
+      fmt::print("#\n# {}: alpha = {:.2f} us, bandwidth = {:.2f} GB/s (beta = {:.4f} ns/B){}\n", algo,
+                 link.alpha * 1e6, link.bandwidth / 1e9, 1e9 / link.bandwidth, algo == use ? "  <- the topology's" : "");
+      fmt::print("# {:>10}  {:>11} {:>11} {:>8}\n", "size", "measured", "fit", "error");
+      fmt::print("# {:>10}  {:>11} {:>11} {:>8}\n", "(B)", "(us)", "(us)", "");
+      for (const Sample& x : mine) {
+        const double p = predicted(x, link), error = (p - x.seconds) / x.seconds;
+        fmt::print("  {:>10}  {:>11.2f} {:>11.2f} {:>7.1f}%\n", x.bytes, x.seconds * 1e6, p * 1e6, error * 100);
+        rows.push_back({{"size", x.bytes}, {"algo", x.algo}, {"measured_us", x.seconds * 1e6},
+                        {"fit_us", p * 1e6}, {"error", error}});
+      }
+    }
+    const Link link = fits.at(use);
+    const nlohmann::json link_json = {{"alpha_us", link.alpha * 1e6}, {"bandwidth_GBps", link.bandwidth / 1e9}};
+    create_file(out) << nlohmann::json{{"name", fmt::format("calibrated ({}, {} ranks)", run_options.backend, ranks)},
+                                       {"devices_per_node", ranks},
+                                       {"nics_per_node", 1},
+                                       {"intra", link_json},
+                                       {"inter", link_json},
+                                       {"calibration", rows}}
+                            .dump(2)
+                     << '\n';
+    fmt::print("# wrote {}: --backend sim --topology {} now predicts this machine\n", out, out);
+
+    // The check: the simulator, on the topology just written, against the
+    // measured time of a size the fit never saw.
+    const Sample& held_out = *std::find_if(samples.begin(), samples.end(),
+                                           [&](const Sample& x) { return x.algo == use && x.bytes == check; });
+    RunOptions sim;
+    sim.ranks = ranks;
+    sim.topology = out;
+    sim.payload_free = true;
+    const RunResult simulated = run(sim, [&](Comm& comm) {
+      comm.set_algorithm(Collective::all_reduce, use);
+      comm.all_reduce(sizes_only(check / sizeof(float), DType::f32), ReduceOp::sum);
+    });
+    const double error = (simulated.elapsed - held_out.seconds) / held_out.seconds;
+    fmt::print("# check, {} at {} (left out of the fit): measured {:.2f} us, the calibrated simulator says {:.2f} us: "
+               "{:+.1f}% ({}within {:.0f}%)\n",
+               use, format_bytes(check), held_out.seconds * 1e6, simulated.elapsed * 1e6, error * 100,
+               std::abs(error) <= tolerance ? "" : "NOT ", tolerance * 100);
+    return std::abs(error) <= tolerance ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,59 @@
+// The timing loop every sweep shares (bench_collective, calibrate).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "collective_bench.h"
+#ifdef LABKIT_HAVE_MPI
+#include "bare_ring_mpi.h"
+#endif
+
+namespace labkit::bench {
+
+double memcpy_bandwidth() {
+  std::vector<char> from(256 << 20, 1), to(from.size());
+  std::memcpy(to.data(), from.data(), from.size());  // touch the pages first
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kCopies = 4;
+  for (int i = 0; i < kCopies; ++i) std::memcpy(to.data(), from.data(), from.size());
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return double(from.size()) * kCopies / seconds;
+}
+
+std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
+                                        std::size_t count, const Settings& s) {
+  const int P = comm.size(), r = comm.rank();
+  std::vector<float> send(b.send_count(count, P)), recv(b.recv_count(count, P));
+  std::vector<float>& data = b.in_place ? recv : send;
+  auto fill = [&] {
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = b.input(r, i, P);
+  };
+  auto call = [&] {
+#ifdef LABKIT_HAVE_MPI
+    if (algo == "baseline") return bare_ring_all_reduce(recv.data(), recv.size(), MPI_COMM_WORLD);
+#endif
+    b.call(comm, view_of(send), view_of(recv));
+  };
+  fill();
+  for (int i = 0; i < s.warmup; ++i) call();
+  comm.barrier();
+  const double start = comm.now();
+  for (int i = 0; i < s.iters; ++i) call();
+  std::vector<double> mine = {(comm.now() - start) / s.iters, 0};
+  if (s.check) {
+    fill();
+    call();
+    const std::size_t block = count / P;
+    for (std::size_t i = 0; i < recv.size(); ++i) mine[1] += recv[i] != b.expected(r, i, P, block);
+  } else {
+    mine[1] = -1;
+  }
+  double slowest = 0, wrong = 0;
+  for (const std::vector<double>& row : comm.inspect(view_of(mine))) {
+    slowest = std::max(slowest, row[0]);
+    wrong += row[1];
+  }
+  return {slowest, s.check ? std::int64_t(wrong) : -1};
+}
+
+}  // namespace labkit::bench
