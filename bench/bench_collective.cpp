@@ -16,6 +16,8 @@
 #include <ctime>
 #include <map>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -41,7 +43,7 @@ struct Row {
 
 void print_header(const std::string& algo, const std::string& what) {
   fmt::print("#\n# algo: {}{}\n", algo, what);
-  fmt::print("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>31}  {:>31}\n", "", "", "", "", "", "out-of-place", "in-place");
+  fmt::print("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{:^33}{:^33}\n", "", "", "", "", "", "out-of-place", "in-place");
   fmt::print("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}\n", "size",
              "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
   fmt::print("# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}\n", "(B)",
@@ -77,8 +79,9 @@ nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_fac
           {"experiment_name", row.algo}};
 }
 
-// A progress line on standard error, rewritten in place; "" clears it.
+// A progress line on standard error when it is a terminal, rewritten in place; "" clears it.
 void progress(const std::string& what) {
+  if (!isatty(STDERR_FILENO)) return;
   fmt::print(stderr, "\r\033[K{}", what.empty() ? "" : "# measured " + what);
   std::fflush(stderr);
 }
