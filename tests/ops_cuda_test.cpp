@@ -26,14 +26,14 @@ std::vector<float> random(std::size_t n, std::uint32_t seed) {
 }
 
 // A device copy of a host vector, copied back with host().
-template <class T> struct Device {
+template <class T> struct OnGpu {
   T* ptr = nullptr;
   std::size_t n;
-  explicit Device(const std::vector<T>& h) : n(h.size()) {
+  explicit OnGpu(const std::vector<T>& h) : n(h.size()) {
     cudaMalloc(&ptr, n * sizeof(T));
     cudaMemcpy(ptr, h.data(), n * sizeof(T), cudaMemcpyHostToDevice);
   }
-  ~Device() { cudaFree(ptr); }
+  ~OnGpu() { cudaFree(ptr); }
   std::vector<T> host() const {
     std::vector<T> h(n);
     cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost);
@@ -59,7 +59,7 @@ TEST_F(CudaOps, MatmulForwardAndBackward) {
   const int N = 64, C = 48, OC = 80;
   auto inp = random(N * C, 1), w = random(OC * C, 2), b = random(OC, 3), dout = random(N * OC, 4);
   std::vector<float> out(N * OC), dinp(N * C), dw(OC * C), db(OC);
-  Device<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(out), g_dinp(dinp), g_dw(dw), g_db(db);
+  OnGpu<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(out), g_dinp(dinp), g_dw(dw), g_db(db);
   cpu::matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
   cpu::matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
   gpu::matmul_forward(g_out.ptr, g_inp.ptr, g_w.ptr, g_b.ptr, N, C, OC);
@@ -74,7 +74,7 @@ TEST_F(CudaOps, LayerNormGeluSoftmax) {
   const int N = 32, C = 40;
   auto x = random(N * C, 5), w = random(C, 6), b = random(C, 7), dout = random(N * C, 8);
   std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C), g(N * C), dg(N * C), p(N * C);
-  Device<float> g_x(x), g_w(w), g_b(b), g_dout(dout), g_out(out), g_mean(mean), g_rstd(rstd), g_dx(dx), g_dw(dw),
+  OnGpu<float> g_x(x), g_w(w), g_b(b), g_dout(dout), g_out(out), g_mean(mean), g_rstd(rstd), g_dx(dx), g_dw(dw),
       g_db(db), g_g(g), g_dg(dg), g_p(p);
   cpu::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
   cpu::layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
@@ -102,9 +102,9 @@ TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {
   for (int i = 0; i < B * T; ++i) tokens[i] = (i * 7) % V;
   std::vector<float> out(B * T * C), pre(B * NH * T * T), att(B * NH * T * T), dqkv(qkv.size()), dpre(pre.size()),
       datt(att.size()), emb(B * T * C), dwte(V * C), dwpe(T * C);
-  Device<float> g_qkv(qkv), g_dout(dout), g_out(out), g_pre(pre), g_att(att), g_dqkv(dqkv), g_dpre(dpre), g_datt(datt),
+  OnGpu<float> g_qkv(qkv), g_dout(dout), g_out(out), g_pre(pre), g_att(att), g_dqkv(dqkv), g_dpre(dpre), g_datt(datt),
       g_wte(wte), g_wpe(wpe), g_emb(emb), g_dwte(dwte), g_dwpe(dwpe);
-  Device<int> g_tokens(tokens);
+  OnGpu<int> g_tokens(tokens);
   cpu::attention_forward(out.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
   cpu::attention_backward(dqkv.data(), dpre.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
   cpu::encoder_forward(emb.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
@@ -126,7 +126,7 @@ TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {
   cpu::crossentropy_forward(losses.data(), probs.data(), tokens.data(), N, V);
   cpu::crossentropy_softmax_backward(dlogits.data(), dloss.data(), probs.data(), tokens.data(), N, V);
   const std::vector<float> no_losses(N), no_dlogits(N * V);
-  Device<float> g_probs(probs), g_losses(no_losses), g_dloss(dloss), g_dlogits(no_dlogits);
+  OnGpu<float> g_probs(probs), g_losses(no_losses), g_dloss(dloss), g_dlogits(no_dlogits);
   gpu::crossentropy_forward(g_losses.ptr, g_probs.ptr, g_tokens.ptr, N, V);
   gpu::crossentropy_softmax_backward(g_dlogits.ptr, g_dloss.ptr, g_probs.ptr, g_tokens.ptr, N, V);
   expect_close(g_losses.host(), losses, "cross-entropy");
@@ -141,7 +141,7 @@ TEST_F(CudaOps, ReluAndSoftmaxBackward) {
   cpu::relu_backward(dr.data(), x.data(), dout.data(), N * V);
   cpu::softmax_forward(p.data(), x.data(), N, V);
   cpu::softmax_backward(dp.data(), p.data(), dout.data(), N, V);
-  Device<float> g_x(x), g_dout(dout), g_r(std::vector<float>(N * V)), g_dr(g_r.host()), g_p(p), g_dp(g_r.host());
+  OnGpu<float> g_x(x), g_dout(dout), g_r(std::vector<float>(N * V)), g_dr(g_r.host()), g_p(p), g_dp(g_r.host());
   gpu::relu_forward(g_r.ptr, g_x.ptr, N * V);
   gpu::relu_backward(g_dr.ptr, g_x.ptr, g_dout.ptr, N * V);
   gpu::softmax_backward(g_dp.ptr, g_p.ptr, g_dout.ptr, N, V);
@@ -154,7 +154,7 @@ TEST_F(CudaOps, ResidualAndAdamW) {
   const int n = 1000;
   auto a = random(n, 15), b = random(n, 16), dout = random(n, 17), grads = random(n, 18);
   std::vector<float> out(n), da(n), db(n);
-  Device<float> g_a(a), g_b(b), g_dout(dout), g_out(out), g_da(da), g_db(db);
+  OnGpu<float> g_a(a), g_b(b), g_dout(dout), g_out(out), g_da(da), g_db(db);
   cpu::residual_forward(out.data(), a.data(), b.data(), n);
   cpu::residual_backward(da.data(), db.data(), dout.data(), n);
   gpu::residual_forward(g_out.ptr, g_a.ptr, g_b.ptr, n);
@@ -163,7 +163,7 @@ TEST_F(CudaOps, ResidualAndAdamW) {
   expect_close(g_da.host(), da, "residual backward");
   for (bool bf16 : {false, true}) {
     std::vector<float> w = a, master = a, m(n), v(n);
-    Device<float> g_w(w), g_master(master), g_grads(grads), g_m(m), g_v(v);
+    OnGpu<float> g_w(w), g_master(master), g_grads(grads), g_m(m), g_v(v);
     const cpu::AdamWStep step{.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
                               .correct1 = 0.1f, .correct2 = 0.05f, .bf16_weights = bf16};
     float* master_or_null = bf16 ? master.data() : nullptr;

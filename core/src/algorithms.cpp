@@ -50,26 +50,29 @@ Chunk chunk_range(std::size_t count, int parts, int i) {
   return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
 }
 
-// The scratch pool: free buffers by capacity. A buffer is held by one Scratch at
-// a time, so ranks (fibers on the simulator, threads elsewhere) never share one.
+// The scratch pool: free buffers by device and capacity. A buffer is held by
+// one Scratch at a time, so ranks (fibers on the simulator, threads elsewhere)
+// never share one.
 namespace {
 std::mutex pool_mutex;
-std::multimap<std::size_t, std::unique_ptr<std::byte[]>> pool;
+std::multimap<std::pair<DeviceKind, std::size_t>, std::shared_ptr<std::byte>> pool;
 }  // namespace
 
 Scratch::Scratch(View like, std::size_t count) : view_{nullptr, count, like.dtype} {
   const std::size_t bytes = like.data ? count * size_of(like.dtype) : 0;
   if (bytes == 0) return;
+  const Device& d = device_of(like.data);
+  where_ = d.kind;
   {
     std::lock_guard lock(pool_mutex);
-    if (auto it = pool.lower_bound(bytes); it != pool.end()) {
-      capacity_ = it->first;
+    if (auto it = pool.lower_bound({where_, bytes}); it != pool.end() && it->first.first == where_) {
+      capacity_ = it->first.second;
       memory_ = std::move(it->second);
       pool.erase(it);
     }
   }
   if (!memory_) {
-    memory_ = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    memory_ = std::shared_ptr<std::byte>(static_cast<std::byte*>(d.allocate(bytes)), [&d](std::byte* p) { d.release(p); });
     capacity_ = bytes;
   }
   view_.data = memory_.get();
@@ -78,7 +81,7 @@ Scratch::Scratch(View like, std::size_t count) : view_{nullptr, count, like.dtyp
 Scratch::~Scratch() {
   if (!memory_) return;
   std::lock_guard lock(pool_mutex);
-  pool.emplace(capacity_, std::move(memory_));
+  pool.emplace(std::pair(where_, capacity_), std::move(memory_));
 }
 
 }  // namespace labkit

@@ -1,5 +1,6 @@
 #include "labkit/device.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -24,6 +25,10 @@ constexpr Device kCpu = {
     .copy_to_host = host_copy,
     .zero = host_zero,
     .synchronize = [] {},
+    .holds = [](const void*) { return true; },
+    .copy = host_copy,
+    .reduce = reduce_local,
+    .divide = divide_local,
     .encoder_forward = ops::encoder_forward<float>,
     .encoder_backward = ops::encoder_backward<float>,
     .matmul_forward = ops::matmul_forward<float>,
@@ -50,5 +55,16 @@ DeviceKind parse_device(const std::string& name) {
 }
 
 const Device& device(DeviceKind kind) { return kind == DeviceKind::cpu ? kCpu : cuda_device(); }
+
+namespace {
+std::atomic<bool> gpu_memory_allocated = false;
+}
+
+void note_gpu_memory() { gpu_memory_allocated = true; }
+
+const Device& device_of(const void* p) {
+  if (gpu_memory_allocated && p && cuda_device().holds(p)) return cuda_device();
+  return kCpu;
+}
 
 }  // namespace labkit

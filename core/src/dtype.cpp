@@ -1,5 +1,7 @@
 #include "labkit/dtype.h"
 
+#include "labkit/device.h"
+
 #include <algorithm>
 #include <array>
 #include <stdexcept>
@@ -61,6 +63,7 @@ ReduceOp parse_reduce_op(std::string_view name) {
 
 void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   if (!in || !inout) return;
+  if (const Device& d = device_of(inout); d.kind != DeviceKind::cpu) return d.reduce(op, dtype, in, inout, count);
   switch (dtype) {
     case DType::f32: return reduce_typed(op, static_cast<const float*>(in), static_cast<float*>(inout), count);
     case DType::f64: return reduce_typed(op, static_cast<const double*>(in), static_cast<double*>(inout), count);
@@ -70,6 +73,7 @@ void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::si
 }
 
 void divide_local(DType dtype, void* inout, std::size_t count, int divisor) {
+  if (const Device& d = device_of(inout); inout && d.kind != DeviceKind::cpu) return d.divide(dtype, inout, count, divisor);
   if (!inout) return;
   switch (dtype) {
     case DType::f32: return divide_typed(static_cast<float*>(inout), count, divisor);

@@ -377,7 +377,52 @@ namespace labkit {
 namespace {
 using ops::cuda::check;
 
+// reduce_local and divide_local on GPU memory: one thread per element.
+template <class T> __global__ void reduce_kernel(ReduceOp op, const T* in, T* inout, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  switch (op) {
+    case ReduceOp::sum: case ReduceOp::avg: inout[i] += in[i]; break;
+    case ReduceOp::prod: inout[i] *= in[i]; break;
+    case ReduceOp::min: inout[i] = in[i] < inout[i] ? in[i] : inout[i]; break;
+    case ReduceOp::max: inout[i] = in[i] > inout[i] ? in[i] : inout[i]; break;
+  }
+}
+
+template <class T> __global__ void divide_kernel(T* inout, long n, int divisor) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) inout[i] /= T(divisor);
+}
+
+// Launched on the default stream and waited for: as synchronous as the host's.
+void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
+  const long n = long(count);
+  const int grid = int((n + 255) / 256);
+  switch (dtype) {
+    case DType::f32: reduce_kernel<<<grid, 256>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
+    case DType::f64: reduce_kernel<<<grid, 256>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
+    case DType::i32: reduce_kernel<<<grid, 256>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
+    case DType::i64:
+      reduce_kernel<<<grid, 256>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
+      break;
+  }
+  check(cudaStreamSynchronize(0), "reduce_local on the GPU");
+}
+
+void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
+  const long n = long(count);
+  const int grid = int((n + 255) / 256);
+  switch (dtype) {
+    case DType::f32: divide_kernel<<<grid, 256>>>(static_cast<float*>(inout), n, divisor); break;
+    case DType::f64: divide_kernel<<<grid, 256>>>(static_cast<double*>(inout), n, divisor); break;
+    case DType::i32: divide_kernel<<<grid, 256>>>(static_cast<int*>(inout), n, divisor); break;
+    case DType::i64: divide_kernel<<<grid, 256>>>(static_cast<long long*>(inout), n, divisor); break;
+  }
+  check(cudaStreamSynchronize(0), "divide_local on the GPU");
+}
+
 void* gpu_allocate(std::size_t bytes) {
+  note_gpu_memory();
   void* p = nullptr;
   check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
   check(cudaMemset(p, 0, bytes), "cudaMemset");
@@ -399,6 +444,19 @@ const Device kCuda = [] {
   };
   d.zero = [](void* p, std::size_t bytes) { check(cudaMemset(p, 0, bytes), "cudaMemset"); };
   d.synchronize = [] { check(cudaDeviceSynchronize(), "synchronize"); };
+  d.holds = [](const void* p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      cudaGetLastError();  // a host pointer CUDA never saw: clear the error
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  };
+  d.copy = [](void* dst, const void* src, std::size_t bytes) {
+    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy on the GPU");
+  };
+  d.reduce = gpu_reduce;
+  d.divide = gpu_divide;
   using namespace ops::cuda;
   d.encoder_forward = encoder_forward;
   d.encoder_backward = encoder_backward;

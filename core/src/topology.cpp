@@ -17,7 +17,7 @@ constexpr double GBps = 1e9;
 // Latencies are the reading's typical values (guide, section 5: NVLink 1-5 us,
 // InfiniBand 1-2 us, TCP/Ethernet 50-100 us).
 Topology make(std::string_view name) {
-  const Device h100 = device_preset("h100"), a100 = device_preset("a100");
+  const DeviceModel h100 = device_preset("h100"), a100 = device_preset("a100");
   // DGX H100: 8 x H100 SXM on NVSwitch (NVLink 4: 450 GB/s per direction),
   // 8 x ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU (DGX H100 user guide).
   if (name == "dgx-h100") return {"dgx-h100", 8, 8, {1 * us, 450 * GBps}, {2 * us, 50 * GBps}, h100};
@@ -56,7 +56,7 @@ Topology load(const std::string& path) {
 
 std::vector<std::string_view> topology_presets() { return {"dgx-h100", "dgx-a100", "pcie", "ethernet"}; }
 
-Device device_preset(std::string_view name) {
+DeviceModel device_preset(std::string_view name) {
   // Dense BF16 peaks from the datasheets; the reading's 1979 (H100) and 624
   // (A100) TFLOPS are the with-sparsity figures, twice what dense math reaches.
   if (name == "h100") return {"h100", 989e12};

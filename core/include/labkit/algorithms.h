@@ -14,6 +14,7 @@
 
 #include "labkit/collective.h"
 #include "labkit/comm.h"
+#include "labkit/device.h"
 
 namespace labkit {
 
@@ -48,16 +49,18 @@ struct Chunk {
 };
 Chunk chunk_range(std::size_t count, int parts, int i);
 
-// Helpers the algorithms share. Both respect payload-free views (null data).
+// Helpers the algorithms share. Both respect payload-free views (null data),
+// and work where the buffers live: host memory, or a GPU's under NCCL.
 inline void copy_local(View to, View from) {
-  if (to.data && from.data && from.bytes()) std::memcpy(to.data, from.data, from.bytes());
+  if (to.data && from.data && from.bytes()) device_of(to.data).copy(to.data, from.data, from.bytes());
 }
 
 // A temporary buffer of `count` elements of like.dtype: real memory when `like`
 // has data, sizes only when the run is payload-free. The memory comes from a
 // pool and goes back to it, so an algorithm called in a loop (a benchmark, a
 // training step) neither allocates nor faults in fresh pages on every call,
-// as NCCL and gloo keep their buffers. Its contents start undefined.
+// as NCCL and gloo keep their buffers. It lives on the same device as `like`.
+// Its contents start undefined.
 class Scratch {
  public:
   Scratch(View like, std::size_t count);
@@ -68,8 +71,9 @@ class Scratch {
   View view() const { return view_; }
 
  private:
-  std::unique_ptr<std::byte[]> memory_;
+  std::shared_ptr<std::byte> memory_;
   std::size_t capacity_ = 0;
+  DeviceKind where_ = DeviceKind::cpu;
   View view_;
 };
 

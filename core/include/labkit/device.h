@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <string>
 
+#include "labkit/dtype.h"
 #include "labkit/ops.h"
 
 namespace labkit {
@@ -26,6 +27,12 @@ struct Device {
   void (*copy_to_host)(void* dst, const void* src, std::size_t bytes);
   void (*zero)(void* p, std::size_t bytes);
   void (*synchronize)();  // wait until every op issued so far has finished
+  // What the collective algorithms need when their buffers live here: is p
+  // this device's memory, a copy within it, and reduce_local (dtype.h) on it.
+  bool (*holds)(const void* p);
+  void (*copy)(void* dst, const void* src, std::size_t bytes);
+  void (*reduce)(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count);
+  void (*divide)(DType dtype, void* inout, std::size_t count, int divisor);
 
   // The ops of labkit/ops.h in float; the backward functions accumulate.
   void (*encoder_forward)(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C);
@@ -53,6 +60,10 @@ struct Device {
 };
 
 const Device& device(DeviceKind kind);  // the CUDA one throws if this build or machine has no GPU
+// The device whose memory p points into: the CPU unless GPU memory was ever
+// allocated in this process and p is in it (so host-only runs never ask CUDA).
+const Device& device_of(const void* p);
+void note_gpu_memory();  // called by the CUDA device's allocate
 const Device& cuda_device();            // in ops_cuda.cu, or no_cuda.cpp in a build without CUDA
 bool cuda_available();                  // built with CUDA, and a GPU is present
 

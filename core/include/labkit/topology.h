@@ -14,7 +14,7 @@ struct Link {
   double bandwidth;  // bytes per second, one direction
 };
 
-struct Device {
+struct DeviceModel {
   std::string name;
   double peak_flops;  // dense BF16 tensor-core peak, FLOP/s
 };
@@ -25,7 +25,7 @@ struct Topology {
   int nics_per_node = 8;  // devices share the node's NICs round-robin
   Link intra;             // device <-> device inside a node
   Link inter;             // NIC <-> NIC between nodes
-  Device device;
+  DeviceModel device;
 
   int node_of(int rank) const { return rank / devices_per_node; }
   int nic_of(int rank) const { return (rank % devices_per_node) % nics_per_node; }
@@ -33,7 +33,7 @@ struct Topology {
 };
 
 std::vector<std::string_view> topology_presets();
-Device device_preset(std::string_view name);  // "h100", "a100"
+DeviceModel device_preset(std::string_view name);  // "h100", "a100"
 // A preset name or the path of a JSON file (see book/01-collectives.md for the format).
 Topology find_topology(std::string_view name_or_path);
 
