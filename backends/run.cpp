@@ -15,11 +15,14 @@
 #ifdef LABKIT_HAVE_MPI
 #include "mpi/mpi_run.h"
 #endif
+#ifdef LABKIT_HAVE_NCCL
+#include "nccl/nccl_comm.h"
+#endif
 
 namespace labkit {
 
 void add_run_options(CLI::App& app, RunOptions& o) {
-  app.add_option("--backend", o.backend, "sim (simulated cluster) or mpi (processes under mpirun)")->capture_default_str();
+  app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")->capture_default_str();
   app.add_option("--ranks", o.ranks, "number of ranks (under mpirun: -np, unless given)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20))
@@ -89,8 +92,14 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
     throw Error("--backend mpi: this build has no MPI (install libopenmpi-dev and rebuild; ./labkit does)");
 #endif
   }
-  if (o.backend == "nccl") throw Error("--backend nccl: not in labkit yet (sim and mpi are)");
-  if (o.backend != "sim") throw Error(fmt::format("--backend {}: unknown backend (sim, mpi)", o.backend));
+  if (o.backend == "nccl") {
+#ifdef LABKIT_HAVE_NCCL
+    return mpi::run(o, with_algorithms, nccl::make_comm);
+#else
+    throw Error("--backend nccl: this build has no NCCL backend (it is built when CMake finds CUDA, NCCL and MPI)");
+#endif
+  }
+  if (o.backend != "sim") throw Error(fmt::format("--backend {}: unknown backend (sim, mpi, nccl)", o.backend));
   std::shared_ptr<Trace> trace = o.trace.empty() && !o.keep_trace ? nullptr : std::make_shared<Trace>(o.ranks);
   sim::Engine engine({.ranks = o.ranks,
                       .topology = find_topology(o.topology),

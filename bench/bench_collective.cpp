@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
       if (run_options.backend == "mpi" && b.op == Collective::all_reduce) algos.push_back("baseline");
     }
     run_options.check_arguments = false;  // time the collective alone
+    if (run_options.backend == "nccl") s.where = DeviceKind::cuda;
     std::vector<Row> rows;
     int ranks = 0;
     const std::string start_time = now_string();
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
                    run_options.backend);
         fmt::print("# minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {}\n",
                    s.min_bytes, s.max_bytes, s.factor, s.warmup, s.iters, int(s.check));
-        if (run_options.backend != "sim")
+        if (run_options.backend == "mpi")
           fmt::print("# memcpy bandwidth of this host, one core: {:.1f} GB/s (the ceiling of a shared-memory "
                      "transport)\n",
                      memcpy_bandwidth() / 1e9);

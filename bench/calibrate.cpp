@@ -116,6 +116,7 @@ int main(int argc, char** argv) {
     const std::size_t check = parse_bytes(check_bytes);
     const CollectiveBench& b = find_bench("all_reduce");
     run_options.check_arguments = false;
+    if (run_options.backend == "nccl") s.where = DeviceKind::cuda;
     if (std::find(algos.begin(), algos.end(), use) == algos.end()) throw Error("--use " + use + ": not among --algos");
     std::vector<Sample> samples;
     int ranks = 0;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "labkit/comm.h"
+#include "labkit/device.h"
 
 namespace labkit::bench {
 
@@ -39,6 +40,7 @@ struct Settings {
   std::size_t min_bytes = 8, max_bytes = 32 << 20;
   int factor = 2, iters = 20, warmup = 5;
   bool check = true;
+  DeviceKind where = DeviceKind::cpu;  // where the buffers live: cuda under --backend nccl
 };
 
 // One size of one algorithm ("native", a labkit algorithm set on the Comm, or

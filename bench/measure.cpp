@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collective_bench.h"
+#include "labkit/tensor.h"
 #ifdef LABKIT_HAVE_MPI
 #include "bare_ring_mpi.h"
 #endif
@@ -23,16 +24,20 @@ double memcpy_bandwidth() {
 std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
                                         std::size_t count, const Settings& s) {
   const int P = comm.size(), r = comm.rank();
-  std::vector<float> send(b.send_count(count, P)), recv(b.recv_count(count, P));
-  std::vector<float>& data = b.in_place ? recv : send;
+  // The buffers live where the backend moves data from: the GPU for NCCL.
+  Tensor send({b.send_count(count, P)}, s.where), recv({b.recv_count(count, P)}, s.where);
+  Tensor& data = b.in_place ? recv : send;
+  const View send_view{send.data(), send.size(), DType::f32}, recv_view{recv.data(), recv.size(), DType::f32};
   auto fill = [&] {
-    for (std::size_t i = 0; i < data.size(); ++i) data[i] = b.input(r, i, P);
+    std::vector<float> values(data.size());
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = b.input(r, i, P);
+    data.device().copy_from_host(data.data(), values.data(), data.bytes());
   };
   auto call = [&] {
 #ifdef LABKIT_HAVE_MPI
     if (algo == "baseline") return bare_ring_all_reduce(recv.data(), recv.size(), MPI_COMM_WORLD);
 #endif
-    b.call(comm, view_of(send), view_of(recv));
+    b.call(comm, send_view, recv_view);
   };
   fill();
   for (int i = 0; i < s.warmup; ++i) call();
@@ -44,7 +49,8 @@ std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, co
     fill();
     call();
     const std::size_t block = count / P;
-    for (std::size_t i = 0; i < recv.size(); ++i) mine[1] += recv[i] != b.expected(r, i, P, block);
+    const std::vector<float> got = recv.to_host();
+    for (std::size_t i = 0; i < got.size(); ++i) mine[1] += got[i] != b.expected(r, i, P, block);
   } else {
     mine[1] = -1;
   }

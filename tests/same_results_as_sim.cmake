@@ -1,12 +1,15 @@
-# Runs the collectives lab on the simulator and under mpirun with the same
-# ranks, and fails unless every rank's buffers before and after each collective
+# Runs the collectives lab on the simulator and under mpirun (BACKEND mpi, or
+# nccl) with the same ranks, and fails unless every rank's buffers before and after each collective
 # are equal (integer values in float: exact on both). Barrier rows print clocks
 # and are skipped.
 execute_process(COMMAND ${LAB} --op all --ranks ${NP} --json ${OUT}/sim_${NP}.json OUTPUT_QUIET RESULT_VARIABLE status)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "the simulated run failed with ${status}")
 endif()
-execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${LAB} --backend mpi --op all --json ${OUT}/mpi_${NP}.json
+if(NOT BACKEND)
+  set(BACKEND mpi)
+endif()
+execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${LAB} --backend ${BACKEND} --op all --json ${OUT}/mpi_${NP}.json
                 OUTPUT_QUIET RESULT_VARIABLE status)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "the run under mpirun failed with ${status}")

@@ -165,17 +165,22 @@ std::string_view MpiComm::run_native(const CollectiveCall& c) {
   return "open-mpi";  // Open MPI's tuned component picks its own algorithm per size
 }
 
-std::unique_ptr<Comm> MpiComm::split_group(int color, int key) {
+MpiComm::Split MpiComm::split_mpi(int color, int key) {
   MPI_Comm sub = MPI_COMM_NULL;
   MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &sub);
-  // Name the new group alike on its members, apart from its siblings: (parent, split, color).
+  // (parent, split, color) names the group: alike on its members, apart from its siblings.
   const int id = (comm_id_ * 131 + ++splits_) * 1009 + color + 1;
-  if (sub == MPI_COMM_NULL) return nullptr;
+  if (sub == MPI_COMM_NULL) return {sub, id, nullptr};
   std::vector<int> members(size_of(sub));
   const int me = global_rank(rank());
   MPI_Allgather(&me, 1, MPI_INT, members.data(), 1, MPI_INT, sub);
-  return std::make_unique<MpiComm>(sub, id, std::make_shared<const std::vector<int>>(std::move(members)), track(),
-                                   context_);
+  return {sub, id, std::make_shared<const std::vector<int>>(std::move(members))};
+}
+
+std::unique_ptr<Comm> MpiComm::split_group(int color, int key) {
+  Split s = split_mpi(color, key);
+  if (s.comm == MPI_COMM_NULL) return nullptr;
+  return std::make_unique<MpiComm>(s.comm, s.comm_id, s.members, track(), context_);
 }
 
 // compute_for on a real machine: this rank is busy for that long (a sleep), so

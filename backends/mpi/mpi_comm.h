@@ -24,7 +24,7 @@ struct Context {
   std::uint64_t messages = 0;     // point-to-point messages this rank sent
 };
 
-class MpiComm final : public Comm {
+class MpiComm : public Comm {
  public:
   // comm_id 0 is the run's group, which the launcher owns; split groups are freed here.
   MpiComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* track, Context& context);
@@ -44,6 +44,17 @@ class MpiComm final : public Comm {
   int node_of_global(int global_rank) const override { return context_.node_of_world.at(global_rank); }
   double seconds_for_flops(double) const override { return 0; }  // real work takes its real time
   std::vector<std::vector<std::byte>> gather_untimed(View buf) override;
+
+  // A sub-group as MPI_Comm_split makes it, named alike on its members and apart
+  // from its siblings; comm is MPI_COMM_NULL for a negative color.
+  struct Split {
+    MPI_Comm comm;
+    int comm_id;
+    Members members;
+  };
+  Split split_mpi(int color, int key);
+  MPI_Comm mpi_comm() const { return comm_; }
+  Context& context() const { return context_; }
 
  private:
   struct Pending {

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/error.h"
-#include "mpi_comm.h"
 
 namespace labkit::mpi {
 
@@ -124,7 +123,7 @@ void merge_traces(MPI_Comm comm, Trace& trace, int me, double shift) {
 }
 }  // namespace
 
-RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn) {
+RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, const MakeComm& make_comm) {
   ensure_initialized();
   const int world = world_size(), me = world_rank();
   const int ranks = o.ranks_given ? o.ranks : world;
@@ -148,17 +147,17 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn) {
     MPI_Barrier(comm);
     context.start = MPI_Wtime();
     double elapsed = 0;
-    {
-      MpiComm c(comm, 0, members, tracing ? trace->track(me) : nullptr, context);
-      try {
-        rank_fn(c);
-      } catch (const std::exception& e) {
-        // The other ranks may be waiting on this one: stop them all.
-        fmt::print(stderr, "error: {}\n", e.what());
-        std::fflush(stderr);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-      elapsed = c.now();
+    try {
+      TraceTrack* track = tracing ? trace->track(me) : nullptr;
+      const std::unique_ptr<Comm> c =
+          make_comm ? make_comm(comm, members, track, context) : std::make_unique<MpiComm>(comm, 0, members, track, context);
+      rank_fn(*c);
+      elapsed = c->now();
+    } catch (const std::exception& e) {
+      // The other ranks may be waiting on this one: stop them all.
+      fmt::print(stderr, "error: {}\n", e.what());
+      std::fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
     MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm);
     MPI_Allreduce(MPI_IN_PLACE, &context.messages, 1, MPI_UINT64_T, MPI_SUM, comm);
