@@ -103,11 +103,7 @@ int main(int argc, char** argv) {
   RunOptions run_options;
   app.add_option("collective", collective, "all_reduce, broadcast, all_gather, reduce_scatter or all_to_all")
       ->required();
-  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str();
-  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str();
-  app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+  add_sweep_options(app, min_bytes, max_bytes, s);
   app.add_option("-c,--check", check, "check results (1) or not (0)")->capture_default_str();
   app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON");
   app.add_option("--algos", algos, "native, baseline and labkit algorithms to run (default: all)");

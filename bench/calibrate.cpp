@@ -91,11 +91,7 @@ int main(int argc, char** argv) {
   std::string use = "ring";
   RunOptions run_options;
   run_options.backend = "mpi";
-  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str();
-  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str();
-  app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+  add_sweep_options(app, min_bytes, max_bytes, s);
   app.add_option("--algos", algos, "labkit allreduce algorithms to fit")->capture_default_str();
   app.add_option("--use", use, "the algorithm whose fit the topology takes")->capture_default_str();
   app.add_option("-o,--out", out, "the topology JSON to write")->capture_default_str();
@@ -128,23 +124,25 @@ int main(int argc, char** argv) {
       std::vector<std::size_t> sizes;
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) sizes.push_back(bytes);
       sizes.push_back(check);
+      // The best of several rounds, each a pass over every size: on a shared machine a
+      // slow spell slows a round, and passes spread it over the sizes instead of one.
+      std::map<std::pair<std::string, std::size_t>, double> best;
+      for (int round = 0; round < rounds; ++round)
+        for (std::size_t bytes : sizes)
+          for (const std::string& algo : algos) {
+            comm.set_algorithm(Collective::all_reduce, algo);
+            const auto [t, wrong] = measure(comm, b, algo, bytes / sizeof(float), s);
+            if (wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, wrong, bytes));
+            auto [it, first] = best.try_emplace({algo, bytes}, t);
+            it->second = std::min(it->second, t);
+          }
+      if (comm.rank() != 0) return;
       for (std::size_t bytes : sizes)
         for (const std::string& algo : algos) {
-          comm.set_algorithm(Collective::all_reduce, algo);
-          const std::size_t count = bytes / sizeof(float);
-          // The best of several rounds: on a shared machine a round can be slowed by
-          // others; the fastest is the machine's own speed.
-          double seconds = 1e30;
-          for (int round = 0; round < rounds; ++round) {
-            const auto [t, wrong] = measure(comm, b, algo, count, s);
-            if (wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, wrong, bytes));
-            seconds = std::min(seconds, t);
-          }
-          if (comm.rank() != 0) continue;
           // The model's latency and bytes terms: price it on a link of pure latency, then pure bandwidth.
           const double latency = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {1.0, 1e300}));
           const double per_byte = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {0.0, 1.0}));
-          samples.push_back({algo, bytes, seconds, latency, per_byte});
+          samples.push_back({algo, bytes, best.at({algo, bytes}), latency, per_byte});
         }
     });
     if (ranks < 2) throw Error("calibrate: needs at least 2 ranks (mpirun -np 2)");

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "labkit/comm.h"
 #include "labkit/device.h"
 
@@ -42,6 +44,9 @@ struct Settings {
   bool check = true;
   DeviceKind where = DeviceKind::cpu;  // where the buffers live: cuda under --backend nccl
 };
+
+// nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w.
+void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s);
 
 // One size of one algorithm ("native", a labkit algorithm set on the Comm, or
 // "baseline", the bare MPI ring): warm up, time, check. On rank 0, the slowest

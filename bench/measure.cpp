@@ -1,4 +1,4 @@
-// The timing loop every sweep shares (bench_collective, calibrate).
+// What every sweep shares (bench_collective, calibrate): its flags and its timing loop.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -10,6 +10,14 @@
 #endif
 
 namespace labkit::bench {
+
+void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s) {
+  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str();
+  app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
+  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+}
 
 double memcpy_bandwidth() {
   std::vector<char> from(256 << 20, 1), to(from.size());
