@@ -4,7 +4,7 @@
 // deadlocks here: a wait that makes no progress for the deadlock timeout stops
 // the run and says which rank waits on whom). Native collectives are Open MPI's;
 // labkit algorithms run over the point-to-point above. Time is MPI_Wtime,
-// shifted onto rank 0's clock (see align_clocks in mpi_run.cpp).
+// shifted onto rank 0's clock when the trace is merged (offset_to_rank0 in mpi_run.cpp).
 #pragma once
 
 #include <map>

@@ -188,22 +188,29 @@ std::string_view NcclComm::run_native(const CollectiveCall& c) {
       check(ncclReduceScatter(send.data(), recv.data(), n, t, op, nccl_, stream_), who(), "ncclReduceScatter");
       break;
     // NCCL has no gather, scatter or all-to-all: grouped sends and receives, as its own docs build them.
-    case Collective::gather:
-    case Collective::scatter:
-    case Collective::all_to_all: {
-      const std::size_t block = c.op == Collective::gather ? c.send.count : c.op == Collective::scatter ? n : n / size();
+    case Collective::gather: {  // every rank sends its block to the root, which receives them all
+      const std::size_t block = c.send.count;
+      check(ncclGroupStart(), who(), "ncclGroupStart");
+      check(ncclSend(send.data(), block, t, c.root, nccl_, stream_), who(), "ncclSend");
+      for (int peer = 0; rank() == c.root && peer < size(); ++peer)
+        check(ncclRecv(at(recv, peer * block), block, t, peer, nccl_, stream_), who(), "ncclRecv");
+      check(ncclGroupEnd(), who(), "ncclGroupEnd");
+      break;
+    }
+    case Collective::scatter: {  // the root sends each rank its block
+      check(ncclGroupStart(), who(), "ncclGroupStart");
+      for (int peer = 0; rank() == c.root && peer < size(); ++peer)
+        check(ncclSend(at(send, peer * n), n, t, peer, nccl_, stream_), who(), "ncclSend");
+      check(ncclRecv(recv.data(), n, t, c.root, nccl_, stream_), who(), "ncclRecv");
+      check(ncclGroupEnd(), who(), "ncclGroupEnd");
+      break;
+    }
+    case Collective::all_to_all: {  // block p of every rank goes to rank p
+      const std::size_t block = n / size();
       check(ncclGroupStart(), who(), "ncclGroupStart");
       for (int peer = 0; peer < size(); ++peer) {
-        const bool sends = c.op == Collective::all_to_all || (c.op == Collective::gather ? true : rank() == c.root);
-        const bool receives = c.op == Collective::all_to_all || (c.op == Collective::scatter ? true : rank() == c.root);
-        if (sends && (c.op != Collective::gather || peer == c.root))
-          check(ncclSend(c.op == Collective::gather ? send.data() : at(send, peer * block), block, t, peer, nccl_,
-                         stream_),
-                who(), "ncclSend");
-        if (receives && (c.op != Collective::scatter || peer == c.root))
-          check(ncclRecv(c.op == Collective::scatter ? recv.data() : at(recv, peer * block), block, t, peer, nccl_,
-                         stream_),
-                who(), "ncclRecv");
+        check(ncclSend(at(send, peer * block), block, t, peer, nccl_, stream_), who(), "ncclSend");
+        check(ncclRecv(at(recv, peer * block), block, t, peer, nccl_, stream_), who(), "ncclRecv");
       }
       check(ncclGroupEnd(), who(), "ncclGroupEnd");
       break;
