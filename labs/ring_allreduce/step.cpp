@@ -22,8 +22,11 @@ namespace {
 std::string contributors(std::int64_t bits, int p) {
   if (bits == (std::int64_t(1) << p) - 1) return "Σ";
   std::string out;
-  for (int r = 0; r < p; ++r)
-    if (bits >> r & 1) out += (out.empty() ? "" : "+") + std::to_string(r);
+  for (int r = 0; r < p; ++r) {
+    if (!(bits >> r & 1)) continue;
+    if (!out.empty()) out += '+';
+    out += std::to_string(r);
+  }
   return out;
 }
 
