@@ -29,9 +29,7 @@ void AdamW::update(const Device& d, float* params, const float* grads, std::size
     v = Tensor({n}, d.kind);
     if (bf16_weights && master_weights) {  // the master starts as the weights, then rounds them
       master = Tensor({n}, d.kind);
-      std::vector<float> host(n);
-      d.copy_to_host(host.data(), params, n * sizeof(float));
-      d.copy_from_host(master.data(), host.data(), n * sizeof(float));
+      d.copy(master.data(), params, n * sizeof(float));
     }
   }
   if (m.size() != n || m.device().kind != d.kind)

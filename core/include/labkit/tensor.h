@@ -53,7 +53,11 @@ template <class T> class TensorOf {
     return out;
   }
   TensorOf to(DeviceKind where) const { return from_host(to_host(), shape_, where); }
-  TensorOf clone() const { return to(device_->kind); }
+  TensorOf clone() const {
+    TensorOf t(shape_, device_->kind);
+    device_->copy(t.data(), data(), bytes());
+    return t;
+  }
 
   // Host tensors only: element access as a range.
   T* begin() { return host_data(); }
