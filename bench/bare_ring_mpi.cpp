@@ -5,7 +5,8 @@
 #include "bare_ring_mpi.h"
 
 #include <algorithm>
-#include <vector>
+
+#include "labkit/tensor.h"
 
 namespace labkit::bench {
 
@@ -18,15 +19,18 @@ void bare_ring_all_reduce(float* data, std::size_t count, MPI_Comm comm) {
   auto begin = [&](int c) { return c * (count / size) + std::min<std::size_t>(c, count % size); };
   auto length = [&](int c) { return int(begin(c + 1) - begin(c)); };
   const int right = (rank + 1) % size, left = (rank + size - 1) % size;
-  static std::vector<float> incoming;  // kept between calls, as a real program keeps its buffers
-  incoming.resize(std::max(incoming.size(), count / size + 1));
+  // Kept between calls, as a real program keeps its buffers, and in the same
+  // memory as labkit's (2 MiB pages): the gap to labkit's ring is its layers.
+  static Tensor incoming;
+  if (incoming.size() < count / size + 1) incoming = Tensor({count / size + 1});
+  float* const scratch = incoming.data();
   // Reduce-scatter: after P-1 steps, rank r holds the sum of chunk (r + 1) mod P.
   for (int step = 0; step < size - 1; ++step) {
     const int send = (rank - step + size) % size, recv = (rank - step - 1 + size) % size;
-    MPI_Sendrecv(data + begin(send), length(send), MPI_FLOAT, right, 0, incoming.data(), length(recv), MPI_FLOAT,
+    MPI_Sendrecv(data + begin(send), length(send), MPI_FLOAT, right, 0, scratch, length(recv), MPI_FLOAT,
                  left, 0, comm, MPI_STATUS_IGNORE);
     float* into = data + begin(recv);
-    for (int i = 0; i < length(recv); ++i) into[i] += incoming[i];
+    for (int i = 0; i < length(recv); ++i) into[i] += scratch[i];
   }
   // All-gather: pass the finished chunks around the ring, straight into place.
   for (int step = 0; step < size - 1; ++step) {

@@ -9,8 +9,10 @@
 //   mpirun -np 4 build/default/bench/bench_collective all_reduce --backend mpi -b 1M -e 64M
 //
 // Timing (as nccl-tests): w warm-up calls, a barrier, n timed calls; the time
-// per call is the slowest rank's. algbw = bytes / time; busbw = algbw x the
-// collective's bus factor (2(P-1)/P for allreduce), comparable across P.
+// per call is the slowest rank's. -R passes over all sizes, and each time is
+// its fastest pass's (one pass is nccl-tests' own measure). algbw = bytes /
+// time; busbw = algbw x the collective's bus factor (2(P-1)/P for allreduce),
+// comparable across P.
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Sweep one collective's sizes, native and every labkit algorithm side by side (nccl-tests' table)"};
   std::string collective, min_bytes = "8", max_bytes = "32M", json;
   Settings s;
+  s.rounds = 3;
   int check = 1;
   std::vector<std::string> algos;
   RunOptions run_options;
@@ -115,6 +118,7 @@ int main(int argc, char** argv) {
     s.min_bytes = parse_bytes(min_bytes);
     s.max_bytes = parse_bytes(max_bytes);
     s.check = check != 0;
+    if (run_options.backend == "sim" && !app.count("--rounds")) s.rounds = 1;  // virtual time does not vary
     if (algos.empty()) {
       algos.push_back("native");
       for (const Algorithm& a : all_algorithms())
@@ -134,6 +138,8 @@ int main(int argc, char** argv) {
                    run_options.backend);
         fmt::print("# minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} validation: {}\n",
                    s.min_bytes, s.max_bytes, s.factor, s.warmup, s.iters, int(s.check));
+        fmt::print("# rounds: {} (passes over every size, the algorithms in turn; each time is its fastest pass's)\n",
+                   s.rounds);
         if (run_options.backend == "mpi")
           fmt::print("# memcpy bandwidth of this host, one core: {:.1f} GB/s (the ceiling of a shared-memory "
                      "transport)\n",
@@ -142,20 +148,23 @@ int main(int argc, char** argv) {
       for (const std::string& algo : algos)
         if (algo == "baseline" && (run_options.backend != "mpi" || b.op != Collective::all_reduce))
           throw Error("--algos baseline: the bare MPI ring is an all_reduce under --backend mpi");
-      // Size by size, every algorithm in turn: what is compared is measured side by
-      // side, under the same load on a shared machine.
+      std::vector<std::size_t> counts;
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) {
         std::size_t count = bytes / sizeof(float);
         count -= count % comm.size();  // whole blocks per rank, as nccl-tests aligns
-        if (count == 0) continue;
-        for (const std::string& algo : algos) {
-          if (algo != "baseline") comm.set_algorithm(b.op, algo);
-          const auto [seconds, wrong] = measure(comm, b, algo, count, s);
-          if (comm.rank() == 0) rows.push_back({algo, count * sizeof(float), count, seconds, wrong});
-        }
-        if (comm.rank() == 0) progress(fmt::format("{} of {}", format_bytes(bytes), format_bytes(s.max_bytes)));
+        if (count > 0) counts.push_back(count);
       }
-      if (comm.rank() == 0) progress("");
+      const Timings timings = sweep(comm, b, algos, counts, s, [&](int pass, std::size_t count) {
+        progress(fmt::format("{} of {}, pass {} of {}", format_bytes(count * sizeof(float)), format_bytes(s.max_bytes),
+                             pass + 1, s.rounds));
+      });
+      if (comm.rank() != 0) return;
+      progress("");
+      for (std::size_t count : counts)
+        for (const std::string& algo : algos) {
+          const Timing& t = timings.at({algo, count});
+          rows.push_back({algo, count * sizeof(float), count, t.seconds, t.wrong});
+        }
     });
     // nccl-tests' table, one section per algorithm.
     const double bus_factor = bus_bandwidth_factor(b.op, ranks);

@@ -82,10 +82,9 @@ double predicted(const Sample& s, const Link& link) { return link.alpha * s.late
 
 int main(int argc, char** argv) {
   CLI::App app{"Fit the simulator's alpha-beta link to a real backend and write it as a topology JSON"};
-  std::string min_bytes = "1K", max_bytes = "32M", check_bytes = "64M", out = "out/calibrated.json";
-  std::string latency_below = "64K", bandwidth_above = "16M";  // past this machine's caches
-  Settings s{.factor = 2, .iters = 5, .warmup = 2};
-  int rounds = 5;
+  std::string min_bytes = "1K", max_bytes = "64M", check_bytes = "128M", out = "out/calibrated.json";
+  std::string latency_below = "64K", bandwidth_above = "32M";  // past this machine's 32 MiB L3
+  Settings s{.factor = 2, .iters = 5, .warmup = 2, .rounds = 5};
   double tolerance = 0.25;
   std::vector<std::string> algos = {"ring", "recursive_halving_doubling", "binomial_tree"};
   std::string use = "ring";
@@ -99,7 +98,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--bandwidth-above", bandwidth_above, "beta is fitted on messages from this size")
       ->capture_default_str();
-  app.add_option("--rounds", rounds, "each size is timed this many times; the best counts")->capture_default_str();
   app.add_option("--check", check_bytes, "a larger size, measured but left out of the fit, that the calibrated "
                  "simulator must then predict")->capture_default_str();
   app.add_option("--tolerance", tolerance, "--check fails beyond this relative error")->capture_default_str();
@@ -121,28 +119,20 @@ int main(int argc, char** argv) {
       ranks = comm.size();
       speaker = speaker || comm.rank() == 0;
       comm.set_algorithm(Collective::barrier, "native");
-      std::vector<std::size_t> sizes;
-      for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) sizes.push_back(bytes);
-      sizes.push_back(check);
-      // The best of several rounds, each a pass over every size: on a shared machine a
-      // slow spell slows a round, and passes spread it over the sizes instead of one.
-      std::map<std::pair<std::string, std::size_t>, double> best;
-      for (int round = 0; round < rounds; ++round)
-        for (std::size_t bytes : sizes)
-          for (const std::string& algo : algos) {
-            comm.set_algorithm(Collective::all_reduce, algo);
-            const auto [t, wrong] = measure(comm, b, algo, bytes / sizeof(float), s);
-            if (wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, wrong, bytes));
-            auto [it, first] = best.try_emplace({algo, bytes}, t);
-            it->second = std::min(it->second, t);
-          }
+      std::vector<std::size_t> counts;
+      for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) counts.push_back(bytes / 4);
+      counts.push_back(check / 4);
+      const Timings best = sweep(comm, b, algos, counts, s);  // the fastest of --rounds passes over every size
       if (comm.rank() != 0) return;
-      for (std::size_t bytes : sizes)
+      for (std::size_t count : counts)
         for (const std::string& algo : algos) {
+          const std::size_t bytes = count * 4;
           // The model's latency and bytes terms: price it on a link of pure latency, then pure bandwidth.
           const double latency = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {1.0, 1e300}));
           const double per_byte = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {0.0, 1.0}));
-          samples.push_back({algo, bytes, best.at({algo, bytes}), latency, per_byte});
+          const Timing& t = best.at({algo, count});
+          if (t.wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, t.wrong, bytes));
+          samples.push_back({algo, bytes, t.seconds, latency, per_byte});
         }
     });
     if (ranks < 2) throw Error("calibrate: needs at least 2 ranks (mpirun -np 2)");

@@ -5,8 +5,9 @@
 // call it. The harness (bench_collective.cpp) does the rest.
 #pragma once
 
-#include <functional>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,18 +42,33 @@ std::vector<std::string_view> bench_names();
 struct Settings {
   std::size_t min_bytes = 8, max_bytes = 32 << 20;
   int factor = 2, iters = 20, warmup = 5;
+  int rounds = 1;  // passes over every size and algorithm; each one's fastest counts
   bool check = true;
   DeviceKind where = DeviceKind::cpu;  // where the buffers live: cuda under --backend nccl
 };
 
-// nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w.
+// nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w; and -R, rounds.
 void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s);
 
-// One size of one algorithm ("native", a labkit algorithm set on the Comm, or
-// "baseline", the bare MPI ring): warm up, time, check. On rank 0, the slowest
-// rank's seconds per call and the wrong elements over all ranks (-1: unchecked).
-std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
-                                        std::size_t count, const Settings& s);
+// How one algorithm did at one size: on rank 0, the slowest rank's seconds per
+// call and the wrong elements over all ranks (-1: unchecked).
+struct Timing {
+  double seconds;
+  std::int64_t wrong;
+};
+
+// Every count (elements) of every algorithm ("native", a labkit algorithm, or
+// "baseline", the bare MPI ring), each warmed up, timed and checked, in s.rounds
+// passes over the counts with the algorithms in turn at each (a different one
+// first each pass). What is compared is measured side by side, and a slow spell
+// on a shared machine slows one pass, spread over every size, instead of one
+// size or one algorithm. Each one's fastest pass counts, and a wrong element in
+// any pass. Keyed by (algorithm, count); rank 0's is the result. progress(pass,
+// count) is called on rank 0 after each size.
+using Timings = std::map<std::pair<std::string, std::size_t>, Timing>;
+Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::string>& algos,
+              const std::vector<std::size_t>& counts, const Settings& s,
+              const std::function<void(int pass, std::size_t count)>& progress = {});
 
 // Bytes a second one core copies through memory on this host.
 double memcpy_bandwidth();

@@ -17,35 +17,48 @@ void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_b
   app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
   app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
   app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+  app.add_option("-R,--rounds", s.rounds,
+                 "passes over every size, the algorithms in turn; each time is its fastest pass's (one on the simulator)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 double memcpy_bandwidth() {
-  std::vector<char> from(256 << 20, 1), to(from.size());
-  std::memcpy(to.data(), from.data(), from.size());  // touch the pages first
+  Tensor from({64 << 20}), to({64 << 20});  // 256 MiB each, zeroed (so touched), in the benchmark buffers' pages
   const auto start = std::chrono::steady_clock::now();
   constexpr int kCopies = 4;
-  for (int i = 0; i < kCopies; ++i) std::memcpy(to.data(), from.data(), from.size());
+  for (int i = 0; i < kCopies; ++i) std::memcpy(to.data(), from.data(), from.bytes());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  return double(from.size()) * kCopies / seconds;
+  return double(from.bytes()) * kCopies / seconds;
 }
 
-std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, const std::string& algo,
-                                        std::size_t count, const Settings& s) {
+namespace {
+// As nccl-tests: the buffers are allocated once, for the largest size, and each
+// size is timed on their first elements. They live where the backend moves data
+// from: the GPU for NCCL.
+struct Buffers {
+  Tensor send, recv;
+};
+
+// One size of one algorithm: warm up, time, check. On rank 0, the slowest rank's
+// seconds per call and the wrong elements over all ranks (-1: unchecked).
+Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, std::size_t count, const Settings& s,
+               Buffers& buffers) {
   const int P = comm.size(), r = comm.rank();
-  // The buffers live where the backend moves data from: the GPU for NCCL.
-  Tensor send({b.send_count(count, P)}, s.where), recv({b.recv_count(count, P)}, s.where);
-  Tensor& data = b.in_place ? recv : send;
-  const View send_view{send.data(), send.size(), DType::f32}, recv_view{recv.data(), recv.size(), DType::f32};
+  const View send{buffers.send.data(), b.send_count(count, P), DType::f32},
+      recv{buffers.recv.data(), b.recv_count(count, P), DType::f32};
+  const View data = b.in_place ? recv : send;
+  const Device& device = buffers.recv.device();
   auto fill = [&] {
-    std::vector<float> values(data.size());
+    std::vector<float> values(data.count);
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = b.input(r, i, P);
-    data.device().copy_from_host(data.data(), values.data(), data.bytes());
+    device.copy_from_host(data.data, values.data(), data.bytes());
   };
   auto call = [&] {
 #ifdef LABKIT_HAVE_MPI
-    if (algo == "baseline") return bare_ring_all_reduce(recv.data(), recv.size(), MPI_COMM_WORLD);
+    if (algo == "baseline") return bare_ring_all_reduce(static_cast<float*>(recv.data), recv.count, MPI_COMM_WORLD);
 #endif
-    b.call(comm, send_view, recv_view);
+    b.call(comm, send, recv);
   };
   fill();
   for (int i = 0; i < s.warmup; ++i) call();
@@ -57,7 +70,8 @@ std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, co
     fill();
     call();
     const std::size_t block = count / P;
-    const std::vector<float> got = recv.to_host();
+    std::vector<float> got(recv.count);
+    device.copy_to_host(got.data(), recv.data, recv.bytes());
     for (std::size_t i = 0; i < got.size(); ++i) mine[1] += got[i] != b.expected(r, i, P, block);
   } else {
     mine[1] = -1;
@@ -68,6 +82,28 @@ std::pair<double, std::int64_t> measure(Comm& comm, const CollectiveBench& b, co
     wrong += row[1];
   }
   return {slowest, s.check ? std::int64_t(wrong) : -1};
+}
+}  // namespace
+
+Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::string>& algos,
+              const std::vector<std::size_t>& counts, const Settings& s,
+              const std::function<void(int pass, std::size_t count)>& progress) {
+  const std::size_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  Buffers buffers{Tensor({b.send_count(largest, comm.size())}, s.where),
+                  Tensor({b.recv_count(largest, comm.size())}, s.where)};
+  Timings best;
+  for (int pass = 0; pass < s.rounds; ++pass)
+    for (std::size_t count : counts) {
+      for (std::size_t i = 0; i < algos.size(); ++i) {
+        const std::string& algo = algos[(i + pass) % algos.size()];  // none always goes first
+        if (algo != "baseline") comm.set_algorithm(b.op, algo);
+        const Timing t = measure(comm, b, algo, count, s, buffers);
+        auto [it, first] = best.try_emplace({algo, count}, t);
+        it->second = {std::min(it->second.seconds, t.seconds), std::max(it->second.wrong, t.wrong)};
+      }
+      if (progress && comm.rank() == 0) progress(pass, count);
+    }
+  return best;
 }
 
 }  // namespace labkit::bench

@@ -53,6 +53,7 @@ TEST(Units, ReadsBest) {
   EXPECT_EQ(parse_bytes("4K"), 4096u);
   EXPECT_EQ(parse_bytes("1M"), 1u << 20);
   EXPECT_THROW(parse_bytes("4X"), std::invalid_argument);
+  EXPECT_THROW(parse_bytes("-1"), std::invalid_argument);  // not wrapped round to 2^64 - 1
   EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
 }
 

@@ -5,12 +5,29 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <sys/mman.h>
+
 namespace labkit {
 
 namespace {
+// Zeroed host memory. A buffer of 2 MiB or more is asked to live in 2 MiB pages
+// (transparent huge pages): 512 times fewer pages for the TLB to map and for a
+// transport to look up. Open MPI's shared-memory transport copies a large
+// message straight between processes (CMA), walking the pages of both buffers;
+// on a 2-core host that took a 16 MiB allocreduce from 4-5 GB/s busbw to 8-9
+// (book chapter 80). Linux's default is huge pages only where madvise asks.
 void* host_allocate(std::size_t bytes) {
-  void* p = std::calloc(bytes ? bytes : 1, 1);
+  constexpr std::size_t kHugePage = 2 << 20;
+  if (bytes < kHugePage) {
+    void* p = std::calloc(bytes ? bytes : 1, 1);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  void* p = std::aligned_alloc(kHugePage, bytes);
   if (!p) throw std::bad_alloc();
+  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB, which is only slower
+  std::memset(p, 0, bytes);
   return p;
 }
 void host_copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }

@@ -41,7 +41,7 @@ std::uint64_t parse_bytes(const std::string& text) {
   std::size_t used = 0;
   std::uint64_t value = 0;
   try {
-    value = std::stoull(text, &used);
+    if (text.find('-') == std::string::npos) value = std::stoull(text, &used);  // stoull would wrap "-1"
   } catch (const std::exception&) {
     used = 0;
   }
