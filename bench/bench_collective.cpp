@@ -41,6 +41,10 @@ struct Row {
   std::size_t bytes, count;
   double seconds;
   std::int64_t wrong;  // -1: not checked
+
+  double algbw() const { return bytes / seconds / 1e9; }  // GB/s
+  // On one rank nothing crosses a bus (factor 0): 0, even where the simulator's time is 0.
+  double busbw(double bus_factor) const { return bus_factor > 0 ? algbw() * bus_factor : 0; }
 };
 
 void print_header(const std::string& algo, const std::string& what) {
@@ -55,9 +59,8 @@ void print_header(const std::string& algo, const std::string& what) {
 // One row, in the columns of the mode the call runs in; the other mode's stay
 // blank (nccl-tests leaves them blank too when it does not run one).
 void print_row(const Row& row, const CollectiveBench& b, double bus_factor) {
-  const double algbw = row.bytes / row.seconds / 1e9;
-  const std::string body = fmt::format("  {:>7.2f}  {:>6.2f}  {:>6.2f}  {:>6}", row.seconds * 1e6, algbw,
-                                       algbw * bus_factor, row.wrong < 0 ? "N/A" : std::to_string(row.wrong));
+  const std::string body = fmt::format("  {:>7.2f}  {:>6.2f}  {:>6.2f}  {:>6}", row.seconds * 1e6, row.algbw(),
+                                       row.busbw(bus_factor), row.wrong < 0 ? "N/A" : std::to_string(row.wrong));
   const std::string blank(body.size(), ' ');
   fmt::print("  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{}{}\n", row.bytes, row.count, "float",
              has_reduce_op(b.op) ? "sum" : "none", has_root(b.op) ? "0" : "-1", b.in_place ? blank : body,
@@ -65,10 +68,9 @@ void print_row(const Row& row, const CollectiveBench& b, double bus_factor) {
 }
 
 nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_factor, int iters) {
-  const double algbw = row.bytes / row.seconds / 1e9;
   const nlohmann::json body = {{"time", row.seconds * 1e6},
-                               {"alg_bw", algbw},
-                               {"bus_bw", algbw * bus_factor},
+                               {"alg_bw", row.algbw()},
+                               {"bus_bw", row.busbw(bus_factor)},
                                {"nwrong", row.wrong < 0 ? nlohmann::json() : nlohmann::json(row.wrong)}};
   return {{"size", row.bytes},
           {"count", row.count},
@@ -86,6 +88,11 @@ void progress(const std::string& what) {
   if (!isatty(STDERR_FILENO)) return;
   fmt::print(stderr, "\r\033[K{}", what.empty() ? "" : "# measured " + what);
   std::fflush(stderr);
+}
+
+// One ratio column; on one rank nothing crosses a bus (busbw 0), so no ratio.
+std::string ratio(double busbw, double to) {
+  return to > 0 ? fmt::format("  {:>13.2f}x", busbw / to) : fmt::format("  {:>14}", "n/a");
 }
 
 std::string now_string() {
@@ -179,7 +186,7 @@ int main(int argc, char** argv) {
       for (const Row& row : rows) {
         if (row.algo != algo) continue;
         print_row(row, b, bus_factor);
-        busbw_sum += row.bytes / row.seconds / 1e9 * bus_factor;
+        busbw_sum += row.busbw(bus_factor);
         ++sizes;
         wrong += std::max<std::int64_t>(row.wrong, 0);
       }
@@ -189,7 +196,7 @@ int main(int argc, char** argv) {
     }
     // Side by side: each algorithm's busbw over the native collective's, and over the baseline's.
     std::map<std::pair<std::string, std::size_t>, double> busbw;
-    for (const Row& r : rows) busbw[{r.algo, r.bytes}] = r.bytes / r.seconds / 1e9 * bus_factor;
+    for (const Row& r : rows) busbw[{r.algo, r.bytes}] = r.busbw(bus_factor);
     const bool has_baseline = std::find(algos.begin(), algos.end(), "baseline") != algos.end();
     fmt::print("#\n# busbw side by side (GB/s), and each labkit algorithm's ratio to native{}\n",
                has_baseline ? " and to the baseline" : "");
@@ -207,8 +214,8 @@ int main(int argc, char** argv) {
       for (const std::string& a : algos) line += fmt::format("  {:>14.2f}", busbw[{a, r.bytes}]);
       for (const std::string& a : algos)
         if (a != "native" && a != "baseline") {
-          line += fmt::format("  {:>13.2f}x", busbw[{a, r.bytes}] / busbw[{"native", r.bytes}]);
-          if (has_baseline) line += fmt::format("  {:>13.2f}x", busbw[{a, r.bytes}] / busbw[{"baseline", r.bytes}]);
+          line += ratio(busbw[{a, r.bytes}], busbw[{"native", r.bytes}]);
+          if (has_baseline) line += ratio(busbw[{a, r.bytes}], busbw[{"baseline", r.bytes}]);
         }
       fmt::print("{}\n", line);
     }
