@@ -1,10 +1,13 @@
-// core/: dtypes and reductions, chunking, units, topology and the cost model.
+// core/: dtypes and reductions, chunking, units, host memory, topology and the cost model.
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
 #include "labkit/algorithms.h"
 #include "labkit/cost_model.h"
+#include "labkit/tensor.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
 
@@ -55,6 +58,15 @@ TEST(Units, ReadsBest) {
   EXPECT_THROW(parse_bytes("4X"), std::invalid_argument);
   EXPECT_THROW(parse_bytes("-1"), std::invalid_argument);  // not wrapped round to 2^64 - 1
   EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
+}
+
+// Host buffers come zeroed, and from 2 MiB up they start on a 2 MiB boundary, so
+// the kernel can back them with huge pages (device.cpp says why it matters).
+TEST(HostMemory, LargeBuffersAreZeroedAndStartOnAHugePage) {
+  Tensor small({1000}), large({3 << 20});  // 4 KB and 12 MiB
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(large.data()) % (2 << 20), 0u);
+  EXPECT_TRUE(std::all_of(small.begin(), small.end(), [](float x) { return x == 0; }));
+  EXPECT_TRUE(std::all_of(large.begin(), large.end(), [](float x) { return x == 0; }));
 }
 
 TEST(Topology, PresetsUsePerDirectionFigures) {

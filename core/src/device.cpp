@@ -14,7 +14,7 @@ namespace {
 // (transparent huge pages): 512 times fewer pages for the TLB to map and for a
 // transport to look up. Open MPI's shared-memory transport copies a large
 // message straight between processes (CMA), walking the pages of both buffers;
-// on a 2-core host that took a 16 MiB allocreduce from 4-5 GB/s busbw to 8-9
+// on a 2-core host that took a 16 MiB allreduce from 4-5 GB/s busbw to 8-9
 // (book chapter 80). Linux's default is huge pages only where madvise asks.
 void* host_allocate(std::size_t bytes) {
   constexpr std::size_t kHugePage = 2 << 20;
