@@ -38,11 +38,11 @@ using namespace labkit::bench;
 namespace {
 struct Row {
   std::string algo;
-  std::size_t bytes, count;
-  double seconds;
-  std::int64_t wrong;  // -1: not checked
+  std::size_t count;  // float elements
+  Timing timing;
 
-  double algbw() const { return bytes / seconds / 1e9; }  // GB/s
+  std::size_t bytes() const { return count * sizeof(float); }
+  double algbw() const { return bytes() / timing.seconds / 1e9; }  // GB/s
   // On one rank nothing crosses a bus (factor 0): 0, even where the simulator's time is 0.
   double busbw(double bus_factor) const { return bus_factor > 0 ? algbw() * bus_factor : 0; }
 };
@@ -59,20 +59,21 @@ void print_header(const std::string& algo, const std::string& what) {
 // One row, in the columns of the mode the call runs in; the other mode's stay
 // blank (nccl-tests leaves them blank too when it does not run one).
 void print_row(const Row& row, const CollectiveBench& b, double bus_factor) {
-  const std::string body = fmt::format("  {:>7.2f}  {:>6.2f}  {:>6.2f}  {:>6}", row.seconds * 1e6, row.algbw(),
-                                       row.busbw(bus_factor), row.wrong < 0 ? "N/A" : std::to_string(row.wrong));
+  const Timing& t = row.timing;
+  const std::string body = fmt::format("  {:>7.2f}  {:>6.2f}  {:>6.2f}  {:>6}", t.seconds * 1e6, row.algbw(),
+                                       row.busbw(bus_factor), t.wrong < 0 ? "N/A" : std::to_string(t.wrong));
   const std::string blank(body.size(), ' ');
-  fmt::print("  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{}{}\n", row.bytes, row.count, "float",
+  fmt::print("  {:>10}  {:>12}  {:>8}  {:>6}  {:>6}{}{}\n", row.bytes(), row.count, "float",
              has_reduce_op(b.op) ? "sum" : "none", has_root(b.op) ? "0" : "-1", b.in_place ? blank : body,
              b.in_place ? body : blank);
 }
 
 nlohmann::json json_row(const Row& row, const CollectiveBench& b, double bus_factor, int iters) {
-  const nlohmann::json body = {{"time", row.seconds * 1e6},
+  const nlohmann::json body = {{"time", row.timing.seconds * 1e6},
                                {"alg_bw", row.algbw()},
                                {"bus_bw", row.busbw(bus_factor)},
-                               {"nwrong", row.wrong < 0 ? nlohmann::json() : nlohmann::json(row.wrong)}};
-  return {{"size", row.bytes},
+                               {"nwrong", row.timing.wrong < 0 ? nlohmann::json() : nlohmann::json(row.timing.wrong)}};
+  return {{"size", row.bytes()},
           {"count", row.count},
           {"type", "float"},
           {"redop", has_reduce_op(b.op) ? "sum" : "none"},
@@ -168,10 +169,7 @@ int main(int argc, char** argv) {
       if (comm.rank() != 0) return;
       progress("");
       for (std::size_t count : counts)
-        for (const std::string& algo : algos) {
-          const Timing& t = timings.at({algo, count});
-          rows.push_back({algo, count * sizeof(float), count, t.seconds, t.wrong});
-        }
+        for (const std::string& algo : algos) rows.push_back({algo, count, timings.at({algo, count})});
     });
     // nccl-tests' table, one section per algorithm.
     const double bus_factor = bus_bandwidth_factor(b.op, ranks);
@@ -188,7 +186,7 @@ int main(int argc, char** argv) {
         print_row(row, b, bus_factor);
         busbw_sum += row.busbw(bus_factor);
         ++sizes;
-        wrong += std::max<std::int64_t>(row.wrong, 0);
+        wrong += std::max<std::int64_t>(row.timing.wrong, 0);
       }
       fmt::print("# Out of bounds values : {} {}\n", wrong, wrong ? "FAILED" : "OK");
       fmt::print("# Avg bus bandwidth    : {:.4f} \n", sizes ? busbw_sum / sizes : 0.0);
@@ -196,7 +194,7 @@ int main(int argc, char** argv) {
     }
     // Side by side: each algorithm's busbw over the native collective's, and over the baseline's.
     std::map<std::pair<std::string, std::size_t>, double> busbw;
-    for (const Row& r : rows) busbw[{r.algo, r.bytes}] = r.busbw(bus_factor);
+    for (const Row& r : rows) busbw[{r.algo, r.bytes()}] = r.busbw(bus_factor);
     const bool has_baseline = std::find(algos.begin(), algos.end(), "baseline") != algos.end();
     fmt::print("#\n# busbw side by side (GB/s), and each labkit algorithm's ratio to native{}\n",
                has_baseline ? " and to the baseline" : "");
@@ -210,12 +208,12 @@ int main(int argc, char** argv) {
     fmt::print("{}\n", head);
     for (const Row& r : rows) {
       if (r.algo != algos.front()) continue;
-      std::string line = fmt::format("  {:>10}", r.bytes);
-      for (const std::string& a : algos) line += fmt::format("  {:>14.2f}", busbw[{a, r.bytes}]);
+      std::string line = fmt::format("  {:>10}", r.bytes());
+      for (const std::string& a : algos) line += fmt::format("  {:>14.2f}", busbw[{a, r.bytes()}]);
       for (const std::string& a : algos)
         if (a != "native" && a != "baseline") {
-          line += ratio(busbw[{a, r.bytes}], busbw[{"native", r.bytes}]);
-          if (has_baseline) line += ratio(busbw[{a, r.bytes}], busbw[{"baseline", r.bytes}]);
+          line += ratio(busbw[{a, r.bytes()}], busbw[{"native", r.bytes()}]);
+          if (has_baseline) line += ratio(busbw[{a, r.bytes()}], busbw[{"baseline", r.bytes()}]);
         }
       fmt::print("{}\n", line);
     }

@@ -13,9 +13,9 @@
 // first beta) from the small messages, where latency dominates; then beta again,
 // alpha held, from the large messages, where bandwidth does. Between them lie a
 // transport's protocol switch (eager to rendezvous) and the caches' edge, which
-// no single line follows; the table shows it. Each algorithm gets its own fit: the model leaves out the reduction's compute
-// and the memory traffic around it, which each algorithm pays differently, and
-// a fitted beta absorbs them. The topology takes the fit of --use (the ring, the
+// no single line follows; the table shows it. Each algorithm gets its own fit:
+// the model leaves out the reduction's compute and the memory traffic around it,
+// which each algorithm pays differently, and a fitted beta absorbs them. The topology takes the fit of --use (the ring, the
 // algorithm of large messages).
 #include <algorithm>
 #include <cmath>
@@ -120,13 +120,14 @@ int main(int argc, char** argv) {
       speaker = speaker || comm.rank() == 0;
       comm.set_algorithm(Collective::barrier, "native");
       std::vector<std::size_t> counts;
-      for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) counts.push_back(bytes / 4);
-      counts.push_back(check / 4);
+      for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor)
+        counts.push_back(bytes / sizeof(float));
+      counts.push_back(check / sizeof(float));
       const Timings best = sweep(comm, b, algos, counts, s);  // the fastest of --rounds passes over every size
       if (comm.rank() != 0) return;
       for (std::size_t count : counts)
         for (const std::string& algo : algos) {
-          const std::size_t bytes = count * 4;
+          const std::size_t bytes = count * sizeof(float);
           // The model's latency and bytes terms: price it on a link of pure latency, then pure bandwidth.
           const double latency = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {1.0, 1e300}));
           const double per_byte = predict(Collective::all_reduce, algo, bytes, ranks, single_node(ranks, {0.0, 1.0}));

@@ -35,9 +35,11 @@ double memcpy_bandwidth() {
 namespace {
 // As nccl-tests: the buffers are allocated once, for the largest size, and each
 // size is timed on their first elements. They live where the backend moves data
-// from: the GPU for NCCL.
+// from: the GPU for NCCL. A rank's input does not depend on the size, so it is
+// made once too, and each size copies its first elements in.
 struct Buffers {
   Tensor send, recv;
+  std::vector<float> input;  // this rank's, for the largest size, on the host
 };
 
 // One size of one algorithm: warm up, time, check. On rank 0, the slowest rank's
@@ -49,11 +51,7 @@ Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, st
       recv{buffers.recv.data(), b.recv_count(count, P), DType::f32};
   const View data = b.in_place ? recv : send;
   const Device& device = buffers.recv.device();
-  auto fill = [&] {
-    std::vector<float> values(data.count);
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = b.input(r, i, P);
-    device.copy_from_host(data.data, values.data(), data.bytes());
-  };
+  auto fill = [&] { device.copy_from_host(data.data, buffers.input.data(), data.bytes()); };
   auto call = [&] {
 #ifdef LABKIT_HAVE_MPI
     if (algo == "baseline") return bare_ring_all_reduce(static_cast<float*>(recv.data), recv.count, MPI_COMM_WORLD);
@@ -89,8 +87,10 @@ Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::strin
               const std::vector<std::size_t>& counts, const Settings& s,
               const std::function<void(int pass, std::size_t count)>& progress) {
   const std::size_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
-  Buffers buffers{Tensor({b.send_count(largest, comm.size())}, s.where),
-                  Tensor({b.recv_count(largest, comm.size())}, s.where)};
+  const int P = comm.size();
+  Buffers buffers{Tensor({b.send_count(largest, P)}, s.where), Tensor({b.recv_count(largest, P)}, s.where),
+                  std::vector<float>(b.in_place ? b.recv_count(largest, P) : b.send_count(largest, P))};
+  for (std::size_t i = 0; i < buffers.input.size(); ++i) buffers.input[i] = b.input(comm.rank(), i, P);
   Timings best;
   for (int pass = 0; pass < s.rounds; ++pass)
     for (std::size_t count : counts) {
