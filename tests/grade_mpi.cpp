@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "grade_checks.h"
+#include "grade/checks.h"
 #include "harness.h"
 #include "labkit/algorithms.h"
 #include "labkit/output.h"

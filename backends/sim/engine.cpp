@@ -71,7 +71,9 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
     const int r = ready_.top().second;
     ready_.pop();
     ranks_[r].state = RankState::State::ready;
+    running_ = r;
     ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
+    running_ = -1;
   }
   std::string deadlock;
   const bool stopped = !ready_.empty() && ready_.top().first > options_.stop_at;
@@ -130,6 +132,8 @@ std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id
     free_ops_.pop_back();
   }
   ops_[id] = P2P{is_send, rank, peer, tag, comm_id, buf, ranks_[rank].now};
+  ranks_[rank].last = {is_send ? "send" : "recv", peer, tag, buf.bytes(), ranks_[rank].now};
+  if (options_.on_post) options_.on_post(rank, is_send, peer, buf);
   // A send looks for a posted receive at its destination; a receive looks for an
   // unexpected send at itself. The first in post order matches (non-overtaking).
   std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[rank].unexpected_sends;
@@ -254,6 +258,7 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
                     const std::function<void(Rendezvous::Slot&)>& fill, const std::function<void(Rendezvous&)>& complete,
                     const std::function<Result(const Rendezvous&, int me)>& read) {
   sync(rank);
+  ranks_[rank].last = {what, -1, 0, 0, ranks_[rank].now};
   const Members members = groups_[std::get<0>(key)];  // held: complete() may add groups
   const int me = int(std::find(members->begin(), members->end(), rank) - members->begin());
   auto [it, first] = rendezvous_.try_emplace(key);
@@ -368,22 +373,44 @@ int Engine::waits_for(int rank) const {
   return -1;
 }
 
+std::string Engine::rank_state(int r) const {
+  const RankState& s = ranks_[r];
+  std::string state;
+  if (s.state == RankState::State::done) {
+    state = "finished";
+  } else if (r == running()) {
+    state = "running its own code: it has not come back to the simulator";
+  } else if (s.waiting_op >= 0) {
+    const P2P& op = ops_[s.waiting_op];
+    const std::string group = op.comm_id ? fmt::format(", group={}", op.comm_id) : "";
+    state = op.is_send ? fmt::format("send(to={}, tag={}, {} bytes{})", op.peer, op.tag, op.buf.bytes(), group)
+                       : fmt::format("recv(from={}, tag={}{})", op.peer, op.tag, group);
+  } else if (s.waiting_rv) {
+    state = fmt::format("{}(group={}) waiting for rank {}", rendezvous_.at(*s.waiting_rv).what,
+                        std::get<0>(*s.waiting_rv), waits_for(r));
+  } else {
+    state = "ready to run (its turn has not come)";
+  }
+  return fmt::format("rank {}: {}", r, state);
+}
+
+std::string Engine::rank_states() const {
+  std::string out;
+  for (int r = 0; r < options_.ranks; ++r) {
+    out += "  " + rank_state(r);
+    const RankState::LastCall& last = ranks_[r].last;
+    if (ranks_[r].state != RankState::State::done && !last.what.empty()) {
+      const std::string peer = last.peer < 0 ? "" : fmt::format(" {} rank {}", last.what == "send" ? "to" : "from", last.peer);
+      out += fmt::format(" (last call: {}{} at t = {})", last.what, peer, format_seconds(last.at));
+    }
+    out += "\n";
+  }
+  return out;
+}
+
 std::string Engine::deadlock_report() const {
   std::string out = fmt::format("deadlock: every live rank is blocked (at t = {})\n", format_seconds(elapsed()));
-  for (int r = 0; r < options_.ranks; ++r) {
-    const RankState& s = ranks_[r];
-    if (s.state == RankState::State::done) {
-      out += fmt::format("  rank {}: finished\n", r);
-    } else if (s.waiting_op >= 0) {
-      const P2P& op = ops_[s.waiting_op];
-      const std::string group = op.comm_id ? fmt::format(", group={}", op.comm_id) : "";
-      out += op.is_send ? fmt::format("  rank {}: send(to={}, tag={}, {} bytes{})\n", r, op.peer, op.tag, op.buf.bytes(), group)
-                        : fmt::format("  rank {}: recv(from={}, tag={}{})\n", r, op.peer, op.tag, group);
-    } else if (s.waiting_rv) {
-      out += fmt::format("  rank {}: {}(group={}) waiting for rank {}\n", r, rendezvous_.at(*s.waiting_rv).what,
-                         std::get<0>(*s.waiting_rv), waits_for(r));
-    }
-  }
+  for (int r = 0; r < options_.ranks; ++r) out += "  " + rank_state(r) + "\n";
   // Follow "waits for" edges from each blocked rank until a rank repeats.
   for (int start = 0; start < options_.ranks; ++start) {
     std::vector<int> path;

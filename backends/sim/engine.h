@@ -11,6 +11,7 @@
 // and the bytes land in the receive buffer at that moment.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -43,6 +44,9 @@ struct Options {
   double stop_at = std::numeric_limits<double>::infinity();
   // Called every 2^20 messages with the count so far, for a progress line.
   std::function<void(std::uint64_t messages)> progress = nullptr;
+  // Sees every send and receive as it is posted, buffer included: the grader
+  // names which chunk of a rank's buffer went where from it.
+  std::function<void(int rank, bool is_send, int peer, View buf)> on_post = nullptr;
 };
 
 // Thrown when every live rank is blocked; what() lists each pending operation.
@@ -62,6 +66,14 @@ class Engine {
   double elapsed() const;  // the latest rank's virtual time, seconds
   std::uint64_t messages() const { return messages_; }
   const Options& options() const { return options_; }
+
+  // The rank whose own code runs at this moment (-1: the engine). While a rank
+  // runs, the others are parked, so a watchdog thread or a crash handler may
+  // read these two to say where a run is stuck or faulted.
+  int running() const { return running_.load(std::memory_order_relaxed); }
+  // One line per rank: running, finished, or the operation it waits in, with
+  // the last call each made (the deadlock report's lines).
+  std::string rank_states() const;
 
   // ---- what SimComm calls; `rank` is always a global rank
   double now(int rank) const { return ranks_[rank].now; }
@@ -118,6 +130,13 @@ class Engine {
     const RendezvousKey* waiting_rv = nullptr;  // blocked in this rendezvous
     std::vector<std::int64_t> posted_recvs, unexpected_sends;  // matching queues, post order
     double out_free = 0, in_free = 0;  // the device's ports inside its node
+    // The last operation the rank started, for status reports.
+    struct LastCall {
+      std::string_view what;  // "send", "recv", or the collective's name ("" before any)
+      int peer = -1, tag = 0;
+      std::uint64_t bytes = 0;
+      double at = 0;
+    } last;
   };
 
   void sync(int rank);
@@ -132,6 +151,7 @@ class Engine {
   void finish_native(Rendezvous& rv, int comm_id);
   void release(const std::vector<int>& group, double at);
   std::string deadlock_report() const;
+  std::string rank_state(int rank) const;
   int waits_for(int rank) const;
 
   Options options_;
@@ -151,6 +171,7 @@ class Engine {
   std::map<std::tuple<int, std::uint64_t>, FirstCall> first_call_;
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
   std::uint64_t messages_ = 0;
+  std::atomic<int> running_ = -1;
   std::string error_;
   bool failed_ = false;
 };

@@ -1,0 +1,330 @@
+// The grader: scores the exercises of one or more labs, each graded test in a
+// process of its own, so that nothing a learner writes can stop the others
+// from being graded.
+//
+//   grader [LAB...] [--timeout 10] [--jobs N] [--gradescope results.json]
+//
+// The exercises come from the manifest CMake writes (grade_manifest.json: lab,
+// exercise, binary; each binary links the learner's version of one exercise and
+// the reference of everything else). For every test of every exercise the
+// grader starts that binary on that one test (worker.h), at most --jobs at a
+// time, and reads the trail the test leaves: its outcome, or the signal it died
+// of and the configuration it was checking, or, past --timeout, what each rank
+// was doing. Scoring: an exercise is worth `points`; it earns points x passed /
+// tests, and nothing if a pattern test failed (right values by the wrong
+// communication pattern are not the exercise).
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr double kPoints = 10;           // each exercise
+constexpr int kExitTimedOut = 3;         // the worker's watchdog (worker.cpp)
+constexpr double kGraceSeconds = 5;      // after the watchdog, before SIGKILL
+
+struct Exercise {
+  std::string lab, name, binary;
+};
+
+struct Test {
+  const Exercise* exercise = nullptr;
+  std::string name;  // "ring_all_reduce.GivesEveryRankTheSum"
+  bool compiled = true;  // false: its binary is missing, so it is not run
+  // What came back.
+  bool passed = false, pattern = false;
+  std::vector<std::string> messages;
+};
+
+std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std::string>& labs) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(fmt::format("cannot read the grade manifest {}", path.string()));
+  std::vector<Exercise> all, chosen;
+  for (const json& e : json::parse(in)) all.push_back({e.at("lab"), e.at("exercise"), e.at("binary")});
+  for (const std::string& lab : labs) {
+    const auto before = chosen.size();
+    for (const Exercise& e : all)
+      if (e.lab == lab) chosen.push_back(e);
+    if (chosen.size() == before) {
+      std::string known;
+      for (const Exercise& e : all)
+        if (known.find(e.lab) == std::string::npos) known += (known.empty() ? "" : ", ") + e.lab;
+      throw std::runtime_error(fmt::format("no exercises for lab '{}' (graded labs: {})", lab, known));
+    }
+  }
+  return labs.empty() ? all : chosen;
+}
+
+// Runs a command, returning its exit status and what it printed.
+std::pair<int, std::string> capture(const std::string& command) {
+  std::FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  return {pclose(pipe), out};
+}
+
+// The tests of one exercise, as gtest lists them ("Suite.\n  Test\n").
+std::vector<std::string> list_tests(const Exercise& e) {
+  const auto [status, out] = capture(fmt::format("'{}' --gtest_list_tests '--gtest_filter={}.*' 2>&1", e.binary, e.name));
+  std::vector<std::string> tests;
+  std::istringstream lines(out);
+  std::string line, suite;
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    if (line[0] != ' ') suite = line;
+    else tests.push_back(suite + line.substr(2));
+  }
+  if (status != 0 || tests.empty())
+    throw std::runtime_error(fmt::format("{}: could not list the tests of {} (status {}): {}", e.binary, e.name,
+                                         status, out));
+  return tests;
+}
+
+// ---- one test in its own process ------------------------------------------------
+
+struct Running {
+  Test* test;
+  pid_t pid;
+  fs::path report;
+  std::chrono::steady_clock::time_point started;
+  bool killed = false;
+};
+
+Running start(Test& test, const fs::path& dir, int index, double timeout) {
+  const fs::path report = dir / fmt::format("{}.jsonl", index), output = dir / fmt::format("{}.out", index);
+  const std::string filter = "--gtest_filter=" + test.name, seconds = fmt::format("{}", timeout);
+  std::vector<std::string> args = {test.exercise->binary, filter, "--report", report.string(), "--timeout", seconds};
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addopen(&files, STDOUT_FILENO, output.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&files, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int error = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
+  if (error) throw std::runtime_error(fmt::format("cannot start {}: {}", argv[0], std::strerror(error)));
+  return {&test, pid, report, std::chrono::steady_clock::now()};
+}
+
+// Reads the trail a test left (worker.h) and its exit status into the test.
+void finish(Running& r, int status, double timeout) {
+  Test& t = *r.test;
+  std::string config, crash, timed_out;
+  int crash_rank = -1;
+  bool ended = false;
+  std::ifstream in(r.report);
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (j.contains("config")) config = j["config"];
+    if (j.contains("pattern")) t.pattern = true;
+    if (j.contains("crash")) crash = j["crash"], crash_rank = j["rank"];
+    if (j.contains("timeout")) timed_out = j["timeout"];
+    if (j.contains("passed")) {
+      ended = true;
+      t.passed = j["passed"];
+      for (const json& m : j["messages"]) t.messages.push_back(m);
+    }
+  }
+  const std::string where = config.empty() ? t.exercise->name : config;
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    t.passed = false;
+    if (r.killed) {
+      t.messages.push_back(fmt::format("killed after {:g} s in {}: it did not stop (an endless loop?)", timeout + kGraceSeconds, where));
+      return;
+    }
+    const std::string name = crash.empty() ? fmt::format("SIG{}", sigabbrev_np(sig)) : "SIG" + crash;
+    const std::string rank = crash_rank >= 0 ? fmt::format(", on rank {}", crash_rank) : "";
+    t.messages.push_back(fmt::format(
+        "crashed ({}) in {}{}.\nHint: {}", name, where, rank,
+        sig == SIGSEGV || sig == SIGBUS ? "a null or dangling pointer, an index past the end of a buffer, or a "
+                                          "recursion that never ends; run the lab under gdb to see the line."
+        : sig == SIGABRT                ? "an assertion failed or an exception escaped where it cannot be caught."
+        : sig == SIGFPE                 ? "an integer division by zero (a count divided by a rank count of 0?)."
+                                        : "the process died of this signal."));
+    return;
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  if (code == kExitTimedOut && !timed_out.empty()) {
+    t.passed = false;
+    t.messages.push_back(fmt::format("did not finish within the time limit, in {}: {}", where, timed_out));
+  } else if (!ended) {
+    t.passed = false;
+    t.messages.push_back(fmt::format("exited with status {} before the test ended, in {} (a call to exit()?)", code, where));
+  }
+}
+
+// Runs every test, at most `jobs` at a time, each with its own time limit.
+void run_all(std::vector<Test*>& tests, int jobs, double timeout, bool progress) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("labkit-grade-{}", getpid());
+  fs::create_directories(dir);
+  std::vector<Running> running;
+  std::size_t next = 0, done = 0;
+  while (done < tests.size()) {
+    while (int(running.size()) < jobs && next < tests.size()) {
+      running.push_back(start(*tests[next], dir, int(next), timeout));
+      ++next;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (auto it = running.begin(); it != running.end();) {
+      int status = 0;
+      if (waitpid(it->pid, &status, WNOHANG) == it->pid) {
+        finish(*it, status, timeout);
+        ++done;
+        if (progress)
+          fmt::print(stderr, "\r[{}/{}] {:<70.70}", done, tests.size(), it->test->name);
+        it = running.erase(it);
+        continue;
+      }
+      // The worker's own watchdog reports at `timeout`; this is for one that cannot.
+      const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->started).count();
+      if (age > timeout + kGraceSeconds && !it->killed) {
+        kill(it->pid, SIGKILL);
+        it->killed = true;
+      }
+      ++it;
+    }
+  }
+  if (progress) fmt::print(stderr, "\r{:<80}\r", "");
+  fs::remove_all(dir);
+}
+
+// ---- scores ---------------------------------------------------------------------
+
+struct Score {
+  const Exercise* exercise = nullptr;
+  int passed = 0, total = 0;
+  bool pattern_failed = false;
+  double points = 0;
+  std::string feedback;
+};
+
+std::vector<Score> score(const std::vector<Exercise>& exercises, const std::vector<Test>& tests) {
+  std::vector<Score> scores;
+  for (const Exercise& e : exercises) {
+    Score s;
+    s.exercise = &e;
+    for (const Test& t : tests) {
+      if (t.exercise != &e) continue;
+      ++s.total;
+      s.passed += t.passed;
+      s.pattern_failed |= t.pattern && !t.passed;
+      if (t.passed) continue;
+      s.feedback += fmt::format("{}{}:\n", t.name.substr(t.name.find('.') + 1), t.pattern ? " (pattern)" : "");
+      for (const std::string& m : t.messages) {
+        std::istringstream lines(m);
+        for (std::string line; std::getline(lines, line);) s.feedback += "  " + line + "\n";
+      }
+    }
+    s.points = s.pattern_failed ? 0 : kPoints * s.passed / s.total;
+    if (s.pattern_failed && s.passed > 0)
+      s.feedback += "  The communication pattern is wrong, so the exercise earns nothing, whatever its values.\n";
+    scores.push_back(std::move(s));
+  }
+  return scores;
+}
+
+void print_table(const std::vector<Score>& scores) {
+  double total = 0;
+  for (const Score& s : scores)
+    if (!s.feedback.empty()) fmt::print("---- {} / {}\n{}\n", s.exercise->lab, s.exercise->name, s.feedback);
+  fmt::print("{:<16} {:<40} {:>7} {:>11}\n", "lab", "exercise", "tests", "score");
+  for (const Score& s : scores) {
+    fmt::print("{:<16} {:<40} {:>3}/{:<3} {:>5.1f}/{:<5.0f}\n", s.exercise->lab, s.exercise->name, s.passed, s.total,
+               s.points, kPoints);
+    total += s.points;
+  }
+  fmt::print("{:<16} {:<40} {:>7} {:>5.1f}/{:<5.0f}\n", "total", "", "", total, kPoints * scores.size());
+}
+
+// Gradescope's results.json (https://gradescope-autograders.readthedocs.io/en/latest/specs/),
+// written to a temporary file and renamed, so a reader never sees half of one.
+void write_gradescope(const fs::path& path, const std::vector<Score>& scores) {
+  json tests = json::array();
+  double total = 0;
+  for (const Score& s : scores) {
+    total += s.points;
+    tests.push_back({{"name", fmt::format("{}: {}", s.exercise->lab, s.exercise->name)},
+                     {"score", s.points},
+                     {"max_score", kPoints},
+                     {"status", s.passed == s.total ? "passed" : "failed"},
+                     {"output", s.feedback.empty() ? "all checks pass" : s.feedback}});
+  }
+  const fs::path temporary = path.string() + ".tmp";
+  {
+    std::ofstream out(temporary);
+    out << json{{"score", total}, {"tests", tests}}.dump(2) << '\n';
+    if (!out) throw std::runtime_error(fmt::format("cannot write {}", temporary.string()));
+  }
+  fs::rename(temporary, path);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Score the exercises: every graded test in a process of its own"};
+  std::vector<std::string> labs;
+  std::string gradescope;
+  fs::path manifest = fs::path(argv[0]).parent_path() / "grade_manifest.json";
+  double timeout = 10;
+  int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
+  app.add_option("labs", labs, "labs to grade (default: every graded lab)");
+  app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(CLI::Range(1, 1024));
+  app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here");
+  app.add_option("--manifest", manifest, "the exercises and their grade binaries")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    // A results.json from an earlier run must not outlive this one, whatever happens to it.
+    if (!gradescope.empty()) fs::remove(gradescope);
+    const std::vector<Exercise> exercises = read_manifest(manifest, labs);
+    std::vector<Test> tests;
+    for (const Exercise& e : exercises) {
+      const bool compiled = fs::exists(e.binary);
+      for (std::string& name : compiled ? list_tests(e) : std::vector<std::string>{e.name + ".Compiles"}) {
+        Test& t = tests.emplace_back();
+        t.exercise = &e;
+        t.name = std::move(name);
+        t.compiled = compiled;
+        if (!compiled) t.messages = {"does not compile: the compiler's errors are printed above the score table"};
+      }
+    }
+    std::vector<Test*> to_run;
+    for (Test& t : tests)
+      if (t.compiled) to_run.push_back(&t);
+    run_all(to_run, jobs, timeout, isatty(STDERR_FILENO));
+    const std::vector<Score> scores = score(exercises, tests);
+    print_table(scores);
+    if (!gradescope.empty()) write_gradescope(gradescope, scores);
+    return std::all_of(tests.begin(), tests.end(), [](const Test& t) { return t.passed; }) ? 0 : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "grader: {}\n", e.what());
+    return 2;
+  }
+}
