@@ -59,7 +59,7 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
                                      if (!failed_) error_ = e.what();
                                      failed_ = true;
                                    } catch (const std::exception& e) {
-                                     if (!failed_) error_ = fmt::format("rank {}: {}", r, e.what());
+                                     if (!failed_) error_ = fmt::format("rank {}: an exception escaped: {}", r, e.what());
                                      failed_ = true;
                                    }
                                    ranks_[r].state = RankState::State::done;

@@ -143,7 +143,8 @@ std::string what_failures_share(const std::vector<std::pair<Config, std::string>
 
   const Shared by_count[] = {
       {"where the count does not divide by P", "where it does", [](const Config& c) { return c.count % c.p != 0; }},
-      {"where the count is smaller than P", "where it is not", [](const Config& c) { return c.count < std::size_t(c.p); }}};
+      {"where the count is smaller than P", "where it is not", [](const Config& c) { return c.count < std::size_t(c.p); }},
+      {"where the root is not rank 0", "where it is", [](const Config& c) { return c.root > 0; }}};
   for (const Shared& s : by_count) {
     const bool exact = std::all_of(failed.begin(), failed.end(), [&](auto& f) { return s.holds(f.first); }) &&
                        std::none_of(passed.begin(), passed.end(), s.holds);
@@ -159,7 +160,7 @@ std::string what_failures_share(const std::vector<std::pair<Config, std::string>
   std::string share;
   if (!passing_p.empty())
     for (const Shared& s : by_p) {
-      auto holds = [&](int p) { return s.holds(Config{.p = p, .label = ""}); };
+      auto holds = [&](int p) { return s.holds(Config{.p = p, .label = "", .root = -1}); };
       if (std::all_of(failing_p.begin(), failing_p.end(), holds) && std::none_of(passing_p.begin(), passing_p.end(), holds)) {
         share = fmt::format(" ({})", s.failing);
         break;

@@ -56,6 +56,7 @@ struct Config {
   int p = 0;              // ranks (0: not a communication exercise)
   std::size_t count = 0;  // elements per rank
   std::string label;      // "P=4, count=5, op=sum"
+  int root = -1;          // the root, for a rooted collective
 };
 
 class Sweep {

@@ -73,7 +73,7 @@ TEST(binomial_tree_broadcast, EveryRankGetsTheRootsBuffer) {
   for (int p = 1; p <= 9; ++p)
     for (int root : {0, p - 1, p / 2})
       for (std::size_t n : {1, 7})
-        sweep.check({p, n, fmt::format("P={}, root={}, count={}", p, root, n)}, [&] {
+        sweep.check({p, n, fmt::format("P={}, root={}, count={}", p, root, n), root}, [&] {
           Buffers got(p);
           const Observed run = run_ranks(p, [&](Comm& c) {
             got[c.rank()] = c.rank() == root ? inputs(root, n) : std::vector<float>(n, -1.0f);

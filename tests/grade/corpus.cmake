@@ -1,0 +1,37 @@
+# The grader's corpus: one line per mistake, the score it must get and what the learner must read.
+labkit_grade_corpus(ring_allreduce ring_all_reduce null_pointer_on_rank_1 SCORE 0.0
+  SAYS "crashed \\(SIGSEGV\\) in ring_all_reduce, P=2, count=1, on rank 1")
+labkit_grade_corpus(ring_allreduce ring_all_reduce endless_loop_on_rank_1 SCORE 0.0
+  SAYS "did not finish within the time limit, in ring_all_reduce, P=2, count=1" "rank 1 never came back to the simulator")
+labkit_grade_corpus(ring_allreduce ring_all_reduce calls_native_all_reduce SCORE 0.0
+  SAYS "calls comm.all_reduce: that is a native collective")
+labkit_grade_corpus(ring_allreduce ring_all_reduce sends_left SCORE 0.0
+  SAYS "sent to rank 3; a ring sends only to its right neighbour" "earns nothing")
+labkit_grade_corpus(ring_allreduce ring_all_reduce all_gather_chunk_off_by_one SCORE 0.0
+  SAYS "all-gather step 0: sent chunk")
+labkit_grade_corpus(ring_allreduce ring_all_reduce ignores_the_remainder SCORE 10.0 ALSO hierarchical_all_reduce
+  SAYS "fails where the count does not divide by P" "hierarchical_all_reduce +2/2 +10.0/10")
+labkit_grade_corpus(ring_allreduce ring_all_reduce blocking_sends_deadlock SCORE 0.0
+  SAYS "P=2, count=1: deadlock: every live rank is blocked" "Hint: a blocking send returns only once")
+labkit_grade_corpus(ring_allreduce ring_all_reduce vector_at_out_of_range SCORE 0.0
+  SAYS "P=2, count=1: rank 0: an exception escaped: vector::_M_range_check")
+labkit_grade_corpus(collectives naive_all_reduce reduce_then_broadcast SCORE 0.0
+  SAYS "calls comm.reduce: that is a native collective")
+labkit_grade_corpus(collectives naive_all_reduce overwrites_instead_of_folding SCORE 5.0
+  SAYS "expected 3000, got 2000")
+labkit_grade_corpus(collectives binomial_tree_broadcast assumes_root_0 SCORE 0.0
+  SAYS "fails where the root is not rank 0")
+labkit_grade_corpus(collectives binomial_tree_broadcast nearest_child_first SCORE 0.0
+  SAYS "send to the farthest child first" "earns nothing")
+labkit_grade_corpus(collectives ring_all_gather forwards_the_wrong_block SCORE 0.0
+  SAYS "step 0: sent block")
+labkit_grade_corpus(collectives pairwise_all_to_all xor_partners SCORE 0.0
+  SAYS "the ones that are not powers of two")
+labkit_grade_corpus(ring_allreduce recursive_halving_doubling_all_reduce no_fold_for_odd_ranks SCORE 5.0
+  SAYS "the ones that are not powers of two")
+labkit_grade_corpus(memory model_state_bytes forgets_the_master_copy SCORE 3.3
+  SAYS "master weights \\(fp32 copy\\): expected 4 bytes, got 0")
+labkit_grade_corpus(memory kv_cache_bytes endless_recursion SCORE 0.0
+  SAYS "crashed \\(SIGSEGV\\) in kv_cache_bytes, LLaMA-2 70B")
+labkit_grade_corpus(memory activation_bytes_per_layer integer_division_by_zero SCORE 0.0
+  SAYS "crashed \\(SIGFPE\\) in activation_bytes_per_layer, GPT-3 layer, s 2048, b 1")
