@@ -162,7 +162,7 @@ TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
   expect(2, [](Comm& c) {
     if (c.rank() == 1) throw std::runtime_error("my bug");
     c.barrier();
-  }, "rank 1: my bug");
+  }, "rank 1: an exception escaped: my bug");
 }
 
 TEST(SimP2P, NonBlockingRequestsCompleteAndTestTellsWhen) {

@@ -58,6 +58,12 @@ std::string hint_for(const std::string& error) {
   if (error.find("but the receive buffer holds") != std::string::npos)
     return "\nHint: sender and receiver disagree on which chunk moves at this step (chunks differ in size when the "
            "count does not divide by P); both must compute the same chunk index.";
+  if (error.find("is out of range for") != std::string::npos)
+    return "\nHint: a peer is a rank from 0 to P-1: compute neighbours and partners mod P, and check the rank "
+           "count your formula assumes (a power of two?).";
+  if (error.find("is this rank itself") != std::string::npos)
+    return "\nHint: a rank never messages itself; copy locally instead (copy_local), and at P=1 there is nothing to "
+           "send.";
   return "";
 }
 }  // namespace

@@ -26,7 +26,7 @@ labkit_grade_corpus(collectives binomial_tree_broadcast nearest_child_first SCOR
 labkit_grade_corpus(collectives ring_all_gather forwards_the_wrong_block SCORE 0.0
   SAYS "step 0: sent block")
 labkit_grade_corpus(collectives pairwise_all_to_all xor_partners SCORE 0.0
-  SAYS "the ones that are not powers of two")
+  SAYS "the ones that are not powers of two" "to=3 is out of range for 3 ranks" "Hint: a peer is a rank from 0 to P-1")
 labkit_grade_corpus(ring_allreduce recursive_halving_doubling_all_reduce no_fold_for_odd_ranks SCORE 5.0
   SAYS "the ones that are not powers of two")
 labkit_grade_corpus(memory model_state_bytes forgets_the_master_copy SCORE 3.3
