@@ -58,6 +58,9 @@ TEST(Units, ReadsBest) {
   EXPECT_THROW(parse_bytes("4X"), std::invalid_argument);
   EXPECT_THROW(parse_bytes("-1"), std::invalid_argument);  // not wrapped round to 2^64 - 1
   EXPECT_THROW(parse_bytes("lots"), std::invalid_argument);
+  EXPECT_EQ(parse_bytes("16777215G"), 16777215ull << 30);
+  EXPECT_THROW(parse_bytes("17179869184G"), std::invalid_argument);          // 2^64: not wrapped to 0
+  EXPECT_THROW(parse_bytes("99999999999999999999"), std::invalid_argument);  // past stoull
 }
 
 // Host buffers come zeroed, and from 2 MiB up they start on a 2 MiB boundary, so
@@ -93,6 +96,35 @@ TEST(Topology, LoadsJsonFile) {
   EXPECT_DOUBLE_EQ(t.inter.bandwidth, 10e9);
   std::ofstream(path) << R"({"devices_per_node": 2})";
   EXPECT_THROW(find_topology(path), std::invalid_argument);
+}
+
+// A file with a bad field is refused, naming the file and the field. Latency 0
+// is an ideal link (calibrate can fit it); bandwidth 0 never delivers.
+TEST(Topology, RefusesBadFieldsNamingThem) {
+  const std::string path = ::testing::TempDir() + "/bad_topology.json";
+  auto error = [&](const std::string& devices, const std::string& intra, const std::string& inter) {
+    std::ofstream(path) << R"({"devices_per_node": )" << devices << R"(, "intra": )" << intra << R"(, "inter": )"
+                        << inter << "}";
+    try {
+      find_topology(path);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string good = R"({"alpha_us": 2, "bandwidth_GBps": 10})";
+  EXPECT_EQ(error("2", good, R"({"alpha_us": 0, "bandwidth_GBps": 10})"), "accepted");
+  EXPECT_EQ(error("2", good, R"({"alpha_us": 2, "bandwidth_GBps": 0})"),
+            "topology '" + path + "': inter.bandwidth_GBps = 0: must be > 0");
+  EXPECT_EQ(error("2", R"({"alpha_us": -1, "bandwidth_GBps": 10})", good),
+            "topology '" + path + "': intra.alpha_us = -1: must be >= 0");
+  EXPECT_EQ(error("2", R"({"bandwidth_GBps": 10})", good), "topology '" + path + "': intra.alpha_us is missing");
+  EXPECT_EQ(error("2", good, R"({"alpha_us": "fast", "bandwidth_GBps": 10})"),
+            "topology '" + path + R"(': inter.alpha_us = "fast": must be a number)");
+  EXPECT_EQ(error("0", good, good),
+            "topology '" + path + "': devices_per_node = 0: must be a whole number from 1 to 1048576");
+  EXPECT_EQ(error("2.5", good, good),
+            "topology '" + path + "': devices_per_node = 2.5: must be a whole number from 1 to 1048576");
 }
 
 TEST(CostModel, NativeAllReducePicksTreeForSmallAndRingForLarge) {

@@ -1,9 +1,12 @@
 #include "labkit/topology.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace labkit {
@@ -33,8 +36,32 @@ Topology make(std::string_view name) {
   throw std::invalid_argument("");
 }
 
-Link link_from_json(const nlohmann::json& j) {
-  return {j.at("alpha_us").get<double>() * us, j.at("bandwidth_GBps").get<double>() * GBps};
+// The number at `key` of `object`, called `name` ("inter.alpha_us") if it is missing or not a number.
+double number_at(const nlohmann::json& object, const std::string& key, const std::string& name) {
+  if (!object.is_object() || !object.contains(key)) throw std::invalid_argument(name + " is missing");
+  const nlohmann::json& value = object[key];
+  if (!value.is_number()) throw std::invalid_argument(fmt::format("{} = {}: must be a number", name, value.dump()));
+  return value.get<double>();
+}
+
+// A latency of 0 is an ideal link (and what calibrate fits when latency is lost
+// in noise); a bandwidth of 0 would make every message take forever.
+Link link_from_json(const nlohmann::json& file, const std::string& name) {
+  const nlohmann::json link = file.value(name, nlohmann::json::object());
+  const double alpha = number_at(link, "alpha_us", name + ".alpha_us");
+  const double bandwidth = number_at(link, "bandwidth_GBps", name + ".bandwidth_GBps");
+  if (alpha < 0) throw std::invalid_argument(fmt::format("{}.alpha_us = {}: must be >= 0", name, alpha));
+  if (bandwidth <= 0) throw std::invalid_argument(fmt::format("{}.bandwidth_GBps = {}: must be > 0", name, bandwidth));
+  return {alpha * us, bandwidth * GBps};
+}
+
+// A count of at least 1 at `key`, or `fallback` when the file leaves it out.
+int count_at(const nlohmann::json& file, const std::string& key, std::optional<int> fallback = std::nullopt) {
+  if (fallback && !file.contains(key)) return *fallback;
+  const double n = number_at(file, key, key);
+  if (n < 1 || n != std::floor(n) || n > 1 << 20)
+    throw std::invalid_argument(fmt::format("{} = {}: must be a whole number from 1 to {}", key, n, 1 << 20));
+  return int(n);
 }
 
 Topology load(const std::string& path) {
@@ -42,11 +69,10 @@ Topology load(const std::string& path) {
   if (!in) throw std::invalid_argument("topology: cannot open '" + path + "'");
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
-    Topology t{j.value("name", path), j.at("devices_per_node").get<int>(), 0, link_from_json(j.at("intra")),
-               link_from_json(j.at("inter")), device_preset(j.value("device", "h100"))};
-    t.nics_per_node = j.value("nics_per_node", t.devices_per_node);
-    if (t.devices_per_node < 1 || t.nics_per_node < 1)
-      throw std::invalid_argument("devices_per_node and nics_per_node must be at least 1");
+    if (!j.is_object()) throw std::invalid_argument("expected a JSON object (see book/00-introduction.md)");
+    Topology t{j.value("name", path), count_at(j, "devices_per_node"), 0, link_from_json(j, "intra"),
+               link_from_json(j, "inter"), device_preset(j.value("device", "h100"))};
+    t.nics_per_node = count_at(j, "nics_per_node", t.devices_per_node);
     return t;
   } catch (const std::exception& e) {
     throw std::invalid_argument("topology '" + path + "': " + e.what());

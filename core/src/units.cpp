@@ -2,6 +2,7 @@
 
 #include <array>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -38,20 +39,26 @@ std::string format_bytes(std::uint64_t bytes) {
 }
 
 std::uint64_t parse_bytes(const std::string& text) {
+  const std::string too_large = "'" + text + "' is too large a size";
   std::size_t used = 0;
   std::uint64_t value = 0;
   try {
     if (text.find('-') == std::string::npos) value = std::stoull(text, &used);  // stoull would wrap "-1"
+  } catch (const std::out_of_range&) {
+    throw std::invalid_argument(too_large);
   } catch (const std::exception&) {
     used = 0;
   }
   if (used == 0) throw std::invalid_argument("'" + text + "' is not a size (examples: 1024, 4K, 1M, 2G)");
   const std::string suffix = text.substr(used);
-  if (suffix.empty() || suffix == "B") return value;
-  if (suffix == "K" || suffix == "KiB") return value << 10;
-  if (suffix == "M" || suffix == "MiB") return value << 20;
-  if (suffix == "G" || suffix == "GiB") return value << 30;
-  throw std::invalid_argument("'" + text + "' has an unknown unit (use K, M or G)");
+  int shift = 0;
+  if (suffix == "K" || suffix == "KiB") shift = 10;
+  else if (suffix == "M" || suffix == "MiB") shift = 20;
+  else if (suffix == "G" || suffix == "GiB") shift = 30;
+  else if (!suffix.empty() && suffix != "B")
+    throw std::invalid_argument("'" + text + "' has an unknown unit (use K, M or G)");
+  if (value > std::numeric_limits<std::uint64_t>::max() >> shift) throw std::invalid_argument(too_large);
+  return value << shift;
 }
 
 }  // namespace labkit
