@@ -1,5 +1,6 @@
 #include "labkit/run.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <set>
@@ -9,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "labkit/algorithms.h"
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
 #include "sim/engine.h"
@@ -21,59 +23,73 @@
 
 namespace labkit {
 
+namespace {
+// What one --algo sets: "all_reduce=ring" one collective's algorithm, "ring"
+// that of every collective that has one of the name, "native" every collective's.
+std::vector<std::pair<Collective, std::string>> algorithm_choices(const std::string& spec) {
+  if (const auto eq = spec.find('='); eq != std::string::npos) {
+    const Collective c = parse_collective(spec.substr(0, eq));
+    const std::string name = spec.substr(eq + 1);
+    check_algorithm(c, name);
+    return {{c, name}};
+  }
+  std::vector<std::pair<Collective, std::string>> choices;
+  for (Collective c : kCollectives)
+    if (spec == "native" || find_algorithm(c, spec)) choices.emplace_back(c, spec);
+  if (choices.empty()) {
+    std::set<std::string_view> names;
+    for (const Algorithm& a : all_algorithms()) names.insert(a.name);
+    throw Error(fmt::format("unknown algorithm '{}' (known: native, {})", spec, fmt::join(names, ", ")));
+  }
+  return choices;
+}
+
+// "RANK:SPEED" of --straggler.
+std::pair<int, double> parse_straggler(const std::string& spec) {
+  int rank = -1;
+  double speed = 0;
+  char extra = 0;
+  if (std::sscanf(spec.c_str(), "%d:%lf%c", &rank, &speed, &extra) != 2 || rank < 0 || !(speed > 0) ||
+      !std::isfinite(speed))
+    throw Error(fmt::format("'{}' is not RANK:SPEED with RANK >= 0 and SPEED > 0 (e.g. 2:0.5)", spec));
+  return {rank, speed};
+}
+}  // namespace
+
 void add_run_options(CLI::App& app, RunOptions& o) {
-  app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")->capture_default_str();
+  app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")
+      ->capture_default_str()->check(cli::one_of("backend", {"sim", "mpi", "nccl"}));
   app.add_option("--ranks", o.ranks, "number of ranks (under mpirun: -np, unless given)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(cli::in_range(1, 1 << 20))
       ->each([&o](const std::string&) { o.ranks_given = true; });
-  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, or a JSON file")->capture_default_str();
+  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, or a JSON file")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }));
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
-  app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native");
+  app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
+      ->check(cli::parsed_by(algorithm_choices));
   app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");
   app.add_option("--efficiency", o.efficiency, "fraction of device peak FLOP/s that compute reaches")
-      ->capture_default_str()->check(CLI::Range(1e-6, 1.0));
-  app.add_option("--straggler", o.stragglers, "RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed");
+      ->capture_default_str()->check(cli::above(0.0, 1.0));
+  app.add_option("--straggler", o.stragglers, "RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
+      ->check(cli::parsed_by(parse_straggler));
   app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
-      ->capture_default_str();
+      ->capture_default_str()->check(cli::above(0.0));
   if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") quiet_this_process();
 }
 
 namespace {
-// "--algo ring" sets ring wherever a collective has it; "--algo all_reduce=ring" one.
 void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
-  for (const std::string& spec : algos) {
-    const auto eq = spec.find('=');
-    if (eq != std::string::npos) {
-      comm.set_algorithm(parse_collective(spec.substr(0, eq)), spec.substr(eq + 1));
-      continue;
-    }
-    if (spec == "native") {
-      for (Collective c : kCollectives) comm.set_algorithm(c, "native");
-      continue;
-    }
-    bool found = false;
-    for (const Algorithm& a : all_algorithms())
-      if (a.name == spec) {
-        comm.set_algorithm(a.op, spec);
-        found = true;
-      }
-    if (!found) {
-      std::set<std::string_view> names;
-      for (const Algorithm& a : all_algorithms()) names.insert(a.name);
-      throw Error(fmt::format("--algo {}: no collective has an algorithm of that name (known: native, {})", spec,
-                              fmt::join(names, ", ")));
-    }
-  }
+  for (const std::string& spec : algos)
+    for (const auto& [collective, name] : algorithm_choices(spec)) comm.set_algorithm(collective, name);
 }
 
 std::vector<double> parse_speeds(const RunOptions& o) {
   std::vector<double> speed(o.ranks, 1.0);
   for (const std::string& s : o.stragglers) {
-    int rank = -1;
-    double factor = 0;
-    if (std::sscanf(s.c_str(), "%d:%lf", &rank, &factor) != 2 || rank < 0 || rank >= o.ranks || factor <= 0)
-      throw Error(fmt::format("--straggler {}: expected RANK:SPEED with 0 <= RANK < {} and SPEED > 0", s, o.ranks));
+    const auto [rank, factor] = parse_straggler(s);
+    if (rank >= o.ranks)
+      throw Error(fmt::format("--straggler {}: there is no rank {} among {} ranks", s, rank, o.ranks));
     speed[rank] = factor;
   }
   return speed;

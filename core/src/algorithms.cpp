@@ -3,6 +3,7 @@
 #include <array>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 namespace labkit {
 
@@ -43,6 +44,19 @@ const Algorithm* find_algorithm(Collective op, std::string_view name) {
   for (const Algorithm& a : kAlgorithms)
     if (a.op == op && a.name == name) return &a;
   return nullptr;
+}
+
+std::string algorithm_names(Collective op) {
+  std::string names = "native";
+  for (const Algorithm& a : kAlgorithms)
+    if (a.op == op) names += ", " + std::string(a.name);
+  return names;
+}
+
+void check_algorithm(Collective op, std::string_view name) {
+  if (name != "native" && !find_algorithm(op, name))
+    throw std::invalid_argument("unknown " + std::string(name_of(op)) + " algorithm '" + std::string(name) + "' (" +
+                                algorithm_names(op) + ")");
 }
 
 Chunk chunk_range(std::size_t count, int parts, int i) {

@@ -15,7 +15,9 @@ std::string_view name_of(Collective c) { return kNames[static_cast<int>(c)]; }
 Collective parse_collective(std::string_view name) {
   for (std::size_t i = 0; i < kNames.size(); ++i)
     if (name == kNames[i]) return static_cast<Collective>(i);
-  throw std::invalid_argument("unknown collective '" + std::string(name) + "'");
+  std::string names;
+  for (std::string_view n : kNames) names += (names.empty() ? "" : ", ") + std::string(n);
+  throw std::invalid_argument("unknown collective '" + std::string(name) + "' (" + names + ")");
 }
 
 bool has_root(Collective c) {

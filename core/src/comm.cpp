@@ -166,12 +166,8 @@ void Comm::all_to_all(View send, View recv) { run({Collective::all_to_all, send,
 void Comm::barrier() { run({Collective::barrier, {}, {}, ReduceOp::sum, 0}); }
 
 void Comm::set_algorithm(Collective op, std::string name) {
-  if (name != "native" && !find_algorithm(op, name)) {
-    std::string known = "native";
-    for (const Algorithm& a : all_algorithms())
-      if (a.op == op) known += fmt::format(", {}", a.name);
-    fail(who(), name_of(op), "unknown algorithm '{}' (known: {})", name, known);
-  }
+  if (name != "native" && !find_algorithm(op, name))
+    fail(who(), name_of(op), "unknown algorithm '{}' (known: {})", name, algorithm_names(op));
   algorithms_[op] = std::move(name);
 }
 

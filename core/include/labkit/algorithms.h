@@ -9,8 +9,9 @@
 #include <memory>
 #include <cstring>
 #include <span>
-#include <vector>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "labkit/collective.h"
 #include "labkit/comm.h"
@@ -40,6 +41,9 @@ struct Algorithm {
 };
 std::span<const Algorithm> all_algorithms();
 const Algorithm* find_algorithm(Collective op, std::string_view name);  // null if none
+std::string algorithm_names(Collective op);  // "native, ring, ...": what set_algorithm takes for op
+// Throws std::invalid_argument ("unknown all_reduce algorithm 'x' (native, ...)") unless it takes `name`.
+void check_algorithm(Collective op, std::string_view name);
 
 // Chunk i of `count` elements split into `parts`: the first count % parts chunks
 // hold one element more, so any count splits, divisible or not.

@@ -1,0 +1,54 @@
+#include "labkit/cli.h"
+
+#include <cstdlib>
+
+#include <fmt/ranges.h>
+
+#include "labkit/units.h"
+
+namespace labkit::cli {
+
+CLI::Validator one_of(const std::string& what, const std::vector<std::string>& names) {
+  return {[=](std::string& text) -> std::string {
+            for (const std::string& name : names)
+              if (text == name) return "";
+            return fmt::format("unknown {} '{}' ({})", what, text, fmt::join(names, ", "));
+          },
+          ""};
+}
+
+CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
+  return {[parse = std::move(parse)](std::string& text) -> std::string {
+            try {
+              parse(text);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          ""};
+}
+
+CLI::Validator byte_size(std::uint64_t min) {
+  return {[min](std::string& text) -> std::string {
+            try {
+              if (parse_bytes(text) >= min) return "";
+              return fmt::format("{} is out of range (must be >= {} bytes)", text, min);
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          min > 0 ? fmt::format("(SIZE >= {})", min) : "(SIZE)"};
+}
+
+void one_line_errors(CLI::App& app) {
+  app.failure_message([](const CLI::App*, const CLI::Error& e) -> std::string {
+    // Under mpirun every process reads the same command line: rank 0 says what is wrong.
+    if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") return "";
+    // An unknown option or a missing argument: say where the options are listed.
+    const bool usage = dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e);
+    return fmt::format("error: {}{}\n", e.what(), usage ? " (--help lists the options)" : "");
+  });
+}
+
+}  // namespace labkit::cli
