@@ -26,6 +26,7 @@
 
 #include "collective_bench.h"
 #include "labkit/algorithms.h"
+#include "labkit/cli.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
@@ -106,6 +107,7 @@ std::string now_string() {
 
 int main(int argc, char** argv) {
   CLI::App app{"Sweep one collective's sizes, native and every labkit algorithm side by side (nccl-tests' table)"};
+  cli::one_line_errors(app);
   std::string collective, min_bytes = "8", max_bytes = "32M", json;
   Settings s;
   s.rounds = 3;
@@ -113,9 +115,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> algos;
   RunOptions run_options;
   app.add_option("collective", collective, "all_reduce, broadcast, all_gather, reduce_scatter or all_to_all")
-      ->required();
+      ->required()->check(cli::parsed_by(find_bench));
   add_sweep_options(app, min_bytes, max_bytes, s);
-  app.add_option("-c,--check", check, "check results (1) or not (0)")->capture_default_str();
+  app.add_option("-c,--check", check, "check results (1) or not (0)")
+      ->capture_default_str()->check(cli::in_range(0, 1));
   app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON");
   app.add_option("--algos", algos, "native, baseline and labkit algorithms to run (default: all)");
   add_run_options(app, run_options);
@@ -123,8 +126,7 @@ int main(int argc, char** argv) {
 
   try {
     const CollectiveBench& b = find_bench(collective);
-    s.min_bytes = parse_bytes(min_bytes);
-    s.max_bytes = parse_bytes(max_bytes);
+    set_sizes(s, min_bytes, max_bytes);
     s.check = check != 0;
     if (run_options.backend == "sim" && !app.count("--rounds")) s.rounds = 1;  // virtual time does not vary
     if (algos.empty()) {
@@ -132,6 +134,15 @@ int main(int argc, char** argv) {
       for (const Algorithm& a : all_algorithms())
         if (a.op == b.op) algos.emplace_back(a.name);
       if (run_options.backend == "mpi" && b.op == Collective::all_reduce) algos.push_back("baseline");
+    }
+    for (const std::string& algo : algos) {
+      if (algo == "baseline" && (run_options.backend != "mpi" || b.op != Collective::all_reduce))
+        throw Error("--algos baseline: the bare MPI ring is an all_reduce under --backend mpi");
+      try {
+        if (algo != "baseline") check_algorithm(b.op, algo);
+      } catch (const std::invalid_argument& e) {
+        throw Error(fmt::format("--algos: {}", e.what()));
+      }
     }
     run_options.check_arguments = false;  // time the collective alone
     if (run_options.backend == "nccl") s.where = DeviceKind::cuda;
@@ -153,9 +164,6 @@ int main(int argc, char** argv) {
                      "transport)\n",
                      memcpy_bandwidth() / 1e9);
       }
-      for (const std::string& algo : algos)
-        if (algo == "baseline" && (run_options.backend != "mpi" || b.op != Collective::all_reduce))
-          throw Error("--algos baseline: the bare MPI ring is an all_reduce under --backend mpi");
       std::vector<std::size_t> counts;
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) {
         std::size_t count = bytes / sizeof(float);

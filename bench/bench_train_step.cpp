@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
@@ -28,13 +29,15 @@ template <class T> void write_binary(const std::filesystem::path& path, const st
 
 int main(int argc, char** argv) {
   CLI::App app{"Time one tiny-GPT training step (forward, backward, AdamW)"};
+  cli::one_line_errors(app);
   std::string device_name = "cpu", dump, json;
   int batch = 8, steps = 50, warmup = 5, vocab = 32;
-  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str();
-  app.add_option("--batch", batch, "sequences per step")->capture_default_str();
-  app.add_option("--steps", steps, "timed steps (the median is reported)")->capture_default_str();
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str();
-  app.add_option("--vocab", vocab, "vocabulary size")->capture_default_str();
+  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str()->check(cli::parsed_by(parse_device));
+  app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--steps", steps, "timed steps (the median is reported)")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(cli::at_least(0));
+  app.add_option("--vocab", vocab, "vocabulary size")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--dump", dump, "write the initial weights, the batch and the config here");
   app.add_option("--json", json, "write the result as JSON");
   CLI11_PARSE(app, argc, argv);

@@ -28,6 +28,7 @@
 
 #include "collective_bench.h"
 #include "labkit/algorithms.h"
+#include "labkit/cli.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
@@ -82,6 +83,7 @@ double predicted(const Sample& s, const Link& link) { return link.alpha * s.late
 
 int main(int argc, char** argv) {
   CLI::App app{"Fit the simulator's alpha-beta link to a real backend and write it as a topology JSON"};
+  cli::one_line_errors(app);
   std::string min_bytes = "1K", max_bytes = "64M", check_bytes = "128M", out = "out/calibrated.json";
   std::string latency_below = "64K", bandwidth_above = "32M";  // past this machine's 32 MiB L3
   Settings s{.factor = 2, .iters = 5, .warmup = 2, .rounds = 5};
@@ -91,23 +93,33 @@ int main(int argc, char** argv) {
   RunOptions run_options;
   run_options.backend = "mpi";
   add_sweep_options(app, min_bytes, max_bytes, s);
-  app.add_option("--algos", algos, "labkit allreduce algorithms to fit")->capture_default_str();
-  app.add_option("--use", use, "the algorithm whose fit the topology takes")->capture_default_str();
+  const auto all_reduce_algorithm =
+      cli::parsed_by([](const std::string& name) { check_algorithm(Collective::all_reduce, name); });
+  app.add_option("--algos", algos, "labkit allreduce algorithms to fit")
+      ->capture_default_str()->check(all_reduce_algorithm);
+  app.add_option("--use", use, "the algorithm whose fit the topology takes")
+      ->capture_default_str()->check(all_reduce_algorithm);
   app.add_option("-o,--out", out, "the topology JSON to write")->capture_default_str();
   app.add_option("--latency-below", latency_below, "alpha is fitted on messages up to this size")
-      ->capture_default_str();
+      ->capture_default_str()->check(cli::byte_size(1));
   app.add_option("--bandwidth-above", bandwidth_above, "beta is fitted on messages from this size")
-      ->capture_default_str();
+      ->capture_default_str()->check(cli::byte_size(1));
   app.add_option("--check", check_bytes, "a larger size, measured but left out of the fit, that the calibrated "
-                 "simulator must then predict")->capture_default_str();
-  app.add_option("--tolerance", tolerance, "--check fails beyond this relative error")->capture_default_str();
+                 "simulator must then predict")->capture_default_str()->check(cli::byte_size(1));
+  app.add_option("--tolerance", tolerance, "--check fails beyond this relative error")
+      ->capture_default_str()->check(cli::above(0.0));
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
-    s.min_bytes = parse_bytes(min_bytes);
-    s.max_bytes = parse_bytes(max_bytes);
+    set_sizes(s, min_bytes, max_bytes);
     const std::size_t check = parse_bytes(check_bytes);
+    // Refused now rather than after minutes of measuring.
+    if (check <= s.max_bytes) throw Error("--check " + check_bytes + ": must be larger than --maxbytes " + max_bytes);
+    if (parse_bytes(latency_below) < s.min_bytes || parse_bytes(bandwidth_above) > s.max_bytes)
+      throw Error(fmt::format("--latency-below {} and --bandwidth-above {}: must lie within --minbytes {} to "
+                              "--maxbytes {}, or a fit has no messages", latency_below, bandwidth_above, min_bytes,
+                              max_bytes));
     const CollectiveBench& b = find_bench("all_reduce");
     run_options.check_arguments = false;
     if (run_options.backend == "nccl") s.where = DeviceKind::cuda;

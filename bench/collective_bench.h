@@ -49,6 +49,8 @@ struct Settings {
 
 // nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w; and -R, rounds.
 void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s);
+// -b and -e into s; throws unless -b <= -e.
+void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max_bytes);
 
 // How one algorithm did at one size: on rank 0, the slowest rank's seconds per
 // call and the wrong elements over all ranks (-1: unchecked).

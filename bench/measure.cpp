@@ -4,7 +4,10 @@
 #include <cstring>
 
 #include "collective_bench.h"
+#include "labkit/cli.h"
+#include "labkit/error.h"
 #include "labkit/tensor.h"
+#include "labkit/units.h"
 #ifdef LABKIT_HAVE_MPI
 #include "bare_ring_mpi.h"
 #endif
@@ -12,15 +15,22 @@
 namespace labkit::bench {
 
 void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s) {
-  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str();
-  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str();
-  app.add_option("-f,--stepfactor", s.factor, "size multiplier")->capture_default_str()->check(CLI::Range(2, 1 << 20));
-  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str();
+  app.add_option("-b,--minbytes", min_bytes, "smallest message")->capture_default_str()->check(cli::byte_size(1));
+  app.add_option("-e,--maxbytes", max_bytes, "largest message")->capture_default_str()->check(cli::byte_size(1));
+  app.add_option("-f,--stepfactor", s.factor, "size multiplier")
+      ->capture_default_str()->check(cli::in_range(2, 1 << 20));
+  app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str()->check(cli::at_least(0));
   app.add_option("-R,--rounds", s.rounds,
                  "passes over every size, the algorithms in turn; each time is its fastest pass's (one on the simulator)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(cli::at_least(1));
+}
+
+void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max_bytes) {
+  s.min_bytes = parse_bytes(min_bytes);
+  s.max_bytes = parse_bytes(max_bytes);
+  if (s.min_bytes > s.max_bytes) throw Error("--minbytes " + min_bytes + " is larger than --maxbytes " + max_bytes);
 }
 
 double memcpy_bandwidth() {

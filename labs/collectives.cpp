@@ -20,6 +20,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
 #include "labkit/run.h"
@@ -181,20 +182,26 @@ bool check_identities(Comm& comm, nlohmann::json& report) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::vector<std::string> all = {"broadcast", "reduce", "all_reduce", "gather", "scatter",
+                                        "all_gather", "reduce_scatter", "all_to_all", "send_recv", "barrier"};
+  std::vector<std::string> ops = all;
+  ops.insert(ops.end(), {"all", "deadlock"});
   CLI::App app{"Lab 1: what each collective does, rank by rank"};
+  cli::one_line_errors(app);
   Options o;
   RunOptions run_options;
   app.add_option("--op", o.op, "broadcast, reduce, all_reduce, gather, scatter, all_gather, reduce_scatter, "
-                               "all_to_all, send_recv, barrier, all, or deadlock (a classic mistake)")->capture_default_str();
-  app.add_option("--root", o.root, "root rank for broadcast, reduce, gather, scatter")->capture_default_str();
-  app.add_option("--reduce-op", o.reduce_op, "sum, prod, min, max, avg")->capture_default_str();
+                               "all_to_all, send_recv, barrier, all, or deadlock (a classic mistake)")
+      ->capture_default_str()->check(cli::one_of("operation", ops));
+  app.add_option("--root", o.root, "root rank for broadcast, reduce, gather, scatter")
+      ->capture_default_str()->check(cli::at_least(0));
+  app.add_option("--reduce-op", o.reduce_op, "sum, prod, min, max, avg")
+      ->capture_default_str()->check(cli::parsed_by(parse_reduce_op));
   std::string json_path;
   app.add_option("--json", json_path, "also write what is printed as JSON to this file");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
-  const std::vector<std::string> all = {"broadcast", "reduce", "all_reduce", "gather", "scatter",
-                                        "all_gather", "reduce_scatter", "all_to_all", "send_recv", "barrier"};
   bool identities_hold = true;
   nlohmann::json report = nlohmann::json::array();  // what rank 0 printed, for --json
   try {

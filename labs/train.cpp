@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
@@ -27,19 +28,23 @@ using namespace labkit;
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
+  cli::one_line_errors(app);
   std::string model_name = "tiny-gpt", json, device_name = "cpu";
   int steps = 200, batch = 8, every = 20;
   float lr = 3e-3f;
   std::uint64_t seed = 1337;
   RunOptions run_options;
   run_options.ranks = 1;
-  app.add_option("--model", model_name, "tiny-gpt")->capture_default_str();
-  app.add_option("--steps", steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "AdamW learning rate")->capture_default_str();
-  app.add_option("--seed", seed, "initialisation and corpus")->capture_default_str();
-  app.add_option("--print-every", every, "steps between loss lines")->capture_default_str();
-  app.add_option("--device", device_name, "where the model trains: cpu, or cuda (a GPU)")->capture_default_str();
+  app.add_option("--model", model_name, "tiny-gpt")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
+  app.add_option("--steps", steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--lr", lr, "AdamW learning rate")->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", seed, "initialisation and corpus")
+      ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--print-every", every, "steps between loss lines")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--device", device_name, "where the model trains: cpu, or cuda (a GPU)")
+      ->capture_default_str()->check(cli::parsed_by(parse_device));
   app.add_option("--json", json, "also write the loss curve as JSON");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);

@@ -20,6 +20,7 @@
 #include <stb_image_write.h>
 
 #include "app.h"
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
 
@@ -61,16 +62,19 @@ void save_png(const std::string& path, int width, int height) {
 
 int main(int argc, char** argv) {
   CLI::App cli{"labkit-viz: watch the chunks move and read the timeline"};
+  labkit::cli::one_line_errors(cli);
   std::string trace, scenario, screenshot;
   bool headless = false;
   int frames = 3, width = 1280, height = 800;
   cli.add_option("trace", trace, "a Chrome trace (--trace of any lab, any backend)");
-  cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M");
+  cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M")
+      ->check(labkit::cli::parsed_by(viz::parse_scenario));
   cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
-  cli.add_option("--frames", frames, "--headless: frames to draw")->capture_default_str();
+  cli.add_option("--frames", frames, "--headless: frames to draw")
+      ->capture_default_str()->check(labkit::cli::at_least(1));
   cli.add_option("--screenshot", screenshot, "--headless: write the last frame to this PNG");
-  cli.add_option("--width", width)->capture_default_str();
-  cli.add_option("--height", height)->capture_default_str();
+  cli.add_option("--width", width)->capture_default_str()->check(labkit::cli::at_least(1));
+  cli.add_option("--height", height)->capture_default_str()->check(labkit::cli::at_least(1));
   CLI11_PARSE(cli, argc, argv);
 
   viz::App app;

@@ -1,6 +1,7 @@
 #include "scenario.h"
 
 #include <algorithm>
+#include <charconv>
 #include <sstream>
 #include <vector>
 
@@ -9,26 +10,32 @@
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "labkit/run.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 
 namespace viz {
+
+namespace {
+constexpr int kMaxRanks = 1 << 20;  // as --ranks
+}
 
 Scenario parse_scenario(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
   if (parts.size() < 3 || parts.size() > 5)
-    throw labkit::Error(fmt::format("--scenario '{}': expected ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M", text));
+    throw labkit::Error(fmt::format("'{}' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)", text));
   Scenario s;
   s.algorithm = parts[0];
-  try {
-    s.ranks = std::stoi(parts[1]);
-  } catch (const std::exception&) {
-    throw labkit::Error(fmt::format("--scenario '{}': '{}' is not a rank count", text, parts[1]));
-  }
+  const std::string& ranks = parts[1];
+  const auto [end, error] = std::from_chars(ranks.data(), ranks.data() + ranks.size(), s.ranks);
+  if (end != ranks.data() + ranks.size() || error != std::errc() || s.ranks < 1 || s.ranks > kMaxRanks)
+    throw labkit::Error(fmt::format("'{}': '{}' is not a rank count from 1 to {}", text, ranks, kMaxRanks));
   s.bytes = labkit::parse_bytes(parts[2]);
   if (parts.size() > 3) s.collective = parts[3];
   if (parts.size() > 4) s.topology = parts[4];
+  labkit::check_algorithm(labkit::parse_collective(s.collective), s.algorithm);
+  labkit::find_topology(s.topology);
   return s;
 }
 

@@ -102,8 +102,9 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
 int compare(const RunOptions& run_options, const CompareOptions& o) {
   if (!run_options.trace.empty())
     throw Error("--compare runs a simulation per size and algorithm; trace one with --step or the collectives lab");
-  if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.factor < 2)
-    throw Error("--compare: need 4 <= --min-bytes <= --max-bytes and --factor >= 2");
+  if (o.max_bytes < o.min_bytes)
+    throw Error(fmt::format("--min-bytes {} is larger than --max-bytes {}", format_bytes(o.min_bytes),
+                            format_bytes(o.max_bytes)));
   const Topology topology = find_topology(run_options.topology);
   std::vector<std::uint64_t> sizes;
   for (std::uint64_t b = o.min_bytes; b <= o.max_bytes; b *= o.factor) sizes.push_back(b);

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "labkit/algorithms.h"
+#include "labkit/cli.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
 #include "labkit/units.h"
@@ -46,6 +47,7 @@ int scale(const RunOptions& base, std::uint64_t bytes) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Lab 2: ring allreduce and its family"};
+  cli::one_line_errors(app);
   RunOptions run_options;
   ring_lab::CompareOptions compare;
   ring_lab::WhatIfOptions what_if;
@@ -58,15 +60,21 @@ int main(int argc, char** argv) {
   step_flag->excludes(cmp_flag)->excludes(whatif_flag)->excludes(scale_flag);
   cmp_flag->excludes(whatif_flag)->excludes(scale_flag);
   whatif_flag->excludes(scale_flag);
-  app.add_option("--min-bytes,-b", min_bytes, "--compare: smallest size")->capture_default_str();
-  app.add_option("--max-bytes,-e", max_bytes, "--compare: largest size")->capture_default_str();
-  app.add_option("--factor,-f", compare.factor, "--compare: size multiplier")->capture_default_str();
-  app.add_option("--check-max", check_max, "--compare: check results up to this size")->capture_default_str();
+  app.add_option("--min-bytes,-b", min_bytes, "--compare: smallest size")
+      ->capture_default_str()->check(cli::byte_size(4));
+  app.add_option("--max-bytes,-e", max_bytes, "--compare: largest size")
+      ->capture_default_str()->check(cli::byte_size(4));
+  app.add_option("--factor,-f", compare.factor, "--compare: size multiplier")
+      ->capture_default_str()->check(cli::at_least(2));
+  app.add_option("--check-max", check_max, "--compare: check results up to this size")
+      ->capture_default_str()->check(cli::byte_size());
   app.add_option("-J,--json", compare.json, "--compare: also write the results as JSON");
   app.add_option("--plot", compare.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)");
-  app.add_option("--global-batch", what_if.global_batch_tokens, "--what-if: tokens per step")->capture_default_str();
-  app.add_option("--mfu", what_if.mfu, "--what-if: achieved fraction of peak FLOP/s")->capture_default_str();
-  app.add_option("--bytes", bytes, "--scale: allreduce size")->capture_default_str();
+  app.add_option("--global-batch", what_if.global_batch_tokens, "--what-if: tokens per step")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--mfu", what_if.mfu, "--what-if: achieved fraction of peak FLOP/s")
+      ->capture_default_str()->check(cli::above(0.0, 1.0));
+  app.add_option("--bytes", bytes, "--scale: allreduce size")->capture_default_str()->check(cli::byte_size());
   labkit::add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
   try {
