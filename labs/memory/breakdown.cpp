@@ -10,18 +10,27 @@ namespace memory_lab {
 namespace {
 constexpr double GB = 1e9;
 
-std::string describe(const Architecture& m, const Plan& p) {
-  const ParameterCount n = p.params ? ParameterCount{*p.params, *p.params} : count_parameters(m);
+// The model, and with --params, that only the parameter count is given: the
+// activations and the KV cache still come from the preset's layers and widths.
+std::string describe_model(const Architecture& m, const Plan& p) {
+  const ParameterCount n = count_parameters(m);
+  if (p.params)
+    return fmt::format("{:.2f}B parameters (--params) with {}'s shape ({} layers, hidden {}, {} heads; {} itself "
+                       "has {:.2f}B)", *p.params / 1e9, m.name, m.layers, m.hidden, m.heads, m.name, n.total / 1e9);
   std::string params = fmt::format("{:.2f}B parameters", n.total / 1e9);
   if (n.active < n.total) params += fmt::format(", {:.1f}B active", n.active / 1e9);
+  return fmt::format("{} ({})", m.name, params);
+}
+
+std::string describe(const Architecture& m, const Plan& p) {
   if (!p.training)
-    return fmt::format("{} ({}), inference in {}, batch {:g} x {:g} tokens, tp {} x pp {}", m.name, params,
+    return fmt::format("{}, inference in {}, batch {:g} x {:g} tokens, tp {} x pp {}", describe_model(m, p),
                        name_of(p.precision), p.batch, p.seq, p.tp, p.pp);
   std::string parallel = fmt::format("dp {}", p.dp);
   if (p.tp > 1) parallel += fmt::format(" x tp {}", p.tp);
   if (p.pp > 1) parallel += fmt::format(" x pp {}", p.pp);
   const std::string zero = p.zero == 0 ? "DDP" : p.zero == 3 ? "ZeRO-3 (FSDP)" : fmt::format("ZeRO-{}", p.zero);
-  return fmt::format("{} ({}), training with {}, {} weights, {}{}, {}", m.name, params, p.optimizer,
+  return fmt::format("{}, training with {}, {} weights, {}{}, {}", describe_model(m, p), p.optimizer,
                      name_of(p.precision), zero, p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "",
                      parallel);
 }
