@@ -32,7 +32,8 @@ namespace {
 const std::map<std::string, std::string> kAnyValue = {
     {"--json", "a file to write"},       {"--trace", "a file to write"},   {"--plot", "a file to write"},
     {"--output_file", "a file to write"}, {"--out", "a file to write"},     {"--screenshot", "a file to write"},
-    {"--dump", "a folder to write"},     {"trace", "a trace to read; a missing one is the loader's error"}};
+    {"--dump", "a folder to write"},     {"trace", "a trace to read; a missing one is the loader's error"},
+    {"--gradescope", "a file to write"}, {"--manifest", "a file to read; a missing one is the grader's error"}};
 
 struct Program {
   std::string name, path;

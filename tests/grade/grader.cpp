@@ -26,7 +26,6 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
@@ -34,6 +33,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "labkit/cli.h"
+
+namespace cli = labkit::cli;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -58,7 +60,7 @@ struct Test {
 
 std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std::string>& labs) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error(fmt::format("cannot read the grade manifest {}", path.string()));
+  if (!in) throw std::runtime_error(fmt::format("--manifest: cannot read {}", path.string()));
   std::vector<Exercise> all, chosen;
   for (const json& e : json::parse(in)) all.push_back({e.at("lab"), e.at("exercise"), e.at("binary")});
   for (const std::string& lab : labs) {
@@ -69,7 +71,7 @@ std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std:
       std::string known;
       for (const Exercise& e : all)
         if (known.find(e.lab) == std::string::npos) known += (known.empty() ? "" : ", ") + e.lab;
-      throw std::runtime_error(fmt::format("no exercises for lab '{}' (graded labs: {})", lab, known));
+      throw std::runtime_error(fmt::format("labs: unknown lab '{}' (graded labs: {})", lab, known));
     }
   }
   return labs.empty() ? all : chosen;
@@ -294,10 +296,11 @@ int main(int argc, char** argv) {
   double timeout = 10;
   int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   app.add_option("labs", labs, "labs to grade (default: every graded lab)");
-  app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(CLI::Range(1, 1024));
+  app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(cli::in_range(0.1, 3600.0));
+  app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(cli::in_range(1, 1024));
   app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here");
   app.add_option("--manifest", manifest, "the exercises and their grade binaries")->capture_default_str();
+  cli::one_line_errors(app);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -324,7 +327,7 @@ int main(int argc, char** argv) {
     if (!gradescope.empty()) write_gradescope(gradescope, scores);
     return std::all_of(tests.begin(), tests.end(), [](const Test& t) { return t.passed; }) ? 0 : 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "grader: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", e.what());
     return 2;
   }
 }
