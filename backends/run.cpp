@@ -13,6 +13,7 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
+#include "labkit/units.h"
 #include "sim/engine.h"
 #ifdef LABKIT_HAVE_MPI
 #include "mpi/mpi_run.h"
@@ -75,6 +76,14 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->check(cli::parsed_by(parse_straggler));
   app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
       ->capture_default_str()->check(cli::above(0.0));
+  CLI::Option* fail = app.add_option("--fail-rank", o.fail_rank, "stop this rank at time --at (sim: virtual time; "
+                                     "mpi: its process is killed)")->check(cli::at_least(0));
+  CLI::Option* at = app.add_option_function<std::string>(
+                           "--at", [&o](const std::string& t) { o.fail_at = parse_seconds(t); },
+                           "when --fail-rank's rank stops, e.g. 10us, 2.5ms, 1s")
+                        ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
+  fail->needs(at);
+  at->needs(fail);
   if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") quiet_this_process();
 }
 
@@ -109,6 +118,7 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
 #endif
   }
   if (o.backend == "nccl") {
+    if (o.fail_rank >= 0) throw Error("--fail-rank: the sim and mpi backends fail ranks; nccl does not");
 #ifdef LABKIT_HAVE_NCCL
     return mpi::run(o, with_algorithms, nccl::make_comm);
 #else
@@ -116,6 +126,8 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
 #endif
   }
   if (o.backend != "sim") throw Error(fmt::format("--backend {}: unknown backend (sim, mpi, nccl)", o.backend));
+  if (o.fail_rank >= o.ranks)
+    throw Error(fmt::format("--fail-rank {0}: there is no rank {0} among {1} ranks", o.fail_rank, o.ranks));
   std::shared_ptr<Trace> trace = o.trace.empty() && !o.keep_trace ? nullptr : std::make_shared<Trace>(o.ranks);
   sim::Engine engine({.ranks = o.ranks,
                       .topology = find_topology(o.topology),
@@ -124,9 +136,19 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
                       .speed = parse_speeds(o),
                       .trace = trace.get(),
                       .stop_at = o.stop_at,
-                      .progress = o.progress});
-  engine.run(with_algorithms);
-  if (!o.trace.empty()) trace->write_chrome_json(o.trace, o.backend);
+                      .progress = o.progress,
+                      .fail_rank = o.fail_rank,
+                      .fail_at = o.fail_at});
+  const auto write_trace = [&] {
+    if (!o.trace.empty()) trace->write_chrome_json(o.trace, o.backend);
+  };
+  try {
+    engine.run(with_algorithms);
+  } catch (const RankFailedError&) {
+    write_trace();  // it shows where the rank failed and what that cut short
+    throw;
+  }
+  write_trace();
   return {engine.elapsed(), engine.messages(), trace};
 }
 

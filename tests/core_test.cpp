@@ -61,6 +61,12 @@ TEST(Units, ReadsBest) {
   EXPECT_EQ(parse_bytes("16777215G"), 16777215ull << 30);
   EXPECT_THROW(parse_bytes("17179869184G"), std::invalid_argument);          // 2^64: not wrapped to 0
   EXPECT_THROW(parse_bytes("99999999999999999999"), std::invalid_argument);  // past stoull
+  EXPECT_DOUBLE_EQ(parse_seconds("10us"), 10e-6);
+  EXPECT_DOUBLE_EQ(parse_seconds("1.5ms"), 1.5e-3);
+  EXPECT_DOUBLE_EQ(parse_seconds("2"), 2.0);
+  EXPECT_THROW(parse_seconds("-1us"), std::invalid_argument);
+  EXPECT_THROW(parse_seconds("10 us"), std::invalid_argument);
+  EXPECT_THROW(parse_seconds("soon"), std::invalid_argument);
 }
 
 // Host buffers come zeroed, and from 2 MiB up they start on a 2 MiB boundary, so

@@ -363,3 +363,100 @@ TEST(SimMemory, TracksCurrentAndPeakBytesAndTracesThemAsCounters) {
   EXPECT_NE(json.str().find(R"("name":"rank 1 memory","ph":"C")"), std::string::npos);
   EXPECT_NE(json.str().find(R"("activations":1000.0)"), std::string::npos);
 }
+
+namespace {
+// Runs fn with rank `failing` stopped at virtual time `at`; the RankFailedError's report.
+std::string failure_of(int ranks, int failing, double at, const std::function<void(Comm&)>& fn, Trace* trace = nullptr) {
+  sim::Engine engine({.ranks = ranks, .topology = kH100, .trace = trace, .fail_rank = failing, .fail_at = at});
+  try {
+    engine.run(fn);
+  } catch (const RankFailedError& e) {
+    return e.what();
+  }
+  return "no failure";
+}
+}  // namespace
+
+TEST(SimFaults, PeersWaitingOnAFailedRankAreToldWhoAndWhatInsteadOfHanging) {
+  Trace trace(4);
+  bool ran_past = false;
+  const std::string report = failure_of(4, 1, 5e-6, [&](Comm& c) {
+    std::vector<int> x(4);
+    if (c.rank() == 1) {
+      c.compute_for("work", 10e-6);  // cut at 5 us: rank 1 never gets past it
+      ran_past = true;
+      c.send(view_of(x), 0);
+    } else if (c.rank() == 0) {
+      c.recv(view_of(x), 1);
+    } else if (c.rank() == 2) {
+      c.recv(view_of(x), 0);  // rank 0 stops on the error and never sends
+    }
+  }, &trace);
+  EXPECT_FALSE(ran_past);
+  EXPECT_NE(report.find("rank 1 failed at t = 5.00 us; how every rank ended:"), std::string::npos) << report;
+  EXPECT_NE(report.find("  rank 0: recv(from=1, tag=0): rank 1 failed at t = 5.00 us\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("  rank 1: failed at t = 5.00 us\n"), std::string::npos) << report;
+  EXPECT_NE(report.find("  rank 2: recv(from=0, tag=0)\n"), std::string::npos) << report;  // rank 0 never sends
+  EXPECT_NE(report.find("  rank 3: finished\n"), std::string::npos) << report;
+  // The trace: a "failed" instant on rank 1 at 5 us and no compute span; rank 0's
+  // receive ends then, with the error and no arrow.
+  const std::vector<TraceEvent>& failed = trace.tracks()[1].events;
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0].kind, TraceEvent::Kind::fault);
+  EXPECT_DOUBLE_EQ(failed[0].start, 5e-6);
+  const std::vector<TraceEvent> recv = test::recvs_of(trace, 0);
+  ASSERT_EQ(recv.size(), 1u);
+  EXPECT_DOUBLE_EQ(recv[0].end, 5e-6);
+  EXPECT_EQ(recv[0].flow, 0u);
+  ASSERT_EQ(recv[0].args.size(), 1u);
+  EXPECT_EQ(recv[0].args[0].second, "rank 0: recv(from=1, tag=0): rank 1 failed at t = 5.00 us");
+  std::ostringstream json;
+  trace.write_chrome_json(json, "sim");
+  EXPECT_NE(json.str().find(R"("cat":"fault","name":"failed","ph":"i")"), std::string::npos) << json.str();
+}
+
+TEST(SimFaults, CollectivesAndLaterCallsFailButWhatWasDeliveredStands) {
+  // A collective the failed rank never joins, and one it joined that ends after it failed.
+  for (const bool joins : {false, true}) {
+    const std::string report = failure_of(3, 2, 1e-6, [&](Comm& c) {
+      std::vector<float> x(joins ? 1 << 20 : 4);  // 4 MiB take longer than 1 us
+      if (joins ? c.rank() != 2 : c.rank() == 2) c.compute_for("late", joins ? 0.5e-6 : 2e-6);
+      try {
+        c.all_reduce(view_of(x), ReduceOp::sum);
+      } catch (const RankFailedError&) {
+        EXPECT_DOUBLE_EQ(c.now(), 1e-6) << "rank " << c.rank() << " learned of the failure late";
+        throw;
+      }
+    });
+    EXPECT_NE(report.find("  rank 0: all_reduce(group=0): rank 2 failed at t = 1.00 us\n"), std::string::npos) << report;
+    EXPECT_NE(report.find("  rank 1: all_reduce(group=0): rank 2 failed at t = 1.00 us\n"), std::string::npos) << report;
+  }
+  const std::string report = failure_of(2, 1, 5e-6, [](Comm& c) {
+    std::vector<int> x(4);
+    if (c.rank() == 1) {
+      c.send(view_of(x), 0);  // delivered at about 1 us, before the failure
+      return c.compute_for("work", 10e-6);
+    }
+    Request r = c.irecv(view_of(x), 1);
+    c.compute_for("work", 10e-6);
+    r.wait();
+    c.send(view_of(x), 1);  // posted after rank 1 failed
+  });
+  EXPECT_NE(report.find("  rank 0: send(to=1, tag=0, 16 bytes): rank 1 failed at t = 5.00 us\n"), std::string::npos)
+      << report;
+  EXPECT_EQ(failure_of(2, 1, 1.0, [](Comm& c) { c.barrier(); }), "no failure");  // it finished first
+}
+
+TEST(SimFaults, ARankStoppedByTheErrorTakesItsOpenRequestsWithIt) {
+  const std::string report = failure_of(3, 2, 1e-6, [](Comm& c) {
+    std::vector<int> x(4);
+    if (c.rank() == 2) return c.compute_for("work", 2e-6);
+    if (c.rank() == 1) {
+      c.irecv(view_of(x), 0);  // never waited: rank 1 stops at the next line
+      c.recv(view_of(x), 2);
+    }
+    c.compute_for("work", 3e-6);
+    c.send(view_of(x), 1);  // no receive to match: rank 1's buffer is gone
+  });
+  EXPECT_NE(report.find("  rank 0: send(to=1, tag=0, 16 bytes)\n"), std::string::npos) << report;
+}

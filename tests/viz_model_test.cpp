@@ -54,6 +54,28 @@ TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
   EXPECT_EQ(direct.flows.size(), m.flows.size());
 }
 
+TEST(VizTrace, ShowsWhereARankFailedAndWhatThatCutShort) {
+  Trace trace(2);
+  sim::Engine engine({.ranks = 2, .topology = find_topology("dgx-h100"), .trace = &trace, .fail_rank = 1, .fail_at = 3e-6});
+  EXPECT_THROW(engine.run([](Comm& c) {
+    std::vector<float> x(4);
+    if (c.rank() == 1) c.compute_for("work", 5e-6);
+    c.rank() == 0 ? c.recv(view_of(x), 1) : c.send(view_of(x), 0);
+  }), RankFailedError);
+  std::ostringstream json;
+  trace.write_chrome_json(json, "sim");
+  const viz::TraceModel m = viz::load_chrome_trace(write("failed.json", json.str()));
+  ASSERT_EQ(m.tracks.size(), 2u);
+  ASSERT_EQ(m.tracks[1].spans.size(), 1u);
+  EXPECT_EQ(m.tracks[1].spans[0].kind, viz::Kind::fault);
+  EXPECT_DOUBLE_EQ(m.tracks[1].spans[0].start, 3e-6);
+  ASSERT_EQ(m.tracks[0].spans.size(), 1u);
+  EXPECT_EQ(m.tracks[0].spans[0].kind, viz::Kind::recv);
+  EXPECT_EQ(m.tracks[0].spans[0].detail, "rank 0: recv(from=1, tag=0): rank 1 failed at t = 3.00 us");
+  EXPECT_TRUE(m.flows.empty());  // the message was never sent
+  EXPECT_EQ(viz::from_trace(trace, "direct").tracks[1].spans.at(0).kind, viz::Kind::fault);
+}
+
 TEST(VizTrace, RejectsMalformedFilesWithAClearError) {
   EXPECT_NE(error_loading(write("cut.json", R"({"traceEvents": [{"ph": "X", )")).find("not valid JSON"),
             std::string::npos);

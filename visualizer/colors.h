@@ -12,6 +12,7 @@ constexpr ImU32 send = IM_COL32(60, 170, 90, 255);
 constexpr ImU32 recv = IM_COL32(40, 150, 160, 255);
 constexpr ImU32 compute = IM_COL32(220, 150, 50, 255);
 constexpr ImU32 other = IM_COL32(150, 150, 150, 255);
+constexpr ImU32 fault = IM_COL32(235, 50, 50, 255);
 constexpr ImU32 idle = IM_COL32(45, 45, 50, 255);
 constexpr ImU32 merged = IM_COL32(200, 200, 200, 255);  // a run of spans too narrow to draw apart
 constexpr ImU32 flow = IM_COL32(240, 240, 240, 110);
@@ -33,6 +34,7 @@ inline ImU32 of(Kind k) {
     case Kind::recv: return recv;
     case Kind::compute: return compute;
     case Kind::other: return other;
+    case Kind::fault: return fault;
   }
   return other;
 }

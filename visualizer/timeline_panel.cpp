@@ -94,6 +94,10 @@ void draw_timeline(App& app) {
         busy_until = std::max(busy_until, it->end);
       }
       const float x0 = std::max(x_of(it->start), origin.x + kLabelWidth), x1 = std::min(x_of(it->end), origin.x + size.x);
+      if (it->kind == Kind::fault) {  // an instant: a line across the track, never merged away
+        dl->AddLine({x0, y0}, {x0, y1}, colors::fault, 3);
+        continue;
+      }
       if (x1 - x0 < kMinVisible) {  // too narrow alone: merge with its neighbours
         if (run_count == 0 || x0 > run_x1 + kMinVisible) {
           flush_run();

@@ -81,7 +81,10 @@ TraceModel load_chrome_trace(const std::string& path) {
         Span s{kind_of(cat, name), name, ts, ts + e.value("dur", 0.0) * 1e-6, args.value("bytes", std::int64_t(0)),
                args.value("peer", -1), ""};
         if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
+        if (args.contains("error")) s.detail += (s.detail.empty() ? "" : "\n") + args["error"].get<std::string>();
         track(m, tid).spans.push_back(std::move(s));
+      } else if (ph == "i" && e.value("cat", "") == "fault") {
+        track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
       } else if (ph == "s") {
         starts[e.at("id").get<std::uint64_t>()] = Flow{tid, -1, ts, 0, 0};
       } else if (ph == "f") {
@@ -126,6 +129,7 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
       const Kind kind = e.kind == K::collective ? Kind::collective
                         : e.kind == K::send   ? Kind::send
                         : e.kind == K::recv   ? Kind::recv
+                        : e.kind == K::fault  ? Kind::fault
                                               : Kind::compute;
       std::string detail;
       for (const auto& [key, value] : e.args) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", key, value);

@@ -10,7 +10,7 @@
 
 namespace viz {
 
-enum class Kind { collective, send, recv, compute, other };
+enum class Kind { collective, send, recv, compute, other, fault };  // fault: an instant, where a rank failed
 
 struct Span {
   Kind kind;
@@ -18,7 +18,7 @@ struct Span {
   double start = 0, end = 0;  // seconds
   std::int64_t bytes = 0;
   int peer = -1;
-  std::string detail;  // algorithm and counts, for the tooltip
+  std::string detail;  // algorithm and counts, or the error a failure caused, for the tooltip
   int depth = 0;       // 0: top level; 1: inside another span (a send inside its collective)
 };
 

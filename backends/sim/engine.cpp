@@ -21,11 +21,15 @@ namespace ctx = boost::context;
 // address space and touch only what they use.
 constexpr std::size_t kStackBytes = 256 * 1024;
 
-
-
+// The ready queue's entry for the failure (Options::fail_rank): it sorts before
+// every rank at its time, so nothing happens at fail_at before the failure.
+constexpr int kFailure = -1;
 
 Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.ranks) {
   if (options_.ranks < 1) throw Error(fmt::format("sim: ranks={} must be at least 1", options_.ranks));
+  if (options_.fail_rank >= options_.ranks || options_.fail_at < 0)
+    throw Error(fmt::format("sim: fail_rank={} at {} s: the rank must be below {} and the time 0 or more",
+                            options_.fail_rank, options_.fail_at, options_.ranks));
   if (options_.speed.empty()) options_.speed.assign(options_.ranks, 1.0);
   const Topology& t = options_.topology;
   const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
@@ -55,6 +59,9 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
                                      SimComm comm(*this, 0, r, groups_[0],
                                                   options_.trace ? options_.trace->track(r) : nullptr);
                                      rank_fn(comm);
+                                   } catch (const RankFailedError& e) {
+                                     ranks_[r].ended_by = e.what();  // the run goes on to the report
+                                     abandon(r);
                                    } catch (const Error& e) {
                                      if (!failed_) error_ = e.what();
                                      failed_ = true;
@@ -67,22 +74,30 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
                                  });
     ready_.push({0.0, r});
   }
+  if (options_.fail_rank >= 0) ready_.push({options_.fail_at, kFailure});
   while (!ready_.empty() && !failed_ && ready_.top().first <= options_.stop_at) {
     const int r = ready_.top().second;
     ready_.pop();
+    if (r == kFailure) {
+      inject_failure();
+      continue;
+    }
     ranks_[r].state = RankState::State::ready;
     running_ = r;
     ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
     running_ = -1;
   }
-  std::string deadlock;
+  std::string report;
   const bool stopped = !ready_.empty() && ready_.top().first > options_.stop_at;
+  const bool a_rank_failed = options_.fail_rank >= 0 && failed(options_.fail_rank);
   if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),
                               [](const RankState& s) { return s.state != RankState::State::done; }))
-    deadlock = deadlock_report();
+    report = a_rank_failed ? failure_report() : deadlock_report();
   for (RankState& s : ranks_) s.fiber = {};  // unwinds the stacks of ranks that did not finish
   if (failed_) throw Error(error_);
-  if (!deadlock.empty()) throw DeadlockError(deadlock);
+  if (report.empty()) return;
+  if (a_rank_failed) throw RankFailedError(report);
+  throw DeadlockError(report);
 }
 
 // Keeps the invariant that the running rank is the earliest ready one: a rank
@@ -96,10 +111,13 @@ void Engine::sync(int rank) {
 }
 
 void Engine::block(int rank) {
-  ranks_[rank].state = RankState::State::blocked;
-  ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
-  ranks_[rank].waiting_op = -1;
-  ranks_[rank].waiting_rv = nullptr;
+  RankState& s = ranks_[rank];
+  s.state = RankState::State::blocked;
+  s.blocked_at = s.now;
+  s.scheduler = std::move(s.scheduler).resume();
+  s.waiting_op = -1;
+  s.waiting_rv = nullptr;
+  if (!s.fault.empty()) throw RankFailedError(std::exchange(s.fault, {}));
 }
 
 void Engine::make_ready(int rank, double at) {
@@ -123,6 +141,7 @@ double Engine::seconds_for_flops(int rank, double flops) const {
 
 std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id, View buf) {
   sync(rank);
+  if (failed(peer)) throw RankFailedError(failure(rank, describe(P2P{is_send, rank, peer, tag, comm_id, buf})));
   std::int64_t id;
   if (free_ops_.empty()) {
     id = std::int64_t(ops_.size());
@@ -198,17 +217,20 @@ void Engine::deliver(std::int64_t id) {
 
 void Engine::wait(int rank, std::int64_t id) {
   if (!ops_[id].done) {
+    if (failed(ops_[id].peer)) throw RankFailedError(failure(rank, describe(ops_[id])));  // never to be matched
     ranks_[rank].waiting_op = id;
-    block(rank);
+    block(rank);  // throws if the peer fails first
   }
   ranks_[rank].now = std::max(ranks_[rank].now, ops_[id].complete);
   sync(rank);  // the delivery happens at its time, not before
+  if (lost(ops_[id])) throw RankFailedError(failure(rank, describe(ops_[id])));  // the peer failed first
   deliver(id);
   free_ops_.push_back(id);
 }
 
 bool Engine::test(int rank, std::int64_t id) {
   sync(rank);
+  if (lost(ops_[id])) throw RankFailedError(failure(rank, describe(ops_[id])));
   if (ops_[id].done && ops_[id].complete <= ranks_[rank].now) {
     deliver(id);
     free_ops_.push_back(id);
@@ -259,7 +281,10 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
                     const std::function<Result(const Rendezvous&, int me)>& read) {
   sync(rank);
   ranks_[rank].last = {what, -1, 0, 0, ranks_[rank].now};
-  const Members members = groups_[std::get<0>(key)];  // held: complete() may add groups
+  const int comm_id = std::get<0>(key);
+  if (has_failed_member(comm_id))
+    throw RankFailedError(failure(rank, fmt::format("{}(group={})", what, comm_id)));
+  const Members members = groups_[comm_id];  // held: complete() may add groups
   const int me = int(std::find(members->begin(), members->end(), rank) - members->begin());
   auto [it, first] = rendezvous_.try_emplace(key);
   Rendezvous& rv = it->second;
@@ -272,9 +297,19 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
   rv.latest = std::max(rv.latest, ranks_[rank].now);
   if (++rv.arrived < int(members->size())) {
     ranks_[rank].waiting_rv = &it->first;
-    block(rank);
+    block(rank);  // throws if a member fails before the release
   } else {
+    const double arrived = ranks_[rank].now;
     complete(rv);
+    if (options_.fail_rank >= 0 && ranks_[rank].now > options_.fail_at) {
+      // Leave at the release as the others do, so that a failure before it cuts this rank short too.
+      RankState& s = ranks_[rank];
+      s.waiting_rv = &it->first;
+      s.blocked_at = arrived;
+      sync(rank);
+      s.waiting_rv = nullptr;
+      if (!s.fault.empty()) throw RankFailedError(std::exchange(s.fault, {}));
+    }
   }
   Result result = read(rv, me);
   if (++rv.left == int(rv.slots.size())) rendezvous_.erase(it);
@@ -373,21 +408,32 @@ int Engine::waits_for(int rank) const {
   return -1;
 }
 
+std::string Engine::describe(const P2P& op) {
+  const std::string group = op.comm_id ? fmt::format(", group={}", op.comm_id) : "";
+  return op.is_send ? fmt::format("send(to={}, tag={}, {} bytes{})", op.peer, op.tag, op.buf.bytes(), group)
+                    : fmt::format("recv(from={}, tag={}{})", op.peer, op.tag, group);
+}
+
+std::string Engine::pending(int rank) const {
+  const RankState& s = ranks_[rank];
+  if (s.waiting_op >= 0) return describe(ops_[s.waiting_op]);
+  return fmt::format("{}(group={})", rendezvous_.at(*s.waiting_rv).what, std::get<0>(*s.waiting_rv));
+}
+
 std::string Engine::rank_state(int r) const {
   const RankState& s = ranks_[r];
+  if (!s.ended_by.empty()) return s.ended_by;  // "rank r: OP: rank R failed at t = T"
   std::string state;
   if (s.state == RankState::State::done) {
     state = "finished";
+  } else if (s.state == RankState::State::failed) {
+    state = fmt::format("failed at t = {}", format_seconds(options_.fail_at));
   } else if (r == running()) {
     state = "running its own code: it has not come back to the simulator";
   } else if (s.waiting_op >= 0) {
-    const P2P& op = ops_[s.waiting_op];
-    const std::string group = op.comm_id ? fmt::format(", group={}", op.comm_id) : "";
-    state = op.is_send ? fmt::format("send(to={}, tag={}, {} bytes{})", op.peer, op.tag, op.buf.bytes(), group)
-                       : fmt::format("recv(from={}, tag={}{})", op.peer, op.tag, group);
+    state = pending(r);
   } else if (s.waiting_rv) {
-    state = fmt::format("{}(group={}) waiting for rank {}", rendezvous_.at(*s.waiting_rv).what,
-                        std::get<0>(*s.waiting_rv), waits_for(r));
+    state = fmt::format("{} waiting for rank {}", pending(r), waits_for(r));
   } else {
     state = "ready to run (its turn has not come)";
   }
@@ -429,6 +475,80 @@ std::string Engine::deadlock_report() const {
     }
   }
   return out + "  no wait-for cycle: a rank waits for one that has finished\n";
+}
+
+// ---- faults --------------------------------------------------------------------
+
+bool Engine::has_failed_member(int comm_id) const {
+  if (options_.fail_rank < 0 || !failed(options_.fail_rank)) return false;
+  const std::vector<int>& group = *groups_[comm_id];
+  return std::find(group.begin(), group.end(), options_.fail_rank) != group.end();
+}
+
+// A message to or from the failed rank that was not delivered by the failure never will be.
+bool Engine::lost(const P2P& op) const {
+  return failed(op.peer) && (!op.done || op.complete > options_.fail_at);
+}
+
+// Whether what a suspended rank waits on needs the failed rank: a message not
+// delivered by then, or a rendezvous of its group not yet released.
+bool Engine::cut_short(int rank) const {
+  const RankState& s = ranks_[rank];
+  if (s.waiting_op >= 0) return lost(ops_[s.waiting_op]);
+  if (!s.waiting_rv || !has_failed_member(std::get<0>(*s.waiting_rv))) return false;
+  return s.state == RankState::State::blocked || s.now > options_.fail_at;
+}
+
+std::string Engine::failure(int rank, std::string_view op) const {
+  return fmt::format("rank {}: {}: rank {} failed at t = {}", rank, op, options_.fail_rank,
+                     format_seconds(options_.fail_at));
+}
+
+// Rank fail_rank stops at fail_at: it never runs again, and every rank whose wait
+// it cuts short wakes now (instead of when it would have) to throw the error.
+void Engine::inject_failure() {
+  const int failing = options_.fail_rank;
+  const double at = options_.fail_at;
+  RankState& f = ranks_[failing];
+  if (f.state == RankState::State::done) return;  // it finished in time
+  f.state = RankState::State::failed;
+  f.now = at;
+  if (options_.trace) options_.trace->track(failing)->events.push_back({TraceEvent::Kind::fault, "failed", at, at});
+  std::vector<std::pair<double, int>> queue;
+  for (; !ready_.empty(); ready_.pop()) queue.push_back(ready_.top());
+  for (const auto& [time, r] : queue)  // the failed rank's wake-ups go, and those replaced below
+    if (r != failing && !cut_short(r)) ready_.push({time, r});
+  for (int r = 0; r < options_.ranks; ++r) {
+    RankState& s = ranks_[r];
+    if (r == failing || s.state == RankState::State::done || !cut_short(r)) continue;
+    s.fault = failure(r, pending(r));
+    s.now = std::max(s.blocked_at, at);
+    s.state = RankState::State::ready;
+    ready_.push({s.now, r});
+  }
+}
+
+// A rank that stopped on a failure leaves requests behind, over buffers its
+// stack no longer holds: none may match again, and no bytes move to or from them.
+void Engine::abandon(int rank) {
+  for (std::int64_t id = 0; id < std::int64_t(ops_.size()); ++id) {
+    P2P& op = ops_[id];
+    if (op.owner != rank || op.delivered) continue;
+    if (op.done) {
+      ops_[op.partner].delivered = true;
+    } else {
+      std::vector<std::int64_t>& queue = op.is_send ? ranks_[op.peer].unexpected_sends : ranks_[rank].posted_recvs;
+      queue.erase(std::find(queue.begin(), queue.end(), id));
+    }
+    op.delivered = true;
+  }
+}
+
+std::string Engine::failure_report() const {
+  std::string out = fmt::format("rank {} failed at t = {}; how every rank ended:\n", options_.fail_rank,
+                                format_seconds(options_.fail_at));
+  for (int r = 0; r < options_.ranks; ++r) out += "  " + rank_state(r) + "\n";
+  return out;
 }
 
 }  // namespace labkit::sim

@@ -9,6 +9,10 @@
 // the order the transfers start, so a root that receives from everyone pays for
 // it. A blocking send completes when the message is delivered (rendezvous),
 // and the bytes land in the receive buffer at that moment.
+//
+// Faults: a rank can be failed at a virtual time (Options::fail_rank). It stops
+// there, and every rank whose operation needs it gets a RankFailedError at that
+// time, or later when it posts one; the run then ends with a report of every rank.
 #pragma once
 
 #include <atomic>
@@ -47,6 +51,10 @@ struct Options {
   // Sees every send and receive as it is posted, buffer included: the grader
   // names which chunk of a rank's buffer went where from it.
   std::function<void(int rank, bool is_send, int peer, View buf)> on_post = nullptr;
+  // Fault injection: this rank stops at virtual time fail_at (seconds), unless it
+  // has finished by then. -1: no rank fails.
+  int fail_rank = -1;
+  double fail_at = 0;
 };
 
 // Thrown when every live rank is blocked; what() lists each pending operation.
@@ -60,7 +68,8 @@ class Engine {
   ~Engine();
 
   // Runs rank_fn once per rank until all return (or until options.stop_at).
-  // Throws the first rank's error (in virtual-time order) or a DeadlockError.
+  // Throws the first rank's error (in virtual-time order), a DeadlockError, or
+  // after a failure a RankFailedError whose what() says how every rank ended.
   void run(const std::function<void(Comm&)>& rank_fn);
 
   double elapsed() const;  // the latest rank's virtual time, seconds
@@ -71,8 +80,9 @@ class Engine {
   // runs, the others are parked, so a watchdog thread or a crash handler may
   // read these two to say where a run is stuck or faulted.
   int running() const { return running_.load(std::memory_order_relaxed); }
-  // One line per rank: running, finished, or the operation it waits in, with
-  // the last call each made (the deadlock report's lines).
+  // One line per rank: running, finished, failed (or stopped by a failure), or
+  // the operation it waits in, with the last call each made (the deadlock and
+  // failure reports' lines).
   std::string rank_states() const;
 
   // ---- what SimComm calls; `rank` is always a global rank
@@ -125,9 +135,12 @@ class Engine {
     boost::context::fiber fiber;      // the rank's own context
     boost::context::fiber scheduler;  // where to go back to when it blocks
     double now = 0;
-    enum class State { ready, blocked, done } state = State::ready;
+    enum class State { ready, blocked, done, failed } state = State::ready;
     std::int64_t waiting_op = -1;          // blocked in wait() on this op, or
     const RendezvousKey* waiting_rv = nullptr;  // blocked in this rendezvous
+    double blocked_at = 0;   // its clock when it blocked
+    std::string fault;       // set by a failure it waits on: thrown when it wakes
+    std::string ended_by;    // the RankFailedError that ended its rank function
     std::vector<std::int64_t> posted_recvs, unexpected_sends;  // matching queues, post order
     double out_free = 0, in_free = 0;  // the device's ports inside its node
     // The last operation the rank started, for status reports.
@@ -150,9 +163,20 @@ class Engine {
               const std::function<Result(const Rendezvous&, int me)>& read);
   void finish_native(Rendezvous& rv, int comm_id);
   void release(const std::vector<int>& group, double at);
+  static std::string describe(const P2P& op);  // "recv(from=1, tag=0)", "send(to=1, tag=0, 16 bytes)"
+  std::string pending(int rank) const;          // what a blocked rank waits in: an op, or "all_reduce(group=0)"
   std::string deadlock_report() const;
   std::string rank_state(int rank) const;
   int waits_for(int rank) const;
+  // ---- faults
+  void inject_failure();
+  bool failed(int rank) const { return ranks_[rank].state == RankState::State::failed; }
+  bool has_failed_member(int comm_id) const;
+  bool lost(const P2P& op) const;
+  bool cut_short(int rank) const;
+  std::string failure(int rank, std::string_view op) const;
+  void abandon(int rank);
+  std::string failure_report() const;
 
   Options options_;
   std::vector<RankState> ranks_;

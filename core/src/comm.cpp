@@ -48,15 +48,23 @@ void Comm::sendrecv(View send_buf, int to, View recv_buf, int from, int tag) {
 }
 
 void Request::wait() {
-  if (!comm_) return;
-  comm_->wait_request(id_);
-  comm_->finish(*this);
+  if (comm_) comm_->complete(*this, true);
 }
 
-bool Request::test() {
-  if (!comm_) return true;
-  if (!comm_->test_request(id_)) return false;
-  comm_->finish(*this);
+bool Request::test() { return !comm_ || comm_->complete(*this, false); }
+
+bool Comm::complete(Request& r, bool block) {
+  try {
+    if (block) {
+      wait_request(r.id_);
+    } else if (!test_request(r.id_)) {
+      return false;
+    }
+  } catch (const RankFailedError& e) {
+    finish(r, e.what());  // the trace shows the operation the failure cut short
+    throw;
+  }
+  finish(r);
   return true;
 }
 
@@ -71,12 +79,16 @@ std::uint64_t Comm::flow_id(int src, int dst, int tag) {
   return h & ((1ull << 53) - 1);
 }
 
-void Comm::finish(Request& r) {
+void Comm::finish(Request& r, std::string_view error) {
   if (track_) {
     const int me = global_rank(rank_), peer = global_rank(r.peer_);
     TraceEvent e{r.is_send_ ? TraceEvent::Kind::send : TraceEvent::Kind::recv,
-                 r.is_send_ ? "send" : "recv", r.posted_, now(), peer, r.tag_, r.buf_.bytes(),
-                 r.is_send_ ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_), {}};
+                 r.is_send_ ? "send" : "recv", r.posted_, now(), peer, r.tag_, r.buf_.bytes(), 0, {}};
+    if (!error.empty()) {
+      e.args.emplace_back("error", error);  // a lost message: no arrow
+    } else {
+      e.flow = r.is_send_ ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_);
+    }
     track_->events.push_back(std::move(e));
   }
   r.comm_ = nullptr;  // a second wait is a no-op
@@ -120,8 +132,9 @@ void Comm::validate(const CollectiveCall& c) const {
   }
 }
 
-std::vector<std::pair<std::string, std::string>> Comm::trace_args(const CollectiveCall& c,
-                                                                  std::string_view native_algo) const {
+void Comm::trace_collective(const CollectiveCall& c, double start, std::string_view native_algo,
+                            std::string_view error) {
+  if (!track_) return;
   std::string algo = algorithm(c.op);
   if (!native_algo.empty()) algo += fmt::format("/{}", native_algo);  // "native/ring"
   std::vector<std::pair<std::string, std::string>> args = {
@@ -129,7 +142,10 @@ std::vector<std::pair<std::string, std::string>> Comm::trace_args(const Collecti
       {"send_count", std::to_string(c.send.count)}, {"recv_count", std::to_string(c.recv.count)}};
   if (has_reduce_op(c.op)) args.emplace_back("op", name_of(c.reduce_op));
   if (has_root(c.op)) args.emplace_back("root", std::to_string(c.root));
-  return args;
+  if (!error.empty()) args.emplace_back("error", error);
+  const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
+  track_->events.push_back(
+      {TraceEvent::Kind::collective, std::string(name_of(c.op)), start, now(), -1, 0, bytes, 0, std::move(args)});
 }
 
 void Comm::run(const CollectiveCall& call) {
@@ -141,18 +157,19 @@ void Comm::run(const CollectiveCall& call) {
   if (c.reduce_op == ReduceOp::avg) c.reduce_op = ReduceOp::sum;
   const std::string& algo = algorithm(c.op);
   std::string_view native_algo;
-  if (algo == "native") {
-    native_algo = run_native(c);
-  } else {
-    find_algorithm(c.op, algo)->run(*this, c);
+  try {
+    if (algo == "native") {
+      native_algo = run_native(c);
+    } else {
+      find_algorithm(c.op, algo)->run(*this, c);
+    }
+  } catch (const RankFailedError& e) {
+    trace_collective(call, start, native_algo, e.what());
+    throw;
   }
   if (has_reduce_op(c.op) && call.reduce_op == ReduceOp::avg && (c.op != Collective::reduce || rank_ == c.root))
     divide_local(c.recv.dtype, c.recv.data, c.recv.count, size_);
-  if (track_) {
-    const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
-    track_->events.push_back(
-        {TraceEvent::Kind::collective, std::string(name_of(c.op)), start, now(), -1, 0, bytes, 0, trace_args(call, native_algo)});
-  }
+  trace_collective(call, start, native_algo);
 }
 
 void Comm::broadcast(View buf, int root) { run({Collective::broadcast, {}, buf, ReduceOp::sum, root}); }

@@ -25,6 +25,7 @@ std::string_view category(TraceEvent::Kind kind) {
     case TraceEvent::Kind::send: case TraceEvent::Kind::recv: return "p2p";
     case TraceEvent::Kind::compute: return "compute";
     case TraceEvent::Kind::memory: return "memory";
+    case TraceEvent::Kind::fault: return "fault";
   }
   return "";
 }
@@ -37,8 +38,8 @@ nlohmann::json span(int rank, const TraceEvent& e) {
     args = {{"bytes", e.bytes}, {"peer", e.peer}, {"tag", e.tag}};
   } else if (e.kind == TraceEvent::Kind::collective) {
     args = {{"bytes", e.bytes}};
-    for (const auto& [key, value] : e.args) args[key] = value;
   }
+  for (const auto& [key, value] : e.args) args[key] = value;
   j["args"] = std::move(args);
   return j;
 }
@@ -76,8 +77,14 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
                           {"pid", kPid}, {"tid", t.rank}, {"ts", micros(e.start)}, {"args", std::move(args)}});
         continue;
       }
+      if (e.kind == TraceEvent::Kind::fault) {  // an instant on the rank's own track ("s": "t")
+        events.push_back({{"name", e.name}, {"cat", "fault"}, {"ph", "i"}, {"s", "t"}, {"pid", kPid},
+                          {"tid", t.rank}, {"ts", micros(e.start)}});
+        continue;
+      }
       events.push_back(span(t.rank, e));
-      if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) events.push_back(flow_end(t.rank, e));
+      if ((e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) && e.flow)
+        events.push_back(flow_end(t.rank, e));
     }
   }
   nlohmann::json doc = {{"displayTimeUnit", "ns"},

@@ -61,4 +61,20 @@ std::uint64_t parse_bytes(const std::string& text) {
   return value << shift;
 }
 
+double parse_seconds(const std::string& text) {
+  std::size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = text.substr(used);
+  const double scale = unit == "ns" ? 1e-9 : unit == "us" ? 1e-6 : unit == "ms" ? 1e-3 : unit == "s" || unit.empty() ? 1 : 0;
+  if (used == 0 || scale == 0 || !std::isfinite(value))
+    throw std::invalid_argument("'" + text + "' is not a time (examples: 0, 500ns, 10us, 1.5ms, 2s)");
+  if (value < 0) throw std::invalid_argument("'" + text + "' is negative: a time is 0 or more");
+  return value * scale;
+}
+
 }  // namespace labkit

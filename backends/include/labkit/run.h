@@ -26,6 +26,10 @@ struct RunOptions {
   std::vector<std::string> stragglers;  // "RANK:SPEED", e.g. "2:0.5"
   bool ranks_given = false;  // --ranks was on the command line (under mpirun, -np decides otherwise)
   double deadlock_timeout = 60;  // real backends: seconds a wait may make no progress before the run stops
+  // --fail-rank R --at T: rank R stops at time T (virtual on sim; under mpirun its
+  // process kills itself), and the ranks that wait on it get a RankFailedError.
+  int fail_rank = -1;  // -1: none
+  double fail_at = 0;  // seconds
 
   // Set by labs, not on the command line:
   bool keep_trace = false;  // return the trace in RunResult (as well as writing --trace)
@@ -47,12 +51,14 @@ struct RunResult {
 using RankFn = std::function<void(Comm&)>;
 
 // Adds --backend, --ranks, --topology, --trace, --algo, --payload-free,
-// --efficiency, --straggler and --deadlock-timeout to a lab's command line.
+// --efficiency, --straggler, --deadlock-timeout, --fail-rank and --at to a lab's
+// command line.
 // Under mpirun, it also quiets standard output on every process but rank 0's, so
 // a lab prints once, as it does on the simulator.
 void add_run_options(CLI::App& app, RunOptions& options);
 
-// Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock.
+// Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock,
+// and RankFailedError after --fail-rank.
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 

@@ -130,11 +130,12 @@ class Comm {
 
  private:
   friend class Request;
-  void finish(Request& r);
+  bool complete(Request& r, bool block);  // wait (block) or test, then finish
+  void finish(Request& r, std::string_view error = {});
   void check_peer(std::string_view op, int peer, std::string_view arg) const;
   void validate(const CollectiveCall& call) const;
-  std::vector<std::pair<std::string, std::string>> trace_args(const CollectiveCall& call,
-                                                             std::string_view native_algo) const;
+  void trace_collective(const CollectiveCall& call, double start, std::string_view native_algo,
+                        std::string_view error = {});
 
   int comm_id_;
   int rank_;

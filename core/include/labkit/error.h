@@ -13,6 +13,13 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A rank stopped (--fail-rank on the simulator, a killed process under mpirun):
+// thrown at each rank that needs it, naming that rank, its pending operation and
+// the rank that failed: "rank 0: recv(from=1, tag=0): rank 1 failed at t = 10.0 us".
+struct RankFailedError : Error {
+  using Error::Error;
+};
+
 template <class... Args>
 [[noreturn]] void fail(std::string_view who, std::string_view op, fmt::format_string<Args...> what,
                        Args&&... args) {

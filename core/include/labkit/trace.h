@@ -2,8 +2,8 @@
 // everything that shows results. Written as Chrome Trace Event Format JSON
 // (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
 // one track per rank, "X" spans for collectives, sends, receives and compute,
-// "s"/"f" flow events that draw an arrow from each send to its receive, and "C"
-// counters of each rank's memory by use.
+// "s"/"f" flow events that draw an arrow from each send to its receive, "C"
+// counters of each rank's memory by use, and an "i" instant where a rank failed.
 // Perfetto (ui.perfetto.dev) and chrome://tracing open it.
 #pragma once
 
@@ -16,16 +16,17 @@
 namespace labkit {
 
 struct TraceEvent {
-  enum class Kind { collective, send, recv, compute, memory };
+  enum class Kind { collective, send, recv, compute, memory, fault };
   Kind kind;
-  std::string name;     // "all_reduce", "send", "recv", or the compute region's name
+  std::string name;     // "all_reduce", "send", "recv", the compute region's name, or "failed"
   double start = 0;     // seconds
   double end = 0;
   int peer = -1;        // global rank of the other end (send/recv)
   int tag = 0;
   std::uint64_t bytes = 0;
-  std::uint64_t flow = 0;  // send and recv of one message share it
+  std::uint64_t flow = 0;  // send and recv of one message share it; 0: no arrow (a message lost to a failure)
   // Collectives: algo, dtype, counts, op, root, as (key, value) pairs in order.
+  // An operation a failed rank left undone adds "error".
   std::vector<std::pair<std::string, std::string>> args = {};
   // Memory: the bytes held at `start`, by use (a Chrome counter event).
   std::vector<std::pair<std::string, double>> counters = {};
