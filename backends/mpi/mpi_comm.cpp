@@ -1,10 +1,15 @@
 #include "mpi_comm.h"
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <limits>
 #include <numeric>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "labkit/error.h"
 
@@ -56,6 +61,7 @@ MpiComm::~MpiComm() {
 }
 
 std::int64_t MpiComm::post_send(View buf, int to, int tag) {
+  die_if_due();
   if (!buf.data && buf.count) fail(who(), "send", "a payload-free buffer: --payload-free runs on the simulator only");
   Pending p{MPI_REQUEST_NULL, true, to, tag, buf.bytes()};
   MPI_Issend(buf.data, bytes_arg(buf.bytes(), who(), "send"), MPI_BYTE, to, tag, comm_, &p.request);
@@ -65,6 +71,7 @@ std::int64_t MpiComm::post_send(View buf, int to, int tag) {
 }
 
 std::int64_t MpiComm::post_recv(View buf, int from, int tag) {
+  die_if_due();
   if (!buf.data && buf.count) fail(who(), "recv", "a payload-free buffer: --payload-free runs on the simulator only");
   Pending p{MPI_REQUEST_NULL, false, from, tag, buf.bytes()};
   MPI_Irecv(buf.data, bytes_arg(buf.bytes(), who(), "recv"), MPI_BYTE, from, tag, comm_, &p.request);
@@ -72,32 +79,59 @@ std::int64_t MpiComm::post_recv(View buf, int from, int tag) {
   return next_id_++;
 }
 
-// Polls rather than blocking in MPI_Wait, so that a wait with no progress for
-// the deadlock timeout can say so instead of hanging the run.
-void MpiComm::wait_request(std::int64_t id) {
-  Pending& p = pending_.at(id);
+// Polls rather than blocking in MPI_Wait, so that a wait can notice a peer that
+// died and a wait with no progress for the deadlock timeout, and say so instead
+// of hanging the run. (mpirun, too, kills the rest of the job about a second
+// after one of its processes dies; a rank that is waiting on it hears first.)
+void MpiComm::poll(MPI_Request& request, MPI_Status* status, std::string_view op, int peer,
+                   const std::function<void()>& stalled) {
   const double deadline = MPI_Wtime() + context_.deadlock_timeout;
   for (long polls = 0;; ++polls) {
     int done = 0;
-    MPI_Status status;
-    MPI_Test(&p.request, &done, &status);
-    if (done) {
-      if (!p.is_send) {
-        int got = 0;
-        MPI_Get_count(&status, MPI_BYTE, &got);
-        if (std::size_t(got) != p.bytes)
-          fail(who(), "recv", "{} bytes arrived from rank {} (tag {}) for a {}-byte buffer", got, p.peer, p.tag,
-               p.bytes);
-      }
-      pending_.erase(id);
-      return;
-    }
-    if (polls % 4096 == 4095 && MPI_Wtime() > deadline)
-      fail(who(), p.is_send ? "send" : "recv",
-           "{} rank {} (tag {}, {} bytes) made no progress in {} s: a deadlock? (every rank sending first, or a "
-           "receive that no rank sends to)",
-           p.is_send ? "to" : "from", p.peer, p.tag, p.bytes, context_.deadlock_timeout);
+    MPI_Test(&request, &done, status);
+    if (done) return;
+    if (polls % 4096 != 4095) continue;
+    die_if_due();
+    for (int r = std::max(peer, 0); r < (peer < 0 ? size() : peer + 1); ++r)
+      if (r != rank()) check_alive(r, op);
+    if (MPI_Wtime() > deadline) stalled();
   }
+}
+
+// A process that is gone (killed, crashed) is a failed rank. kill(pid, 0) asks
+// the kernel without sending anything, so only a peer on this host can be asked;
+// one on another host is caught by the deadlock timeout instead.
+void MpiComm::check_alive(int peer, std::string_view op) const {
+  const int g = global_rank(peer), me = global_rank(rank());
+  if (context_.node_of_world.at(g) != context_.node_of_world.at(me)) return;
+  if (kill(context_.pid_of_world.at(g), 0) != 0 && errno == ESRCH)
+    throw RankFailedError(fmt::format("{}: {}: rank {} failed: its process is gone", who(), op, peer));
+}
+
+// --fail-rank: the process dies as a killed one does, by SIGKILL, with nothing
+// flushed and nothing said; its peers find out by themselves.
+void MpiComm::die_if_due() const {
+  if (global_rank(rank()) == context_.fail_rank && now() >= context_.fail_at) std::raise(SIGKILL);
+}
+
+void MpiComm::wait_request(std::int64_t id) {
+  Pending& p = pending_.at(id);
+  const std::string op = p.is_send ? fmt::format("send(to={}, tag={}, {} bytes)", p.peer, p.tag, p.bytes)
+                                   : fmt::format("recv(from={}, tag={})", p.peer, p.tag);
+  MPI_Status status;
+  poll(p.request, &status, op, p.peer, [&] {
+    fail(who(), p.is_send ? "send" : "recv",
+         "{} rank {} (tag {}, {} bytes) made no progress in {} s: a deadlock? (every rank sending first, or a "
+         "receive that no rank sends to)",
+         p.is_send ? "to" : "from", p.peer, p.tag, p.bytes, context_.deadlock_timeout);
+  });
+  if (!p.is_send) {
+    int got = 0;
+    MPI_Get_count(&status, MPI_BYTE, &got);
+    if (std::size_t(got) != p.bytes)
+      fail(who(), "recv", "{} bytes arrived from rank {} (tag {}) for a {}-byte buffer", got, p.peer, p.tag, p.bytes);
+  }
+  pending_.erase(id);
 }
 
 bool MpiComm::test_request(std::int64_t id) {
@@ -108,8 +142,11 @@ bool MpiComm::test_request(std::int64_t id) {
 }
 
 // Every rank's (collective, root, op, dtype, count) against rank 0's: one small
-// allgather per call, so mismatched arguments fail with a message, not a hang.
+// allgather per call, so mismatched arguments fail with a message, not a hang;
+// polled, so a rank that never joins (its process died, or it skipped the call)
+// does not hang the others either.
 void MpiComm::check_collective(const CollectiveCall& c) {
+  die_if_due();
   if (!context_.check_arguments) return;
   const bool block_is_send = c.op == Collective::gather || c.op == Collective::all_gather || c.op == Collective::all_to_all;
   const View& agreed = block_is_send ? c.send : c.recv;
@@ -118,8 +155,13 @@ void MpiComm::check_collective(const CollectiveCall& c) {
                                          c.op == Collective::barrier ? 0 : int(agreed.dtype),
                                          c.op == Collective::barrier ? 0 : (long long)agreed.count};
   std::vector<std::array<long long, 5>> all(size());
-  MPI_Allgather(mine.data(), 5, MPI_LONG_LONG, all.data(), 5, MPI_LONG_LONG, comm_);
   const std::string_view op = name_of(c.op);
+  MPI_Request request;
+  MPI_Iallgather(mine.data(), 5, MPI_LONG_LONG, all.data(), 5, MPI_LONG_LONG, comm_, &request);
+  poll(request, MPI_STATUS_IGNORE, op, -1, [&] {
+    fail(who(), op, "not every rank joined in {} s: a deadlock? (a rank that skips the collective)",
+         context_.deadlock_timeout);
+  });
   for (int r = 0; r < size(); ++r) {
     const auto& f = all[r];
     if (f == mine) continue;
@@ -136,6 +178,7 @@ void MpiComm::check_collective(const CollectiveCall& c) {
 }
 
 std::string_view MpiComm::run_native(const CollectiveCall& c) {
+  die_if_due();
   const MPI_Datatype t = mpi_type(c.recv.dtype);
   const MPI_Op op = mpi_op(c.reduce_op);
   const int n = int(c.recv.count);
@@ -184,8 +227,12 @@ std::unique_ptr<Comm> MpiComm::split_group(int color, int key) {
 }
 
 // compute_for on a real machine: this rank is busy for that long (a sleep), so
-// a lab's modeled work still shapes the timeline.
-void MpiComm::advance(double seconds) { std::this_thread::sleep_for(std::chrono::duration<double>(seconds)); }
+// a lab's modeled work still shapes the timeline; --fail-rank cuts it short.
+void MpiComm::advance(double seconds) {
+  if (global_rank(rank()) == context_.fail_rank) seconds = std::clamp(context_.fail_at - now(), 0.0, seconds);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  die_if_due();
+}
 
 // Buffers may differ in size by rank (a gather's root holds them all): sizes first.
 std::vector<std::vector<std::byte>> MpiComm::gather_untimed(View buf) {

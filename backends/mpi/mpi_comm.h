@@ -2,11 +2,13 @@
 // is MPI_Issend/MPI_Irecv on bytes (a synchronous send, so a blocking send
 // completes on delivery as on the simulator, and a program that deadlocks there
 // deadlocks here: a wait that makes no progress for the deadlock timeout stops
-// the run and says which rank waits on whom). Native collectives are Open MPI's;
+// the run and says which rank waits on whom; a wait on a peer whose process is
+// gone throws a RankFailedError, as the simulator does). Native collectives are Open MPI's;
 // labkit algorithms run over the point-to-point above. Time is MPI_Wtime,
 // shifted onto rank 0's clock when the trace is merged (offset_to_rank0 in mpi_run.cpp).
 #pragma once
 
+#include <functional>
 #include <map>
 
 #include <mpi.h>
@@ -22,6 +24,9 @@ struct Context {
   bool check_arguments = true;    // cross-rank argument checks (one small allgather per collective)
   double deadlock_timeout = 60;   // seconds a wait may make no progress
   std::uint64_t messages = 0;     // point-to-point messages this rank sent
+  std::vector<int> pid_of_world;  // each world rank's process, to see a peer on this host die
+  int fail_rank = -1;             // --fail-rank: this world rank kills its process once now() passes fail_at
+  double fail_at = 0;
 };
 
 class MpiComm : public Comm {
@@ -63,6 +68,12 @@ class MpiComm : public Comm {
     int peer, tag;
     std::size_t bytes;
   };
+  // MPI_Test until `request` completes; now and then checks that `peer` (-1:
+  // every rank of the group) is alive, and calls `stalled` past the deadlock timeout.
+  void poll(MPI_Request& request, MPI_Status* status, std::string_view op, int peer,
+            const std::function<void()>& stalled);
+  void check_alive(int peer, std::string_view op) const;
+  void die_if_due() const;
   MPI_Comm comm_;
   int comm_id_;
   Context& context_;

@@ -6,6 +6,8 @@
 #include <map>
 #include <numeric>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -130,13 +132,20 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
   if (ranks > world)
     throw Error(fmt::format("--backend mpi: --ranks {} but mpirun started {} processes (mpirun -np sets the ranks)",
                             ranks, world));
+  if (o.fail_rank >= ranks)
+    throw Error(fmt::format("--fail-rank {}: not a rank of this run (0 to {})", o.fail_rank, ranks - 1));
   // The lab's ranks are the first `ranks` processes; any others wait at the end.
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, me < ranks ? 0 : MPI_UNDEFINED, me, &comm);
   const std::vector<int> node_of_world = nodes_of_world();
   Context context{.node_of_world = nodes_of_world(),
                   .check_arguments = o.check_arguments,
-                  .deadlock_timeout = o.deadlock_timeout};
+                  .deadlock_timeout = o.deadlock_timeout,
+                  .pid_of_world = std::vector<int>(world),
+                  .fail_rank = o.fail_rank,
+                  .fail_at = o.fail_at};
+  const int pid = getpid();
+  MPI_Allgather(&pid, 1, MPI_INT, context.pid_of_world.data(), 1, MPI_INT, MPI_COMM_WORLD);
   RunResult result;
   if (comm != MPI_COMM_NULL) {
     auto members = std::make_shared<std::vector<int>>(ranks);
