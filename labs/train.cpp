@@ -10,6 +10,10 @@
 // layout). Each step charges the simulator its FLOPs, so the virtual clock
 // shows what the step would take on the topology's device. The data-parallel,
 // FSDP, tensor- and pipeline-parallel labs check their runs against this one.
+//
+// --checkpoint-every N saves the run every N steps (and after the last) to
+// --checkpoint; --resume goes on from there and ends bit for bit where a run
+// that was never stopped ends (--fail-rank 0 --at T stops one on purpose).
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -18,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/cli.h"
+#include "labkit/error.h"
 #include "labkit/gpt.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
@@ -29,8 +34,9 @@ using namespace labkit;
 int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
   cli::one_line_errors(app);
-  std::string model_name = "tiny-gpt", json, device_name = "cpu";
-  int steps = 200, batch = 8, every = 20;
+  std::string model_name = "tiny-gpt", json, device_name = "cpu", checkpoint = "train.ckpt";
+  int steps = 200, batch = 8, every = 20, checkpoint_every = 0;
+  bool resume = false;
   float lr = 3e-3f;
   std::uint64_t seed = 1337;
   RunOptions run_options;
@@ -46,6 +52,11 @@ int main(int argc, char** argv) {
   app.add_option("--device", device_name, "where the model trains: cpu, or cuda (a GPU)")
       ->capture_default_str()->check(cli::parsed_by(parse_device));
   app.add_option("--json", json, "also write the loss curve as JSON");
+  app.add_option("--checkpoint", checkpoint, "the file --checkpoint-every writes and --resume reads")
+      ->capture_default_str();
+  app.add_option("--checkpoint-every", checkpoint_every, "save the run every N steps and after the last")
+      ->check(cli::at_least(1));
+  app.add_flag("--resume", resume, "go on from --checkpoint instead of from step 0");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -58,14 +69,26 @@ int main(int argc, char** argv) {
   const std::size_t split = ids.size() * 9 / 10;
 
   try {
+    if (app.count("--checkpoint") && !checkpoint_every && !resume)
+      throw Error(fmt::format("--checkpoint {}: nothing writes or reads it without --checkpoint-every or --resume",
+                              checkpoint));
     const GptConfig config = gpt_preset(model_name, int(table.size()));
     const DeviceKind where = parse_device(device_name);
     const int T = config.max_seq;
     nlohmann::json curve = nlohmann::json::array();
     const auto start = std::chrono::steady_clock::now();
     run(run_options, [&](Comm& comm) {
+      if ((checkpoint_every || resume) && comm.size() > 1)
+        throw Error("--checkpoint-every, --resume: a checkpoint holds one model; run them with --ranks 1");
       Gpt model(config, seed, where);
       AdamW adamw{.lr = lr};
+      const DataOrder order{.seed = seed, .batch = batch};
+      if (resume) {
+        load_checkpoint(checkpoint, model, adamw, order);
+        if (adamw.step > steps)
+          throw Error(fmt::format("--resume: '{}' is at step {}, past --steps {}", checkpoint, adamw.step, steps));
+      }
+      const int first = adamw.step;  // batch s is the same in a resumed run as in an unbroken one
       std::vector<int> x(batch * T), y(batch * T);
       // Batch s of rank r: windows spread over the training text, so ranks never share one.
       auto load = [&](int s, std::size_t lo, std::size_t hi) {
@@ -84,7 +107,8 @@ int main(int argc, char** argv) {
       if (comm.rank() == 0)
         fmt::print("{}: {} parameters, {} layers, {} channels, context {}, vocabulary {}\n", model_name,
                    model.parameter_count(), config.layers, config.channels, T, config.vocab);
-      for (int s = 0; s <= steps; ++s) {
+      if (resume && comm.rank() == 0) fmt::print("resumed from {} at step {}\n", checkpoint, first);
+      for (int s = first; s <= steps; ++s) {
         const bool report = s % every == 0 || s == steps;
         float val = 0;
         if (report) {  // validate first: backward needs the training batch's activations
@@ -101,16 +125,19 @@ int main(int argc, char** argv) {
         model.zero_grad();
         model.backward();
         adamw.update(model.parameters(), model.gradients());
-        if (s == 0) {  // the first step allocated the activations and AdamW's m and v
+        if (s == first) {  // held from the first step on: the activations, and AdamW's m and v
           comm.track_memory(MemoryUse::activations, std::int64_t(model.activation_bytes()));
           comm.track_memory(MemoryUse::optimizer, 2 * model_bytes);
         }
         comm.compute("step", model.flops_per_step(batch, T));
+        if (checkpoint_every && ((s + 1) % checkpoint_every == 0 || s + 1 == steps))
+          save_checkpoint(checkpoint, model, adamw, order);
       }
       if (comm.rank() == 0) {
         const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", steps, batch * T,
-                   steps * batch * T / wall, device_name == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()),
+        const int ran = steps - first;
+        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", ran, batch * T,
+                   ran * batch * T / wall, device_name == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()),
                    run_options.topology);
         std::string held;
         for (MemoryUse use : kMemoryUses)

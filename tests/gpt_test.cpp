@@ -2,10 +2,13 @@
 // and a run is reproducible to the bit.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <set>
 
 #include <gtest/gtest.h>
 
+#include "labkit/error.h"
 #include "labkit/gpt.h"
 #include "labkit/memory.h"
 #include "labkit/optim.h"
@@ -207,4 +210,69 @@ TEST(Gpt, HoldsWhatTheMemoryLabEstimates) {
   // before each residual add (2 sbh, unfused), the scores before softmax
   // (as^2b), and each layer norm's mean and 1/std (4 sb).
   EXPECT_EQ(per_layer, 4 * (values + 2 * sbh + a * s * s * b + 4 * s * b));
+}
+
+// A run saved after 3 steps and loaded into a fresh model and optimizer takes
+// the next 2 steps exactly as the run that never stopped; what cannot be
+// resumed is refused with the file and the reason.
+TEST(Checkpoint, ResumesToTheBitAndRefusesWhatItCannotResume) {
+  const Data d = encode(synthetic_corpus(5000, 7));
+  const GptConfig config{.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32};
+  const DataOrder order{.seed = 42, .batch = 4};
+  const std::string path = ::testing::TempDir() + "/gpt.ckpt";
+  std::vector<int> x, y;
+  auto step = [&](Gpt& model, AdamW& adamw) {
+    batch(d, adamw.step, 4, 16, x, y);
+    model.forward(x, y, 4, 16);
+    model.zero_grad();
+    model.backward();
+    adamw.update(model.parameters(), model.gradients());
+  };
+  Gpt unbroken(config, 42);
+  AdamW adamw;
+  for (int s = 0; s < 3; ++s) step(unbroken, adamw);
+  save_checkpoint(path, unbroken, adamw, order);
+  for (int s = 0; s < 2; ++s) step(unbroken, adamw);
+
+  Gpt resumed(config, 7);  // other first weights: the checkpoint replaces them
+  AdamW resumed_adamw;
+  load_checkpoint(path, resumed, resumed_adamw, order);
+  EXPECT_EQ(resumed_adamw.step, 3);
+  for (int s = 0; s < 2; ++s) step(resumed, resumed_adamw);
+  EXPECT_EQ(resumed.parameters().to_host(), unbroken.parameters().to_host());
+  EXPECT_EQ(resumed_adamw.v.to_host(), adamw.v.to_host());
+
+  auto refusal = [&](const std::string& file, const GptConfig& c, const DataOrder& o) {
+    Gpt model(c, 1);
+    AdamW fresh;
+    try {
+      load_checkpoint(file, model, fresh, o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded");
+  };
+  auto bytes = [](const std::string& file) {
+    std::ifstream in(file, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto write = [](const std::string& file, const std::string& text) { std::ofstream(file, std::ios::binary) << text; };
+  const std::string good = bytes(path), other = path + ".other";
+  EXPECT_EQ(refusal(path + ".missing", config, order), "checkpoint '" + path + ".missing': cannot open it");
+  write(other, "step 3\n");
+  EXPECT_NE(refusal(other, config, order).find("not a labkit checkpoint"), std::string::npos);
+  write(other, good.substr(0, good.size() / 2));
+  EXPECT_NE(refusal(other, config, order).find("corrupt or cut short"), std::string::npos);
+  std::string flipped = good;
+  flipped[good.size() / 2] ^= 1;
+  write(other, flipped);
+  EXPECT_NE(refusal(other, config, order).find("corrupt or cut short"), std::string::npos);
+  GptConfig wider = config;
+  wider.channels = 64;
+  EXPECT_NE(refusal(path, wider, order).find("a model of 2 layers, 4 heads, 32 channels, context 16, vocabulary " +
+                                             std::to_string(d.vocab) + ", but this run's has 2 layers, 4 heads, 64 channels"),
+            std::string::npos);
+  EXPECT_NE(refusal(path, config, {.seed = 42, .batch = 8}).find("trained with seed 42 and batch 4, but this run has "
+                                                                  "seed 42 and batch 8"),
+            std::string::npos);
 }

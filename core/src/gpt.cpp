@@ -2,10 +2,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <stdexcept>
 
+#include <fmt/format.h>
+
+#include "labkit/error.h"
 #include "labkit/ops.h"
+#include "labkit/output.h"
 
 namespace labkit {
 
@@ -212,6 +220,102 @@ std::string synthetic_corpus(std::size_t chars, std::uint64_t seed) {
   }
   text.resize(chars);
   return text;
+}
+
+// ---- checkpoints ---------------------------------------------------------------
+//
+// The layout, in this machine's byte order: the magic line; the model's shape,
+// the data order and AdamW's step (int64 each); the weights, m, v and the master
+// copy (a count, then the floats; AdamW's are empty before its first step); then
+// an FNV-1a hash of everything before it, so a flipped or missing byte is caught.
+
+namespace {
+constexpr std::string_view kMagic = "labkit gpt checkpoint 1\n";
+
+std::uint64_t fnv1a(std::string_view bytes) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (char c : bytes) {
+    h ^= std::uint8_t(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string describe(const GptConfig& c) {
+  return fmt::format("{} layers, {} heads, {} channels, context {}, vocabulary {}", c.layers, c.heads, c.channels,
+                     c.max_seq, c.vocab);
+}
+}  // namespace
+
+void save_checkpoint(const std::string& path, const Gpt& model, const AdamW& adamw, const DataOrder& data) {
+  std::string out(kMagic);
+  auto put = [&](const void* p, std::size_t bytes) { out.append(static_cast<const char*>(p), bytes); };
+  const GptConfig& c = model.config();
+  const std::int64_t h[8] = {c.max_seq, c.vocab, c.layers, c.heads, c.channels, std::int64_t(data.seed), data.batch,
+                             adamw.step};  // the shape, the data order, the step
+  put(h, sizeof h);
+  for (const Tensor* t : {&model.parameters(), &adamw.m, &adamw.v, &adamw.master}) {
+    const std::vector<float> values = t->to_host();
+    const std::uint64_t count = values.size();
+    put(&count, sizeof count);
+    put(values.data(), count * sizeof(float));
+  }
+  const std::uint64_t hash = fnv1a(out);
+  put(&hash, sizeof hash);
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file = create_file(temporary);
+    file.write(out.data(), std::streamsize(out.size()));
+    if (!file.flush()) throw Error(fmt::format("checkpoint '{}': cannot write it", temporary));
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) throw Error(fmt::format("checkpoint '{}': cannot rename '{}' to it ({})", path, temporary, error.message()));
+}
+
+void load_checkpoint(const std::string& path, Gpt& model, AdamW& adamw, const DataOrder& data) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error(fmt::format("checkpoint '{}': cannot open it", path));
+  const std::string in{std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+  if (in.compare(0, kMagic.size(), kMagic) != 0) throw Error(fmt::format("checkpoint '{}': not a labkit checkpoint", path));
+  std::uint64_t hash = 0;
+  if (in.size() >= kMagic.size() + sizeof hash) std::memcpy(&hash, in.data() + in.size() - sizeof hash, sizeof hash);
+  if (in.size() < kMagic.size() + sizeof hash || hash != fnv1a(std::string_view(in).substr(0, in.size() - sizeof hash)))
+    throw Error(fmt::format("checkpoint '{}': corrupt or cut short (its checksum does not match)", path));
+  std::size_t at = kMagic.size();
+  auto take = [&](void* p, std::size_t bytes) {  // within the checksummed bytes
+    if (at + bytes > in.size() - sizeof hash) throw Error(fmt::format("checkpoint '{}': its sizes overrun it", path));
+    std::memcpy(p, in.data() + at, bytes);
+    at += bytes;
+  };
+  std::int64_t h[8];  // the shape, the data order, the step
+  take(h, sizeof h);
+  const GptConfig shape{.max_seq = int(h[0]), .vocab = int(h[1]), .layers = int(h[2]), .heads = int(h[3]),
+                        .channels = int(h[4])};
+  const DataOrder order{.seed = std::uint64_t(h[5]), .batch = int(h[6])};
+  if (shape != model.config())
+    throw Error(fmt::format("checkpoint '{}': a model of {}, but this run's has {}", path, describe(shape),
+                            describe(model.config())));
+  if (order.seed != data.seed || order.batch != data.batch)
+    throw Error(fmt::format("checkpoint '{}': trained with seed {} and batch {}, but this run has seed {} and batch {}",
+                            path, order.seed, order.batch, data.seed, data.batch));
+  const std::size_t n = model.parameter_count();
+  const DeviceKind where = model.device().kind;
+  std::vector<Tensor> state;
+  for (int i = 0; i < 4; ++i) {  // weights, m, v, master
+    std::uint64_t count = 0;
+    take(&count, sizeof count);
+    if (count != n && (i == 0 || count != 0))
+      throw Error(fmt::format("checkpoint '{}': {} values where the model has {}", path, count, n));
+    std::vector<float> values(count);
+    take(values.data(), count * sizeof(float));
+    state.push_back(count ? Tensor::from_host(values, {count}, where) : Tensor());
+  }
+  model.device().copy(model.parameters().data(), state[0].data(), n * sizeof(float));
+  adamw.m = state[1];
+  adamw.v = state[2];
+  adamw.master = state[3];
+  adamw.step = int(h[7]);
 }
 
 }  // namespace labkit

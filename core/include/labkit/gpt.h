@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "labkit/modules.h"
+#include "labkit/optim.h"
 #include "labkit/tensor.h"
 
 namespace labkit {
@@ -23,6 +24,7 @@ struct GptConfig {
   int layers = 2;     // L
   int heads = 4;      // NH
   int channels = 64;  // C
+  bool operator==(const GptConfig&) const = default;
 };
 GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
 
@@ -71,6 +73,7 @@ class Gpt {
   // another of the same layout: what data parallelism averages and FSDP shards.
   std::size_t parameter_count() const { return params_.size(); }
   Tensor& parameters() { return params_; }
+  const Tensor& parameters() const { return params_; }
   Tensor& gradients() { return grads_; }
   const Device& device() const { return params_.device(); }
   const GptConfig& config() const { return config_; }
@@ -110,5 +113,24 @@ class Gpt {
 // A character-level corpus made here from a small grammar, seeded, so nothing is
 // downloaded and every run sees the same text.
 std::string synthetic_corpus(std::size_t chars, std::uint64_t seed);
+
+// ---- checkpoints: a training run's state on disk, to go on from it after a crash
+// and end exactly where an unbroken run ends.
+
+// What decides the batches besides the step count: a resumed run must keep it.
+struct DataOrder {
+  std::uint64_t seed = 0;  // the corpus (and the first weights)
+  int batch = 0;           // sequences per step
+};
+
+// Writes the weights, AdamW's moments, master copy and step count, and `data`
+// (with a checksum over them all) to a temporary file beside `path`, then renames
+// it over `path`: a run killed while writing leaves the last checkpoint whole.
+void save_checkpoint(const std::string& path, const Gpt& model, const AdamW& adamw, const DataOrder& data);
+
+// Loads a checkpoint into model and adamw; training goes on from adamw.step.
+// Throws labkit::Error naming the file and the fault: missing, not a checkpoint,
+// cut short or corrupt, a model of another shape, or another data order.
+void load_checkpoint(const std::string& path, Gpt& model, AdamW& adamw, const DataOrder& data);
 
 }  // namespace labkit
