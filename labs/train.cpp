@@ -16,6 +16,7 @@
 // that was never stopped ends (--fail-rank 0 --at T stops one on purpose).
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <set>
 
 #include <fmt/format.h>
@@ -147,6 +148,7 @@ int main(int argc, char** argv) {
     });
     if (!json.empty()) create_file(json) << curve.dump(2) << '\n';
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // the steps it printed, then the error
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
