@@ -174,7 +174,7 @@ class Engine {
   bool has_failed_member(int comm_id) const;
   bool lost(const P2P& op) const;
   bool cut_short(int rank) const;
-  std::string failure(int rank, std::string_view op) const;
+  std::string failure(int rank, std::string_view op) const;  // "rank 0: OP: rank 1 failed at t = 10.0 us"
   void abandon(int rank);
   std::string failure_report() const;
 
@@ -193,6 +193,7 @@ class Engine {
     int seen;
   };
   std::map<std::tuple<int, std::uint64_t>, FirstCall> first_call_;
+  // (time, rank) to resume, earliest first; rank -1 is the failure (Options::fail_rank).
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
   std::uint64_t messages_ = 0;
   std::atomic<int> running_ = -1;
