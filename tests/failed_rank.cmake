@@ -12,3 +12,8 @@ file(READ ${OUT}/failed.json trace)
 if(NOT trace MATCHES "\"cat\":\"fault\",\"name\":\"failed\",\"ph\":\"i\"[^}]*\"tid\":2")
   message(FATAL_ERROR "the trace has no failure on rank 2's track")
 endif()
+# A rank the run does not have is refused before any rank starts.
+execute_process(COMMAND ${LAB} --ranks 4 --fail-rank 4 --at 1us RESULT_VARIABLE status ERROR_VARIABLE err OUTPUT_QUIET)
+if(status EQUAL 0 OR NOT err STREQUAL "error: --fail-rank 4: there is no rank 4 among 4 ranks\n")
+  message(FATAL_ERROR "--fail-rank 4 of 4 ranks was not refused on one line (exit ${status}): ${err}")
+endif()

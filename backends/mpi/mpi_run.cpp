@@ -133,7 +133,7 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
     throw Error(fmt::format("--backend mpi: --ranks {} but mpirun started {} processes (mpirun -np sets the ranks)",
                             ranks, world));
   if (o.fail_rank >= ranks)
-    throw Error(fmt::format("--fail-rank {}: not a rank of this run (0 to {})", o.fail_rank, ranks - 1));
+    throw Error(fmt::format("--fail-rank {0}: there is no rank {0} among {1} ranks", o.fail_rank, ranks));
   // The lab's ranks are the first `ranks` processes; any others wait at the end.
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, me < ranks ? 0 : MPI_UNDEFINED, me, &comm);
