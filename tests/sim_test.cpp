@@ -459,4 +459,15 @@ TEST(SimFaults, ARankStoppedByTheErrorTakesItsOpenRequestsWithIt) {
     c.send(view_of(x), 1);  // no receive to match: rank 1's buffer is gone
   });
   EXPECT_NE(report.find("  rank 0: send(to=1, tag=0, 16 bytes)\n"), std::string::npos) << report;
+  // A message under way from a rank that stops on the failure never arrives, and its receiver is told.
+  const std::string orphaned = failure_of(3, 2, 1e-6, [](Comm& c) {
+    std::vector<float> x(1 << 20);  // 4 MiB: still on the wire when rank 1 stops
+    if (c.rank() == 2) return c.compute_for("work", 2e-6);
+    if (c.rank() == 0) return c.recv(view_of(x), 1);
+    Request to_0 = c.isend(view_of(x), 0);
+    c.recv(view_of(x), 2);
+    to_0.wait();
+  });
+  EXPECT_NE(orphaned.find("  rank 0: recv(from=1, tag=0): rank 1 stopped on the failure of rank 2 at t = 1.00 us\n"),
+            std::string::npos) << orphaned;
 }

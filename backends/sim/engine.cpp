@@ -223,14 +223,14 @@ void Engine::wait(int rank, std::int64_t id) {
   }
   ranks_[rank].now = std::max(ranks_[rank].now, ops_[id].complete);
   sync(rank);  // the delivery happens at its time, not before
-  if (lost(ops_[id])) throw RankFailedError(failure(rank, describe(ops_[id])));  // the peer failed first
+  check_delivery(rank, id);
   deliver(id);
   free_ops_.push_back(id);
 }
 
 bool Engine::test(int rank, std::int64_t id) {
   sync(rank);
-  if (lost(ops_[id])) throw RankFailedError(failure(rank, describe(ops_[id])));
+  check_delivery(rank, id);
   if (ops_[id].done && ops_[id].complete <= ranks_[rank].now) {
     deliver(id);
     free_ops_.push_back(id);
@@ -504,6 +504,16 @@ std::string Engine::failure(int rank, std::string_view op) const {
                      format_seconds(options_.fail_at));
 }
 
+// A message is gone if the failed rank was to send or receive it and had not by
+// then, or if the rank at its other end stopped on the failure first.
+void Engine::check_delivery(int rank, std::int64_t id) const {
+  const P2P& op = ops_[id];
+  if (lost(op)) throw RankFailedError(failure(rank, describe(op)));
+  if (op.orphaned)
+    throw RankFailedError(fmt::format("rank {}: {}: rank {} stopped on the failure of rank {} at t = {}", rank,
+                                      describe(op), op.peer, options_.fail_rank, format_seconds(options_.fail_at)));
+}
+
 // Rank fail_rank stops at fail_at: it never runs again, and every rank whose wait
 // it cuts short wakes now (instead of when it would have) to throw the error.
 void Engine::inject_failure() {
@@ -529,13 +539,14 @@ void Engine::inject_failure() {
 }
 
 // A rank that stopped on a failure leaves requests behind, over buffers its
-// stack no longer holds: none may match again, and no bytes move to or from them.
+// stack no longer holds: none may match again, no bytes move to or from them,
+// and a rank that waits on the other end of a matched one is told.
 void Engine::abandon(int rank) {
   for (std::int64_t id = 0; id < std::int64_t(ops_.size()); ++id) {
     P2P& op = ops_[id];
     if (op.owner != rank || op.delivered) continue;
     if (op.done) {
-      ops_[op.partner].delivered = true;
+      ops_[op.partner].orphaned = true;
     } else {
       std::vector<std::int64_t>& queue = op.is_send ? ranks_[op.peer].unexpected_sends : ranks_[rank].posted_recvs;
       queue.erase(std::find(queue.begin(), queue.end(), id));

@@ -115,6 +115,7 @@ class Engine {
     double complete = 0;     // virtual time the message is delivered
     std::int64_t partner = -1;  // the matching receive or send
     bool delivered = false;  // the bytes have been copied
+    bool orphaned = false;   // the other end's rank stopped on a failure before they were
   };
   // Ranks meeting in a collective, a split or an inspection.
   struct Rendezvous {
@@ -175,6 +176,7 @@ class Engine {
   bool lost(const P2P& op) const;
   bool cut_short(int rank) const;
   std::string failure(int rank, std::string_view op) const;  // "rank 0: OP: rank 1 failed at t = 10.0 us"
+  void check_delivery(int rank, std::int64_t op) const;  // throws if the failure took the message
   void abandon(int rank);
   std::string failure_report() const;
 
