@@ -2,6 +2,7 @@
 // JSON importer needs (traceEvents with ph/pid/tid/ts, "X" spans with dur,
 // "s"/"f" flow pairs with ids), plus labkit's own contract (one named track per
 // rank, sends and receives with bytes and peer, each arrow from a send to its receive).
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -104,4 +105,38 @@ TEST(ChromeTrace, EveryArrowGoesFromASendToItsReceive) {
     EXPECT_EQ(to, (from + 1) % 5) << "a ring sends only to the right neighbour";
     EXPECT_LE(s["ts"].get<double>(), finishes[id]["ts"].get<double>()) << "an arrow must not point back in time";
   }
+}
+
+// Issue 14: a span ending at 10.00016 us, written as ts 5 and dur 5.00016 from
+// seconds * 1e6, ended at 10.000160000000001 us, past the next span's ts, and a
+// viewer kept it open to the end of the trace. Times are whole nanoseconds now:
+// ts + dur of the first is the second's ts, to the nanosecond.
+TEST(ChromeTrace, TimesAreWholeNanosecondsSoAbuttingSpansNeverOverlap) {
+  Trace trace(2);
+  using K = TraceEvent::Kind;
+  trace.track(0)->events = {{K::collective, "all_reduce", 5e-6, 10.00016e-6},
+                            {K::collective, "gather", 10.00016e-6, 12e-6},
+                            {K::send, "send", 1e-6, 2.0000004e-6, 1, 0, 8, 7}};
+  trace.track(1)->events.push_back({K::recv, "recv", 1.5e-6, 3.0000004e-6, 0, 0, 8, 7});
+  std::ostringstream out;
+  trace.write_chrome_json(out, "sim");
+  using Range = std::pair<std::int64_t, std::int64_t>;  // [start, end] ns
+  std::map<std::string, Range> spans;                    // by name
+  std::map<std::string, std::int64_t> flow_ends;        // "s", "f" -> ns
+  auto nanos = [](const json& us) {
+    const double ns = us.get<double>() * 1e3;
+    EXPECT_NEAR(ns, std::round(ns), 1e-6) << us << " us is not a whole nanosecond";
+    return std::llround(ns);
+  };
+  const json doc = json::parse(out.str());
+  for (const json& e : doc["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "X") spans[e["name"].get<std::string>()] = {nanos(e["ts"]), nanos(e["ts"]) + nanos(e["dur"])};
+    if (ph == "s" || ph == "f") flow_ends[ph] = nanos(e["ts"]);
+  }
+  EXPECT_EQ(spans["all_reduce"], Range(5000, 10000));
+  EXPECT_EQ(spans["gather"].first, spans["all_reduce"].second);
+  EXPECT_EQ(spans["send"], Range(1000, 2000));  // 2000.4 ns rounds down
+  EXPECT_EQ(flow_ends["s"], 1001) << "a nanosecond inside the send";
+  EXPECT_EQ(flow_ends["f"], 2999) << "a nanosecond inside the receive, which ends at 3000 ns";
 }

@@ -1,6 +1,7 @@
 #include "trace_model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 
@@ -40,6 +41,15 @@ void finish(TraceModel& m) {
   }
 }
 
+// A time in microseconds, as written, to whole nanoseconds: labkit's traces hold
+// whole nanoseconds (see core/src/trace.cpp), so one span's ts + dur equals the
+// next one's ts when they abut, where the same sum in microsecond doubles may not.
+std::int64_t nanos(const nlohmann::json& micros) {
+  const double us = micros.get<double>();
+  if (!(std::abs(us) < 4e15)) throw labkit::Error(fmt::format("time {} us is out of range", us));  // 126 years
+  return std::llround(us * 1e3);
+}
+
 Track& track(TraceModel& m, int rank) {
   if (rank >= int(m.tracks.size())) m.tracks.resize(rank + 1);
   return m.tracks[rank];
@@ -74,12 +84,13 @@ TraceModel load_chrome_trace(const std::string& path) {
         if (e.value("name", "") == "thread_name") track(m, tid).name = e.at("args").at("name");
         continue;
       }
-      const double ts = e.at("ts").get<double>() * 1e-6;
+      const std::int64_t ts_ns = nanos(e.at("ts"));
+      const double ts = ts_ns * 1e-9;
       if (ph == "X") {
         const nlohmann::json args = e.value("args", nlohmann::json::object());
         const std::string name = e.value("name", ""), cat = e.value("cat", "");
-        Span s{kind_of(cat, name), name, ts, ts + e.value("dur", 0.0) * 1e-6, args.value("bytes", std::int64_t(0)),
-               args.value("peer", -1), ""};
+        const double end = (ts_ns + (e.contains("dur") ? nanos(e["dur"]) : 0)) * 1e-9;
+        Span s{kind_of(cat, name), name, ts, end, args.value("bytes", std::int64_t(0)), args.value("peer", -1), ""};
         if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
         if (args.contains("error")) s.detail += (s.detail.empty() ? "" : "\n") + args["error"].get<std::string>();
         track(m, tid).spans.push_back(std::move(s));
@@ -90,7 +101,7 @@ TraceModel load_chrome_trace(const std::string& path) {
       } else if (ph == "f") {
         finishes[e.at("id").get<std::uint64_t>()] = {tid, ts};
       }
-    } catch (const nlohmann::json::exception& ex) {
+    } catch (const std::exception& ex) {  // nlohmann's, or a value out of range
       throw labkit::Error(fmt::format("trace '{}': event {} is malformed: {}", path, index, ex.what()));
     }
   }

@@ -1,6 +1,7 @@
 #include "labkit/trace.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <stdexcept>
 
@@ -17,7 +18,16 @@ Trace::Trace(int ranks) : tracks_(ranks) {
 namespace {
 constexpr int kPid = 0;  // one process row; each rank is a thread (track) in it
 
-double micros(double seconds) { return seconds * 1e6; }  // Chrome traces count microseconds
+// Every time is rounded once to whole nanoseconds, and each ts and dur is made
+// from those integers. llround is monotone, so spans that nest or abut in
+// seconds nest or abut exactly in the file: ts + dur of a span never passes the
+// ts of the span after it (as seconds * 1e6 in doubles could, by an ulp, which
+// keeps the first span open to the end of the trace in a viewer).
+std::int64_t nanos(double seconds) { return std::llround(seconds * 1e9); }
+
+// Chrome traces count microseconds: 3 decimals, which viewers read back to the nanosecond.
+double micros(std::int64_t ns) { return double(ns) / 1e3; }
+double micros(double) = delete;  // seconds go through nanos() first
 
 std::string_view category(TraceEvent::Kind kind) {
   switch (kind) {
@@ -32,7 +42,7 @@ std::string_view category(TraceEvent::Kind kind) {
 
 nlohmann::json span(int rank, const TraceEvent& e) {
   nlohmann::json j = {{"name", e.name}, {"cat", category(e.kind)}, {"ph", "X"}, {"pid", kPid}, {"tid", rank},
-                      {"ts", micros(e.start)}, {"dur", micros(e.end - e.start)}};
+                      {"ts", micros(nanos(e.start))}, {"dur", micros(nanos(e.end) - nanos(e.start))}};
   nlohmann::json args = nlohmann::json::object();
   if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) {
     args = {{"bytes", e.bytes}, {"peer", e.peer}, {"tag", e.tag}};
@@ -48,8 +58,8 @@ nlohmann::json span(int rank, const TraceEvent& e) {
 // receive completes (the message is delivered then). A nanosecond inside the
 // slice, so viewers bind each end to it and the arrow never points back in time.
 nlohmann::json flow_end(int rank, const TraceEvent& e) {
-  const double inset = std::min(1e-9, (e.end - e.start) / 2);
-  const double at = e.kind == TraceEvent::Kind::send ? e.start + inset : e.end - inset;
+  const std::int64_t start = nanos(e.start), end = nanos(e.end), inset = std::min<std::int64_t>(1, (end - start) / 2);
+  const std::int64_t at = e.kind == TraceEvent::Kind::send ? start + inset : end - inset;
   nlohmann::json j = {{"name", "message"}, {"cat", "p2p"}, {"pid", kPid}, {"tid", rank},
                       {"ts", micros(at)}, {"id", e.flow}};
   j["ph"] = e.kind == TraceEvent::Kind::send ? "s" : "f";
@@ -74,12 +84,12 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
         nlohmann::json args = nlohmann::json::object();
         for (const auto& [use, bytes] : e.counters) args[use] = bytes;
         events.push_back({{"name", "rank " + std::to_string(t.rank) + " memory"}, {"cat", "memory"}, {"ph", "C"},
-                          {"pid", kPid}, {"tid", t.rank}, {"ts", micros(e.start)}, {"args", std::move(args)}});
+                          {"pid", kPid}, {"tid", t.rank}, {"ts", micros(nanos(e.start))}, {"args", std::move(args)}});
         continue;
       }
       if (e.kind == TraceEvent::Kind::fault) {  // an instant on the rank's own track ("s": "t")
         events.push_back({{"name", e.name}, {"cat", "fault"}, {"ph", "i"}, {"s", "t"}, {"pid", kPid},
-                          {"tid", t.rank}, {"ts", micros(e.start)}});
+                          {"tid", t.rank}, {"ts", micros(nanos(e.start))}});
         continue;
       }
       events.push_back(span(t.rank, e));
