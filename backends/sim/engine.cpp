@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-#include <boost/context/protected_fixedsize_stack.hpp>
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
@@ -25,7 +24,7 @@ constexpr std::size_t kStackBytes = 256 * 1024;
 // every rank at its time, so nothing happens at fail_at before the failure.
 constexpr int kFailure = -1;
 
-Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.ranks) {
+Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.ranks), asan_(options_.ranks) {
   if (options_.ranks < 1) throw Error(fmt::format("sim: ranks={} must be at least 1", options_.ranks));
   if (options_.fail_rank >= options_.ranks || options_.fail_at < 0)
     throw Error(fmt::format("sim: fail_rank={} at {} s: the rank must be below {} and the time 0 or more",
@@ -52,8 +51,9 @@ double Engine::elapsed() const {
 
 void Engine::run(const std::function<void(Comm&)>& rank_fn) {
   for (int r = 0; r < options_.ranks; ++r) {
-    ranks_[r].fiber = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
+    ranks_[r].fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, kStackBytes),
                                  [this, r, &rank_fn](ctx::fiber&& scheduler) {
+                                   const AsanFibers::InRank in_rank(asan_, r);
                                    ranks_[r].scheduler = std::move(scheduler);
                                    try {
                                      SimComm comm(*this, 0, r, groups_[0],
@@ -84,6 +84,7 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
     }
     ranks_[r].state = RankState::State::ready;
     running_ = r;
+    const AsanFibers::Jump jump = asan_.to_rank(r);
     ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
     running_ = -1;
   }
@@ -93,7 +94,8 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
   if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),
                               [](const RankState& s) { return s.state != RankState::State::done; }))
     report = a_rank_failed ? failure_report() : deadlock_report();
-  for (RankState& s : ranks_) s.fiber = {};  // unwinds the stacks of ranks that did not finish
+  // Unwinds the stacks of ranks that did not finish.
+  for (int r = 0; r < options_.ranks; ++r) asan_.destroy(ranks_[r].fiber, r);
   if (failed_) throw Error(error_);
   if (report.empty()) return;
   if (a_rank_failed) throw RankFailedError(report);
@@ -107,6 +109,7 @@ void Engine::sync(int rank) {
   const bool others_first = !ready_.empty() && std::pair(ranks_[rank].now, rank) > ready_.top();
   if (!others_first && ranks_[rank].now <= options_.stop_at) return;
   ready_.push({ranks_[rank].now, rank});
+  const AsanFibers::Jump jump = asan_.to_scheduler();
   ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
 }
 
@@ -114,7 +117,10 @@ void Engine::block(int rank) {
   RankState& s = ranks_[rank];
   s.state = RankState::State::blocked;
   s.blocked_at = s.now;
-  s.scheduler = std::move(s.scheduler).resume();
+  {
+    const AsanFibers::Jump jump = asan_.to_scheduler();
+    s.scheduler = std::move(s.scheduler).resume();
+  }
   s.waiting_op = -1;
   s.waiting_rv = nullptr;
   if (!s.fault.empty()) throw RankFailedError(std::exchange(s.fault, {}));

@@ -28,6 +28,7 @@
 
 #include <boost/context/fiber.hpp>
 
+#include "asan_fibers.h"
 #include "labkit/collective.h"
 #include "labkit/comm.h"
 #include "labkit/error.h"
@@ -182,6 +183,7 @@ class Engine {
 
   Options options_;
   std::vector<RankState> ranks_;
+  AsanFibers asan_;  // tells AddressSanitizer of every switch between the ranks' stacks
   std::vector<Members> groups_;  // comm_id -> global ranks
   std::vector<P2P> ops_;
   std::vector<std::int64_t> free_ops_;
