@@ -105,6 +105,8 @@ std::vector<double> parse_speeds(const RunOptions& o) {
 }
 }  // namespace
 
+void (*before_ranks_start)(const RunOptions&) = nullptr;
+
 RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   const RankFn with_algorithms = [&](Comm& comm) {
     apply_algorithms(comm, o.algos);
@@ -128,12 +130,15 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   if (o.backend != "sim") throw Error(fmt::format("--backend {}: unknown backend (sim, mpi, nccl)", o.backend));
   if (o.fail_rank >= o.ranks)
     throw Error(fmt::format("--fail-rank {0}: there is no rank {0} among {1} ranks", o.fail_rank, o.ranks));
+  Topology topology = find_topology(o.topology);
+  std::vector<double> speed = parse_speeds(o);
+  if (before_ranks_start) before_ranks_start(o);
   std::shared_ptr<Trace> trace = o.trace.empty() && !o.keep_trace ? nullptr : std::make_shared<Trace>(o.ranks);
   sim::Engine engine({.ranks = o.ranks,
-                      .topology = find_topology(o.topology),
+                      .topology = std::move(topology),
                       .payload = !o.payload_free,
                       .efficiency = o.efficiency,
-                      .speed = parse_speeds(o),
+                      .speed = std::move(speed),
                       .trace = trace.get(),
                       .stop_at = o.stop_at,
                       .progress = o.progress,

@@ -62,4 +62,9 @@ void add_run_options(CLI::App& app, RunOptions& options);
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 
+// When set, run() calls it on the simulator once the options are checked, before
+// any rank starts, and it may throw to stop there: the option fuzzers (fuzz/)
+// parse a lab's whole command line this way without running the lab.
+extern void (*before_ranks_start)(const RunOptions& options);
+
 }  // namespace labkit
