@@ -80,6 +80,8 @@ TEST(VizTrace, RejectsMalformedFilesWithAClearError) {
   EXPECT_NE(error_loading(write("cut.json", R"({"traceEvents": [{"ph": "X", )")).find("not valid JSON"),
             std::string::npos);
   EXPECT_NE(error_loading(write("other.json", R"({"events": []})")).find("no traceEvents array"), std::string::npos);
+  EXPECT_NE(error_loading(write("huge.json", R"([{"ph": "X", "ts": 1e400}])")).find("not valid JSON"),  // fuzz_trace
+            std::string::npos);
   const std::string no_ts = error_loading(write("nots.json", R"({"traceEvents": [{"ph": "X", "tid": 0}]})"));
   EXPECT_NE(no_ts.find("event 1 is malformed"), std::string::npos) << no_ts;
   EXPECT_NE(error_loading(::testing::TempDir() + "/missing.json").find("cannot open"), std::string::npos);
@@ -95,6 +97,19 @@ TEST(VizTrace, AbuttingSpansStaySideBySide) {
   ASSERT_EQ(m.tracks.at(0).spans.size(), 2u);
   EXPECT_EQ(m.tracks[0].spans[0].end, m.tracks[0].spans[1].start);
   EXPECT_EQ(m.tracks[0].spans[1].depth, 0) << "gather drawn inside all_reduce";
+}
+
+// Found by fuzz_trace (fuzz/corpus/trace/crash-arrow-from-a-rank-without-spans): an arrow from a rank
+// with no span of its own read past the end of the tracks.
+TEST(VizTrace, AnArrowFromARankWithoutSpansGetsATrack) {
+  const viz::TraceModel m = viz::load_chrome_trace(write("arrow.json", R"([
+    {"ph": "X", "name": "recv", "cat": "p2p", "tid": 0, "ts": 0, "dur": 2},
+    {"ph": "s", "id": 9, "tid": 2, "ts": 0}, {"ph": "f", "id": 9, "tid": 0, "ts": 1, "bp": "e"}])"));
+  ASSERT_EQ(m.tracks.size(), 3u);
+  EXPECT_TRUE(m.tracks[2].spans.empty());
+  ASSERT_EQ(m.flows.size(), 1u);
+  EXPECT_EQ(m.flows[0].from_rank, 2);
+  EXPECT_EQ(m.flows[0].bytes, 0) << "no send span holds the arrow's start";
 }
 
 TEST(VizTrace, RejectsTimesOutOfRange) {

@@ -64,6 +64,8 @@ TraceModel load_chrome_trace(const std::string& path) {
     doc = nlohmann::json::parse(in);
   } catch (const nlohmann::json::parse_error& e) {
     throw labkit::Error(fmt::format("trace '{}': not valid JSON (byte {}): {}", path, e.byte, e.what()));
+  } catch (const nlohmann::json::exception& e) {  // a number too large for a double
+    throw labkit::Error(fmt::format("trace '{}': not valid JSON: {}", path, e.what()));
   }
   // Both forms of the format: {"traceEvents": [...]} and a bare array of events.
   const nlohmann::json* events = doc.is_array() ? &doc : doc.is_object() && doc.contains("traceEvents") ? &doc["traceEvents"] : nullptr;
@@ -96,10 +98,10 @@ TraceModel load_chrome_trace(const std::string& path) {
         track(m, tid).spans.push_back(std::move(s));
       } else if (ph == "i" && e.value("cat", "") == "fault") {
         track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
-      } else if (ph == "s") {
-        starts[e.at("id").get<std::uint64_t>()] = Flow{tid, -1, ts, 0, 0};
-      } else if (ph == "f") {
-        finishes[e.at("id").get<std::uint64_t>()] = {tid, ts};
+      } else if (ph == "s" || ph == "f") {
+        track(m, tid);  // an arrow's ends are drawn on their ranks' tracks, spans or none
+        if (ph == "s") starts[e.at("id").get<std::uint64_t>()] = Flow{tid, -1, ts, 0, 0};
+        else finishes[e.at("id").get<std::uint64_t>()] = {tid, ts};
       }
     } catch (const std::exception& ex) {  // nlohmann's, or a value out of range
       throw labkit::Error(fmt::format("trace '{}': event {} is malformed: {}", path, index, ex.what()));
