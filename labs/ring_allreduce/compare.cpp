@@ -107,7 +107,10 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
                             format_bytes(o.max_bytes)));
   const Topology topology = find_topology(run_options.topology);
   std::vector<std::uint64_t> sizes;
-  for (std::uint64_t b = o.min_bytes; b <= o.max_bytes; b *= o.factor) sizes.push_back(b);
+  for (std::uint64_t b = o.min_bytes;; b *= o.factor) {
+    sizes.push_back(b);
+    if (b > o.max_bytes / o.factor) break;  // the next size passes --max-bytes (or would wrap past 2^64)
+  }
 
   std::vector<Row> rows;
   for (std::size_t s = 0; s < sizes.size(); ++s) {
