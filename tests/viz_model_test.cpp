@@ -112,9 +112,14 @@ TEST(VizTrace, AnArrowFromARankWithoutSpansGetsATrack) {
   EXPECT_EQ(m.flows[0].bytes, 0) << "no send span holds the arrow's start";
 }
 
-TEST(VizTrace, RejectsTimesOutOfRange) {
+TEST(VizTrace, RejectsNumbersOutOfRange) {
   const std::string far = error_loading(write("far.json", R"([{"ph": "X", "tid": 0, "ts": 1e300, "dur": 1}])"));
   EXPECT_NE(far.find("event 1 is malformed: time 1e+300 us is out of range"), std::string::npos) << far;
+  // Found by fuzz_trace (crash-flow-id-beyond-2-to-the-64): a float cast to an integer type.
+  const std::string id = error_loading(write("id.json", R"([{"ph": "s", "tid": 0, "ts": 1, "id": 7.8e19}])"));
+  EXPECT_NE(id.find("id 7.8e+19 is not an integer in range"), std::string::npos) << id;
+  const std::string tid = error_loading(write("tid.json", R"([{"ph": "X", "tid": 4294967296, "ts": 1}])"));
+  EXPECT_NE(tid.find("tid 4294967296 is not an integer in range"), std::string::npos) << tid;
 }
 
 TEST(VizTrace, AcceptsTheBareArrayForm) {

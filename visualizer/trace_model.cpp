@@ -4,6 +4,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -50,6 +52,19 @@ std::int64_t nanos(const nlohmann::json& micros) {
   return std::llround(us * 1e3);
 }
 
+// An integer field of an event, or `fallback` when it has none. nlohmann would
+// cast a float to the type (undefined beyond its range) or wrap a large integer;
+// both are errors here.
+template <class Int>
+Int integer(const nlohmann::json& object, const char* key, std::optional<Int> fallback = std::nullopt) {
+  if (fallback && !object.contains(key)) return *fallback;
+  const nlohmann::json& v = object.at(key);
+  if (v.is_number_unsigned() ? std::in_range<Int>(v.get<std::uint64_t>())
+                             : v.is_number_integer() && std::in_range<Int>(v.get<std::int64_t>()))
+    return v.get<Int>();
+  throw labkit::Error(fmt::format("{} {} is not an integer in range", key, v.dump()));
+}
+
 Track& track(TraceModel& m, int rank) {
   if (rank >= int(m.tracks.size())) m.tracks.resize(rank + 1);
   return m.tracks[rank];
@@ -80,7 +95,7 @@ TraceModel load_chrome_trace(const std::string& path) {
     ++index;
     try {
       const std::string ph = e.at("ph");
-      const int tid = e.value("tid", 0);
+      const int tid = integer<int>(e, "tid", 0);
       if (tid < 0 || tid > 1 << 20) throw labkit::Error(fmt::format("tid {} is not a rank", tid));
       if (ph == "M") {
         if (e.value("name", "") == "thread_name") track(m, tid).name = e.at("args").at("name");
@@ -92,7 +107,8 @@ TraceModel load_chrome_trace(const std::string& path) {
         const nlohmann::json args = e.value("args", nlohmann::json::object());
         const std::string name = e.value("name", ""), cat = e.value("cat", "");
         const double end = (ts_ns + (e.contains("dur") ? nanos(e["dur"]) : 0)) * 1e-9;
-        Span s{kind_of(cat, name), name, ts, end, args.value("bytes", std::int64_t(0)), args.value("peer", -1), ""};
+        Span s{kind_of(cat, name), name, ts, end, integer<std::int64_t>(args, "bytes", 0),
+               integer<int>(args, "peer", -1), ""};
         if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
         if (args.contains("error")) s.detail += (s.detail.empty() ? "" : "\n") + args["error"].get<std::string>();
         track(m, tid).spans.push_back(std::move(s));
@@ -100,8 +116,8 @@ TraceModel load_chrome_trace(const std::string& path) {
         track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
       } else if (ph == "s" || ph == "f") {
         track(m, tid);  // an arrow's ends are drawn on their ranks' tracks, spans or none
-        if (ph == "s") starts[e.at("id").get<std::uint64_t>()] = Flow{tid, -1, ts, 0, 0};
-        else finishes[e.at("id").get<std::uint64_t>()] = {tid, ts};
+        if (ph == "s") starts[integer<std::uint64_t>(e, "id")] = Flow{tid, -1, ts, 0, 0};
+        else finishes[integer<std::uint64_t>(e, "id")] = {tid, ts};
       }
     } catch (const std::exception& ex) {  // nlohmann's, or a value out of range
       throw labkit::Error(fmt::format("trace '{}': event {} is malformed: {}", path, index, ex.what()));
