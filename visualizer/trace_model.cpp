@@ -110,7 +110,8 @@ TraceModel load_chrome_trace(const std::string& path) {
         Span s{kind_of(cat, name), name, ts, end, integer<std::int64_t>(args, "bytes", 0),
                integer<int>(args, "peer", -1), ""};
         if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
-        if (args.contains("error")) s.detail += (s.detail.empty() ? "" : "\n") + args["error"].get<std::string>();
+        if (args.contains("error"))  // with fmt: GCC 12 warns falsely (-Wrestrict) on "\n" + std::string here
+          s.detail += fmt::format("{}{}", s.detail.empty() ? "" : "\n", args["error"].get<std::string>());
         track(m, tid).spans.push_back(std::move(s));
       } else if (ph == "i" && e.value("cat", "") == "fault") {
         track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
