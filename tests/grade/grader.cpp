@@ -52,7 +52,7 @@ struct Exercise {
 struct Test {
   const Exercise* exercise = nullptr;
   std::string name;  // "ring_all_reduce.GivesEveryRankTheSum"
-  bool compiled = true;  // false: its binary is missing, so it is not run
+  bool compiled = true;  // false: its binary is missing or broken, so it is not run
   // What came back.
   bool passed = false, pattern = false;
   std::vector<std::string> messages;
@@ -309,13 +309,21 @@ int main(int argc, char** argv) {
     const std::vector<Exercise> exercises = read_manifest(manifest, labs);
     std::vector<Test> tests;
     for (const Exercise& e : exercises) {
-      const bool compiled = fs::exists(e.binary);
-      for (std::string& name : compiled ? list_tests(e) : std::vector<std::string>{e.name + ".Compiles"}) {
+      // An exercise whose binary is missing or cannot even list its tests scores 0 with the reason.
+      std::string broken = fs::exists(e.binary) ? "" : "does not compile: the compiler's errors are printed above";
+      std::vector<std::string> names;
+      if (broken.empty()) try {
+          names = list_tests(e);
+        } catch (const std::exception& error) {
+          broken = error.what();
+        }
+      if (!broken.empty()) names = {e.name + ".Runs"};
+      for (std::string& name : names) {
         Test& t = tests.emplace_back();
         t.exercise = &e;
         t.name = std::move(name);
-        t.compiled = compiled;
-        if (!compiled) t.messages = {"does not compile: the compiler's errors are printed above the score table"};
+        t.compiled = broken.empty();
+        if (!t.compiled) t.messages = {broken};
       }
     }
     std::vector<Test*> to_run;
