@@ -2,6 +2,7 @@
 // sub-groups, payload-free runs, and every collective on every rank count.
 #include <numeric>
 #include <sstream>
+#include <type_traits>
 
 #include <gtest/gtest.h>
 
@@ -447,13 +448,30 @@ TEST(SimFaults, CollectivesAndLaterCallsFailButWhatWasDeliveredStands) {
   EXPECT_EQ(failure_of(2, 1, 1.0, [](Comm& c) { c.barrier(); }), "no failure");  // it finished first
 }
 
+TEST(SimP2P, AMovedRequestIsWaitedOnceThroughItsNewHandle) {
+  static_assert(!std::is_copy_constructible_v<Request> && std::is_nothrow_move_constructible_v<Request>);
+  simulate(2, [](Comm& c) {
+    std::vector<float> mine(4, float(c.rank())), theirs(4, -1.0f);
+    Request send = c.isend(view_of(mine), 1 - c.rank());
+    Request recv = c.irecv(view_of(theirs), 1 - c.rank());
+    Request moved = std::move(recv);
+    recv.wait();  // moved from: waits for nothing
+    EXPECT_EQ(theirs[0], -1.0f);
+    moved.wait();
+    send.wait();
+    EXPECT_EQ(theirs[0], float(1 - c.rank()));
+    moved.wait();  // completed: a second wait is a no-op
+  });
+}
+
 TEST(SimFaults, ARankStoppedByTheErrorTakesItsOpenRequestsWithIt) {
   const std::string report = failure_of(3, 2, 1e-6, [](Comm& c) {
     std::vector<int> x(4);
     if (c.rank() == 2) return c.compute_for("work", 2e-6);
     if (c.rank() == 1) {
-      c.irecv(view_of(x), 0);  // never waited: rank 1 stops at the next line
+      Request from_0 = c.irecv(view_of(x), 0);  // never waited: rank 1 stops at the next line
       c.recv(view_of(x), 2);
+      from_0.wait();
     }
     c.compute_for("work", 3e-6);
     c.send(view_of(x), 1);  // no receive to match: rank 1's buffer is gone

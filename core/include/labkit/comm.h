@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "labkit/collective.h"
@@ -30,9 +31,21 @@ class Comm;
 using Members = std::shared_ptr<const std::vector<int>>;
 
 // A pending isend or irecv. wait() blocks until it completes; test() asks.
-class Request {
+// Move-only: one operation has one handle, so it cannot be waited on twice
+// through copies (the backend recycles its id once it completes); a moved-from
+// or completed Request waits for nothing.
+class [[nodiscard]] Request {
  public:
   Request() = default;
+  Request(Request&& other) noexcept { *this = std::move(other); }
+  Request& operator=(Request&& other) noexcept {
+    comm_ = std::exchange(other.comm_, nullptr);
+    id_ = other.id_, is_send_ = other.is_send_, buf_ = other.buf_;
+    peer_ = other.peer_, tag_ = other.tag_, posted_ = other.posted_;
+    return *this;
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
   void wait();
   bool test();
 
