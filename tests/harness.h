@@ -28,14 +28,7 @@ inline SimRun simulate(int ranks, const std::function<void(Comm&)>& fn, const st
   return out;
 }
 
-// The sends a rank made, in order.
-inline std::vector<TraceEvent> sends_of(const Trace& trace, int rank) {
-  std::vector<TraceEvent> out;
-  for (const TraceEvent& e : trace.tracks()[rank].events)
-    if (e.kind == TraceEvent::Kind::send) out.push_back(e);
-  return out;
-}
-
+// The receives a rank made, in order.
 inline std::vector<TraceEvent> recvs_of(const Trace& trace, int rank) {
   std::vector<TraceEvent> out;
   for (const TraceEvent& e : trace.tracks()[rank].events)

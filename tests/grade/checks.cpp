@@ -35,17 +35,13 @@ std::string first_mismatch(const Buffers& got, std::size_t n, const std::functio
 
 // ---- a watched run --------------------------------------------------------------
 
-std::vector<Posted> Observed::sends(int rank) const {
-  std::vector<Posted> out;
-  for (const Posted& p : posted[rank])
-    if (p.is_send) out.push_back(p);
-  return out;
-}
+std::vector<Posted> Observed::sends(int rank) const { return posted_by(rank, true); }
+std::vector<Posted> Observed::recvs(int rank) const { return posted_by(rank, false); }
 
-std::vector<Posted> Observed::recvs(int rank) const {
+std::vector<Posted> Observed::posted_by(int rank, bool is_send) const {
   std::vector<Posted> out;
   for (const Posted& p : posted[rank])
-    if (!p.is_send) out.push_back(p);
+    if (p.is_send == is_send) out.push_back(p);
   return out;
 }
 

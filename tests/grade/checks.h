@@ -41,6 +41,9 @@ struct Observed {
 
   std::vector<Posted> sends(int rank) const;
   std::vector<Posted> recvs(int rank) const;
+
+ private:
+  std::vector<Posted> posted_by(int rank, bool is_send) const;
 };
 
 // Runs fn on P simulated ranks; never throws (see Observed::error).
