@@ -66,7 +66,24 @@ struct Options {
   std::string op = "all_reduce";
   int root = 0;
   std::string reduce_op = "sum";
+  bool nonblocking = false;
+  double compute = 0;  // seconds every rank computes beside each collective
 };
+
+// A collective as asked: blocking, then --compute's work; or (--nonblocking)
+// started on the rank's communication stream, the work done while it is in
+// flight, then waited for. The buffers come out the same; the time is the sum
+// of the two, or the longer of them.
+void collective(Comm& comm, const Options& o, const CollectiveCall& call) {
+  if (!o.nonblocking) {
+    comm.run(call);
+    if (o.compute > 0) comm.compute_for("compute", o.compute);
+    return;
+  }
+  Request in_flight = comm.start(call);
+  if (o.compute > 0) comm.compute_for("compute", o.compute);
+  in_flight.wait();
+}
 
 std::string with_algo(Comm& comm, Collective c, const std::string& what) {
   return fmt::format("{} on {} ranks, algo {}", what, comm.size(), comm.algorithm(c));
@@ -82,38 +99,38 @@ void demo(Comm& comm, const std::string& name, const Options& o, nlohmann::json&
   if (name == "broadcast") {
     Values buf = make(3, [&](std::size_t i) { return r == root ? 10.0f * (i + 1) : 0.0f; });
     show(comm, with_algo(comm, Collective::broadcast, fmt::format("broadcast(root={})", root)), buf, buf,
-         [&] { comm.broadcast(view_of(buf), root); });
+         [&] { collective(comm, o, {Collective::broadcast, {}, view_of(buf), op, root}); });
   } else if (name == "reduce") {
     Values buf = make(3, [&](std::size_t i) { return float(r + 1 + i); });
     show(comm, with_algo(comm, Collective::reduce, fmt::format("reduce({}, root={})", reduce_args, root)), buf, buf,
-         [&] { comm.reduce(view_of(buf), op, root); });
+         [&] { collective(comm, o, {Collective::reduce, {}, view_of(buf), op, root}); });
   } else if (name == "all_reduce") {
     Values buf = make(3, [&](std::size_t i) { return float(r + 1 + i); });
     show(comm, with_algo(comm, Collective::all_reduce, "all_reduce(" + reduce_args + ")"), buf, buf,
-         [&] { comm.all_reduce(view_of(buf), op); });
+         [&] { collective(comm, o, {Collective::all_reduce, {}, view_of(buf), op, 0}); });
   } else if (name == "gather") {
     Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(r == root ? 2 * p : 0);
     show(comm, with_algo(comm, Collective::gather, fmt::format("gather(root={})", root)), in, out,
-         [&] { comm.gather(view_of(in), view_of(out), root); });
+         [&] { collective(comm, o, {Collective::gather, view_of(in), view_of(out), op, root}); });
   } else if (name == "scatter") {
     Values in = r == root ? make(2 * p, [](std::size_t i) { return float(i / 2 * 10 + i % 2 + 1); }) : Values{};
     Values out(2);
     show(comm, with_algo(comm, Collective::scatter, fmt::format("scatter(root={})", root)), in, out,
-         [&] { comm.scatter(view_of(in), view_of(out), root); });
+         [&] { collective(comm, o, {Collective::scatter, view_of(in), view_of(out), op, root}); });
   } else if (name == "all_gather") {
     Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(2 * p);
     show(comm, with_algo(comm, Collective::all_gather, "all_gather"), in, out,
-         [&] { comm.all_gather(view_of(in), view_of(out)); });
+         [&] { collective(comm, o, {Collective::all_gather, view_of(in), view_of(out), op, 0}); });
   } else if (name == "reduce_scatter") {
     // Rank r contributes [r*10+i, r*10+i+1] for each block i.
     Values in = make(2 * p, [&](std::size_t i) { return float(r * 10 + i / 2 + i % 2); }), out(2);
     show(comm, with_algo(comm, Collective::reduce_scatter, "reduce_scatter(" + reduce_args + ")"), in, out,
-         [&] { comm.reduce_scatter(view_of(in), view_of(out), op); });
+         [&] { collective(comm, o, {Collective::reduce_scatter, view_of(in), view_of(out), op, 0}); });
   } else if (name == "all_to_all") {
     // Block d of rank r is [r*100 + d*10 + 1, +2]: the digits say who sent it to whom.
     Values in = make(2 * p, [&](std::size_t i) { return float(r * 100 + i / 2 * 10 + i % 2 + 1); }), out(2 * p);
     show(comm, with_algo(comm, Collective::all_to_all, "all_to_all"), in, out,
-         [&] { comm.all_to_all(view_of(in), view_of(out)); });
+         [&] { collective(comm, o, {Collective::all_to_all, view_of(in), view_of(out), op, 0}); });
   } else if (name == "send_recv") {
     // A ring shift: every rank sends to its right neighbour and receives from its left.
     Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(2);
@@ -126,7 +143,7 @@ void demo(Comm& comm, const std::string& name, const Options& o, nlohmann::json&
     comm.compute_for("work", r * 1e-6);
     std::vector<float> before = {float((comm.now() - t0) * 1e6)}, after(1);
     show(comm, with_algo(comm, Collective::barrier, "barrier") + " (buffer: clock in us)", before, after, [&] {
-      comm.barrier();
+      collective(comm, o, {Collective::barrier, {}, {}, op, 0});
       after[0] = float((comm.now() - t0) * 1e6);
     });
   } else if (name == "deadlock") {
@@ -197,6 +214,13 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(0));
   app.add_option("--reduce-op", o.reduce_op, "sum, prod, min, max, avg")
       ->capture_default_str()->check(cli::parsed_by(parse_reduce_op));
+  app.add_flag("--nonblocking", o.nonblocking,
+               "start each collective on the rank's communication stream (i_all_reduce, ...) and wait for it");
+  app.add_option_function<std::string>(
+         "--compute", [&o](const std::string& t) { o.compute = parse_seconds(t); },
+         "every rank computes this long (10us, 1ms) beside each collective: after it, or while it is in flight "
+         "(--nonblocking)")
+      ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
   std::string json_path;
   app.add_option("--json", json_path, "also write what is printed as JSON to this file");
   add_run_options(app, run_options);
@@ -206,6 +230,9 @@ int main(int argc, char** argv) {
   nlohmann::json report = nlohmann::json::array();  // what rank 0 printed, for --json
   try {
     run(run_options, [&](Comm& comm) {
+      if (comm.rank() == 0 && o.compute > 0)
+        fmt::print("every rank computes for {} beside each collective, {}\n\n", format_seconds(o.compute),
+                   o.nonblocking ? "while it is in flight" : "after it");
       if (o.op != "all") return demo(comm, o.op, o, report);
       for (const std::string& name : all) demo(comm, name, o, report);
       if (!check_identities(comm, report)) identities_hold = false;

@@ -1,5 +1,5 @@
 # Runs the collectives lab on the simulator and under mpirun (BACKEND mpi, or
-# nccl) with the same ranks, and fails unless every rank's buffers before and after each collective
+# nccl; MPI_ARGS: more options there, as --nonblocking) with the same ranks, and fails unless every rank's buffers before and after each collective
 # are equal (integer values in float: exact on both). Barrier rows print clocks
 # and are skipped.
 execute_process(COMMAND ${LAB} --op all --ranks ${NP} --json ${OUT}/sim_${NP}.json OUTPUT_QUIET RESULT_VARIABLE status)
@@ -9,13 +9,14 @@ endif()
 if(NOT BACKEND)
   set(BACKEND mpi)
 endif()
-execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${LAB} --backend ${BACKEND} --op all --json ${OUT}/mpi_${NP}.json
+execute_process(COMMAND ${MPIEXEC} -np ${NP} --oversubscribe ${LAB} --backend ${BACKEND} --op all ${MPI_ARGS}
+                        --json ${OUT}/mpi_${NP}${MPI_ARGS}.json
                 OUTPUT_QUIET RESULT_VARIABLE status)
 if(NOT status EQUAL 0)
   message(FATAL_ERROR "the run under mpirun failed with ${status}")
 endif()
 file(READ ${OUT}/sim_${NP}.json sim)
-file(READ ${OUT}/mpi_${NP}.json mpi)
+file(READ ${OUT}/mpi_${NP}${MPI_ARGS}.json mpi)
 string(JSON rows LENGTH "${sim}")
 string(JSON mpi_rows LENGTH "${mpi}")
 if(NOT rows EQUAL mpi_rows)

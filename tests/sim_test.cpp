@@ -4,6 +4,7 @@
 #include <sstream>
 #include <type_traits>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -218,8 +219,10 @@ struct Result {
   std::vector<std::vector<float>> per_rank;
 };
 
-// Runs `op` with the given algorithm on P ranks with `count` elements per block.
-Result run_collective(Collective op, const std::string& algo, int p, std::size_t count, int root, ReduceOp rop) {
+// Runs `op` with the given algorithm on P ranks with `count` elements per block;
+// `nonblocking`: started with Comm::start, waited after a compute region.
+Result run_collective(Collective op, const std::string& algo, int p, std::size_t count, int root, ReduceOp rop,
+                      bool nonblocking = false) {
   Result out{std::vector<std::vector<float>>(p)};
   simulate(p, [&](Comm& c) {
     c.set_algorithm(op, algo);
@@ -241,7 +244,13 @@ Result run_collective(Collective op, const std::string& algo, int p, std::size_t
       case Collective::all_to_all: send = fill(big); recv.resize(big); break;
       case Collective::barrier: break;
     }
-    c.run({op, view_of(send), view_of(recv), rop, root});
+    if (nonblocking) {
+      Request in_flight = c.start({op, view_of(send), view_of(recv), rop, root});
+      c.compute_for("meanwhile", 1e-6);
+      in_flight.wait();
+    } else {
+      c.run({op, view_of(send), view_of(recv), rop, root});
+    }
     out.per_rank[r] = recv;
   });
   return out;
@@ -280,11 +289,16 @@ TEST(SimCollectives, EveryAlgorithmMatchesNativeOnEveryRankCountAndSize) {
         for (int root : {0, p - 1, p / 2}) {
           const ReduceOp rop = algo.op == Collective::all_reduce && p == 3 ? ReduceOp::max : ReduceOp::sum;
           const Result want = run_collective(algo.op, "native", p, count, root, rop);
-          const Result got = run_collective(algo.op, std::string(algo.name), p, count, root, rop);
-          for (int r = 0; r < p; ++r)
-            ASSERT_EQ(got.per_rank[r], want.per_rank[r])
-                << name_of(algo.op) << " algo " << algo.name << " P=" << p << " count=" << count << " root=" << root
-                << " rank " << r;
+          for (bool nonblocking : {false, true}) {
+            const Result got = run_collective(algo.op, std::string(algo.name), p, count, root, rop, nonblocking);
+            const Result native = run_collective(algo.op, "native", p, count, root, rop, nonblocking);
+            for (int r = 0; r < p; ++r) {
+              ASSERT_EQ(got.per_rank[r], want.per_rank[r])
+                  << name_of(algo.op) << " algo " << algo.name << " P=" << p << " count=" << count << " root=" << root
+                  << " rank " << r << (nonblocking ? " (non-blocking)" : "");
+              ASSERT_EQ(native.per_rank[r], want.per_rank[r]) << name_of(algo.op) << " native, non-blocking";
+            }
+          }
         }
   }
 }
@@ -488,4 +502,140 @@ TEST(SimFaults, ARankStoppedByTheErrorTakesItsOpenRequestsWithIt) {
   });
   EXPECT_NE(orphaned.find("  rank 0: recv(from=1, tag=0): rank 1 stopped on the failure of rank 2 at t = 1.00 us\n"),
             std::string::npos) << orphaned;
+}
+
+// ---- non-blocking collectives: in flight on the rank's communication stream ------
+
+namespace {
+// How long one all_reduce of `bytes` takes on 8 ranks with `algo`, alone.
+double all_reduce_alone(const std::string& algo, std::size_t bytes) {
+  return simulate(8, [&](Comm& c) {
+           std::vector<float> g(bytes / 4, 1.0f);
+           c.set_algorithm(Collective::all_reduce, algo);
+           c.all_reduce(view_of(g), ReduceOp::sum);
+         }).elapsed;
+}
+}  // namespace
+
+TEST(SimOverlap, ComputeBesideAnAllReduceInFlightTakesTheLongerOfTheTwo) {
+  const std::size_t bytes = 1 << 20;
+  for (const std::string algo : {"native", "ring"}) {
+    const double a = all_reduce_alone(algo, bytes);
+    for (double c : {a / 2, 2 * a}) {
+      auto step = [&](bool overlap) {
+        return simulate(8, [&](Comm& comm) {
+                 std::vector<float> g(bytes / 4, float(comm.rank()));
+                 comm.set_algorithm(Collective::all_reduce, algo);
+                 if (overlap) {
+                   Request r = comm.i_all_reduce(view_of(g), ReduceOp::sum);
+                   comm.compute_for("backward", c);
+                   r.wait();
+                 } else {
+                   comm.all_reduce(view_of(g), ReduceOp::sum);
+                   comm.compute_for("backward", c);
+                 }
+                 EXPECT_EQ(g[0], 28.0f);  // 0 + 1 + ... + 7
+               }).elapsed;
+      };
+      // The model: the allreduce costs A whether or not the rank computes meanwhile.
+      EXPECT_NEAR(step(true), std::max(a, c), 1e-12) << algo << " C = " << c << " A = " << a;
+      EXPECT_NEAR(step(false), a + c, 1e-12) << algo;
+    }
+  }
+}
+
+TEST(SimOverlap, CollectivesStartedOnOneGroupRunOneAfterAnother) {
+  const std::size_t bytes = 1 << 20;
+  for (const std::string algo : {"native", "ring"}) {
+    const double a = all_reduce_alone(algo, bytes);
+    const double both = simulate(8, [&](Comm& c) {
+                          std::vector<float> x(bytes / 4, 1.0f), y(bytes / 4, 2.0f);
+                          c.set_algorithm(Collective::all_reduce, algo);
+                          Request first = c.i_all_reduce(view_of(x), ReduceOp::sum);
+                          Request second = c.i_all_reduce(view_of(y), ReduceOp::avg);
+                          EXPECT_FALSE(second.test());  // nothing is done at once
+                          second.wait();
+                          EXPECT_TRUE(first.test());  // it ran first
+                          first.wait();               // a no-op now
+                          EXPECT_EQ(x[0], 8.0f);
+                          EXPECT_EQ(y[0], 2.0f);
+                        }).elapsed;
+    EXPECT_NEAR(both, 2 * a, 1e-9) << algo;
+  }
+}
+
+TEST(SimOverlap, TheStreamIsDrawnOnItsOwnTrackUnderTheRank) {
+  for (const std::string algo : {"native", "ring"}) {
+    auto run = simulate(2, [&](Comm& c) {
+      std::vector<float> g(1024, 1.0f);
+      c.set_algorithm(Collective::all_reduce, algo);
+      Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
+      c.compute_for("backward", 1e-3);
+      r.wait();
+    });
+    int on_stream = 0;
+    for (const TraceEvent& e : run.trace->tracks()[1].events) {
+      EXPECT_EQ(e.on_stream, e.kind != TraceEvent::Kind::compute) << algo << " " << e.name;
+      if (e.kind == TraceEvent::Kind::collective) {
+        EXPECT_EQ(e.start, 0.0) << algo;  // in flight from the start, under the compute region
+        EXPECT_LT(e.end, 1e-3) << algo;
+      }
+      on_stream += e.on_stream;
+    }
+    EXPECT_EQ(on_stream, algo == "native" ? 1 : 5) << algo;  // and the ring's two steps: a send and a receive each
+    std::ostringstream json;
+    run.trace->write_chrome_json(json, "sim");
+    EXPECT_NE(json.str().find("\"rank 1 / comm\""), std::string::npos);
+  }
+}
+
+TEST(SimOverlap, MisuseIsNamedNotHidden) {
+  for (const std::string algo : {"native", "ring"}) {
+    // A rank that returns before its collective is done would leave it writing into freed buffers.
+    EXPECT_THAT(error_of(2, [&](Comm& c) {
+                  static std::vector<float> g(16);
+                  c.set_algorithm(Collective::all_reduce, algo);
+                  (void)c.i_all_reduce(view_of(g), ReduceOp::sum);
+                }),
+                testing::HasSubstr("returned with")) << algo;
+    // A peer that never joins: the deadlock report names the stream and what it waits in.
+    const std::string deadlock = error_of(2, [&](Comm& c) {
+      std::vector<float> g(16);
+      c.set_algorithm(Collective::all_reduce, algo);
+      if (c.rank() == 0) c.i_all_reduce(view_of(g), ReduceOp::sum).wait();
+    });
+    EXPECT_THAT(deadlock, testing::HasSubstr("deadlock")) << algo;
+    EXPECT_THAT(deadlock, testing::HasSubstr(algo == "native" ? "all_reduce(group=0) waiting for rank 1"
+                                                              : "rank 0 / comm: send(to=1")) << deadlock;
+    // Arguments are checked when the collective starts.
+    EXPECT_THAT(error_of(2, [&](Comm& c) {
+                  std::vector<float> x(4), y(3);
+                  c.set_algorithm(Collective::all_gather, algo == "native" ? algo : "ring");
+                  c.i_all_gather(view_of(x), view_of(y)).wait();
+                }),
+                testing::HasSubstr("rank 0: all_gather: recv count 3 is not divisible by 2 ranks")) << algo;
+  }
+}
+
+TEST(SimOverlap, APeerThatFailsEndsTheWaitWithItsName) {
+  for (const std::string algo : {"native", "ring"}) {
+    std::vector<std::string> errors(4);
+    sim::Engine engine({.ranks = 4, .topology = kH100, .fail_rank = 2, .fail_at = 1e-3});
+    EXPECT_THROW(engine.run([&](Comm& c) {
+                   std::vector<float> g(1 << 16, 1.0f);
+                   c.set_algorithm(Collective::all_reduce, algo);
+                   if (c.rank() == 2) c.compute_for("slow", 1.0);
+                   Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
+                   try {
+                     r.wait();
+                   } catch (const RankFailedError& e) {
+                     errors[c.rank()] = e.what();
+                     throw;
+                   }
+                 }),
+                 RankFailedError) << algo;
+    // Natively every rank waits on the group; in the ring, rank 1 sends to rank 2 and rank 3 receives from it.
+    for (int r : algo == "native" ? std::vector{0, 1, 3} : std::vector{1, 3})
+      EXPECT_THAT(errors[r], testing::HasSubstr("rank 2 failed at t = 1")) << algo << " rank " << r;
+  }
 }

@@ -150,12 +150,16 @@ TraceModel load_chrome_trace(const std::string& path) {
 TraceModel from_trace(const labkit::Trace& trace, std::string source) {
   TraceModel m;
   m.source = std::move(source);
+  // As the trace file lays them out: rank r on track r, its communication stream on ranks + r.
+  const int ranks = int(trace.tracks().size());
   for (const labkit::TraceTrack& t : trace.tracks()) {
-    Track& out = track(m, t.rank);
-    out.name = fmt::format("rank {}", t.rank);
+    track(m, t.rank).name = fmt::format("rank {}", t.rank);
     for (const labkit::TraceEvent& e : t.events) {
       using K = labkit::TraceEvent::Kind;
       if (e.kind == K::memory) continue;  // counters, not spans
+      const int tid = e.on_stream ? ranks + t.rank : t.rank;
+      Track& out = track(m, tid);
+      if (e.on_stream) out.name = fmt::format("rank {} / comm", t.rank);
       const Kind kind = e.kind == K::collective ? Kind::collective
                         : e.kind == K::send   ? Kind::send
                         : e.kind == K::recv   ? Kind::recv
@@ -164,7 +168,8 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
       std::string detail;
       for (const auto& [key, value] : e.args) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", key, value);
       out.spans.push_back({kind, e.name, e.start, e.end, std::int64_t(e.bytes), e.peer, detail});
-      if (e.kind == K::send) m.flows.push_back({t.rank, e.peer, e.start, e.end, std::int64_t(e.bytes)});
+      if (e.kind == K::send)  // a stream's messages go to the peer's stream
+        m.flows.push_back({tid, e.on_stream ? ranks + e.peer : e.peer, e.start, e.end, std::int64_t(e.bytes)});
     }
   }
   finish(m);

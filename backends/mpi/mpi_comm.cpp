@@ -177,35 +177,61 @@ void MpiComm::check_collective(const CollectiveCall& c) {
   }
 }
 
-std::string_view MpiComm::run_native(const CollectiveCall& c) {
+std::string_view MpiComm::run_native(const CollectiveCall& c) { return wait_native(start_native(c)).algorithm; }
+
+std::int64_t MpiComm::start_native(const CollectiveCall& c) {
   die_if_due();
   const MPI_Datatype t = mpi_type(c.recv.dtype);
   const MPI_Op op = mpi_op(c.reduce_op);
   const int n = int(c.recv.count);
   const bool root = rank() == c.root;
+  NativePending p{MPI_REQUEST_NULL, c.op, now()};
+  MPI_Request* r = &p.request;
   switch (c.op) {
-    case Collective::broadcast: MPI_Bcast(c.recv.data, n, t, c.root, comm_); break;
+    case Collective::broadcast: MPI_Ibcast(c.recv.data, n, t, c.root, comm_, r); break;
     case Collective::reduce:
-      MPI_Reduce(root ? MPI_IN_PLACE : c.recv.data, root ? c.recv.data : nullptr, n, t, op, c.root, comm_);
+      MPI_Ireduce(root ? MPI_IN_PLACE : c.recv.data, root ? c.recv.data : nullptr, n, t, op, c.root, comm_, r);
       break;
-    case Collective::all_reduce: MPI_Allreduce(MPI_IN_PLACE, c.recv.data, n, t, op, comm_); break;
+    case Collective::all_reduce: MPI_Iallreduce(MPI_IN_PLACE, c.recv.data, n, t, op, comm_, r); break;
     case Collective::gather:
-      MPI_Gather(c.send.data, int(c.send.count), mpi_type(c.send.dtype), c.recv.data, int(c.send.count), t, c.root,
-                 comm_);
+      MPI_Igather(c.send.data, int(c.send.count), mpi_type(c.send.dtype), c.recv.data, int(c.send.count), t, c.root,
+                  comm_, r);
       break;
-    case Collective::scatter:
-      MPI_Scatter(c.send.data, n, t, c.recv.data, n, t, c.root, comm_);
-      break;
+    case Collective::scatter: MPI_Iscatter(c.send.data, n, t, c.recv.data, n, t, c.root, comm_, r); break;
     case Collective::all_gather:
-      MPI_Allgather(c.send.data, int(c.send.count), t, c.recv.data, int(c.send.count), t, comm_);
+      MPI_Iallgather(c.send.data, int(c.send.count), t, c.recv.data, int(c.send.count), t, comm_, r);
       break;
-    case Collective::reduce_scatter: MPI_Reduce_scatter_block(c.send.data, c.recv.data, n, t, op, comm_); break;
+    case Collective::reduce_scatter: MPI_Ireduce_scatter_block(c.send.data, c.recv.data, n, t, op, comm_, r); break;
     case Collective::all_to_all:
-      MPI_Alltoall(c.send.data, int(c.send.count) / size(), t, c.recv.data, int(c.send.count) / size(), t, comm_);
+      MPI_Ialltoall(c.send.data, int(c.send.count) / size(), t, c.recv.data, int(c.send.count) / size(), t, comm_, r);
       break;
-    case Collective::barrier: MPI_Barrier(comm_); break;
+    case Collective::barrier: MPI_Ibarrier(comm_, r); break;
   }
-  return "open-mpi";  // Open MPI's tuned component picks its own algorithm per size
+  natives_.emplace(next_id_, p);
+  return next_id_++;
+}
+
+// Open MPI moves a non-blocking collective along inside MPI calls (it has no
+// progress thread by default): a rank that computes without calling MPI leaves
+// it where it was, and the wait does the rest.
+Comm::NativeDone MpiComm::wait_native(std::int64_t id) {
+  NativePending& p = natives_.at(id);
+  const std::string_view op = name_of(p.op);
+  poll(p.request, MPI_STATUS_IGNORE, op, -1, [&] {
+    fail(who(), op, "made no progress in {} s: a deadlock? (a rank that skips the collective)",
+         context_.deadlock_timeout);
+  });
+  // It ended, as far as this rank can tell, when the wait saw it done; Open MPI's
+  // libnbc picks its own algorithm per size.
+  const NativeDone done{p.started, now(), "open-mpi"};
+  natives_.erase(id);
+  return done;
+}
+
+bool MpiComm::test_native(std::int64_t id) {
+  int done = 0;
+  MPI_Test(&natives_.at(id).request, &done, MPI_STATUS_IGNORE);
+  return done;
 }
 
 MpiComm::Split MpiComm::split_mpi(int color, int key) {

@@ -3,8 +3,10 @@
 // completes on delivery as on the simulator, and a program that deadlocks there
 // deadlocks here: a wait that makes no progress for the deadlock timeout stops
 // the run and says which rank waits on whom; a wait on a peer whose process is
-// gone throws a RankFailedError, as the simulator does). Native collectives are Open MPI's;
-// labkit algorithms run over the point-to-point above. Time is MPI_Wtime,
+// gone throws a RankFailedError, as the simulator does). Native collectives are Open MPI's
+// non-blocking ones (MPI-3's MPI_Iallreduce and kin: a blocking call starts one
+// and waits); labkit algorithms run over the point-to-point above, and a labkit
+// algorithm started non-blocking runs at once (MPI has no stream to put it on). Time is MPI_Wtime,
 // shifted onto rank 0's clock when the trace is merged (offset_to_rank0 in mpi_run.cpp).
 #pragma once
 
@@ -44,6 +46,9 @@ class MpiComm : public Comm {
   bool test_request(std::int64_t id) override;
   void check_collective(const CollectiveCall& call) override;
   std::string_view run_native(const CollectiveCall& call) override;
+  std::int64_t start_native(const CollectiveCall& call) override;
+  NativeDone wait_native(std::int64_t id) override;
+  bool test_native(std::int64_t id) override;
   std::unique_ptr<Comm> split_group(int color, int key) override;
   void advance(double seconds) override;
   int node_of_global(int global_rank) const override { return context_.node_of_world.at(global_rank); }
@@ -78,6 +83,12 @@ class MpiComm : public Comm {
   int comm_id_;
   Context& context_;
   std::map<std::int64_t, Pending> pending_;
+  struct NativePending {
+    MPI_Request request;
+    Collective op;
+    double started;
+  };
+  std::map<std::int64_t, NativePending> natives_;
   std::int64_t next_id_ = 0;
   int splits_ = 0;
 };

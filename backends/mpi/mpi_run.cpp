@@ -95,14 +95,14 @@ nlohmann::json to_json(const TraceTrack& t, double shift) {
   for (const TraceEvent& e : t.events)
     events.push_back({{"kind", int(e.kind)}, {"name", e.name}, {"start", e.start + shift}, {"end", e.end + shift},
                       {"peer", e.peer}, {"tag", e.tag}, {"bytes", e.bytes}, {"flow", e.flow}, {"args", e.args},
-                      {"counters", e.counters}});
+                      {"counters", e.counters}, {"on_stream", e.on_stream}});
   return events;
 }
 
 void from_json(const nlohmann::json& events, TraceTrack& t) {
   for (const nlohmann::json& e : events)
     t.events.push_back({TraceEvent::Kind(e["kind"].get<int>()), e["name"], e["start"], e["end"], e["peer"], e["tag"],
-                        e["bytes"], e["flow"], e["args"], e["counters"]});
+                        e["bytes"], e["flow"], e["args"], e["counters"], e["on_stream"]});
 }
 
 // Every rank's events, on rank 0's clock, gathered into rank 0's trace.

@@ -88,24 +88,13 @@ NcclComm::NcclComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* trac
     check(ncclCommInitRank(&nccl_, size(), id, rank()), who(), "ncclCommInitRank");
   }
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), who(), "cudaStreamCreate");
-  check(cudaEventCreate(&start_), who(), "cudaEventCreate");
-  check(cudaEventCreate(&mark_), who(), "cudaEventCreate");
-  check(cudaEventRecord(start_, stream_), who(), "cudaEventRecord");
+  check(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming), who(), "cudaEventCreate");
 }
 
 NcclComm::~NcclComm() {
   ncclCommDestroy(nccl_);
-  cudaEventDestroy(start_);
-  cudaEventDestroy(mark_);
+  cudaEventDestroy(inputs_ready_);
   cudaStreamDestroy(stream_);
-}
-
-double NcclComm::now() const {
-  cudaEventRecord(mark_, stream_);
-  cudaEventSynchronize(mark_);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, start_, mark_);
-  return ms / 1e3;
 }
 
 std::int64_t NcclComm::post_send(View buf, int to, int) {
@@ -150,10 +139,10 @@ void NcclComm::launch() {
 
 // Polls rather than blocking, so that a send nobody receives stops the run with
 // a message instead of hanging it (NCCL itself waits forever).
-void NcclComm::synchronize(std::string_view what) const {
+void NcclComm::synchronize(std::string_view what, cudaEvent_t event) const {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(context().deadlock_timeout);
   for (;;) {
-    const cudaError_t e = cudaStreamQuery(stream_);
+    const cudaError_t e = event ? cudaEventQuery(event) : cudaStreamQuery(stream_);
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) check(e, who(), what);
     if (std::chrono::steady_clock::now() > deadline)
@@ -163,7 +152,14 @@ void NcclComm::synchronize(std::string_view what) const {
   }
 }
 
-std::string_view NcclComm::run_native(const CollectiveCall& c) {
+std::string_view NcclComm::run_native(const CollectiveCall& c) { return wait_native(start_native(c)).algorithm; }
+
+std::int64_t NcclComm::start_native(const CollectiveCall& c) {
+  NativePending pending{c.op, now(), nullptr, [] {}};
+  // The collective reads what the compute stream wrote: it starts after the work
+  // queued there so far, as PyTorch's process groups order their NCCL streams.
+  check(cudaEventRecord(inputs_ready_, cudaStreamLegacy), who(), "cudaEventRecord");
+  check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), who(), "cudaStreamWaitEvent");
   const bool has_send = c.op == Collective::gather || c.op == Collective::scatter || c.op == Collective::all_gather ||
                         c.op == Collective::reduce_scatter || c.op == Collective::all_to_all;
   const OnDevice send(has_send ? c.send : View{}, true), recv(c.recv, true);
@@ -215,14 +211,36 @@ std::string_view NcclComm::run_native(const CollectiveCall& c) {
       check(ncclGroupEnd(), who(), "ncclGroupEnd");
       break;
     }
-    case Collective::barrier:
+    case Collective::barrier:  // NCCL has none: the stream drains, then MPI's
       synchronize("barrier");
       MPI_Barrier(mpi_comm());
-      return "mpi";
+      natives_.emplace(next_native_, std::move(pending));
+      return next_native_++;
   }
-  synchronize(name_of(c.op));
-  recv.out();
-  return "nccl";
+  check(cudaEventCreateWithFlags(&pending.done, cudaEventDisableTiming), who(), "cudaEventCreate");
+  check(cudaEventRecord(pending.done, stream_), who(), "cudaEventRecord");
+  pending.copy_out = [send, recv] {  // holds a staged send buffer until the stream is done with it
+    (void)send;
+    recv.out();
+  };
+  natives_.emplace(next_native_, std::move(pending));
+  return next_native_++;
+}
+
+Comm::NativeDone NcclComm::wait_native(std::int64_t id) {
+  auto node = natives_.extract(id);
+  NativePending& p = node.mapped();
+  if (p.done) {
+    synchronize(name_of(p.op), p.done);
+    cudaEventDestroy(p.done);
+  }
+  p.copy_out();
+  return {p.started, now(), p.op == Collective::barrier ? "mpi" : "nccl"};  // ended: when the host saw it done
+}
+
+bool NcclComm::test_native(std::int64_t id) {
+  const NativePending& p = natives_.at(id);
+  return !p.done || cudaEventQuery(p.done) != cudaErrorNotReady;
 }
 
 std::unique_ptr<Comm> NcclComm::split_group(int color, int key) {

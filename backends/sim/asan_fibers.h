@@ -12,7 +12,7 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
+#include <deque>
 
 #include <boost/context/fiber.hpp>
 #include <boost/context/protected_fixedsize_stack.hpp>
@@ -39,6 +39,8 @@ class AsanFibers {
   };
 
   explicit AsanFibers(int ranks) : ranks_(ranks) {}
+  // One more fiber (a rank's communication stream), numbered after the others.
+  void add() { ranks_.emplace_back(); }
 
   // Boost's protected_fixedsize_stack for one rank, noting where the stack lies.
   class Allocator {
@@ -120,7 +122,7 @@ class AsanFibers {
 #endif
   }
 
-  std::vector<Stack> ranks_;
+  std::deque<Stack> ranks_;  // a deque: an Allocator keeps a pointer into it while fibers are added
   Stack scheduler_;  // the thread's own stack, learnt when a rank first arrives
 };
 

@@ -34,6 +34,10 @@ Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.
   const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
   nic_out_free_.assign(std::size_t(nodes) * t.nics_per_node, 0.0);
   nic_in_free_ = nic_out_free_;
+  for (int r = 0; r < options_.ranks; ++r) {
+    ranks_[r].endpoint = r;
+    actors_.push_back(&ranks_[r]);
+  }
   std::vector<int> world(options_.ranks);
   for (int r = 0; r < options_.ranks; ++r) world[r] = r;
   groups_.push_back(std::make_shared<const std::vector<int>>(std::move(world)));
@@ -43,7 +47,7 @@ Engine::~Engine() = default;
 
 double Engine::elapsed() const {
   double t = 0;
-  for (const RankState& r : ranks_) t = std::max(t, r.now);
+  for (const RankState& r : ranks_) t = std::max(t, r.now);  // a stream's work ends before its rank's wait
   return t;
 }
 
@@ -51,16 +55,17 @@ double Engine::elapsed() const {
 
 void Engine::run(const std::function<void(Comm&)>& rank_fn) {
   for (int r = 0; r < options_.ranks; ++r) {
-    ranks_[r].fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, kStackBytes),
+    actor(r).fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, kStackBytes),
                                  [this, r, &rank_fn](ctx::fiber&& scheduler) {
                                    const AsanFibers::InRank in_rank(asan_, r);
-                                   ranks_[r].scheduler = std::move(scheduler);
+                                   actor(r).scheduler = std::move(scheduler);
                                    try {
                                      SimComm comm(*this, 0, r, groups_[0],
                                                   options_.trace ? options_.trace->track(r) : nullptr);
                                      rank_fn(comm);
+                                     if (const std::string left = unfinished_work(r); !left.empty()) throw Error(left);
                                    } catch (const RankFailedError& e) {
-                                     ranks_[r].ended_by = e.what();  // the run goes on to the report
+                                     actor(r).ended_by = e.what();  // the run goes on to the report
                                      abandon(r);
                                    } catch (const Error& e) {
                                      if (!failed_) error_ = e.what();
@@ -69,8 +74,8 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
                                      if (!failed_) error_ = fmt::format("rank {}: an exception escaped: {}", r, e.what());
                                      failed_ = true;
                                    }
-                                   ranks_[r].state = RankState::State::done;
-                                   return std::move(ranks_[r].scheduler);
+                                   actor(r).state = RankState::State::done;
+                                   return std::move(actor(r).scheduler);
                                  });
     ready_.push({0.0, r});
   }
@@ -82,20 +87,22 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
       inject_failure();
       continue;
     }
-    ranks_[r].state = RankState::State::ready;
+    RankState& next = actor(r);
+    if (next.stream && !next.fiber) next.fiber = stream_fiber(*next.stream);
+    next.state = RankState::State::ready;
     running_ = r;
     const AsanFibers::Jump jump = asan_.to_rank(r);
-    ranks_[r].fiber = std::move(ranks_[r].fiber).resume();
+    next.fiber = std::move(next.fiber).resume();
     running_ = -1;
   }
   std::string report;
   const bool stopped = !ready_.empty() && ready_.top().first > options_.stop_at;
   const bool a_rank_failed = options_.fail_rank >= 0 && failed(options_.fail_rank);
-  if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),
+  if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),  // an idle stream counts as done
                               [](const RankState& s) { return s.state != RankState::State::done; }))
     report = a_rank_failed ? failure_report() : deadlock_report();
   // Unwinds the stacks of ranks that did not finish.
-  for (int r = 0; r < options_.ranks; ++r) asan_.destroy(ranks_[r].fiber, r);
+  for (int a = 0; a < actors(); ++a) asan_.destroy(actor(a).fiber, a);
   if (failed_) throw Error(error_);
   if (report.empty()) return;
   if (a_rank_failed) throw RankFailedError(report);
@@ -106,15 +113,15 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
 // whose clock ran ahead (a wait, a compute region) lets the others catch up
 // before it touches shared state.
 void Engine::sync(int rank) {
-  const bool others_first = !ready_.empty() && std::pair(ranks_[rank].now, rank) > ready_.top();
-  if (!others_first && ranks_[rank].now <= options_.stop_at) return;
-  ready_.push({ranks_[rank].now, rank});
+  const bool others_first = !ready_.empty() && std::pair(actor(rank).now, rank) > ready_.top();
+  if (!others_first && actor(rank).now <= options_.stop_at) return;
+  ready_.push({actor(rank).now, rank});
   const AsanFibers::Jump jump = asan_.to_scheduler();
-  ranks_[rank].scheduler = std::move(ranks_[rank].scheduler).resume();
+  actor(rank).scheduler = std::move(actor(rank).scheduler).resume();
 }
 
 void Engine::block(int rank) {
-  RankState& s = ranks_[rank];
+  RankState& s = actor(rank);
   s.state = RankState::State::blocked;
   s.blocked_at = s.now;
   {
@@ -127,14 +134,14 @@ void Engine::block(int rank) {
 }
 
 void Engine::make_ready(int rank, double at) {
-  RankState& s = ranks_[rank];
+  RankState& s = actor(rank);
   s.now = std::max(s.now, at);
   s.state = RankState::State::ready;
   ready_.push({s.now, rank});
 }
 
 void Engine::advance(int rank, double seconds) {
-  ranks_[rank].now += seconds / options_.speed[rank];
+  actor(rank).now += seconds / options_.speed[actor(rank).endpoint];
   sync(rank);
 }
 
@@ -147,7 +154,8 @@ double Engine::seconds_for_flops(int rank, double flops) const {
 
 std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id, View buf) {
   sync(rank);
-  if (failed(peer)) throw RankFailedError(failure(rank, describe(P2P{is_send, rank, peer, tag, comm_id, buf})));
+  const int me = actor(rank).endpoint;
+  if (failed(peer)) throw RankFailedError(failure(me, describe(P2P{is_send, me, peer, tag, comm_id, rank, buf})));
   std::int64_t id;
   if (free_ops_.empty()) {
     id = std::int64_t(ops_.size());
@@ -156,22 +164,22 @@ std::int64_t Engine::post(bool is_send, int rank, int peer, int tag, int comm_id
     id = free_ops_.back();
     free_ops_.pop_back();
   }
-  ops_[id] = P2P{is_send, rank, peer, tag, comm_id, buf, ranks_[rank].now};
-  ranks_[rank].last = {is_send ? "send" : "recv", peer, tag, buf.bytes(), ranks_[rank].now};
-  if (options_.on_post) options_.on_post(rank, is_send, peer, buf);
+  ops_[id] = P2P{is_send, me, peer, tag, comm_id, rank, buf, actor(rank).now};
+  actor(rank).last = {is_send ? "send" : "recv", peer, tag, buf.bytes(), actor(rank).now};
+  if (options_.on_post) options_.on_post(me, is_send, peer, buf);
   // A send looks for a posted receive at its destination; a receive looks for an
   // unexpected send at itself. The first in post order matches (non-overtaking).
-  std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[rank].unexpected_sends;
+  std::vector<std::int64_t>& queue = is_send ? ranks_[peer].posted_recvs : ranks_[me].unexpected_sends;
   for (auto it = queue.begin(); it != queue.end(); ++it) {
     const P2P& other = ops_[*it];
-    if (other.owner == peer && other.peer == rank && other.tag == tag && other.comm_id == comm_id) {
+    if (other.owner == peer && other.peer == me && other.tag == tag && other.comm_id == comm_id) {
       const std::int64_t other_id = *it;
       queue.erase(it);
       is_send ? match(id, other_id) : match(other_id, id);
       return id;
     }
   }
-  (is_send ? ranks_[peer].unexpected_sends : ranks_[rank].posted_recvs).push_back(id);
+  (is_send ? ranks_[peer].unexpected_sends : ranks_[me].posted_recvs).push_back(id);
   return id;
 }
 
@@ -205,7 +213,7 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   for (P2P* op : {&s, &r}) {
     op->done = true;
     op->complete = delivered;
-    if (ranks_[op->owner].waiting_op == (op == &s ? send_id : recv_id)) make_ready(op->owner, delivered);
+    if (actor(op->actor).waiting_op == (op == &s ? send_id : recv_id)) make_ready(op->actor, delivered);
   }
 }
 
@@ -223,11 +231,11 @@ void Engine::deliver(std::int64_t id) {
 
 void Engine::wait(int rank, std::int64_t id) {
   if (!ops_[id].done) {
-    if (failed(ops_[id].peer)) throw RankFailedError(failure(rank, describe(ops_[id])));  // never to be matched
-    ranks_[rank].waiting_op = id;
+    if (failed(ops_[id].peer)) throw RankFailedError(failure(actor(rank).endpoint, describe(ops_[id])));  // never to be matched
+    actor(rank).waiting_op = id;
     block(rank);  // throws if the peer fails first
   }
-  ranks_[rank].now = std::max(ranks_[rank].now, ops_[id].complete);
+  actor(rank).now = std::max(actor(rank).now, ops_[id].complete);
   sync(rank);  // the delivery happens at its time, not before
   check_delivery(rank, id);
   deliver(id);
@@ -237,13 +245,13 @@ void Engine::wait(int rank, std::int64_t id) {
 bool Engine::test(int rank, std::int64_t id) {
   sync(rank);
   check_delivery(rank, id);
-  if (ops_[id].done && ops_[id].complete <= ranks_[rank].now) {
+  if (ops_[id].done && ops_[id].complete <= actor(rank).now) {
     deliver(id);
     free_ops_.push_back(id);
     return true;
   }
   // A poll costs a little time, so a loop that only polls still moves forward.
-  ranks_[rank].now += 1e-7;
+  actor(rank).now += 1e-7;
   return false;
 }
 
@@ -252,7 +260,7 @@ bool Engine::test(int rank, std::int64_t id) {
 void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& c,
                               const std::string& who) {
   const std::vector<int>& group = *groups_[comm_id];
-  const int me = int(std::find(group.begin(), group.end(), rank) - group.begin());
+  const int me = int(std::find(group.begin(), group.end(), actor(rank).endpoint) - group.begin());
   const auto it = first_call_.try_emplace({comm_id, seq}, FirstCall{c, me, 0}).first;
   const CollectiveCall& f = it->second.call;
   const int other = it->second.rank;
@@ -286,12 +294,12 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
                     const std::function<void(Rendezvous::Slot&)>& fill, const std::function<void(Rendezvous&)>& complete,
                     const std::function<Result(const Rendezvous&, int me)>& read) {
   sync(rank);
-  ranks_[rank].last = {what, -1, 0, 0, ranks_[rank].now};
+  actor(rank).last = {what, -1, 0, 0, actor(rank).now};
   const int comm_id = std::get<0>(key);
   if (has_failed_member(comm_id))
-    throw RankFailedError(failure(rank, fmt::format("{}(group={})", what, comm_id)));
+    throw RankFailedError(failure(actor(rank).endpoint, fmt::format("{}(group={})", what, comm_id)));
   const Members members = groups_[comm_id];  // held: complete() may add groups
-  const int me = int(std::find(members->begin(), members->end(), rank) - members->begin());
+  const int me = int(std::find(members->begin(), members->end(), actor(rank).endpoint) - members->begin());
   auto [it, first] = rendezvous_.try_emplace(key);
   Rendezvous& rv = it->second;
   if (first) {
@@ -299,17 +307,18 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
     rv.what = what;
   }
   rv.slots[me].present = true;
+  rv.slots[me].actor = rank;
   fill(rv.slots[me]);
-  rv.latest = std::max(rv.latest, ranks_[rank].now);
+  rv.latest = std::max(rv.latest, actor(rank).now);
   if (++rv.arrived < int(members->size())) {
-    ranks_[rank].waiting_rv = &it->first;
+    actor(rank).waiting_rv = &it->first;
     block(rank);  // throws if a member fails before the release
   } else {
-    const double arrived = ranks_[rank].now;
+    const double arrived = actor(rank).now;
     complete(rv);
-    if (options_.fail_rank >= 0 && ranks_[rank].now > options_.fail_at) {
+    if (options_.fail_rank >= 0 && actor(rank).now > options_.fail_at) {
       // Leave at the release as the others do, so that a failure before it cuts this rank short too.
-      RankState& s = ranks_[rank];
+      RankState& s = actor(rank);
       s.waiting_rv = &it->first;
       s.blocked_at = arrived;
       sync(rank);
@@ -322,14 +331,35 @@ Result Engine::meet(int rank, const RendezvousKey& key, std::string_view what,
   return result;
 }
 
-std::string_view Engine::native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call) {
-  return meet<std::string_view>(
-      rank, {comm_id, Channel::collective, seq}, name_of(call.op), [&](Rendezvous::Slot& s) { s.call = call; },
-      [&](Rendezvous& rv) { finish_native(rv, comm_id); }, [](const Rendezvous& rv, int) { return rv.native_algo; });
+// A native collective is a rendezvous that nobody blocks in: each rank leaves
+// its call and goes on; the last to arrive computes the result and the time
+// it ends, and wakes whoever already waits for it.
+void Engine::start_native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call) {
+  sync(rank);
+  RankState& self = actor(rank);
+  self.last = {name_of(call.op), -1, 0, 0, self.now};
+  if (has_failed_member(comm_id))
+    throw RankFailedError(failure(self.endpoint, fmt::format("{}(group={})", name_of(call.op), comm_id)));
+  const std::vector<int>& members = *groups_[comm_id];
+  const int me = int(std::find(members.begin(), members.end(), self.endpoint) - members.begin());
+  auto [it, first] = rendezvous_.try_emplace({comm_id, Channel::collective, seq});
+  Rendezvous& rv = it->second;
+  if (first) {
+    rv.slots.resize(members.size());
+    rv.what = name_of(call.op);
+  }
+  Rendezvous::Slot& slot = rv.slots[me];
+  slot.present = true;
+  slot.actor = rank;
+  slot.posted = self.now;
+  slot.call = call;
+  ++self.natives_started;
+  if (++rv.arrived == int(members.size())) finish_native(rv, comm_id);
 }
 
 // The black-box library: compute the result directly from every rank's buffers,
-// then charge the cost model's time for the algorithm NCCL would choose.
+// then charge the cost model's time for the algorithm NCCL would choose. It
+// begins once every rank has called it and each one's stream is free.
 void Engine::finish_native(Rendezvous& rv, int comm_id) {
   const std::vector<int>& group = *groups_[comm_id];
   std::vector<CollectiveCall> calls;
@@ -342,16 +372,68 @@ void Engine::finish_native(Rendezvous& rv, int comm_id) {
   const bool spans_nodes =
       std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
   const CostEstimate cost = native_cost(calls[0].op, bytes, int(group.size()), spans_nodes ? t.inter : t.intra);
+  if (stream_free_.size() <= std::size_t(comm_id)) stream_free_.resize(comm_id + 1);
+  std::vector<double>& stream_free = stream_free_[comm_id];
+  stream_free.resize(group.size(), 0.0);
+  rv.began.resize(group.size());
+  for (std::size_t i = 0; i < group.size(); ++i) {
+    rv.began[i] = std::max(rv.slots[i].posted, stream_free[i]);
+    rv.latest = std::max(rv.latest, rv.began[i]);
+  }
+  rv.ends = rv.latest + cost.seconds;
+  std::fill(stream_free.begin(), stream_free.end(), rv.ends);
   rv.native_algo = cost.algorithm;
-  release(group, rv.latest + cost.seconds);
+  rv.done = true;
+  release(rv, rv.ends);
 }
 
-// Everyone in a rendezvous leaves at `at`: the blocked ranks wake, the rank
-// that arrived last (and is running) just moves its clock.
-void Engine::release(const std::vector<int>& group, double at) {
-  for (int g : group) {
-    if (ranks_[g].state == RankState::State::blocked) make_ready(g, at);
-    else ranks_[g].now = at;
+Comm::NativeDone Engine::wait_native(int rank, int comm_id, std::uint64_t seq) {
+  const auto it = rendezvous_.find({comm_id, Channel::collective, seq});
+  Rendezvous& rv = it->second;
+  RankState& self = actor(rank);
+  const int me = int(std::find(groups_[comm_id]->begin(), groups_[comm_id]->end(), self.endpoint) - groups_[comm_id]->begin());
+  --self.natives_started;
+  if (!rv.done) {
+    if (has_failed_member(comm_id))
+      throw RankFailedError(failure(self.endpoint, fmt::format("{}(group={})", rv.what, comm_id)));
+    self.waiting_rv = &it->first;
+    block(rank);  // until the last rank starts it (finish_native wakes this one), or a member fails
+  } else if (options_.fail_rank >= 0 && rv.ends > options_.fail_at) {
+    // Leave at its end as the blocked ones do, so that a failure before it cuts this rank short too.
+    self.waiting_rv = &it->first;
+    self.blocked_at = self.now;
+    self.now = std::max(self.now, rv.ends);
+    sync(rank);
+    self.waiting_rv = nullptr;
+    if (!self.fault.empty()) throw RankFailedError(std::exchange(self.fault, {}));
+  } else {
+    self.now = std::max(self.now, rv.ends);
+    sync(rank);
+  }
+  const Comm::NativeDone done{rv.began[me], rv.ends, rv.native_algo};
+  if (++rv.left == int(rv.slots.size())) rendezvous_.erase(it);
+  return done;
+}
+
+bool Engine::test_native(int rank, int comm_id, std::uint64_t seq) {
+  sync(rank);
+  const Rendezvous& rv = rendezvous_.at({comm_id, Channel::collective, seq});
+  if (rv.done && rv.ends <= actor(rank).now) return true;
+  actor(rank).now += 1e-7;  // as a poll of a message costs
+  return false;
+}
+
+// Everyone in a rendezvous leaves at `at`: those blocked in it wake, the one
+// running (the last to arrive) just moves its clock, and those gone on (a
+// non-blocking collective's ranks) find it done when they wait.
+void Engine::release(const Rendezvous& rv, double at) {
+  for (const Rendezvous::Slot& slot : rv.slots) {
+    RankState& s = actor(slot.actor);
+    if (s.state == RankState::State::blocked) {
+      if (s.waiting_rv && &rendezvous_.find(*s.waiting_rv)->second == &rv) make_ready(slot.actor, at);
+    } else if (!rv.done && slot.actor == running_) {
+      s.now = at;
+    }
   }
 }
 
@@ -362,7 +444,7 @@ std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id
       [&](Rendezvous::Slot& s) {
         if (buf.data) s.bytes.assign(static_cast<const std::byte*>(buf.data), static_cast<const std::byte*>(buf.data) + buf.bytes());
       },
-      [&](Rendezvous& rv) { release(*groups_[comm_id], rv.latest); },  // no cost: the ranks only line up
+      [&](Rendezvous& rv) { release(rv, rv.latest); },  // no cost: the ranks only line up
       [](const Rendezvous& rv, int me) {
         Gathered all;
         if (me == 0)
@@ -395,16 +477,147 @@ Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int c
             rv.slots[order[j].second].membership = {int(groups_.size()), j, created};
           groups_.push_back(std::move(created));
         }
-        release(*parent, rv.latest);
+        release(rv, rv.latest);
       },
       [](const Rendezvous& rv, int me) { return rv.slots[me].membership; });
+}
+
+// ---- communication streams -------------------------------------------------------
+
+Engine::Stream& Engine::stream(int rank, int comm_id, TraceTrack* track) {
+  const int endpoint = actor(rank).endpoint;
+  auto [it, created] = streams_.try_emplace({endpoint, comm_id});
+  Stream& st = it->second;
+  if (!created) return st;
+  // The group's streams talk in a context of their own, made once per group
+  // (the first rank to start one names it for all: the engine runs one rank at a time).
+  auto [context, fresh] = stream_context_.try_emplace(comm_id, int(groups_.size()));
+  if (fresh) groups_.push_back(groups_[comm_id]);
+  const Members& members = groups_[comm_id];
+  const int me = int(std::find(members->begin(), members->end(), endpoint) - members->begin());
+  st.owner = rank;
+  st.actor = actors();
+  actors_.push_back(&stream_actors_.emplace_back());
+  actors_.back()->endpoint = endpoint;
+  actors_.back()->state = RankState::State::done;  // idle until a call is queued
+  asan_.add();
+  st.comm = std::make_unique<SimComm>(*this, context->second, me, members, track, st.actor);
+  actors_.back()->stream = &st;  // its fiber is made when it first runs (stream_fiber)
+  return st;
+}
+
+// Made on the scheduler's stack, as the ranks' fibers are: Boost enters a new
+// fiber once as it makes it, and ASan keeps the frames of that first entry on
+// the stack that made it, which for a rank's stack ends with the rank.
+ctx::fiber Engine::stream_fiber(Stream& st) {
+  return ctx::fiber(std::allocator_arg, asan_.allocator(st.actor, kStackBytes), [this, &st](ctx::fiber&& scheduler) {
+    const AsanFibers::InRank in_rank(asan_, st.actor);
+    actor(st.actor).scheduler = std::move(scheduler);
+    run_stream(st);
+    return std::move(actor(st.actor).scheduler);
+  });
+}
+
+// The stream's actor: runs each call as it comes, then idles (as a finished
+// actor, which no deadlock waits on) until the rank starts another. A failure
+// stops the stream; the rank hears of it when it waits.
+void Engine::run_stream(Stream& st) {
+  RankState& self = actor(st.actor);
+  for (;;) {
+    while (st.next < st.calls.size() && st.error.empty()) {
+      Stream::Call& c = st.calls[st.next];
+      self.now = std::max(self.now, c.posted);
+      try {
+        sync(st.actor);
+        st.comm->set_algorithm(c.call.op, c.algorithm);
+        st.comm->run(c.call);
+        c.ended = self.now;
+        ++st.next;
+      } catch (const RankFailedError& e) {
+        st.error = e.what();
+      } catch (const Error& e) {
+        if (!failed_) error_ = e.what();
+        failed_ = true;
+      } catch (const std::exception& e) {
+        if (!failed_) error_ = fmt::format("rank {}: an exception escaped: {}", self.endpoint, e.what());
+        failed_ = true;
+      }
+      RankState& owner = actor(st.owner);
+      if (owner.state == RankState::State::blocked && owner.waiting_stream == &st &&
+          (owner.waiting_call < std::int64_t(st.next) || !st.error.empty()))
+        make_ready(st.owner, self.now);
+    }
+    self.state = RankState::State::done;
+    const AsanFibers::Jump jump = asan_.to_scheduler();
+    self.scheduler = std::move(self.scheduler).resume();
+  }
+}
+
+std::int64_t Engine::start_on_stream(int rank, int comm_id, const CollectiveCall& call, const std::string& algorithm,
+                                     TraceTrack* track) {
+  sync(rank);
+  Stream& st = stream(rank, comm_id, track);
+  if (!st.error.empty()) throw RankFailedError(st.error);
+  const double now = actor(rank).now;
+  actor(rank).last = {name_of(call.op), -1, 0, 0, now};
+  st.calls.push_back({call, algorithm, now});
+  RankState& stream_actor = actor(st.actor);
+  if (stream_actor.state == RankState::State::done) make_ready(st.actor, now);
+  return std::int64_t(st.calls.size()) - 1;
+}
+
+void Engine::wait_stream(int rank, int comm_id, std::int64_t id) {
+  Stream& st = streams_.at({actor(rank).endpoint, comm_id});
+  RankState& self = actor(rank);
+  if (std::size_t(id) >= st.next && st.error.empty()) {
+    self.waiting_stream = &st;
+    self.waiting_call = id;
+    block(rank);
+    self.waiting_stream = nullptr;
+  }
+  if (std::size_t(id) >= st.next) throw RankFailedError(st.error);
+  self.now = std::max(self.now, st.calls[id].ended);
+  sync(rank);
+}
+
+bool Engine::test_stream(int rank, int comm_id, std::int64_t id) {
+  sync(rank);
+  const Stream& st = streams_.at({actor(rank).endpoint, comm_id});
+  if (!st.error.empty() || (std::size_t(id) < st.next && st.calls[id].ended <= actor(rank).now)) return true;
+  actor(rank).now += 1e-7;
+  return false;
+}
+
+// A rank that returns while a collective it started is still in flight leaves
+// buffers that are gone to the collective: an error, not a silent corruption.
+std::string Engine::unfinished_work(int rank) const {
+  std::string out;
+  if (actor(rank).natives_started > 0)
+    out = fmt::format("rank {} returned with {} native collective(s) started and never waited", rank,
+                      actor(rank).natives_started);
+  for (const auto& [key, st] : streams_) {
+    if (key.first != rank || st.next == st.calls.size()) continue;
+    out += fmt::format("{}rank {} returned with {}({}) and {} more in flight on its communication stream of group {}",
+                       out.empty() ? "" : "; ", rank, name_of(st.calls[st.next].call.op),
+                       st.calls[st.next].algorithm, st.calls.size() - st.next - 1, key.second);
+  }
+  if (!out.empty()) out += ": wait on every Request before the buffers go";
+  return out;
+}
+
+std::string Engine::actor_name(int actor) const {
+  if (actor < options_.ranks) return fmt::format("rank {}", actor);
+  for (const auto& [key, st] : streams_)
+    if (st.actor == actor) return fmt::format("rank {} / comm{}", key.first, key.second ? fmt::format(" (group {})", key.second) : "");
+  return fmt::format("actor {}", actor);
 }
 
 // ---- deadlock report -----------------------------------------------------------
 
 int Engine::waits_for(int rank) const {
-  const RankState& s = ranks_[rank];
+  const RankState& s = actor(rank);
   if (s.waiting_op >= 0) return ops_[s.waiting_op].peer;
+  if (s.waiting_stream) return s.waiting_stream->actor;
   if (s.waiting_rv) {
     const std::vector<int>& group = *groups_[std::get<0>(*s.waiting_rv)];
     const Rendezvous& rv = rendezvous_.at(*s.waiting_rv);
@@ -421,37 +634,41 @@ std::string Engine::describe(const P2P& op) {
 }
 
 std::string Engine::pending(int rank) const {
-  const RankState& s = ranks_[rank];
+  const RankState& s = actor(rank);
   if (s.waiting_op >= 0) return describe(ops_[s.waiting_op]);
+  if (s.waiting_stream) {
+    const Stream::Call& c = s.waiting_stream->calls[s.waiting_call];
+    return fmt::format("wait for {}({}) on its comm stream", name_of(c.call.op), c.algorithm);
+  }
   return fmt::format("{}(group={})", rendezvous_.at(*s.waiting_rv).what, std::get<0>(*s.waiting_rv));
 }
 
 std::string Engine::rank_state(int r) const {
-  const RankState& s = ranks_[r];
+  const RankState& s = actor(r);
   if (!s.ended_by.empty()) return s.ended_by;  // "rank r: OP: rank R failed at t = T"
   std::string state;
   if (s.state == RankState::State::done) {
-    state = "finished";
+    state = r < options_.ranks ? "finished" : "idle";
   } else if (s.state == RankState::State::failed) {
     state = fmt::format("failed at t = {}", format_seconds(options_.fail_at));
   } else if (r == running()) {
     state = "running its own code: it has not come back to the simulator";
-  } else if (s.waiting_op >= 0) {
+  } else if (s.waiting_op >= 0 || s.waiting_stream) {
     state = pending(r);
   } else if (s.waiting_rv) {
     state = fmt::format("{} waiting for rank {}", pending(r), waits_for(r));
   } else {
     state = "ready to run (its turn has not come)";
   }
-  return fmt::format("rank {}: {}", r, state);
+  return fmt::format("{}: {}", actor_name(r), state);
 }
 
 std::string Engine::rank_states() const {
   std::string out;
-  for (int r = 0; r < options_.ranks; ++r) {
+  for (int r = 0; r < actors(); ++r) {
     out += "  " + rank_state(r);
-    const RankState::LastCall& last = ranks_[r].last;
-    if (ranks_[r].state != RankState::State::done && !last.what.empty()) {
+    const RankState::LastCall& last = actor(r).last;
+    if (actor(r).state != RankState::State::done && !last.what.empty()) {
       const std::string peer = last.peer < 0 ? "" : fmt::format(" {} rank {}", last.what == "send" ? "to" : "from", last.peer);
       out += fmt::format(" (last call: {}{} at t = {})", last.what, peer, format_seconds(last.at));
     }
@@ -462,13 +679,13 @@ std::string Engine::rank_states() const {
 
 std::string Engine::deadlock_report() const {
   std::string out = fmt::format("deadlock: every live rank is blocked (at t = {})\n", format_seconds(elapsed()));
-  for (int r = 0; r < options_.ranks; ++r) out += "  " + rank_state(r) + "\n";
+  for (int r = 0; r < actors(); ++r) out += "  " + rank_state(r) + "\n";
   // Follow "waits for" edges from each blocked rank until a rank repeats.
-  for (int start = 0; start < options_.ranks; ++start) {
+  for (int start = 0; start < actors(); ++start) {
     std::vector<int> path;
-    std::vector<char> seen(options_.ranks, 0);
+    std::vector<char> seen(actors(), 0);
     int r = start;
-    while (r >= 0 && ranks_[r].state == RankState::State::blocked && !seen[r]) {
+    while (r >= 0 && actor(r).state == RankState::State::blocked && !seen[r]) {
       seen[r] = 1;
       path.push_back(r);
       r = waits_for(r);
@@ -476,8 +693,8 @@ std::string Engine::deadlock_report() const {
     if (r >= 0 && seen[r]) {
       const auto from = std::find(path.begin(), path.end(), r);
       std::string cycle;
-      for (auto it = from; it != path.end(); ++it) cycle += fmt::format("rank {} -> ", *it);
-      return out + fmt::format("  wait-for cycle: {}rank {}\n", cycle, r);
+      for (auto it = from; it != path.end(); ++it) cycle += actor_name(*it) + " -> ";
+      return out + fmt::format("  wait-for cycle: {}{}\n", cycle, actor_name(r));
     }
   }
   return out + "  no wait-for cycle: a rank waits for one that has finished\n";
@@ -499,7 +716,7 @@ bool Engine::lost(const P2P& op) const {
 // Whether what a suspended rank waits on needs the failed rank: a message not
 // delivered by then, or a rendezvous of its group not yet released.
 bool Engine::cut_short(int rank) const {
-  const RankState& s = ranks_[rank];
+  const RankState& s = actor(rank);
   if (s.waiting_op >= 0) return lost(ops_[s.waiting_op]);
   if (!s.waiting_rv || !has_failed_member(std::get<0>(*s.waiting_rv))) return false;
   return s.state == RankState::State::blocked || s.now > options_.fail_at;
@@ -525,19 +742,20 @@ void Engine::check_delivery(int rank, std::int64_t id) const {
 void Engine::inject_failure() {
   const int failing = options_.fail_rank;
   const double at = options_.fail_at;
-  RankState& f = ranks_[failing];
+  RankState& f = actor(failing);
   if (f.state == RankState::State::done) return;  // it finished in time
   f.state = RankState::State::failed;
   f.now = at;
   if (options_.trace) options_.trace->track(failing)->events.push_back({TraceEvent::Kind::fault, "failed", at, at});
   std::vector<std::pair<double, int>> queue;
   for (; !ready_.empty(); ready_.pop()) queue.push_back(ready_.top());
-  for (const auto& [time, r] : queue)  // the failed rank's wake-ups go, and those replaced below
-    if (r != failing && !cut_short(r)) ready_.push({time, r});
-  for (int r = 0; r < options_.ranks; ++r) {
-    RankState& s = ranks_[r];
-    if (r == failing || s.state == RankState::State::done || !cut_short(r)) continue;
-    s.fault = failure(r, pending(r));
+  for (const auto& [time, r] : queue)  // the failed rank's wake-ups go (its streams' too), and those replaced below
+    if (actor(r).endpoint != failing && !cut_short(r)) ready_.push({time, r});
+  for (int r = 0; r < actors(); ++r) {
+    RankState& s = actor(r);
+    if (s.endpoint == failing && s.state != RankState::State::done) s.state = RankState::State::failed;
+    if (s.endpoint == failing || s.state == RankState::State::done || !cut_short(r)) continue;
+    s.fault = failure(s.endpoint, pending(r));
     s.now = std::max(s.blocked_at, at);
     s.state = RankState::State::ready;
     ready_.push({s.now, r});
@@ -554,7 +772,7 @@ void Engine::abandon(int rank) {
     if (op.done) {
       ops_[op.partner].orphaned = true;
     } else {
-      std::vector<std::int64_t>& queue = op.is_send ? ranks_[op.peer].unexpected_sends : ranks_[rank].posted_recvs;
+      std::vector<std::int64_t>& queue = op.is_send ? actor(op.peer).unexpected_sends : actor(rank).posted_recvs;
       queue.erase(std::find(queue.begin(), queue.end(), id));
     }
     op.delivered = true;
@@ -564,7 +782,7 @@ void Engine::abandon(int rank) {
 std::string Engine::failure_report() const {
   std::string out = fmt::format("rank {} failed at t = {}; how every rank ended:\n", options_.fail_rank,
                                 format_seconds(options_.fail_at));
-  for (int r = 0; r < options_.ranks; ++r) out += "  " + rank_state(r) + "\n";
+  for (int r = 0; r < actors(); ++r) out += "  " + rank_state(r) + "\n";
   return out;
 }
 

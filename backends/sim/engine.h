@@ -10,6 +10,13 @@
 // it. A blocking send completes when the message is delivered (rendezvous),
 // and the bytes land in the receive buffer at that moment.
 //
+// Non-blocking collectives run on a rank's communication stream, one per group
+// (as NCCL runs each communicator's work on a CUDA stream): a native one is a
+// rendezvous that starts when every rank's stream is free and its call posted,
+// and ends the cost model's time later, whatever the ranks do meanwhile; a
+// labkit algorithm runs on an actor of its own, a fiber with its own clock that
+// sends and receives as the rank while the rank computes.
+//
 // Faults: a rank can be failed at a virtual time (Options::fail_rank). It stops
 // there, and every rank whose operation needs it gets a RankFailedError at that
 // time, or later when it posts one; the run then ends with a report of every rank.
@@ -19,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <deque>
 #include <map>
 #include <memory>
 #include <queue>
@@ -86,15 +94,26 @@ class Engine {
   // failure reports' lines).
   std::string rank_states() const;
 
-  // ---- what SimComm calls; `rank` is always a global rank
-  double now(int rank) const { return ranks_[rank].now; }
+  // ---- what SimComm calls. `rank` is an actor: a global rank (its own code),
+  // or a rank's communication stream, which sends and receives as that rank.
+  double now(int rank) const { return actor(rank).now; }
   void advance(int rank, double seconds);
   double seconds_for_flops(int rank, double flops) const;
   std::int64_t post(bool is_send, int rank, int peer, int tag, int comm_id, View buf);
   void wait(int rank, std::int64_t op);
   bool test(int rank, std::int64_t op);
   void check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call, const std::string& who);
-  std::string_view native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call);
+  // A native collective, the seq-th of its group, started on this rank's stream;
+  // wait_native returns when it started there and the algorithm the cost model chose.
+  void start_native(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& call);
+  Comm::NativeDone wait_native(int rank, int comm_id, std::uint64_t seq);
+  bool test_native(int rank, int comm_id, std::uint64_t seq);
+  // A labkit algorithm started non-blocking: `call` runs with `algorithm` on the
+  // rank's stream for the group; the id counts the calls started there.
+  std::int64_t start_on_stream(int rank, int comm_id, const CollectiveCall& call, const std::string& algorithm,
+                               TraceTrack* track);
+  void wait_stream(int rank, int comm_id, std::int64_t id);
+  bool test_stream(int rank, int comm_id, std::int64_t id);
   std::vector<std::vector<std::byte>> gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf);
   struct Membership {
     int comm_id;
@@ -109,7 +128,8 @@ class Engine {
   // A posted send or receive.
   struct P2P {
     bool is_send = false;
-    int owner = -1, peer = -1, tag = 0, comm_id = 0;
+    int owner = -1, peer = -1, tag = 0, comm_id = 0;  // owner and peer: global ranks
+    int actor = -1;          // who posted it: the owner, or its communication stream
     View buf;
     double posted = 0;
     bool done = false;       // matched: its delivery time is known
@@ -122,6 +142,8 @@ class Engine {
   struct Rendezvous {
     struct Slot {
       bool present = false;
+      int actor = -1;
+      double posted = 0;  // when the call was made
       CollectiveCall call;
       int color = 0, key = 0;
       Membership membership{-1, -1, {}};
@@ -132,19 +154,30 @@ class Engine {
     double latest = 0;
     std::string what;
     std::string_view native_algo;
+    bool done = false;          // a native collective: every rank has started it, its end is known
+    double ends = 0;
+    std::vector<double> began;  // when it began on each rank's stream
   };
+  struct Stream;
+  // An actor: a rank, or a rank's communication stream.
   struct RankState {
+    int endpoint = -1;  // the global rank it sends and receives as
+    Stream* stream = nullptr;  // the stream it runs, if it is one
     boost::context::fiber fiber;      // the rank's own context
     boost::context::fiber scheduler;  // where to go back to when it blocks
     double now = 0;
     enum class State { ready, blocked, done, failed } state = State::ready;
     std::int64_t waiting_op = -1;          // blocked in wait() on this op, or
-    const RendezvousKey* waiting_rv = nullptr;  // blocked in this rendezvous
+    const RendezvousKey* waiting_rv = nullptr;  // blocked in this rendezvous, or
+    const Stream* waiting_stream = nullptr;     // on this stream's call number waiting_call
+    std::int64_t waiting_call = -1;
+    int natives_started = 0;  // native collectives started and not yet waited
     double blocked_at = 0;   // its clock when it blocked
     std::string fault;       // set by a failure it waits on: thrown when it wakes
     std::string ended_by;    // the RankFailedError that ended its rank function
-    std::vector<std::int64_t> posted_recvs, unexpected_sends;  // matching queues, post order
-    double out_free = 0, in_free = 0;  // the device's ports inside its node
+    // A rank's (an endpoint's) own: its matching queues in post order, and the device's ports inside its node.
+    std::vector<std::int64_t> posted_recvs, unexpected_sends;
+    double out_free = 0, in_free = 0;
     // The last operation the rank started, for status reports.
     struct LastCall {
       std::string_view what;  // "send", "recv", or the collective's name ("" before any)
@@ -163,8 +196,28 @@ class Engine {
   Result meet(int rank, const RendezvousKey& key, std::string_view what,
               const std::function<void(Rendezvous::Slot&)>& fill, const std::function<void(Rendezvous&)>& complete,
               const std::function<Result(const Rendezvous&, int me)>& read);
+  // A rank's communication stream for a group: the labkit algorithms it started
+  // non-blocking there, run in order by the stream's actor on a Comm of its own
+  // (a message context apart from the group's, so they never match the rank's own messages).
+  struct Stream {
+    int actor = -1, owner = -1;
+    std::unique_ptr<Comm> comm;
+    struct Call {
+      CollectiveCall call;
+      std::string algorithm;
+      double posted = 0, ended = 0;
+    };
+    std::vector<Call> calls;
+    std::size_t next = 0;  // calls before it have ended
+    std::string error;     // a failure that stopped the stream (RankFailedError)
+  };
+  Stream& stream(int rank, int comm_id, TraceTrack* track);
+  boost::context::fiber stream_fiber(Stream& stream);
+  void run_stream(Stream& stream);
+  std::string unfinished_work(int rank) const;  // what a rank left in flight when it returned
+  std::string actor_name(int actor) const;      // "rank 3", "rank 3 / comm" (its stream), "rank 3 / comm (group 2)"
   void finish_native(Rendezvous& rv, int comm_id);
-  void release(const std::vector<int>& group, double at);
+  void release(const Rendezvous& rv, double at);
   static std::string describe(const P2P& op);  // "recv(from=1, tag=0)", "send(to=1, tag=0, 16 bytes)"
   std::string pending(int rank) const;          // what a blocked rank waits in: an op, or "all_reduce(group=0)"
   std::string deadlock_report() const;
@@ -182,7 +235,14 @@ class Engine {
   std::string failure_report() const;
 
   Options options_;
+  // The actors: the ranks, then the streams as they start (a deque: references
+  // stay valid as it grows), reached by number through actors_.
   std::vector<RankState> ranks_;
+  std::deque<RankState> stream_actors_;
+  std::vector<RankState*> actors_;
+  RankState& actor(int a) { return *actors_[a]; }
+  const RankState& actor(int a) const { return *actors_[a]; }
+  int actors() const { return int(actors_.size()); }
   AsanFibers asan_;  // tells AddressSanitizer of every switch between the ranks' stacks
   std::vector<Members> groups_;  // comm_id -> global ranks
   std::vector<P2P> ops_;
@@ -203,6 +263,9 @@ class Engine {
   std::atomic<int> running_ = -1;
   std::string error_;
   bool failed_ = false;
+  std::vector<std::vector<double>> stream_free_;  // comm_id -> when each member's stream finishes its last native collective
+  std::map<int, int> stream_context_;             // comm_id -> the comm_id its streams' Comms use
+  std::map<std::pair<int, int>, Stream> streams_;  // (rank, comm_id); last, so its Comms go first
 };
 
 }  // namespace labkit::sim

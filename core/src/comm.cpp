@@ -28,13 +28,13 @@ void Comm::check_peer(std::string_view op, int peer, std::string_view arg) const
 Request Comm::isend(View buf, int to, int tag) {
   check_peer("send", to, "to");
   const double posted = now();
-  return Request(this, post_send(buf, to, tag), true, buf, to, tag, posted);
+  return Request(this, post_send(buf, to, tag), Request::Kind::send, buf, to, tag, posted);
 }
 
 Request Comm::irecv(View buf, int from, int tag) {
   check_peer("recv", from, "from");
   const double posted = now();
-  return Request(this, post_recv(buf, from, tag), false, buf, from, tag, posted);
+  return Request(this, post_recv(buf, from, tag), Request::Kind::recv, buf, from, tag, posted);
 }
 
 void Comm::send(View buf, int to, int tag) { isend(buf, to, tag).wait(); }
@@ -58,17 +58,41 @@ void Request::wait() {
 bool Request::test() { return !comm_ || comm_->complete(*this, false); }
 
 bool Comm::complete(Request& r, bool block) {
-  try {
-    if (block) {
-      wait_request(r.id_);
-    } else if (!test_request(r.id_)) {
-      return false;
+  switch (r.kind_) {
+    case Request::Kind::send: case Request::Kind::recv:
+      try {
+        if (block) {
+          wait_request(r.id_);
+        } else if (!test_request(r.id_)) {
+          return false;
+        }
+      } catch (const RankFailedError& e) {
+        finish(r, e.what());  // the trace shows the operation the failure cut short
+        throw;
+      }
+      finish(r);
+      return true;
+    case Request::Kind::native: {
+      if (!block && !test_native(r.id_)) return false;
+      const auto node = in_flight_.extract(r.id_);
+      const CollectiveCall& call = node.mapped().first;
+      r.comm_ = nullptr;
+      try {
+        const NativeDone done = wait_native(r.id_);
+        divide_if_avg(call);
+        trace_collective(call, done.started, done.algorithm, {}, true, done.ended);
+      } catch (const RankFailedError& e) {
+        trace_collective(call, node.mapped().second, {}, e.what(), true);
+        throw;
+      }
+      return true;
     }
-  } catch (const RankFailedError& e) {
-    finish(r, e.what());  // the trace shows the operation the failure cut short
-    throw;
+    case Request::Kind::algorithm:
+      if (!block && !test_algorithm(r.id_)) return false;
+      r.comm_ = nullptr;
+      wait_algorithm(r.id_);
+      return true;
   }
-  finish(r);
   return true;
 }
 
@@ -86,14 +110,15 @@ std::uint64_t Comm::flow_id(int src, int dst, int tag) {
 void Comm::finish(Request& r, std::string_view error) {
   if (track_) {
     const int me = global_rank(rank_), peer = global_rank(r.peer_);
-    TraceEvent e{r.is_send_ ? TraceEvent::Kind::send : TraceEvent::Kind::recv,
-                 r.is_send_ ? "send" : "recv", r.posted_, now(), peer, r.tag_, r.buf_.bytes(), 0, {}};
+    const bool is_send = r.kind_ == Request::Kind::send;
+    TraceEvent e{is_send ? TraceEvent::Kind::send : TraceEvent::Kind::recv,
+                 is_send ? "send" : "recv", r.posted_, now(), peer, r.tag_, r.buf_.bytes(), 0, {}};
     if (!error.empty()) {
       e.args.emplace_back("error", error);  // a lost message: no arrow
     } else {
-      e.flow = r.is_send_ ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_);
+      e.flow = is_send ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_);
     }
-    track_->events.push_back(std::move(e));
+    record(std::move(e));
   }
   r.comm_ = nullptr;  // a second wait is a no-op
 }
@@ -136,8 +161,13 @@ void Comm::validate(const CollectiveCall& c) const {
   }
 }
 
+void Comm::record(TraceEvent event) {
+  event.on_stream = event.on_stream || on_stream_;
+  track_->events.push_back(std::move(event));
+}
+
 void Comm::trace_collective(const CollectiveCall& c, double start, std::string_view native_algo,
-                            std::string_view error) {
+                            std::string_view error, bool on_stream, double end) {
   if (!track_) return;
   std::string algo = algorithm(c.op);
   if (!native_algo.empty()) algo += fmt::format("/{}", native_algo);  // "native/ring"
@@ -148,17 +178,28 @@ void Comm::trace_collective(const CollectiveCall& c, double start, std::string_v
   if (has_root(c.op)) args.emplace_back("root", std::to_string(c.root));
   if (!error.empty()) args.emplace_back("error", error);
   const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
-  track_->events.push_back(
-      {TraceEvent::Kind::collective, std::string(name_of(c.op)), start, now(), -1, 0, bytes, 0, std::move(args)});
+  record({TraceEvent::Kind::collective, std::string(name_of(c.op)), start, end < 0 ? now() : end, -1, 0, bytes, 0,
+          std::move(args), {}, on_stream});
 }
+
+void Comm::divide_if_avg(const CollectiveCall& call) {
+  if (has_reduce_op(call.op) && call.reduce_op == ReduceOp::avg && (call.op != Collective::reduce || rank_ == call.root))
+    divide_local(call.recv.dtype, call.recv.data, call.recv.count, size_);
+}
+
+// avg runs as sum followed by one division by the group size, as NCCL does.
+namespace {
+CollectiveCall summing(CollectiveCall call) {
+  if (call.reduce_op == ReduceOp::avg) call.reduce_op = ReduceOp::sum;
+  return call;
+}
+}  // namespace
 
 void Comm::run(const CollectiveCall& call) {
   validate(call);
   check_collective(call);
   const double start = now();
-  // avg runs as sum followed by one division by the group size, as NCCL does.
-  CollectiveCall c = call;
-  if (c.reduce_op == ReduceOp::avg) c.reduce_op = ReduceOp::sum;
+  const CollectiveCall c = summing(call);
   const std::string& algo = algorithm(c.op);
   std::string_view native_algo;
   try {
@@ -171,10 +212,27 @@ void Comm::run(const CollectiveCall& call) {
     trace_collective(call, start, native_algo, e.what());
     throw;
   }
-  if (has_reduce_op(c.op) && call.reduce_op == ReduceOp::avg && (c.op != Collective::reduce || rank_ == c.root))
-    divide_local(c.recv.dtype, c.recv.data, c.recv.count, size_);
+  divide_if_avg(call);
   trace_collective(call, start, native_algo);
 }
+
+Request Comm::start(const CollectiveCall& call) {
+  validate(call);
+  if (algorithm(call.op) != "native") return Request(this, start_algorithm(call), Request::Kind::algorithm, {}, -1, 0, 0);
+  check_collective(call);
+  const double start = now();
+  const std::int64_t id = start_native(summing(call));
+  in_flight_.emplace(id, std::pair(call, start));
+  return Request(this, id, Request::Kind::native, {}, -1, 0, 0);
+}
+
+Request Comm::i_broadcast(View buf, int root) { return start({Collective::broadcast, {}, buf, ReduceOp::sum, root}); }
+Request Comm::i_all_reduce(View buf, ReduceOp op) { return start({Collective::all_reduce, {}, buf, op, 0}); }
+Request Comm::i_all_gather(View send, View recv) { return start({Collective::all_gather, send, recv, ReduceOp::sum, 0}); }
+Request Comm::i_reduce_scatter(View send, View recv, ReduceOp op) {
+  return start({Collective::reduce_scatter, send, recv, op, 0});
+}
+Request Comm::i_all_to_all(View send, View recv) { return start({Collective::all_to_all, send, recv, ReduceOp::sum, 0}); }
 
 void Comm::broadcast(View buf, int root) { run({Collective::broadcast, {}, buf, ReduceOp::sum, root}); }
 void Comm::reduce(View buf, ReduceOp op, int root) { run({Collective::reduce, {}, buf, op, root}); }
@@ -212,7 +270,7 @@ void Comm::compute_for(std::string_view what, double seconds) {
   if (seconds < 0) fail(who(), "compute", "duration {} s is negative", seconds);
   const double start = now();
   advance(seconds);
-  if (track_) track_->events.push_back({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
+  if (track_) record({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
 }
 
 void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
@@ -220,7 +278,7 @@ void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
   if (!track_) return;
   TraceEvent e{TraceEvent::Kind::memory, "memory", now(), now()};
   for (MemoryUse u : kMemoryUses) e.counters.emplace_back(name_of(u), double(memory_.current[std::size_t(u)]));
-  track_->events.push_back(std::move(e));
+  record(std::move(e));
 }
 
 std::vector<std::vector<double>> Comm::inspect(View buf) {

@@ -40,8 +40,8 @@ std::string_view category(TraceEvent::Kind kind) {
   return "";
 }
 
-nlohmann::json span(int rank, const TraceEvent& e) {
-  nlohmann::json j = {{"name", e.name}, {"cat", category(e.kind)}, {"ph", "X"}, {"pid", kPid}, {"tid", rank},
+nlohmann::json span(int tid, const TraceEvent& e) {
+  nlohmann::json j = {{"name", e.name}, {"cat", category(e.kind)}, {"ph", "X"}, {"pid", kPid}, {"tid", tid},
                       {"ts", micros(nanos(e.start))}, {"dur", micros(nanos(e.end) - nanos(e.start))}};
   nlohmann::json args = nlohmann::json::object();
   if (e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) {
@@ -57,10 +57,10 @@ nlohmann::json span(int rank, const TraceEvent& e) {
 // One end of a flow arrow: "s" just after the send starts, "f" just before the
 // receive completes (the message is delivered then). A nanosecond inside the
 // slice, so viewers bind each end to it and the arrow never points back in time.
-nlohmann::json flow_end(int rank, const TraceEvent& e) {
+nlohmann::json flow_end(int tid, const TraceEvent& e) {
   const std::int64_t start = nanos(e.start), end = nanos(e.end), inset = std::min<std::int64_t>(1, (end - start) / 2);
   const std::int64_t at = e.kind == TraceEvent::Kind::send ? start + inset : end - inset;
-  nlohmann::json j = {{"name", "message"}, {"cat", "p2p"}, {"pid", kPid}, {"tid", rank},
+  nlohmann::json j = {{"name", "message"}, {"cat", "p2p"}, {"pid", kPid}, {"tid", tid},
                       {"ts", micros(at)}, {"id", e.flow}};
   j["ph"] = e.kind == TraceEvent::Kind::send ? "s" : "f";
   if (e.kind == TraceEvent::Kind::recv) j["bp"] = "e";
@@ -72,14 +72,22 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", kPid}, {"tid", 0},
                     {"args", {{"name", "labkit " + backend}}}});
+  // Rank r is thread r; its communication stream, where it has one, is thread
+  // ranks + r, sorted just under it.
+  const int ranks = int(tracks_.size());
+  auto name_thread = [&](int tid, const std::string& name, int sort_index) {
+    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", kPid}, {"tid", tid}, {"args", {{"name", name}}}});
+    events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", kPid}, {"tid", tid},
+                      {"args", {{"sort_index", sort_index}}}});
+  };
   for (const TraceTrack& t : tracks_) {
-    events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", kPid}, {"tid", t.rank},
-                      {"args", {{"name", "rank " + std::to_string(t.rank)}}}});
-    events.push_back({{"ph", "M"}, {"name", "thread_sort_index"}, {"pid", kPid}, {"tid", t.rank},
-                      {"args", {{"sort_index", t.rank}}}});
+    name_thread(t.rank, "rank " + std::to_string(t.rank), 2 * t.rank);
+    if (std::any_of(t.events.begin(), t.events.end(), [](const TraceEvent& e) { return e.on_stream; }))
+      name_thread(ranks + t.rank, "rank " + std::to_string(t.rank) + " / comm", 2 * t.rank + 1);
   }
   for (const TraceTrack& t : tracks_) {
     for (const TraceEvent& e : t.events) {
+      const int tid = e.on_stream ? ranks + t.rank : t.rank;
       if (e.kind == TraceEvent::Kind::memory) {  // counters are per process in the format: name them per rank
         nlohmann::json args = nlohmann::json::object();
         for (const auto& [use, bytes] : e.counters) args[use] = bytes;
@@ -92,9 +100,9 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
                           {"tid", t.rank}, {"ts", micros(nanos(e.start))}});
         continue;
       }
-      events.push_back(span(t.rank, e));
+      events.push_back(span(tid, e));
       if ((e.kind == TraceEvent::Kind::send || e.kind == TraceEvent::Kind::recv) && e.flow)
-        events.push_back(flow_end(t.rank, e));
+        events.push_back(flow_end(tid, e));
     }
   }
   nlohmann::json doc = {{"displayTimeUnit", "ns"},

@@ -30,7 +30,10 @@ class Comm;
 // group, not per rank: 4096 ranks would otherwise hold 64 MB of copies).
 using Members = std::shared_ptr<const std::vector<int>>;
 
-// A pending isend or irecv. wait() blocks until it completes; test() asks.
+// A pending operation: an isend, an irecv, or a collective started with i_*.
+// wait() blocks until it completes; test() asks. Its buffers belong to it until
+// then: do not touch them, and do not let them go (a rank that returns with a
+// collective in flight is an error on the simulator).
 // Move-only: one operation has one handle, so it cannot be waited on twice
 // through copies (the backend recycles its id once it completes); a moved-from
 // or completed Request waits for nothing.
@@ -40,7 +43,7 @@ class [[nodiscard]] Request {
   Request(Request&& other) noexcept { *this = std::move(other); }
   Request& operator=(Request&& other) noexcept {
     comm_ = std::exchange(other.comm_, nullptr);
-    id_ = other.id_, is_send_ = other.is_send_, buf_ = other.buf_;
+    id_ = other.id_, kind_ = other.kind_, buf_ = other.buf_;
     peer_ = other.peer_, tag_ = other.tag_, posted_ = other.posted_;
     return *this;
   }
@@ -51,11 +54,14 @@ class [[nodiscard]] Request {
 
  private:
   friend class Comm;
-  Request(Comm* comm, std::int64_t id, bool is_send, View buf, int peer, int tag, double posted)
-      : comm_(comm), id_(id), is_send_(is_send), buf_(buf), peer_(peer), tag_(tag), posted_(posted) {}
+  // A collective runs natively (the backend's library) or as a labkit algorithm
+  // (on the backend's communication stream, or already done where it has none).
+  enum class Kind { send, recv, native, algorithm };
+  Request(Comm* comm, std::int64_t id, Kind kind, View buf, int peer, int tag, double posted)
+      : comm_(comm), id_(id), kind_(kind), buf_(buf), peer_(peer), tag_(tag), posted_(posted) {}
   Comm* comm_ = nullptr;
   std::int64_t id_ = -1;
-  bool is_send_ = false;
+  Kind kind_ = Kind::send;
   View buf_;
   int peer_ = -1;
   int tag_ = 0;
@@ -94,6 +100,19 @@ class Comm {
   void barrier();
   void run(const CollectiveCall& call);
 
+  // ---- non-blocking collectives: the same operations, started on this rank's
+  // communication stream for the group (as NCCL runs a collective on a CUDA
+  // stream) and in flight while the rank computes; Request::wait ends them.
+  // The collectives a rank starts on one group run one after another, in the
+  // order it started them. A blocking collective does not queue behind them:
+  // wait first where the order matters.
+  Request i_broadcast(View buf, int root);
+  Request i_all_reduce(View buf, ReduceOp op);
+  Request i_all_gather(View send, View recv);
+  Request i_reduce_scatter(View send, View recv, ReduceOp op);
+  Request i_all_to_all(View send, View recv);
+  Request start(const CollectiveCall& call);
+
   // Split into sub-groups, like MPI_Comm_split: ranks with the same color form a
   // group, ordered by key then by rank here. A negative color joins no group (null).
   std::unique_ptr<Comm> split(int color, int key);
@@ -107,6 +126,13 @@ class Comm {
   // counter per rank, and memory() keeps the current and peak bytes.
   void track_memory(MemoryUse use, std::int64_t bytes);
   const MemoryTracker& memory() const { return memory_; }
+
+  // What a backend's wait for a native collective returns: when it began and
+  // ended on this rank's stream, and the algorithm the library chose.
+  struct NativeDone {
+    double started, ended;
+    std::string_view algorithm;
+  };
 
   // Seconds since the run started: virtual on sim, wall clock on real backends.
   virtual double now() const = 0;
@@ -132,6 +158,19 @@ class Comm {
   // Runs the collective as the backend's own library would; returns that library's
   // algorithm ("ring", "tree") for the trace.
   virtual std::string_view run_native(const CollectiveCall& call) = 0;
+  // The same, started on the communication stream: an id to wait on or test.
+  virtual std::int64_t start_native(const CollectiveCall& call) = 0;
+  virtual NativeDone wait_native(std::int64_t id) = 0;
+  virtual bool test_native(std::int64_t id) = 0;
+  // A labkit algorithm started non-blocking. A backend with a communication
+  // stream for them runs `call` there (as a blocking run() of a Comm of its own)
+  // and returns an id; by default it runs now, on this rank, and returns -1 (done).
+  virtual std::int64_t start_algorithm(const CollectiveCall& call) {
+    run(call);
+    return -1;
+  }
+  virtual void wait_algorithm(std::int64_t) {}
+  virtual bool test_algorithm(std::int64_t) { return true; }
   virtual std::unique_ptr<Comm> split_group(int color, int key) = 0;
   virtual void advance(double seconds) = 0;
   virtual int node_of_global(int global_rank) const = 0;
@@ -139,6 +178,9 @@ class Comm {
   virtual std::vector<std::vector<std::byte>> gather_untimed(View buf) = 0;
 
   TraceTrack* track() const { return track_; }
+  // This Comm runs a rank's communication stream: its events go on the rank's
+  // "comm" track in the trace.
+  void mark_as_stream() { on_stream_ = true; }
   std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)"
 
  private:
@@ -148,7 +190,9 @@ class Comm {
   void check_peer(std::string_view op, int peer, std::string_view arg) const;
   void validate(const CollectiveCall& call) const;
   void trace_collective(const CollectiveCall& call, double start, std::string_view native_algo,
-                        std::string_view error = {});
+                        std::string_view error = {}, bool on_stream = false, double end = -1);  // end -1: now
+  void record(TraceEvent event);
+  void divide_if_avg(const CollectiveCall& call);
 
   int comm_id_;
   int rank_;
@@ -156,6 +200,9 @@ class Comm {
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::map<Collective, std::string> algorithms_;
+  bool on_stream_ = false;
+  // Native collectives in flight: the call as given (an avg divides at the end) and when it was started.
+  std::map<std::int64_t, std::pair<CollectiveCall, double>> in_flight_;
   MemoryTracker memory_;
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
   // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.

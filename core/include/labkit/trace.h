@@ -1,7 +1,8 @@
 // The trace: what every backend records, and the contract between the runtime and
 // everything that shows results. Written as Chrome Trace Event Format JSON
 // (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
-// one track per rank, "X" spans for collectives, sends, receives and compute,
+// one track per rank (and one under it for its communication stream, where it
+// has non-blocking work), "X" spans for collectives, sends, receives and compute,
 // "s"/"f" flow events that draw an arrow from each send to its receive, "C"
 // counters of each rank's memory by use, and an "i" instant where a rank failed.
 // Perfetto (ui.perfetto.dev) and chrome://tracing open it.
@@ -30,6 +31,9 @@ struct TraceEvent {
   std::vector<std::pair<std::string, std::string>> args = {};
   // Memory: the bytes held at `start`, by use (a Chrome counter event).
   std::vector<std::pair<std::string, double>> counters = {};
+  // On the rank's communication stream (a non-blocking collective and its
+  // messages): drawn on a track of its own under the rank, "rank 3 / comm".
+  bool on_stream = false;
 };
 
 // One rank's events, in the order they ended.
