@@ -148,8 +148,7 @@ bool MpiComm::test_request(std::int64_t id) {
 void MpiComm::check_collective(const CollectiveCall& c) {
   die_if_due();
   if (!context_.check_arguments) return;
-  const bool block_is_send = c.op == Collective::gather || c.op == Collective::all_gather || c.op == Collective::all_to_all;
-  const View& agreed = block_is_send ? c.send : c.recv;
+  const View& agreed = agreed_buffer(c);
   const std::array<long long, 5> mine = {int(c.op), has_root(c.op) ? c.root : 0,
                                          has_reduce_op(c.op) ? int(c.reduce_op) : 0,
                                          c.op == Collective::barrier ? 0 : int(agreed.dtype),

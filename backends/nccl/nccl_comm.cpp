@@ -160,8 +160,8 @@ std::int64_t NcclComm::start_native(const CollectiveCall& c) {
   // queued there so far, as PyTorch's process groups order their NCCL streams.
   check(cudaEventRecord(inputs_ready_, cudaStreamLegacy), who(), "cudaEventRecord");
   check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), who(), "cudaStreamWaitEvent");
-  const bool has_send = c.op == Collective::gather || c.op == Collective::scatter || c.op == Collective::all_gather ||
-                        c.op == Collective::reduce_scatter || c.op == Collective::all_to_all;
+  const Counts counts = info(c.op).counts;
+  const bool has_send = counts != Counts::in_place && counts != Counts::none;
   const OnDevice send(has_send ? c.send : View{}, true), recv(c.recv, true);
   const ncclDataType_t t = nccl_type(c.recv.dtype);
   const ncclRedOp_t op = nccl_op(c.reduce_op);

@@ -269,19 +269,12 @@ void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const Co
   if (has_root(c.op) && c.root != f.root) fail(who, op, "root={} but rank {} passed root={}", c.root, other, f.root);
   if (has_reduce_op(c.op) && c.reduce_op != f.reduce_op)
     fail(who, op, "op={} but rank {} passed op={}", name_of(c.reduce_op), other, name_of(f.reduce_op));
-  // The buffer every rank passes with the same count and dtype: the per-rank block
-  // (gather, all_gather, all_to_all send; scatter, reduce_scatter recv) or the whole buffer.
-  auto agreed = [](const CollectiveCall& x) -> const View& {
-    switch (x.op) {
-      case Collective::gather: case Collective::all_gather: case Collective::all_to_all: return x.send;
-      default: return x.recv;
-    }
-  };
-  if (c.op != Collective::barrier && agreed(c).dtype != agreed(f).dtype)
-    fail(who, op, "dtype={} but rank {} passed dtype={}", name_of(agreed(c).dtype), other, name_of(agreed(f).dtype));
-  if (c.op != Collective::barrier && agreed(c).count != agreed(f).count)
-    fail(who, op, "count={} but rank {} passed count={}; every rank must pass the same count", agreed(c).count,
-         other, agreed(f).count);
+  const View &mine = agreed_buffer(c), &theirs = agreed_buffer(f);
+  if (c.op != Collective::barrier && mine.dtype != theirs.dtype)
+    fail(who, op, "dtype={} but rank {} passed dtype={}", name_of(mine.dtype), other, name_of(theirs.dtype));
+  if (c.op != Collective::barrier && mine.count != theirs.count)
+    fail(who, op, "count={} but rank {} passed count={}; every rank must pass the same count", mine.count, other,
+         theirs.count);
   // Forget the call once the whole group has checked in.
   if (++it->second.seen == int(group.size())) first_call_.erase(it);
 }

@@ -136,28 +136,25 @@ void Comm::validate(const CollectiveCall& c) const {
       fail(who(), op, "send dtype {} differs from recv dtype {}", name_of(c.send.dtype), name_of(c.recv.dtype));
   };
   auto whole_blocks = [&](const View& big, std::string_view big_name, const View& small, std::string_view small_name) {
+    same_dtype();
     if (big.count % p != 0)
       fail(who(), op, "{} count {} is not divisible by {} ranks", big_name, big.count, p);
     if (big.count != small.count * p)
       fail(who(), op, "{} count {} must be {} ranks x {} count {} = {}", big_name, big.count, p, small_name,
            small.count, small.count * p);
   };
-  switch (c.op) {
-    case Collective::gather:
-      if (is_root) { same_dtype(); whole_blocks(c.recv, "recv", c.send, "send"); }
-      break;
-    case Collective::scatter:
-      if (is_root) { same_dtype(); whole_blocks(c.send, "send", c.recv, "recv"); }
-      break;
-    case Collective::all_gather: same_dtype(); whole_blocks(c.recv, "recv", c.send, "send"); break;
-    case Collective::reduce_scatter: same_dtype(); whole_blocks(c.send, "send", c.recv, "recv"); break;
-    case Collective::all_to_all:
+  // A rooted collective's large buffer matters at its root only.
+  if (has_root(c.op) && !is_root && info(c.op).counts != Counts::in_place) return;
+  switch (info(c.op).counts) {
+    case Counts::gathers: whole_blocks(c.recv, "recv", c.send, "send"); break;
+    case Counts::scatters: whole_blocks(c.send, "send", c.recv, "recv"); break;
+    case Counts::exchanges:
       same_dtype();
       if (c.send.count != c.recv.count)
         fail(who(), op, "send count {} differs from recv count {}", c.send.count, c.recv.count);
       if (c.send.count % p != 0) fail(who(), op, "send count {} is not divisible by {} ranks", c.send.count, p);
       break;
-    default: break;
+    case Counts::in_place: case Counts::none: break;
   }
 }
 

@@ -13,8 +13,8 @@ CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link
   if (ranks <= 1) return {0.0, "none"};
   const double p = ranks, n = double(bytes), a = link.alpha, b = 1.0 / link.bandwidth;
   const double log_p = std::bit_width(unsigned(ranks - 1));  // ceil(log2 P)
-  switch (op) {
-    case Collective::all_reduce: {
+  switch (info(op).native_cost) {
+    case NativeCost::ring_or_tree: {
       // Ring: reduce-scatter then all-gather, 2(P-1) steps of n/P bytes.
       // Tree: reduce up and broadcast down a binary tree, 2 log2 P steps of n bytes.
       // NCCL's tuner takes the faster one; tree wins for small messages.
@@ -22,18 +22,13 @@ CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link
       const double tree = 2 * log_p * a + 2 * log_p * n * b;
       return ring <= tree ? CostEstimate{ring, "ring"} : CostEstimate{tree, "tree"};
     }
-    case Collective::all_gather:
-    case Collective::reduce_scatter:
-    case Collective::gather:
-    case Collective::scatter:
-    case Collective::all_to_all:
+    case NativeCost::ring:
       // P-1 steps, each rank moving (P-1)/P of the large buffer once.
       return {(p - 1) * a + (p - 1) / p * n * b, "ring"};
-    case Collective::broadcast:
-    case Collective::reduce:
+    case NativeCost::chain:
       // A pipelined chain: P-1 hops of latency, the buffer crosses each link once.
       return {(p - 1) * a + n * b, "ring"};
-    case Collective::barrier:
+    case NativeCost::dissemination:
       return {log_p * a, "dissemination"};
   }
   return {0.0, "none"};
@@ -172,20 +167,6 @@ double predict(Collective op, std::string_view algo, std::size_t bytes, int p, c
                               std::string(algo) + "'");
 }
 
-double bus_bandwidth_factor(Collective op, int ranks) {
-  const double p = ranks;
-  switch (op) {
-    case Collective::all_reduce: return 2 * (p - 1) / p;
-    case Collective::all_gather:
-    case Collective::reduce_scatter:
-    case Collective::all_to_all:
-    case Collective::gather:
-    case Collective::scatter: return (p - 1) / p;
-    case Collective::broadcast:
-    case Collective::reduce:
-    case Collective::barrier: return 1;
-  }
-  return 1;
-}
+double bus_bandwidth_factor(Collective op, int ranks) { return info(op).bus_factor(ranks); }
 
 }  // namespace labkit

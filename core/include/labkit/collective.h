@@ -1,4 +1,8 @@
-// The eight collectives and barrier, and the one struct that describes a call.
+// The eight collectives and barrier, each described once (collective.cpp's
+// table: name, root and operator, count rule, bus factor, the cost a vendor
+// library takes), and the one struct that describes a call. Adding a
+// collective is an entry there, its native call in each backend, and its
+// algorithm files.
 #pragma once
 
 #include <array>
@@ -16,9 +20,6 @@ inline constexpr std::array kCollectives = {
     Collective::gather,    Collective::scatter,        Collective::all_gather,
     Collective::reduce_scatter, Collective::all_to_all, Collective::barrier};
 
-std::string_view name_of(Collective c);
-Collective parse_collective(std::string_view name);  // throws on an unknown name
-
 // One collective call as a rank issued it. In-place operations (broadcast, reduce,
 // all_reduce) use `recv` only. Counts follow NCCL: gather/all_gather receive
 // size x send.count, scatter/reduce_scatter send size x recv.count, all_to_all
@@ -31,7 +32,47 @@ struct CollectiveCall {
   int root = 0;
 };
 
-bool has_root(Collective c);
-bool has_reduce_op(Collective c);
+// How the buffers' counts relate on P ranks.
+enum class Counts {
+  in_place,   // recv only (broadcast, reduce, all_reduce)
+  gathers,    // recv = P x send (gather at its root, all_gather)
+  scatters,   // send = P x recv (scatter at its root, reduce_scatter)
+  exchanges,  // send = recv, P equal blocks (all_to_all)
+  none,       // no buffers (barrier)
+};
+
+// What a vendor library (NCCL) takes, in the alpha-beta model (cost_model.cpp).
+enum class NativeCost {
+  ring_or_tree,   // all_reduce: the faster of a ring and a binary tree
+  ring,           // P-1 steps, (P-1)/P of the large buffer over each rank's link
+  chain,          // a pipelined chain: P-1 hops of latency, the buffer once over each link
+  dissemination,  // ceil(log2 P) rounds of latency
+};
+
+struct CollectiveInfo {
+  Collective op;
+  std::string_view name;
+  bool has_root;
+  bool has_reduce_op;
+  Counts counts;
+  // nccl-tests' bus bandwidth factor (doc/PERFORMANCE.md): busbw = algbw x
+  // factor, which makes busbw comparable with a link's bandwidth at any P.
+  double (*bus_factor)(int ranks);
+  NativeCost native_cost;
+};
+
+const CollectiveInfo& info(Collective c);
+std::string_view name_of(Collective c);
+Collective parse_collective(std::string_view name);  // throws on an unknown name
+
+inline bool has_root(Collective c) { return info(c).has_root; }
+inline bool has_reduce_op(Collective c) { return info(c).has_reduce_op; }
+
+// The buffer every rank passes with the same count and dtype: the per-rank
+// block (send of gathers and exchanges, recv of scatters) or the whole buffer.
+inline const View& agreed_buffer(const CollectiveCall& call) {
+  const Counts counts = info(call.op).counts;
+  return counts == Counts::gathers || counts == Counts::exchanges ? call.send : call.recv;
+}
 
 }  // namespace labkit
