@@ -1,6 +1,7 @@
 // The visualizer's model: the trace loader reads what every backend writes and
 // rejects malformed files with a message that names the file and the fault;
-// the chunk history records whose data each chunk holds after every delivery.
+// the chunk history records whose data each chunk holds after every delivery;
+// the summary splits each rank's time and says what overlap hid.
 #include <fstream>
 #include <sstream>
 
@@ -9,6 +10,7 @@
 #include "harness.h"
 #include "labkit/error.h"
 #include "scenario.h"
+#include "summary.h"
 #include "trace_model.h"
 
 using namespace labkit;
@@ -28,6 +30,46 @@ std::string error_loading(const std::string& path) {
   }
   return "no error";
 }
+
+// 4 ranks start an all_reduce by the ring on their communication streams,
+// compute for `backward` seconds while it is in flight, then wait for it.
+test::SimRun overlapped_ring(double backward) {
+  return test::simulate(4, [backward](Comm& c) {
+    std::vector<float> grads(64);
+    for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = float(100 * c.rank() + i);
+    c.set_algorithm(Collective::all_reduce, "ring");
+    Request r = c.i_all_reduce(view_of(grads), ReduceOp::sum);
+    c.compute_for("backward", backward);
+    r.wait();
+  });
+}
+
+// What the file and the in-memory trace must both show of overlapped_ring:
+// 4 ranks, not 8; each stream's track right under its rank's; the ring's
+// messages on the streams, and from rank to rank.
+void expect_streams_under_their_ranks(const viz::TraceModel& m) {
+  ASSERT_EQ(m.ranks, 4) << "a stream is no rank";
+  ASSERT_EQ(m.tracks.size(), 8u) << "a track per rank and one per stream";
+  for (int r = 0; r < 4; ++r) {
+    const viz::Track &own = m.tracks[r], &stream = m.tracks[4 + r];
+    EXPECT_EQ(own.rank, r);
+    EXPECT_FALSE(own.stream) << "rank " << r;
+    EXPECT_EQ(own.row, 2 * r);
+    EXPECT_EQ(stream.rank, r);
+    EXPECT_TRUE(stream.stream) << "rank " << r;
+    EXPECT_EQ(stream.row, 2 * r + 1) << "rank " << r << "'s stream is not right under it";
+    EXPECT_EQ(stream.name, "rank " + std::to_string(r) + " / comm");
+    ASSERT_EQ(own.spans.size(), 1u) << "rank " << r << " only computes on its own track";
+    EXPECT_EQ(own.spans[0].kind, viz::Kind::compute);
+    EXPECT_EQ(stream.spans.size(), 1u + 2 * 3 * 2) << "rank " << r << ": the all_reduce, 6 sends and 6 receives";
+  }
+  ASSERT_EQ(m.flows.size(), 4u * 6);
+  for (const viz::Flow& f : m.flows) {
+    EXPECT_TRUE(m.tracks[f.from_track].stream && m.tracks[f.to_track].stream) << "stream to stream";
+    EXPECT_EQ(f.from_rank, f.from_track - 4);
+    EXPECT_EQ(f.to_rank, (f.from_rank + 1) % 4) << "from rank " << f.from_rank;
+  }
+}
 }  // namespace
 
 TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
@@ -41,7 +83,10 @@ TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
   run.trace->write_chrome_json(json, "sim");
   const viz::TraceModel m = viz::load_chrome_trace(write("lab.json", json.str()));
   ASSERT_EQ(m.tracks.size(), 4u);
+  EXPECT_EQ(m.ranks, 4);
   EXPECT_EQ(m.tracks[2].name, "rank 2");
+  EXPECT_FALSE(m.tracks[2].stream);
+  EXPECT_EQ(m.tracks[2].row, 2);
   EXPECT_EQ(m.events, 4u * (1 + 1 + 2 * 3 * 2));  // compute, all_reduce, 6 sends and 6 receives per rank
   EXPECT_EQ(m.flows.size(), 4u * 6);
   for (const viz::Flow& f : m.flows) {
@@ -52,6 +97,34 @@ TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
   const viz::TraceModel direct = viz::from_trace(*run.trace, "direct");
   EXPECT_EQ(direct.events, m.events);
   EXPECT_EQ(direct.flows.size(), m.flows.size());
+}
+
+TEST(VizTrace, ReadsEachStreamAsATrackOfItsRank) {
+  const test::SimRun run = overlapped_ring(1e-3);
+  std::ostringstream json;
+  run.trace->write_chrome_json(json, "sim");
+  expect_streams_under_their_ranks(viz::load_chrome_trace(write("streams.json", json.str())));
+}
+
+TEST(VizTrace, KeepsEachStreamWithItsRankFromMemory) {
+  expect_streams_under_their_ranks(viz::from_trace(*overlapped_ring(1e-3).trace, "direct"));
+}
+
+// A trace from another tool: thread ids far apart, names of its own. Every
+// thread is a rank, as before streams, gaps included.
+TEST(VizTrace, ThreadsOfAnotherToolAreRanks) {
+  const viz::TraceModel m = viz::load_chrome_trace(write("tool.json", R"([
+    {"ph": "M", "name": "thread_name", "tid": 7, "args": {"name": "worker / comm"}},
+    {"ph": "X", "name": "step", "cat": "compute", "tid": 7, "ts": 0, "dur": 5},
+    {"ph": "X", "name": "load", "tid": 2, "ts": 1, "dur": 2}])"));
+  ASSERT_EQ(m.tracks.size(), 8u);
+  EXPECT_EQ(m.ranks, 8);
+  for (int tid = 0; tid < 8; ++tid) {
+    EXPECT_FALSE(m.tracks[tid].stream) << "tid " << tid;
+    EXPECT_EQ(m.tracks[tid].rank, tid);
+    EXPECT_EQ(m.tracks[tid].row, tid);
+  }
+  EXPECT_EQ(m.tracks[7].name, "worker / comm");
 }
 
 TEST(VizTrace, ShowsWhereARankFailedAndWhatThatCutShort) {
@@ -126,8 +199,49 @@ TEST(VizTrace, AcceptsTheBareArrayForm) {
   const viz::TraceModel m = viz::load_chrome_trace(
       write("bare.json", R"([{"ph": "X", "name": "step", "cat": "compute", "tid": 1, "ts": 0, "dur": 5}])"));
   ASSERT_EQ(m.tracks.size(), 2u);
+  EXPECT_EQ(m.ranks, 2);
   EXPECT_EQ(m.tracks[1].spans.at(0).kind, viz::Kind::compute);
   EXPECT_DOUBLE_EQ(m.end, 5e-6);
+}
+
+// A ring hidden under 1 ms of backward is no exposed communication; under
+// 1 us of it, all but that microsecond is.
+TEST(VizSummary, CountsOnlyTheCommunicationComputeDoesNotHide) {
+  for (double backward : {1e-3, 1e-6}) {
+    const test::SimRun run = overlapped_ring(backward);
+    const viz::TraceModel m = viz::from_trace(*run.trace, "direct");
+    const viz::Summary s = viz::summarize(m);
+    EXPECT_TRUE(s.streams);
+    ASSERT_EQ(s.ranks.size(), 4u);
+    for (int r = 0; r < 4; ++r) {
+      const viz::Span& all_reduce = m.tracks[4 + r].spans.at(0);
+      ASSERT_EQ(all_reduce.kind, viz::Kind::collective);
+      const double ring = all_reduce.end - all_reduce.start, hidden = std::min(ring, backward);
+      const viz::RankShare& share = s.ranks[r];
+      EXPECT_NEAR(share.computing, backward / m.end, 1e-9) << "rank " << r << ", backward " << backward;
+      EXPECT_NEAR(share.hidden, hidden / m.end, 1e-9) << "rank " << r << ", backward " << backward;
+      EXPECT_NEAR(share.communicating, (ring - hidden) / m.end, 1e-9) << "rank " << r << ", backward " << backward;
+      EXPECT_NEAR(share.communicating + share.computing + share.idle, 1, 1e-9) << "rank " << r;
+    }
+    ASSERT_EQ(s.links.size(), 4u);
+    for (const auto& [bytes, link] : s.links) EXPECT_EQ(link.second, (link.first + 1) % 4) << "a ring link between ranks";
+  }
+}
+
+TEST(VizSummary, ATraceWithoutStreamsHidesNothing) {
+  const test::SimRun run = test::simulate(2, [](Comm& c) {
+    std::vector<float> x(8);
+    c.compute_for("forward", 2e-6);
+    c.all_reduce(view_of(x), ReduceOp::sum);
+  });
+  const viz::Summary s = viz::summarize(viz::from_trace(*run.trace, "direct"));
+  EXPECT_FALSE(s.streams);
+  ASSERT_EQ(s.ranks.size(), 2u);
+  for (const viz::RankShare& share : s.ranks) {
+    EXPECT_EQ(share.hidden, 0);
+    EXPECT_NEAR(share.computing, 2e-6 / run.elapsed, 1e-9);
+    EXPECT_NEAR(share.communicating, 1 - 2e-6 / run.elapsed, 1e-9);
+  }
 }
 
 TEST(VizChunks, RingAllReduceReducesOneChunkPerRankThenGathersThem) {

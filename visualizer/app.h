@@ -9,19 +9,10 @@
 #include <vector>
 
 #include "scenario.h"
+#include "summary.h"
 #include "trace_model.h"
 
 namespace viz {
-
-// What the summary shows, computed once per trace rather than every frame.
-struct RankShare {
-  double communicating, computing;  // fractions of the run
-};
-struct Summary {
-  std::vector<RankShare> ranks;
-  std::vector<std::pair<std::int64_t, std::pair<int, int>>> links;  // (bytes, (from, to)), busiest first
-};
-Summary summarize(const TraceModel& model);
 
 struct App {
   TraceModel model;

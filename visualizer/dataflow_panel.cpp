@@ -66,7 +66,7 @@ void legend(ImDrawList* dl, ImVec2 at) {
 void draw_dataflow(App& app) {
   ImGui::Begin("Data flow");
   controls(app);
-  const int ranks = int(app.model.tracks.size());
+  const int ranks = app.model.ranks;  // a rank's stream is no node of its own
   ImDrawList* dl = ImGui::GetWindowDrawList();
   if (!app.chunks.times.empty()) {  // the key to the chunk colors, above the ring
     legend(dl, ImGui::GetCursorScreenPos());
@@ -92,9 +92,10 @@ void draw_dataflow(App& app) {
     const float angle = 2 * 3.14159265f * r / std::max(ranks, 1) - 3.14159265f / 2;
     return ImVec2{center.x + radius * std::cos(angle), center.y + radius * std::sin(angle)};
   };
-  // Messages in flight at the cursor: a line for the link, a dot for the bytes.
+  // Messages in flight at the cursor, from rank to rank (whichever of their
+  // tracks sent them): a line for the link, a dot for the bytes.
   for (const Flow& f : app.model.flows) {
-    if (f.to_rank < 0 || app.cursor < f.sent || app.cursor >= f.delivered) continue;
+    if (app.cursor < f.sent || app.cursor >= f.delivered) continue;
     const ImVec2 a = at(f.from_rank), b = at(f.to_rank);
     const float u = float((app.cursor - f.sent) / std::max(f.delivered - f.sent, 1e-15));
     dl->AddLine(a, b, colors::send, 2);

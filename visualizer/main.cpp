@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
     glFinish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("{} ({} ranks, {} events): {:.2f} ms per frame over {} frames after {} warm-up, {} vertices\n",
-               app.model.source, app.model.tracks.size(), app.model.events, 1e3 * seconds / (frames - kWarmup),
+               app.model.source, app.model.ranks, app.model.events, 1e3 * seconds / (frames - kWarmup),
                frames - kWarmup, kWarmup, ImGui::GetDrawData()->TotalVtxCount);
   }
   ImGui_ImplOpenGL3_Shutdown();

@@ -1,10 +1,13 @@
 #include "trace_model.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <optional>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -22,7 +25,51 @@ Kind kind_of(const std::string& cat, const std::string& name) {
   return Kind::other;
 }
 
-void finish(TraceModel& m) {
+// The rank whose communication stream a thread is, from the name labkit's
+// trace writer gives it ("rank 3 / comm"); none for any other name.
+std::optional<int> stream_of(const std::string& name) {
+  constexpr std::string_view prefix = "rank ", suffix = " / comm";
+  if (name.size() <= prefix.size() + suffix.size() || !name.starts_with(prefix) || !name.ends_with(suffix))
+    return std::nullopt;
+  const char *first = name.data() + prefix.size(), *last = name.data() + name.size() - suffix.size();
+  int rank = -1;
+  const auto [end, error] = std::from_chars(first, last, rank);
+  if (error != std::errc() || end != last || rank < 0) return std::nullopt;
+  return rank;
+}
+
+// labkit's layout: rank r is thread r, its stream thread ranks + r. So one
+// thread named as a stream tells where the ranks end; with none (a trace
+// without streams, or from another tool) every thread is a rank.
+int ranks_in(const TraceModel& m) {
+  for (int tid = 0; tid < int(m.tracks.size()); ++tid)
+    if (const auto rank = stream_of(m.tracks[tid].name); rank && tid > *rank) return tid - *rank;
+  return int(m.tracks.size());
+}
+
+// Which rank each track belongs to, and the timeline's order: each rank, then its stream.
+void assign_ranks(TraceModel& m, int ranks) {
+  for (int tid = 0; tid < int(m.tracks.size()); ++tid) {
+    Track& t = m.tracks[tid];
+    t.stream = tid >= ranks;
+    t.rank = t.stream ? tid - ranks : tid;
+    if (t.name.empty()) t.name = t.stream ? fmt::format("rank {} / comm", t.rank) : fmt::format("rank {}", t.rank);
+    m.ranks = std::max(m.ranks, t.rank + 1);
+  }
+  std::vector<int> order(m.tracks.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return std::pair(m.tracks[a].rank, m.tracks[a].stream) < std::pair(m.tracks[b].rank, m.tracks[b].stream);
+  });
+  for (int row = 0; row < int(order.size()); ++row) m.tracks[order[row]].row = row;
+  for (Flow& f : m.flows) {
+    f.from_rank = m.tracks[f.from_track].rank;
+    f.to_rank = m.tracks[f.to_track].rank;
+  }
+}
+
+void finish(TraceModel& m, int ranks) {
+  assign_ranks(m, ranks);
   for (Track& t : m.tracks) {
     // By start; of two that start together, the enclosing one first: the longer,
     // or for equal spans the collective or compute region around its messages.
@@ -65,9 +112,9 @@ Int integer(const nlohmann::json& object, const char* key, std::optional<Int> fa
   throw labkit::Error(fmt::format("{} {} is not an integer in range", key, v.dump()));
 }
 
-Track& track(TraceModel& m, int rank) {
-  if (rank >= int(m.tracks.size())) m.tracks.resize(rank + 1);
-  return m.tracks[rank];
+Track& track(TraceModel& m, int tid) {
+  if (tid >= int(m.tracks.size())) m.tracks.resize(tid + 1);
+  return m.tracks[tid];
 }
 }  // namespace
 
@@ -116,7 +163,7 @@ TraceModel load_chrome_trace(const std::string& path) {
       } else if (ph == "i" && e.value("cat", "") == "fault") {
         track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
       } else if (ph == "s" || ph == "f") {
-        track(m, tid);  // an arrow's ends are drawn on their ranks' tracks, spans or none
+        track(m, tid);  // an arrow's ends are drawn on their tracks, spans or none
         if (ph == "s") starts[integer<std::uint64_t>(e, "id")] = Flow{tid, -1, ts, 0, 0};
         else finishes[integer<std::uint64_t>(e, "id")] = {tid, ts};
       }
@@ -127,16 +174,14 @@ TraceModel load_chrome_trace(const std::string& path) {
   for (auto& [id, flow] : starts) {  // an arrow missing either end is left out
     auto f = finishes.find(id);
     if (f == finishes.end()) continue;
-    flow.to_rank = f->second.first;
+    flow.to_track = f->second.first;
     flow.delivered = f->second.second;
     m.flows.push_back(flow);
   }
-  for (std::size_t r = 0; r < m.tracks.size(); ++r)
-    if (m.tracks[r].name.empty()) m.tracks[r].name = fmt::format("rank {}", r);
-  finish(m);
+  finish(m, ranks_in(m));
   // An arrow's bytes are its send's: the send span that holds the arrow's start.
   for (Flow& f : m.flows) {
-    const Track& t = m.tracks[f.from_rank];
+    const Track& t = m.tracks[f.from_track];
     auto it = std::upper_bound(t.spans.begin(), t.spans.end(), f.sent, [](double at, const Span& s) { return at < s.start; });
     while (it != t.spans.begin() && (--it)->start >= f.sent - t.longest)
       if (it->kind == Kind::send && f.sent <= it->end) {
@@ -153,13 +198,12 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
   // As the trace file lays them out: rank r on track r, its communication stream on ranks + r.
   const int ranks = int(trace.tracks().size());
   for (const labkit::TraceTrack& t : trace.tracks()) {
-    track(m, t.rank).name = fmt::format("rank {}", t.rank);
+    track(m, t.rank);
     for (const labkit::TraceEvent& e : t.events) {
       using K = labkit::TraceEvent::Kind;
       if (e.kind == K::memory) continue;  // counters, not spans
       const int tid = e.on_stream ? ranks + t.rank : t.rank;
       Track& out = track(m, tid);
-      if (e.on_stream) out.name = fmt::format("rank {} / comm", t.rank);
       const Kind kind = e.kind == K::collective ? Kind::collective
                         : e.kind == K::send   ? Kind::send
                         : e.kind == K::recv   ? Kind::recv
@@ -172,7 +216,8 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
         m.flows.push_back({tid, e.on_stream ? ranks + e.peer : e.peer, e.start, e.end, std::int64_t(e.bytes)});
     }
   }
-  finish(m);
+  for (const Flow& f : m.flows) track(m, f.to_track);  // an arrow's end has a track, spans or none
+  finish(m, ranks);
   return m;
 }
 

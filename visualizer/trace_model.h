@@ -22,21 +22,30 @@ struct Span {
   int depth = 0;       // 0: top level; 1: inside another span (a send inside its collective)
 };
 
+// A message: drawn from track to track on the timeline, from rank to rank in
+// the data-flow view (a stream's track belongs to its rank).
 struct Flow {
-  int from_rank, to_rank;
+  int from_track, to_track;
   double sent, delivered;  // seconds
   std::int64_t bytes;
+  int from_rank = -1, to_rank = -1;  // the tracks' ranks, filled in once every track is known
 };
 
+// A rank's own work, or its communication stream: the non-blocking collectives
+// in flight while the rank computes ("rank 3 / comm" in a trace file).
 struct Track {
   std::string name;
+  int rank = 0;
+  bool stream = false;
+  int row = 0;              // top to bottom in the timeline: each rank, then its stream
   std::vector<Span> spans;  // sorted by start
   double longest = 0;       // the longest span, to find what overlaps a time window
 };
 
 struct TraceModel {
   std::string source;  // file name or scenario
-  std::vector<Track> tracks;
+  std::vector<Track> tracks;  // indexed by the trace's thread id (tid)
+  int ranks = 0;              // ranks, not counting their streams
   std::vector<Flow> flows;
   double end = 0;  // the last span's end
   std::size_t events = 0;
