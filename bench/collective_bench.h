@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <string>
@@ -32,7 +33,8 @@ struct CollectiveBench {
   void (*call)(Comm& comm, View send, View recv);
 };
 
-// Small integers, so sums are exact in float and a misplaced block shows.
+// Small integers, so sums are exact in every dtype and a misplaced block shows
+// (bf16 holds integers exactly up to 256: sums of up to 25 ranks' values).
 inline float value(int rank, std::size_t i) { return float((rank * 7 + i) % 11); }
 
 const CollectiveBench& find_bench(std::string_view collective);  // throws naming the ones there are
@@ -44,13 +46,19 @@ struct Settings {
   int factor = 2, iters = 20, warmup = 5;
   int rounds = 1;  // passes over every size and algorithm; each one's fastest counts
   bool check = true;
+  DType dtype = DType::f32;
+  // Larger sizes move no data (sizes_only views: the simulator's what-if sizes,
+  // too big to hold for every rank), so they are timed but not checked.
+  std::size_t data_max_bytes = SIZE_MAX;
   DeviceKind where = DeviceKind::cpu;  // where the buffers live: cuda under --backend nccl
 };
 
-// nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w; and -R, rounds.
+// nccl-tests' sweep flags: -b and -e (sizes, parsed later), -f, -n, -w, -d; and -R, rounds.
 void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s);
 // -b and -e into s; throws unless -b <= -e.
 void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max_bytes);
+// The element counts from -b to -e, times -f: whole blocks per rank, as nccl-tests aligns them.
+std::vector<std::size_t> counts_of(const Settings& s, int ranks);
 
 // How one algorithm did at one size: on rank 0, the slowest rank's seconds per
 // call and the wrong elements over all ranks (-1: unchecked).

@@ -21,6 +21,11 @@ void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_b
       ->capture_default_str()->check(cli::in_range(2, 1 << 20));
   app.add_option("-n,--iters", s.iters, "timed calls per size")->capture_default_str()->check(cli::at_least(1));
   app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str()->check(cli::at_least(0));
+  app.add_option_function<std::string>(
+         "-d,--datatype", [&s](const std::string& name) { s.dtype = parse_dtype(name); },
+         "element type: f32, f64, i32, i64 or bf16")
+      ->default_str(std::string(name_of(s.dtype)))
+      ->check(cli::parsed_by([](const std::string& name) { parse_dtype(name); }));
   app.add_option("-R,--rounds", s.rounds,
                  "passes over every size, the algorithms in turn; each time is its fastest pass's (one on the simulator)")
       ->capture_default_str()
@@ -33,6 +38,17 @@ void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max
   if (s.min_bytes > s.max_bytes) throw Error("--minbytes " + min_bytes + " is larger than --maxbytes " + max_bytes);
 }
 
+std::vector<std::size_t> counts_of(const Settings& s, int ranks) {
+  std::vector<std::size_t> counts;
+  for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor) {
+    std::size_t count = bytes / size_of(s.dtype);
+    count -= count % ranks;
+    if (count > 0) counts.push_back(count);
+    if (bytes > s.max_bytes / s.factor) break;  // the next size would wrap past 2^64
+  }
+  return counts;
+}
+
 double memcpy_bandwidth() {
   Tensor from({64 << 20}), to({64 << 20});  // 256 MiB each, zeroed (so touched), in the benchmark buffers' pages
   const auto start = std::chrono::steady_clock::now();
@@ -43,25 +59,33 @@ double memcpy_bandwidth() {
 }
 
 namespace {
-// As nccl-tests: the buffers are allocated once, for the largest size, and each
-// size is timed on their first elements. They live where the backend moves data
-// from: the GPU for NCCL. A rank's input does not depend on the size, so it is
-// made once too, and each size copies its first elements in.
+// As nccl-tests: the buffers are allocated once, for the largest size that moves
+// data, and each size is timed on their first elements. They live where the
+// backend moves data from: the GPU for NCCL. A rank's input does not depend on
+// the size, so it is made once too, and each size copies its first elements in.
+// A Tensor holds floats: a buffer of another dtype is sized in floats, rounded up.
 struct Buffers {
   Tensor send, recv;
-  std::vector<float> input;  // this rank's, for the largest size, on the host
+  std::vector<std::byte> input;  // this rank's, for the largest size, in the dtype, on the host
 };
+
+Tensor buffer_of(std::size_t count, DType dtype, DeviceKind where) {
+  return Tensor({(count * size_of(dtype) + sizeof(float) - 1) / sizeof(float)}, where);
+}
 
 // One size of one algorithm: warm up, time, check. On rank 0, the slowest rank's
 // seconds per call and the wrong elements over all ranks (-1: unchecked).
 Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, std::size_t count, const Settings& s,
                Buffers& buffers) {
   const int P = comm.size(), r = comm.rank();
-  const View send{buffers.send.data(), b.send_count(count, P), DType::f32},
-      recv{buffers.recv.data(), b.recv_count(count, P), DType::f32};
+  const bool moves_data = count * size_of(s.dtype) <= s.data_max_bytes;
+  const View send{moves_data ? buffers.send.data() : nullptr, b.send_count(count, P), s.dtype},
+      recv{moves_data ? buffers.recv.data() : nullptr, b.recv_count(count, P), s.dtype};
   const View data = b.in_place ? recv : send;
   const Device& device = buffers.recv.device();
-  auto fill = [&] { device.copy_from_host(data.data, buffers.input.data(), data.bytes()); };
+  auto fill = [&] {
+    if (moves_data) device.copy_from_host(data.data, buffers.input.data(), data.bytes());
+  };
   auto call = [&] {
 #ifdef LABKIT_HAVE_MPI
     if (algo == "baseline") return bare_ring_all_reduce(static_cast<float*>(recv.data), recv.count, MPI_COMM_WORLD);
@@ -73,34 +97,37 @@ Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, st
   comm.barrier();
   const double start = comm.now();
   for (int i = 0; i < s.iters; ++i) call();
+  const bool check = s.check && moves_data;
   std::vector<double> mine = {(comm.now() - start) / s.iters, 0};
-  if (s.check) {
+  if (check) {
     fill();
     call();
     const std::size_t block = count / P;
-    std::vector<float> got(recv.count);
+    std::vector<std::byte> got(recv.bytes());
     device.copy_to_host(got.data(), recv.data, recv.bytes());
-    for (std::size_t i = 0; i < got.size(); ++i) mine[1] += got[i] != b.expected(r, i, P, block);
-  } else {
-    mine[1] = -1;
+    for (std::size_t i = 0; i < recv.count; ++i) mine[1] += load_element(s.dtype, got.data(), i) != b.expected(r, i, P, block);
   }
   double slowest = 0, wrong = 0;
   for (const std::vector<double>& row : comm.inspect(view_of(mine))) {
     slowest = std::max(slowest, row[0]);
     wrong += row[1];
   }
-  return {slowest, s.check ? std::int64_t(wrong) : -1};
+  return {slowest, check ? std::int64_t(wrong) : -1};
 }
 }  // namespace
 
 Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::string>& algos,
               const std::vector<std::size_t>& counts, const Settings& s,
               const std::function<void(int pass, std::size_t count)>& progress) {
-  const std::size_t largest = counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
+  std::size_t largest = 0;  // that moves data
+  for (std::size_t count : counts)
+    if (count * size_of(s.dtype) <= s.data_max_bytes) largest = std::max(largest, count);
   const int P = comm.size();
-  Buffers buffers{Tensor({b.send_count(largest, P)}, s.where), Tensor({b.recv_count(largest, P)}, s.where),
-                  std::vector<float>(b.in_place ? b.recv_count(largest, P) : b.send_count(largest, P))};
-  for (std::size_t i = 0; i < buffers.input.size(); ++i) buffers.input[i] = b.input(comm.rank(), i, P);
+  const std::size_t input_count = b.in_place ? b.recv_count(largest, P) : b.send_count(largest, P);
+  Buffers buffers{buffer_of(b.send_count(largest, P), s.dtype, s.where),
+                  buffer_of(b.recv_count(largest, P), s.dtype, s.where),
+                  std::vector<std::byte>(input_count * size_of(s.dtype))};
+  for (std::size_t i = 0; i < input_count; ++i) store_element(s.dtype, buffers.input.data(), i, b.input(comm.rank(), i, P));
   Timings best;
   for (int pass = 0; pass < s.rounds; ++pass)
     for (std::size_t count : counts) {

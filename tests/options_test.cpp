@@ -253,7 +253,7 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"collectives", "--topology", negative_alpha}, {"--topology", negative_alpha, "intra.alpha_us = -1"}},
       {{"collectives", "--topology", no_devices}, {"--topology", no_devices, "devices_per_node = 0"}},
       {{"collectives", "--topology", missing}, {"--topology", missing, "inter.alpha_us is missing"}},
-      {{"ring_allreduce", "--compare", "-b", "1M", "-e", "1K"}, {"--min-bytes 1 MiB", "--max-bytes 1 KiB"}},
+      {{"ring_allreduce", "--compare", "-b", "1M", "-e", "1K"}, {"--minbytes 1M", "--maxbytes 1K"}},
       {{"bench_collective", "all_reduce", "-b", "1M", "-e", "1K"}, {"--minbytes 1M", "--maxbytes 1K"}},
       {{"bench_collective", "broadcast", "--algos", "ring"}, {"--algos", "broadcast", "'ring'"}},
       {{"bench_collective", "all_reduce", "--algos", "baseline"}, {"--algos baseline", "--backend mpi"}},

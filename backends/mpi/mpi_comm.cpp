@@ -39,11 +39,41 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::bf16: return MPI_UINT16_T;  // MPI has no bf16: 2-byte elements, reduced by bf16_op
   }
   return MPI_BYTE;
 }
 
-MPI_Op mpi_op(ReduceOp op) {
+namespace {
+// MPI's own operators would add bf16's bits as integers, so a bf16 reduction
+// runs labkit's reduce_local (float math, rounded once) as a user-defined op.
+template <ReduceOp op>
+void reduce_bf16(void* in, void* inout, int* count, MPI_Datatype*) {
+  reduce_local(op, DType::bf16, in, inout, std::size_t(*count));
+}
+
+MPI_Op bf16_op(ReduceOp op) {
+  static const std::array<MPI_Op, 4> ops = [] {  // made on first use, after MPI_Init; freed by MPI_Finalize
+    std::array<MPI_Op, 4> made{};
+    const bool commutative = true;
+    MPI_Op_create(&reduce_bf16<ReduceOp::sum>, commutative, &made[0]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::prod>, commutative, &made[1]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::min>, commutative, &made[2]);
+    MPI_Op_create(&reduce_bf16<ReduceOp::max>, commutative, &made[3]);
+    return made;
+  }();
+  switch (op) {
+    case ReduceOp::sum: case ReduceOp::avg: return ops[0];  // Comm divides after an avg
+    case ReduceOp::prod: return ops[1];
+    case ReduceOp::min: return ops[2];
+    case ReduceOp::max: return ops[3];
+  }
+  return ops[0];
+}
+}  // namespace
+
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  if (dtype == DType::bf16) return bf16_op(op);
   switch (op) {
     case ReduceOp::sum: case ReduceOp::avg: return MPI_SUM;  // Comm divides after an avg
     case ReduceOp::prod: return MPI_PROD;
@@ -181,7 +211,7 @@ std::string_view MpiComm::run_native(const CollectiveCall& c) { return wait_nati
 std::int64_t MpiComm::start_native(const CollectiveCall& c) {
   die_if_due();
   const MPI_Datatype t = mpi_type(c.recv.dtype);
-  const MPI_Op op = mpi_op(c.reduce_op);
+  const MPI_Op op = mpi_op(c.reduce_op, c.recv.dtype);
   const int n = int(c.recv.count);
   const bool root = rank() == c.root;
   NativePending p{MPI_REQUEST_NULL, c.op, now()};

@@ -95,6 +95,6 @@ class MpiComm : public Comm {
 
 // MPI's datatype and operator for labkit's.
 MPI_Datatype mpi_type(DType dtype);
-MPI_Op mpi_op(ReduceOp op);
+MPI_Op mpi_op(ReduceOp op, DType dtype);
 
 }  // namespace labkit::mpi

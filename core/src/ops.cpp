@@ -1,11 +1,11 @@
 #include "labkit/ops.h"
 
-#include <bit>
 #include <cmath>
-#include <cstdint>
 #include <limits>
 
 #include <cblas.h>
+
+#include "labkit/dtype.h"
 
 namespace labkit::ops {
 
@@ -245,12 +245,7 @@ void crossentropy_softmax_backward(T* dlogits, const T* dlosses, const T* probs,
     }
 }
 
-float round_to_bf16(float x) {
-  std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  if ((bits & 0x7f800000u) == 0x7f800000u) return x;  // inf and NaN stay as they are
-  bits += 0x7fffu + ((bits >> 16) & 1u);               // round to nearest, ties to even
-  return std::bit_cast<float>(bits & 0xffff0000u);
-}
+float round_to_bf16(float x) { return to_float(to_bf16(x)); }
 
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& s) {
   for (long i = 0; i < n; ++i) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 namespace labkit::ops::cuda {
@@ -377,21 +378,23 @@ namespace labkit {
 namespace {
 using ops::cuda::check;
 
-// reduce_local and divide_local on GPU memory: one thread per element.
-template <class T> __global__ void reduce_kernel(ReduceOp op, const T* in, T* inout, long n) {
+// reduce_local and divide_local on GPU memory: one thread per element, computed
+// in Wide and stored as T (bf16 in float, rounded to nearest even once, as the host does).
+template <class T, class Wide = T> __global__ void reduce_kernel(ReduceOp op, const T* in, T* inout, long n) {
   const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
+  const Wide a = Wide(inout[i]), b = Wide(in[i]);
   switch (op) {
-    case ReduceOp::sum: case ReduceOp::avg: inout[i] += in[i]; break;
-    case ReduceOp::prod: inout[i] *= in[i]; break;
-    case ReduceOp::min: inout[i] = in[i] < inout[i] ? in[i] : inout[i]; break;
-    case ReduceOp::max: inout[i] = in[i] > inout[i] ? in[i] : inout[i]; break;
+    case ReduceOp::sum: case ReduceOp::avg: inout[i] = T(a + b); break;
+    case ReduceOp::prod: inout[i] = T(a * b); break;
+    case ReduceOp::min: inout[i] = T(b < a ? b : a); break;
+    case ReduceOp::max: inout[i] = T(b > a ? b : a); break;
   }
 }
 
-template <class T> __global__ void divide_kernel(T* inout, long n, int divisor) {
+template <class T, class Wide = T> __global__ void divide_kernel(T* inout, long n, int divisor) {
   const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) inout[i] /= T(divisor);
+  if (i < n) inout[i] = T(Wide(inout[i]) / Wide(divisor));
 }
 
 // Launched on the default stream and waited for: as synchronous as the host's.
@@ -405,6 +408,10 @@ void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size
     case DType::i64:
       reduce_kernel<<<grid, 256>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
       break;
+    case DType::bf16:
+      reduce_kernel<__nv_bfloat16, float><<<grid, 256>>>(op, static_cast<const __nv_bfloat16*>(in),
+                                                          static_cast<__nv_bfloat16*>(inout), n);
+      break;
   }
   check(cudaStreamSynchronize(0), "reduce_local on the GPU");
 }
@@ -417,6 +424,7 @@ void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
     case DType::f64: divide_kernel<<<grid, 256>>>(static_cast<double*>(inout), n, divisor); break;
     case DType::i32: divide_kernel<<<grid, 256>>>(static_cast<int*>(inout), n, divisor); break;
     case DType::i64: divide_kernel<<<grid, 256>>>(static_cast<long long*>(inout), n, divisor); break;
+    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, 256>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
   }
   check(cudaStreamSynchronize(0), "divide_local on the GPU");
 }

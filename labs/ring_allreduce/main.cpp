@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   ring_lab::CompareOptions compare;
   ring_lab::WhatIfOptions what_if;
   std::string bytes = "1G", min_bytes = "1K", max_bytes = "1G", check_max = "16M";
+  compare.sweep.factor = 4;
   bool step = false, cmp = false, whatif = false, scaled = false;
   auto* step_flag = app.add_flag("--step", step, "walk the ring step by step (default)");
   auto* cmp_flag = app.add_flag("--compare", cmp, "every algorithm at every size, simulated vs the model");
@@ -60,13 +61,8 @@ int main(int argc, char** argv) {
   step_flag->excludes(cmp_flag)->excludes(whatif_flag)->excludes(scale_flag);
   cmp_flag->excludes(whatif_flag)->excludes(scale_flag);
   whatif_flag->excludes(scale_flag);
-  app.add_option("--min-bytes,-b", min_bytes, "--compare: smallest size")
-      ->capture_default_str()->check(cli::byte_size(4));
-  app.add_option("--max-bytes,-e", max_bytes, "--compare: largest size")
-      ->capture_default_str()->check(cli::byte_size(4));
-  app.add_option("--factor,-f", compare.factor, "--compare: size multiplier")
-      ->capture_default_str()->check(cli::at_least(2));
-  app.add_option("--check-max", check_max, "--compare: check results up to this size")
+  labkit::bench::add_sweep_options(app, min_bytes, max_bytes, compare.sweep);
+  app.add_option("--check-max", check_max, "--compare: move data and check results up to this size (sizes only above)")
       ->capture_default_str()->check(cli::byte_size());
   app.add_option("-J,--json", compare.json, "--compare: also write the results as JSON");
   app.add_option("--plot", compare.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)");
@@ -85,9 +81,14 @@ int main(int argc, char** argv) {
     if (!app.count("--ranks")) run_options.ranks = cmp ? 16 : scaled ? 4096 : 4;
     if (scaled) return scale(run_options, parse_bytes(bytes));
     if (cmp) {
-      compare.min_bytes = parse_bytes(min_bytes);
-      compare.max_bytes = parse_bytes(max_bytes);
-      compare.check_max = parse_bytes(check_max);
+      labkit::bench::set_sizes(compare.sweep, min_bytes, max_bytes);
+      compare.sweep.data_max_bytes = parse_bytes(check_max);
+      if (run_options.backend == "sim") {  // virtual time does not vary: one call per size, one pass
+        if (!app.count("--iters")) compare.sweep.iters = 1;
+        if (!app.count("--warmup_iters")) compare.sweep.warmup = 0;
+        if (!app.count("--rounds")) compare.sweep.rounds = 1;
+      }
+      if (run_options.backend == "nccl") compare.sweep.where = DeviceKind::cuda;
       return ring_lab::compare(run_options, compare);
     }
     return ring_lab::walk_ring(run_options);

@@ -1,6 +1,6 @@
 // Lab 2: ring allreduce and its family. One file per view of it:
 //   step.cpp     --step      the ring, step by step, as the reading draws it
-//   compare.cpp  --compare   every algorithm against the model, nccl-tests columns
+//   compare.cpp  --compare   every algorithm against the model, in the benchmark's nccl-tests table
 //   what_if.cpp  --what-if   data parallelism at 7B, 70B and 1T; crossover sizes
 //   main.cpp     --scale     a payload-free ring over thousands of ranks
 #pragma once
@@ -8,18 +8,19 @@
 #include <cstdint>
 #include <string>
 
+#include "collective_bench.h"
 #include "labkit/run.h"
 
 namespace ring_lab {
 
 int walk_ring(const labkit::RunOptions& run);
 
+// The benchmark's sweep (bench/collective_bench.h): -b, -e, -f, -n, -w, -d, -R,
+// and --check-max as data_max_bytes.
 struct CompareOptions {
-  std::uint64_t min_bytes = 1 << 10, max_bytes = std::uint64_t(1) << 30;
-  int factor = 4;
-  std::uint64_t check_max = 16 << 20;  // above this, payload-free: no #wrong check
-  std::string json;                    // -J, as nccl-tests
-  std::string plot;                    // SVG of time versus size (gnuplot)
+  labkit::bench::Settings sweep;
+  std::string json;  // -J, nccl-tests' rows with the model beside each
+  std::string plot;  // SVG of time versus size (gnuplot)
 };
 int compare(const labkit::RunOptions& run, const CompareOptions& options);
 

@@ -72,7 +72,8 @@ struct AdamWStep {
 };
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
 
-// Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits.
+// Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits
+// (dtype.h's to_bf16 and back; a NaN stays NaN).
 float round_to_bf16(float x);
 
 }  // namespace labkit::ops
