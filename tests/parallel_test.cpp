@@ -167,3 +167,42 @@ TEST(MeshMap, NodesComeFromTheTopology) {
     for (int r = 0; r < 16; ++r) EXPECT_EQ(j["ranks"][r]["node"], r / 8) << "rank " << r;
   });
 }
+
+// ---- the lifetime of groups on the simulator ------------------------------------
+
+namespace {
+// Runs fn on the simulator with the engine at hand, to read its live groups. A
+// rank reads them between two barriers: the last rank to reach a barrier runs on
+// first, and would otherwise free groups before the others have counted.
+void with_engine(int ranks, const std::function<void(Comm&, const sim::Engine&)>& fn) {
+  sim::Engine engine({.ranks = ranks, .topology = find_topology("dgx-h100")});
+  engine.run([&](Comm& c) { fn(c, engine); });
+  EXPECT_EQ(engine.live_groups(), 1) << "every split group's record is dropped by the end: only the world is left";
+}
+}  // namespace
+
+TEST(GroupLifetime, AMeshsGroupsAreFreedWithIt) {
+  with_engine(8, [](Comm& world, const sim::Engine& engine) {
+    {
+      const Mesh mesh(world, {{"pp", 2}, {"dp", 2}, {"tp", 2}});
+      world.barrier();  // every rank has built its mesh
+      EXPECT_EQ(engine.live_groups(), 1 + 3 * 4) << "the world and 4 groups along each of pp, dp and tp";
+      world.barrier();
+    }
+    world.barrier();  // every rank has destroyed its mesh
+    EXPECT_EQ(engine.live_groups(), 1);
+  });
+}
+
+TEST(GroupLifetime, AGroupLivesUntilItsLastMemberLetsGo) {
+  with_engine(4, [](Comm& world, const sim::Engine& engine) {
+    std::unique_ptr<Comm> pair = world.split(world.rank() / 2, world.rank());
+    if (world.rank() % 2 == 0) pair.reset();  // one member of each pair lets go early
+    world.barrier();
+    EXPECT_EQ(engine.live_groups(), 3) << "both pairs still have a member holding them";
+    world.barrier();  // every rank has counted before any lets go
+    pair.reset();
+    world.barrier();
+    EXPECT_EQ(engine.live_groups(), 1);
+  });
+}
