@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "labkit/parallel/mesh.h"
 #include "labkit/parallel/mesh_map.h"
@@ -204,5 +205,19 @@ TEST(GroupLifetime, AGroupLivesUntilItsLastMemberLetsGo) {
     pair.reset();
     world.barrier();
     EXPECT_EQ(engine.live_groups(), 1);
+  });
+}
+
+TEST(GroupLifetime, HierarchicalAllReduceSplitsOncePerComm) {
+  with_engine(16, [](Comm& world, const sim::Engine& engine) {  // 2 nodes of 8
+    std::vector<float> buf(4);
+    for (int step = 0; step < 3; ++step) {
+      std::iota(buf.begin(), buf.end(), float(world.rank()));
+      hierarchical_all_reduce(world, view_of(buf), ReduceOp::sum);
+      EXPECT_EQ(buf[1], 16 * 1 + 120) << "rank " << world.rank() << ", step " << step;  // sum of r + 1 over 16 ranks
+      world.barrier();
+      EXPECT_EQ(engine.live_groups(), 1 + 2 + 1) << "the world, 2 node groups and the leaders, step " << step;
+      world.barrier();  // every rank has counted before the first leaves
+    }
   });
 }
