@@ -211,7 +211,7 @@ bool check_identities(Comm& comm, nlohmann::json& report) {
 void show_mesh(Comm& world, const std::vector<MeshDim>& dims, nlohmann::json& report, const std::string& plot) {
   const Mesh mesh(world, dims);
   for (const MeshDim& d : dims) {
-    std::vector<int> ranks = mesh.group_ranks(d.name, world.rank());
+    const std::vector<int> ranks = mesh.group_ranks(d.name, world.rank());
     std::vector<std::int32_t> sum = {world.rank()};
     mesh.group(d.name).all_reduce(view_of(sum), ReduceOp::sum);
     if (sum[0] != std::accumulate(ranks.begin(), ranks.end(), 0))
@@ -251,8 +251,8 @@ int main(int argc, char** argv) {
       ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
   std::string json_path, mesh, plot;
   app.add_option("--json", json_path, "also write what is printed as JSON to this file");
-  app.add_option("--mesh", mesh, "lay the ranks out as a device mesh, e.g. pp=2,dp=2,tp=2 (tp innermost), and "
-                                 "print each rank's coordinates instead of running --op")
+  app.add_option("--mesh", mesh, "lay the ranks out as a device mesh, e.g. pp=2,dp=2,tp=2 (the last dimension "
+                                 "varies fastest), and print each rank's coordinates instead of running --op")
       ->check(cli::parsed_by(parse_mesh_dims));
   app.add_option("--plot", plot, "--mesh: draw the ranks by node to this SVG or PNG (gnuplot)");
   add_run_options(app, run_options);
