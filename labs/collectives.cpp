@@ -12,8 +12,15 @@
 // runs every operation, then checks the identities that tie them together:
 // AllReduce == ReduceScatter + AllGather == Reduce + Broadcast, and
 // AllGather == Gather + Broadcast.
+//
+//   ./labkit lab collectives --mesh pp=2,dp=2,tp=2 --ranks 8 --plot mesh.svg
+//
+// lays the ranks out as a device mesh (parallel/mesh.h, tp innermost as in
+// Megatron) and prints each rank's node and coordinates, and each dimension's
+// groups; --plot draws the ranks by node.
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <string>
 
 #include <fmt/format.h>
@@ -23,6 +30,8 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
+#include "labkit/parallel/mesh.h"
+#include "labkit/parallel/mesh_map.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
 
@@ -196,6 +205,25 @@ bool check_identities(Comm& comm, nlohmann::json& report) {
   return all_hold && holds == std::vector<double>{1, 1, 1};
 }
 
+// The ranks as a mesh: rank 0 prints the map, after every rank has checked
+// that an all_reduce in each of its groups sums exactly the ranks the map lists
+// (the groups are what split built on this backend).
+void show_mesh(Comm& world, const std::vector<MeshDim>& dims, nlohmann::json& report, const std::string& plot) {
+  const Mesh mesh(world, dims);
+  for (const MeshDim& d : dims) {
+    const std::vector<int> ranks = mesh.group_ranks(d.name, world.rank());
+    std::vector<std::int32_t> sum = {world.rank()};
+    mesh.group(d.name).all_reduce(view_of(sum), ReduceOp::sum);
+    if (sum[0] != std::accumulate(ranks.begin(), ranks.end(), 0))
+      throw labkit::Error(fmt::format("rank {}: mesh: its {} group [{}] summed to {}", world.rank(), d.name,
+                                      fmt::join(ranks, " "), sum[0]));
+  }
+  if (world.rank() != 0) return;
+  fmt::print("{}checked: an all_reduce in each group sums exactly its ranks, on every rank\n", mesh_table(mesh));
+  report = mesh_json(mesh);
+  if (!plot.empty()) plot_mesh(mesh, plot);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -221,15 +249,31 @@ int main(int argc, char** argv) {
          "every rank computes this long (10us, 1ms) beside each collective: after it, or while it is in flight "
          "(--nonblocking)")
       ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
-  std::string json_path;
+  std::string json_path, mesh, plot;
   app.add_option("--json", json_path, "also write what is printed as JSON to this file");
+  app.add_option("--mesh", mesh, "lay the ranks out as a device mesh, e.g. pp=2,dp=2,tp=2 (the last dimension "
+                                 "varies fastest), and print each rank's coordinates instead of running --op")
+      ->check(cli::parsed_by(parse_mesh_dims));
+  app.add_option("--plot", plot, "--mesh: draw the ranks by node to this SVG or PNG (gnuplot)");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
+  if (!plot.empty() && mesh.empty()) {
+    fmt::print(stderr, "error: --plot {}: draws --mesh (add it)\n", plot);
+    return 1;
+  }
+  std::vector<MeshDim> mesh_dims;
+  if (!mesh.empty()) {
+    mesh_dims = parse_mesh_dims(mesh);
+    int product = 1;  // at most 2^20 (parse_mesh_dims)
+    for (const MeshDim& d : mesh_dims) product *= d.size;
+    if (!run_options.ranks_given) run_options.ranks = product;  // under mpirun, -np decides
+  }
 
   bool identities_hold = true;
   nlohmann::json report = nlohmann::json::array();  // what rank 0 printed, for --json
   try {
     run(run_options, [&](Comm& comm) {
+      if (!mesh_dims.empty()) return show_mesh(comm, mesh_dims, report, plot);
       if (comm.rank() == 0 && o.compute > 0)
         fmt::print("every rank computes for {} beside each collective, {}\n\n", format_seconds(o.compute),
                    o.nonblocking ? "while it is in flight" : "after it");

@@ -15,12 +15,12 @@
 namespace labkit {
 
 void hierarchical_all_reduce(Comm& comm, View buf, ReduceOp op) {
-  std::unique_ptr<Comm> node = comm.split(comm.node_of(comm.rank()), comm.rank());
-  std::unique_ptr<Comm> leaders = comm.split(node->rank() == 0 ? 0 : -1, comm.rank());
+  Comm& node = comm.node_group();  // split on the first call, kept for the next
+  Comm* leaders = comm.node_leaders();
 
-  binomial_tree_reduce(*node, buf, op, 0);
+  binomial_tree_reduce(node, buf, op, 0);
   if (leaders) ring_all_reduce(*leaders, buf, op);
-  binomial_tree_broadcast(*node, buf, 0);
+  binomial_tree_broadcast(node, buf, 0);
 }
 
 }  // namespace labkit

@@ -41,6 +41,7 @@ Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.
   std::vector<int> world(options_.ranks);
   for (int r = 0; r < options_.ranks; ++r) world[r] = r;
   groups_.push_back(std::make_shared<const std::vector<int>>(std::move(world)));
+  open_comms_.push_back(options_.ranks);
 }
 
 Engine::~Engine() = default;
@@ -468,6 +469,7 @@ Engine::Membership Engine::split(int rank, int comm_id, std::uint64_t seq, int c
           for (auto [k, i] : order) created->push_back((*parent)[i]);
           for (int j = 0; j < int(order.size()); ++j)
             rv.slots[order[j].second].membership = {int(groups_.size()), j, created};
+          open_comms_.push_back(int(created->size()));
           groups_.push_back(std::move(created));
         }
         release(rv, rv.latest);
@@ -485,7 +487,10 @@ Engine::Stream& Engine::stream(int rank, int comm_id, TraceTrack* track) {
   // The group's streams talk in a context of their own, made once per group
   // (the first rank to start one names it for all: the engine runs one rank at a time).
   auto [context, fresh] = stream_context_.try_emplace(comm_id, int(groups_.size()));
-  if (fresh) groups_.push_back(groups_[comm_id]);
+  if (fresh) {
+    groups_.push_back(groups_[comm_id]);
+    open_comms_.push_back(int(groups_[comm_id]->size()));  // one stream Comm per member, kept in streams_
+  }
   const Members& members = groups_[comm_id];
   const int me = int(std::find(members->begin(), members->end(), endpoint) - members->begin());
   st.owner = rank;
@@ -603,6 +608,17 @@ std::string Engine::actor_name(int actor) const {
   for (const auto& [key, st] : streams_)
     if (st.actor == actor) return fmt::format("rank {} / comm{}", key.first, key.second ? fmt::format(" (group {})", key.second) : "");
   return fmt::format("actor {}", actor);
+}
+
+// A group lives while any member holds a Comm of it: a rank still in one of its
+// collectives holds it, so the reports never meet a closed group. The world
+// lives as long as the engine.
+void Engine::close_group(int comm_id) {
+  if (comm_id != 0 && --open_comms_[comm_id] == 0) groups_[comm_id].reset();
+}
+
+int Engine::live_groups() const {
+  return int(std::count_if(groups_.begin(), groups_.end(), [](const Members& m) { return m != nullptr; }));
 }
 
 // ---- deadlock report -----------------------------------------------------------

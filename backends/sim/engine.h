@@ -121,6 +121,13 @@ class Engine {
     Members members;  // global ranks
   };
   Membership split(int rank, int comm_id, std::uint64_t seq, int color, int key);
+  // A member's Comm of this group is gone (SimComm's destructor). Once every
+  // member's is, the engine drops the group's record; its id is never reused.
+  void close_group(int comm_id);
+  // Groups whose record the engine still holds: the world, every split group
+  // some member still has a Comm for, and the context of each group a
+  // non-blocking collective ran on (its streams' Comms live as long as the engine).
+  int live_groups() const;
 
  private:
   enum class Channel { collective, inspect, split };
@@ -244,7 +251,8 @@ class Engine {
   const RankState& actor(int a) const { return *actors_[a]; }
   int actors() const { return int(actors_.size()); }
   AsanFibers asan_;  // tells AddressSanitizer of every switch between the ranks' stacks
-  std::vector<Members> groups_;  // comm_id -> global ranks
+  std::vector<Members> groups_;  // comm_id -> global ranks; null once closed
+  std::vector<int> open_comms_;  // comm_id -> members whose Comm of it is not yet destroyed
   std::vector<P2P> ops_;
   std::vector<std::int64_t> free_ops_;
   std::vector<double> nic_out_free_, nic_in_free_;

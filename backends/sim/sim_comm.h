@@ -15,6 +15,7 @@ class SimComm final : public Comm {
         actor_(actor < 0 ? me_ : actor) {
     if (actor >= 0) mark_as_stream();
   }
+  ~SimComm() override { engine_.close_group(comm_id_); }
 
   double now() const override { return engine_.now(actor_); }
 

@@ -259,6 +259,16 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   return group;
 }
 
+Comm& Comm::node_group() {
+  if (!node_group_) node_group_ = split(node_of(rank_), rank_);
+  return *node_group_;
+}
+
+Comm* Comm::node_leaders() {
+  if (!node_leaders_) node_leaders_ = split(node_group().rank() == 0 ? 0 : -1, rank_);
+  return node_leaders_->get();
+}
+
 // ---- compute and inspection --------------------------------------------------
 
 void Comm::compute(std::string_view what, double flops) { compute_for(what, seconds_for_flops(flops)); }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -116,6 +117,12 @@ class Comm {
   // Split into sub-groups, like MPI_Comm_split: ranks with the same color form a
   // group, ordered by key then by rank here. A negative color joins no group (null).
   std::unique_ptr<Comm> split(int color, int key);
+  // The ranks of this group on this rank's node (by rank), and the group of each
+  // node's first rank (null on the other ranks): for topology-aware algorithms.
+  // Split on first use and kept while this Comm lives, so that an algorithm called
+  // every step splits once; like split, every rank makes that first call together.
+  Comm& node_group();
+  Comm* node_leaders();
 
   // ---- compute regions: advance this rank's clock as real work would. On the
   // simulator a region costs flops / (device peak x efficiency x speed factor).
@@ -203,6 +210,8 @@ class Comm {
   bool on_stream_ = false;
   // Native collectives in flight: the call as given (an avg divides at the end) and when it was started.
   std::map<std::int64_t, std::pair<CollectiveCall, double>> in_flight_;
+  std::unique_ptr<Comm> node_group_;
+  std::optional<std::unique_ptr<Comm>> node_leaders_;  // empty until split; null off the leaders
   MemoryTracker memory_;
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
   // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.

@@ -1,0 +1,13 @@
+# The collectives lab's --mesh --plot draws every rank, labelled with its coordinates.
+file(REMOVE ${OUT})
+execute_process(COMMAND ${LAB} --mesh pp=2,dp=4,tp=2 --plot ${OUT} OUTPUT_QUIET RESULT_VARIABLE status)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "collectives --mesh --plot failed with ${status}")
+endif()
+file(READ ${OUT} svg)
+foreach(text "<svg" "node 1" "rank 0" "rank 15" "pp=1 dp=3 tp=1")
+  string(FIND "${svg}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${OUT} does not contain '${text}'")
+  endif()
+endforeach()
