@@ -1,4 +1,5 @@
-// EXERCISE 1.2 — binomial-tree broadcast.
+// EXERCISE 1.2
+// Binomial-tree broadcast.
 //
 // Ranks are numbered relative to the root (vr = (rank - root) mod P). In each
 // round every rank that already holds the data sends it to the rank half the
@@ -9,7 +10,8 @@
 //   round 3:  0 → 1   2 → 3   4 → 5   6 → 7
 //
 // A rank receives once, from vr minus its lowest set bit, then sends to
-// vr + mask for every mask below that bit. Cost: ceil(log2 P) (alpha + n beta).
+// vr + mask for every mask below that bit. Cost: ceil(log2 P) (alpha + n beta)
+// (the reading's guide, section 4, "tree").
 // It must work for any P (not only powers of two) and any root.
 // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"
@@ -20,13 +22,10 @@ namespace labkit {
 void binomial_tree_broadcast(Comm& comm, View buf, int root) {
   const int p = comm.size(), vr = (comm.rank() - root + p) % p;
   auto real = [&](int v) { return (v + root) % p; };
-  (void)buf;
-  (void)vr;
-  (void)real;
 
   // Receive phase: the parent is vr with its lowest set bit cleared.
   // TODO: find the lowest set bit `mask` of vr; if vr != 0, receive buf from real(vr - mask).
-
+  (void)buf, (void)vr, (void)real;
   // Send phase: children at vr + mask for each smaller mask, farthest first.
   // TODO: for mask = (that bit) / 2 down to 1: if vr + mask < p, send buf to real(vr + mask).
 }

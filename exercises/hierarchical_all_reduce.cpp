@@ -1,5 +1,6 @@
-// EXERCISE 2.3 — hierarchical allreduce (the reading's guide, section 3.6):
-// keep the slow inter-node links for as few steps as possible.
+// EXERCISE 2.3
+// Hierarchical allreduce (the reading's guide, section 3.6): keep the slow
+// inter-node links for as few steps as possible.
 //
 //   node 0: 0 1 2 3 4 5 6 7      node 1: 8 9 ... 15
 //   1. reduce inside each node to its leader (binomial tree over NVLink)
@@ -9,24 +10,23 @@
 // With G devices per node and N nodes:
 // Cost: 2 ceil(log2 G) (alpha_intra + n beta_intra)
 //       + 2 (N-1) alpha_inter + 2 (N-1)/N n beta_inter.
-// You have comm.node_of(rank), comm.split(color, key) (ranks with the same color
-// form a group; a negative color joins none and gets a null pointer), and the
-// algorithms binomial_tree_reduce, ring_all_reduce and binomial_tree_broadcast.
+// A flat ring over the same ranks pays the inter-node link on all 2(P-1) steps.
+// You have the groups (node: this rank's node; leaders: every node's rank 0, or
+// null on the other ranks), and the algorithms binomial_tree_reduce,
+// ring_all_reduce and binomial_tree_broadcast.
 // Grade it: ./labkit grade ring_allreduce
 #include "labkit/algorithms.h"
 
 namespace labkit {
 
 void hierarchical_all_reduce(Comm& comm, View buf, ReduceOp op) {
-  (void)buf;
-  (void)op;
-  // TODO: node = comm.split(<this rank's node>, comm.rank())
-  // TODO: leaders = comm.split(<0 if this rank is its node's rank 0, else -1>, comm.rank())
+  Comm& node = comm.node_group();  // split on the first call, kept for the next
+  Comm* leaders = comm.node_leaders();  // null unless this rank is its node's rank 0
 
-  // TODO: 1. reduce inside the node to its rank 0
-  // TODO: 2. if this rank is a leader, allreduce among the leaders
-  // TODO: 3. broadcast inside the node from its rank 0
-  (void)comm;
+  // TODO: 1. reduce inside the node to its rank 0;
+  //       2. if this rank is a leader, allreduce among the leaders;
+  //       3. broadcast inside the node from its rank 0.
+  (void)node, (void)leaders, (void)buf, (void)op;
 }
 
 }  // namespace labkit

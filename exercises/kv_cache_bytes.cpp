@@ -1,5 +1,7 @@
-// EXERCISE 3.3 — the KV cache of autoregressive inference: every layer keeps a
-// key and a value vector per KV head for every token of every sequence.
+// EXERCISE 3.3
+// The KV cache of autoregressive inference: every layer keeps a key and a value
+// vector per KV head for every token of every sequence in the batch, so the
+// next token attends to them without recomputing.
 //
 //   bytes = 2 (K and V) x batch x seq x layers x kv_heads x head_dim x bytes per element
 //
@@ -11,8 +13,8 @@
 namespace labkit::memory {
 
 double kv_cache_bytes(const KvShape& x) {
-  (void)x;
   // TODO: the formula above; bytes_per_element(x.dtype) gives the last factor.
+  (void)x;
   return 0;
 }
 

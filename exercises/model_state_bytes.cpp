@@ -1,5 +1,6 @@
-// EXERCISE 3.1 — model state per GPU under ZeRO (Rajbhandari et al. 2020,
-// "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models", Figure 1).
+// EXERCISE 3.1
+// Model state per GPU under ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
+// Optimizations Toward Training Trillion Parameter Models", Figure 1).
 //
 // Mixed-precision Adam keeps, per parameter: bf16 weights (2 B), bf16 gradients
 // (2 B), and K = 12 B of optimizer state (an fp32 master copy, fp32 m and v),
@@ -20,13 +21,9 @@ namespace labkit::memory {
 
 ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& precision, const Optimizer& optimizer,
                                   int zero_stage, int dp) {
-  (void)params;
-  (void)precision;
-  (void)optimizer;
-  (void)zero_stage;
-  (void)dp;
   // TODO: the bytes each tensor takes on one GPU; a stage shards (divides by dp)
   //       what it covers and everything the stages below it cover.
+  (void)params, (void)precision, (void)optimizer, (void)zero_stage, (void)dp;
   return {.weights = 0, .grads = 0, .master = 0, .optimizer = 0};
 }
 

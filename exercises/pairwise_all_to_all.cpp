@@ -1,5 +1,6 @@
-// EXERCISE 1.4 — pairwise all-to-all: P-1 rounds; in round s rank r sends its
-// block for r + s and receives the block r - s addressed to it (P = 4):
+// EXERCISE 1.4
+// Pairwise all-to-all: P-1 rounds; in round s rank r sends its block for
+// r + s and receives the block r - s addressed to it (P = 4):
 //
 //   round  r0       r1       r2       r3
 //     1    →1 ←3    →2 ←0    →3 ←1    →0 ←2
@@ -8,7 +9,7 @@
 //
 // Every round is a perfect matching of senders to receivers, so no link carries
 // two messages at once. send and recv hold P blocks; recv block i comes from
-// rank i's send block r. Cost: (P-1)(alpha + n/P beta).
+// rank i's send block r. They must not overlap. Cost: (P-1)(alpha + n/P beta).
 // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
@@ -19,11 +20,9 @@ void pairwise_all_to_all(Comm& comm, View send, View recv) {
   const int p = comm.size(), rank = comm.rank();
   const std::size_t n = send.count / p;
   auto block = [&](View v, int i) { return v.slice(std::size_t(i) * n, n); };
-  (void)rank;
-  (void)block;
-  (void)recv;
 
   // TODO: copy your own block: recv block `rank` = send block `rank`.
+  (void)rank, (void)block, (void)recv;
   // TODO: for s = 1 .. P-1, sendrecv send block (rank + s) to rank + s and
   //       receive recv block (rank - s) from rank - s (both mod P).
 }

@@ -1,5 +1,6 @@
-// EXERCISE 2.2 — recursive halving-doubling allreduce (Rabenseifner 2004;
-// Thakur, Rabenseifner & Gropp 2005).
+// EXERCISE 2.2
+// Recursive halving-doubling allreduce (Rabenseifner 2004; Thakur, Rabenseifner
+// & Gropp 2005, "Optimization of Collective Communication Operations in MPICH").
 //
 // Reduce-scatter by recursive halving: partners at distance P/2, P/4, ..., 1
 // swap halves of their current window; each keeps the half its bit selects and
@@ -14,7 +15,8 @@
 // P not a power of two: with P' the largest power of two below P and
 // rem = P - P', the first 2 rem ranks fold in pairs (even sends its buffer to
 // odd, which reduces), P' ranks run the algorithm, and the odd ranks hand the
-// result back at the end. The fold and unfold are written for you.
+// result back at the end.
+// The fold and unfold are written for you.
 // Cost: 2 log2 P' alpha + 2 (P'-1)/P' n beta, plus 2 (alpha + n beta) if P != P'.
 // Grade it: ./labkit grade ring_allreduce
 #include "labkit/algorithms.h"
@@ -45,9 +47,6 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
     const Chunk last = chunk_range(buf.count, pow2, hi - 1);
     return buf.slice(begin, last.offset + last.count - begin);
   };
-  (void)me;
-  (void)real;
-  (void)window;
 
   // Reduce-scatter by recursive halving.
   int lo = 0, hi = pow2;
@@ -55,14 +54,12 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
   //       Keep window(lo, mid) if your bit (me & distance) is 0, else window(mid, hi);
   //       sendrecv the other half to real(partner), receive its copy of your half into
   //       incoming, reduce it into your half, and shrink [lo, hi) to the half you kept.
-
+  (void)me, (void)real, (void)window;
   // All-gather by recursive doubling: swap windows, which are neighbours.
   // TODO: for distance = 1 up to P'/2: send window(lo, hi) to real(partner) and receive
   //       the partner's window of the same number of chunks (just above yours if your
   //       bit is 0, just below if it is 1); then [lo, hi) covers both.
-  (void)lo;
-  (void)hi;
-
+  (void)lo, (void)hi;
   // Unfold: hand the result to the even partner that sat out.
   if (rank < 2 * rem) comm.send(buf, rank - 1);
 }

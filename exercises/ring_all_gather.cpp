@@ -1,4 +1,5 @@
-// EXERCISE 1.3 — ring all-gather.
+// EXERCISE 1.3
+// Ring all-gather.
 //
 //   0 → 1 → 2 → 3 → 0      every rank sends only to its right neighbour
 //
@@ -22,11 +23,10 @@ void ring_all_gather(Comm& comm, View send, View recv) {
   const int p = comm.size(), rank = comm.rank();
   const int send_to = (rank + 1) % p, recv_from = (rank - 1 + p) % p;
   auto block = [&](int i) { return recv.slice(std::size_t((i % p + p) % p) * send.count, send.count); };
-  (void)send_to;
-  (void)recv_from;
-  (void)block;
 
   // TODO: copy your own send buffer into block(rank) (copy_local).
+  (void)send_to, (void)recv_from, (void)block;
+  // At step s forward block rank - s, receive block rank - s - 1.
   // TODO: at step s (0 .. P-2) forward block(rank - s) to send_to and receive block(rank - s - 1) from recv_from.
 }
 

@@ -1,5 +1,6 @@
-// EXERCISE 2.1 — ring allreduce: a ring reduce-scatter followed by a ring
-// all-gather (the reading's Day 64 exercise, in C++ over Comm).
+// EXERCISE 2.1
+// Ring allreduce: a ring reduce-scatter followed by a ring all-gather
+// (Patarasuk & Yuan 2009; baidu-allreduce; the reading's Day 64 exercise).
 //
 //   0 → 1 → 2 → 3 → 0      every rank sends only to its right neighbour
 //
@@ -30,10 +31,6 @@ void ring_all_reduce(Comm& comm, View buf, ReduceOp op) {
     return buf.slice(c.offset, c.count);
   };
   Scratch incoming(buf, chunk_range(buf.count, p, 0).count);  // chunk 0 is the largest
-  (void)send_to;
-  (void)recv_from;
-  (void)chunk;
-  (void)op;
 
   // Reduce-scatter: at step s send chunk rank - s, fold the incoming chunk rank - s - 1.
   for (int s = 0; s < p - 1; ++s) {
@@ -42,9 +39,8 @@ void ring_all_reduce(Comm& comm, View buf, ReduceOp op) {
     //       then reduce_local(op, buf.dtype, <incoming>, in.data, in.count).
   }
   // All-gather: at step s send the finished chunk rank + 1 - s, receive chunk rank - s in place.
-  for (int s = 0; s < p - 1; ++s) {
-    // TODO: sendrecv chunk(rank + 1 - s) to send_to, chunk(rank - s) from recv_from.
-  }
+  // TODO: for s = 0 .. P-2, sendrecv chunk(rank + 1 - s) to send_to, chunk(rank - s) from recv_from.
+  (void)send_to, (void)recv_from, (void)chunk, (void)op;
 }
 
 }  // namespace labkit

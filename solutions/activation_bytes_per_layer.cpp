@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 3.2
 // Activation memory of one transformer layer (Korthikanti et al. 2022,
 // "Reducing Activation Recomputation in Large Transformer Models", Table 2),
 // in bytes with 16-bit activations, for sequence s, micro-batch b, hidden h,
@@ -15,16 +16,22 @@
 // scores, softmax and its dropout mask. Tensor parallelism splits 24 of the 34
 // (the parts inside the column/row-parallel blocks); sequence parallelism
 // splits the remaining 10 (layer norms and dropouts) along the sequence.
+// STUB: // Grade it: ./labkit grade memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {
 
 double activation_bytes_per_layer(const ActivationShape& x) {
+  // BEGIN EXERCISE: sbh = x.seq * x.micro_batch * x.hidden; then the row of the table that
+  //       x.recompute and x.sequence_parallel select, with t = x.tp.
+  // STUB: (void)x;
+  // STUB: return 0;
   const double sbh = x.seq * x.micro_batch * x.hidden, t = x.tp;
   const double split_outside = x.sequence_parallel ? t : 1;  // the 10 sbh outside the TP blocks
   if (x.recompute == Recompute::full) return 2 * sbh / split_outside;
   const double scores = x.recompute == Recompute::selective ? 0 : 5 * x.heads * x.seq / (x.hidden * t);
   return sbh * (10 / split_outside + 24 / t + scores);
+  // END EXERCISE
 }
 
 }  // namespace labkit::memory

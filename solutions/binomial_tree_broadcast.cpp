@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 1.2
 // Binomial-tree broadcast.
 //
 // Ranks are numbered relative to the root (vr = (rank - root) mod P). In each
@@ -11,6 +12,8 @@
 // A rank receives once, from vr minus its lowest set bit, then sends to
 // vr + mask for every mask below that bit. Cost: ceil(log2 P) (alpha + n beta)
 // (the reading's guide, section 4, "tree").
+// STUB: // It must work for any P (not only powers of two) and any root.
+// STUB: // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 
@@ -21,6 +24,8 @@ void binomial_tree_broadcast(Comm& comm, View buf, int root) {
   auto real = [&](int v) { return (v + root) % p; };
 
   // Receive phase: the parent is vr with its lowest set bit cleared.
+  // BEGIN EXERCISE: find the lowest set bit `mask` of vr; if vr != 0, receive buf from real(vr - mask).
+  // STUB: (void)buf, (void)vr, (void)real;
   int mask = 1;
   while (mask < p) {
     if (vr & mask) {
@@ -29,9 +34,12 @@ void binomial_tree_broadcast(Comm& comm, View buf, int root) {
     }
     mask <<= 1;
   }
+  // END EXERCISE
   // Send phase: children at vr + mask for each smaller mask, farthest first.
+  // BEGIN EXERCISE: for mask = (that bit) / 2 down to 1: if vr + mask < p, send buf to real(vr + mask).
   for (mask >>= 1; mask > 0; mask >>= 1)
     if (vr + mask < p) comm.send(buf, real(vr + mask));
+  // END EXERCISE
 }
 
 }  // namespace labkit

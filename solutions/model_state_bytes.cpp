@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 3.1
 // Model state per GPU under ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory
 // Optimizations Toward Training Trillion Parameter Models", Figure 1).
 //
@@ -10,12 +11,20 @@
 //   1 (P_os)  optimizer state (+ master weights)  (2 + 2) Psi + K Psi/dp
 //   2 (P_g)   + gradients                         2 Psi + (2 + K) Psi/dp
 //   3 (P_p)   + weights (FSDP)                    (2 + 2 + K) Psi/dp
+// STUB: //
+// STUB: // You have bytes_per_element(precision), optimizer.states (tensors per
+// STUB: // parameter: 2 for Adam) and precision.master_weights (fp32, 4 bytes, if true).
+// STUB: // Grade it: ./labkit grade memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {
 
 ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& precision, const Optimizer& optimizer,
                                   int zero_stage, int dp) {
+  // BEGIN EXERCISE: the bytes each tensor takes on one GPU; a stage shards (divides by dp)
+  //       what it covers and everything the stages below it cover.
+  // STUB: (void)params, (void)precision, (void)optimizer, (void)zero_stage, (void)dp;
+  // STUB: return {.weights = 0, .grads = 0, .master = 0, .optimizer = 0};
   // The fraction of a tensor one rank keeps once its stage shards it.
   auto kept = [&](int sharded_from_stage) { return zero_stage >= sharded_from_stage ? 1.0 / dp : 1.0; };
   return {
@@ -24,6 +33,7 @@ ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& prec
       .master = precision.master_weights ? params * bytes_per_element(Precision::fp32) * kept(1) : 0.0,
       .optimizer = params * optimizer.states * bytes_per_element(precision.states) * kept(1),
   };
+  // END EXERCISE
 }
 
 }  // namespace labkit::memory

@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 1.1
 // Naive allreduce: reduce everything to rank 0, then send the result back out.
 //
 //   reduce phase                 broadcast phase
@@ -9,6 +10,10 @@
 // funnels through one rank's link. Cost: 2(P-1) alpha + 2(P-1) n beta (the
 // reading's guide, section 4) — it grows with P, which is why nobody uses it at
 // scale, and why it is the first thing to beat.
+// STUB: //
+// STUB: // You have: comm.rank(), comm.size(), comm.send(view, to), comm.recv(view, from),
+// STUB: // reduce_local(op, dtype, in, inout, count), and Scratch (a temporary buffer).
+// STUB: // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 
@@ -17,18 +22,25 @@ namespace labkit {
 void naive_all_reduce(Comm& comm, View buf, ReduceOp op) {
   constexpr int root = 0;
   if (comm.rank() != root) {
+    // BEGIN EXERCISE: send your buffer to the root, then receive the result into it.
     comm.send(buf, root);
     comm.recv(buf, root);
+    // END EXERCISE
     return;
   }
   // Reduce phase: fold in ranks 1, 2, ... in order.
   Scratch incoming(buf, buf.count);
+  // BEGIN EXERCISE: for each other rank, receive into incoming.view() and reduce it into buf.
+  // STUB: (void)incoming, (void)op;
   for (int from = 1; from < comm.size(); ++from) {
     comm.recv(incoming.view(), from);
     reduce_local(op, buf.dtype, incoming.view().data, buf.data, buf.count);
   }
+  // END EXERCISE
   // Broadcast phase: hand the result back to every other rank.
+  // BEGIN EXERCISE: send buf to every other rank.
   for (int to = 1; to < comm.size(); ++to) comm.send(buf, to);
+  // END EXERCISE
 }
 
 }  // namespace labkit

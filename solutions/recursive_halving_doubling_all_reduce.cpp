@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 2.2
 // Recursive halving-doubling allreduce (Rabenseifner 2004; Thakur, Rabenseifner
 // & Gropp 2005, "Optimization of Collective Communication Operations in MPICH").
 //
@@ -15,7 +16,9 @@
 // rem = P - P', the first 2 rem ranks fold in pairs (even sends its buffer to
 // odd, which reduces), P' ranks run the algorithm, and the odd ranks hand the
 // result back at the end.
+// STUB: // The fold and unfold are written for you.
 // Cost: 2 log2 P' alpha + 2 (P'-1)/P' n beta, plus 2 (alpha + n beta) if P != P'.
+// STUB: // Grade it: ./labkit grade ring_allreduce
 #include "labkit/algorithms.h"
 
 namespace labkit {
@@ -47,6 +50,11 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
 
   // Reduce-scatter by recursive halving.
   int lo = 0, hi = pow2;
+  // BEGIN EXERCISE: for distance = P'/2 down to 1: partner = me ^ distance, mid = (lo + hi) / 2.
+  //       Keep window(lo, mid) if your bit (me & distance) is 0, else window(mid, hi);
+  //       sendrecv the other half to real(partner), receive its copy of your half into
+  //       incoming, reduce it into your half, and shrink [lo, hi) to the half you kept.
+  // STUB: (void)me, (void)real, (void)window;
   for (int distance = pow2 / 2; distance >= 1; distance /= 2) {
     const int partner = me ^ distance, mid = (lo + hi) / 2;
     const bool keep_low = (me & distance) == 0;
@@ -57,7 +65,12 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
     reduce_local(op, buf.dtype, landing.data, keep.data, keep.count);
     (keep_low ? hi : lo) = mid;
   }
+  // END EXERCISE
   // All-gather by recursive doubling: swap windows, which are neighbours.
+  // BEGIN EXERCISE: for distance = 1 up to P'/2: send window(lo, hi) to real(partner) and receive
+  //       the partner's window of the same number of chunks (just above yours if your
+  //       bit is 0, just below if it is 1); then [lo, hi) covers both.
+  // STUB: (void)lo, (void)hi;
   for (int distance = 1; distance < pow2; distance *= 2) {
     const int partner = me ^ distance, size = hi - lo;
     const int partner_lo = (me & distance) == 0 ? hi : lo - size;
@@ -65,6 +78,7 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
     lo = std::min(lo, partner_lo);
     hi = lo + 2 * size;
   }
+  // END EXERCISE
   // Unfold: hand the result to the even partner that sat out.
   if (rank < 2 * rem) comm.send(buf, rank - 1);
 }

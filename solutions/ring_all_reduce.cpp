@@ -1,3 +1,4 @@
+// STUB: // EXERCISE 2.1
 // Ring allreduce: a ring reduce-scatter followed by a ring all-gather
 // (Patarasuk & Yuan 2009; baidu-allreduce; the reading's Day 64 exercise).
 //
@@ -15,6 +16,8 @@
 // After reduce-scatter rank r holds the full sum of chunk r+1; all-gather
 // passes the finished chunks around. Each rank sends 2(P-1)/P of the buffer.
 // Cost: 2(P-1) alpha + 2(P-1)/P n beta — the bandwidth term does not grow with P.
+// STUB: // Watch yours run: ./labkit lab ring_allreduce --step (after ./labkit grade builds it)
+// STUB: // Grade it: ./labkit grade ring_allreduce
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 
@@ -31,13 +34,20 @@ void ring_all_reduce(Comm& comm, View buf, ReduceOp op) {
 
   // Reduce-scatter: at step s send chunk rank - s, fold the incoming chunk rank - s - 1.
   for (int s = 0; s < p - 1; ++s) {
+    // BEGIN EXERCISE: sendrecv chunk(rank - s) to send_to, receiving into the first in.count
+    //       elements of incoming.view() from recv_from, where in = chunk(rank - s - 1);
+    //       then reduce_local(op, buf.dtype, <incoming>, in.data, in.count).
     const View out = chunk(rank - s), in = chunk(rank - s - 1);
     const View landing = incoming.view().slice(0, in.count);
     comm.sendrecv(out, send_to, landing, recv_from);
     reduce_local(op, buf.dtype, landing.data, in.data, in.count);
+    // END EXERCISE
   }
   // All-gather: at step s send the finished chunk rank + 1 - s, receive chunk rank - s in place.
+  // BEGIN EXERCISE: for s = 0 .. P-2, sendrecv chunk(rank + 1 - s) to send_to, chunk(rank - s) from recv_from.
+  // STUB: (void)send_to, (void)recv_from, (void)chunk, (void)op;
   for (int s = 0; s < p - 1; ++s) comm.sendrecv(chunk(rank + 1 - s), send_to, chunk(rank - s), recv_from);
+  // END EXERCISE
 }
 
 }  // namespace labkit

@@ -1,6 +1,6 @@
-# Runs one command of the tour (COMMAND: a lab and its arguments, as TOUR in
-# ./labkit has it) with the labs of this build (LABS) in OUT, then trace_check
-# (CHECK) on the trace it wrote.
+# Runs one command of the tour (COMMAND: a lab and its arguments, as labkit_lab's
+# TOUR gives it to ./labkit) with the labs of this build (LABS) in OUT, then
+# trace_check (CHECK) on the trace it wrote.
 separate_arguments(args UNIX_COMMAND "${COMMAND}")
 list(POP_FRONT args lab)
 string(REGEX MATCH "--trace ([^ ]+)" _ "${COMMAND}")
