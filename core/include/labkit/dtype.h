@@ -1,9 +1,9 @@
 // Element types and reduction operators, as NCCL names them (ncclFloat32, ncclSum, ...).
 #pragma once
 
-#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 namespace labkit {
@@ -25,7 +25,13 @@ struct bfloat16 {
   std::uint16_t bits;
 };
 
-inline float to_float(bfloat16 x) { return std::bit_cast<float>(std::uint32_t(x.bits) << 16); }
+// (memcpy, not std::bit_cast: nvcc compiles this header too, as C++17.)
+inline float to_float(bfloat16 x) {
+  const std::uint32_t bits = std::uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
 
 // Round to nearest, ties to even (what __float2bfloat16 and PyTorch do): add
 // just under half of the dropped part's unit, plus one if the kept part is odd,
@@ -33,7 +39,8 @@ inline float to_float(bfloat16 x) { return std::bit_cast<float>(std::uint32_t(x.
 // keeps its sign and gets the quiet bit; a finite value past the largest bf16
 // rounds to infinity, as IEEE rounding does.
 inline bfloat16 to_bf16(float x) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
   if (x != x) return {std::uint16_t((bits >> 16) | 0x0040)};
   const std::uint32_t odd = (bits >> 16) & 1;
   return {std::uint16_t((bits + 0x7FFF + odd) >> 16)};
