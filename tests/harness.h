@@ -28,6 +28,16 @@ inline SimRun simulate(int ranks, const std::function<void(Comm&)>& fn, const st
   return out;
 }
 
+// What a run on `ranks` ranks throws (a labkit::Error's message), or "no error".
+inline std::string error_of(int ranks, const std::function<void(Comm&)>& fn) {
+  try {
+    simulate(ranks, fn);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 // The receives a rank made, in order.
 inline std::vector<TraceEvent> recvs_of(const Trace& trace, int rank) {
   std::vector<TraceEvent> out;

@@ -12,6 +12,7 @@
 #include "labkit/parallel/mesh_map.h"
 
 using namespace labkit;
+using labkit::test::error_of;
 using labkit::test::simulate;
 
 namespace {
@@ -20,15 +21,6 @@ int ranks_of(const std::vector<MeshDim>& dims) {
   int n = 1;
   for (const MeshDim& d : dims) n *= d.size;
   return n;
-}
-
-std::string error_of(int ranks, const std::function<void(Comm&)>& fn) {
-  try {
-    simulate(ranks, fn);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 bool matches(const std::string& text, const char* pattern) { return std::regex_match(text, std::regex(pattern)); }

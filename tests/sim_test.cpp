@@ -12,19 +12,11 @@
 #include "labkit/error.h"
 
 using namespace labkit;
+using labkit::test::error_of;
 using labkit::test::simulate;
 
 namespace {
 const Topology kH100 = find_topology("dgx-h100");
-
-std::string error_of(int ranks, const std::function<void(Comm&)>& fn) {
-  try {
-    simulate(ranks, fn);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
 }  // namespace
 
 TEST(SimTime, MessageCostsAlphaPlusBytesOverBandwidth) {

@@ -45,11 +45,12 @@ void GradientReducer::start_step() {
 }
 
 void GradientReducer::ready(int param) {
-  const std::string who = fmt::format("rank {}", comm_.rank());
   if (param < 0 || param >= int(params_.size()))
-    fail(who, "gradient reducer ready", "param={} is out of range for {} parameters", param, params_.size());
+    fail(fmt::format("rank {}", comm_.rank()), "gradient reducer ready", "param={} is out of range for {} parameters",
+         param, params_.size());
   if (is_ready_[param])
-    fail(who, "gradient reducer ready", "param={} is already ready this step (wait_all ends a step)", param);
+    fail(fmt::format("rank {}", comm_.rank()), "gradient reducer ready",
+         "param={} is already ready this step (wait_all ends a step)", param);
   is_ready_[param] = true;
   if (--waiting_for_[bucket_of_[param]] == 0) start_ready_buckets();
 }

@@ -15,7 +15,7 @@
 #
 # include() it for labkit_exercise_stub(), or run it as a script to write every
 # stub into exercises/ (what ./labkit exercises does):
-#   cmake -P solutions/exercise_stub.cmake
+#   cmake -P cmake/exercise_stub.cmake
 
 # labkit_exercise_stub(SOLUTION OUT): OUT is the stub cut out of the file
 # SOLUTION, or empty when it marks no exercise. A marker out of place (an END
