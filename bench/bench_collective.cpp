@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   int check = 1;
   std::vector<std::string> algos;
   RunOptions run_options;
-  app.add_option("collective", collective, "all_reduce, broadcast, all_gather, reduce_scatter or all_to_all")
+  app.add_option("collective", collective, "all_reduce, broadcast, all_gather, reduce_scatter, all_to_all or all_to_allv")
       ->required()->check(cli::parsed_by(find_bench));
   add_sweep_options(app, min_bytes, max_bytes, s);
   app.add_option("-c,--check", check, "check results (1) or not (0)")

@@ -1,8 +1,9 @@
 // The collectives the benchmark sweeps, one entry each. Counts follow
 // nccl-tests: the reported count is the receive buffer's for all_gather and
-// all_to_all, the send buffer's for reduce_scatter, the one buffer's otherwise.
+// all_to_all(v), the send buffer's for reduce_scatter, the one buffer's otherwise.
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "collective_bench.h"
 
@@ -34,6 +35,13 @@ const CollectiveBench kBenches[] = {
     {Collective::all_to_all, false, same, same, [](int r, std::size_t i, int) { return value(r, i); },
      [](int r, std::size_t i, int, std::size_t block) { return value(int(i / block), r * block + i % block); },
      [](Comm& c, View send, View recv) { c.all_to_all(send, recv); }},
+    // Even counts, so that it reads beside all_to_all: what the per-peer path costs.
+    {Collective::all_to_allv, false, same, same, [](int r, std::size_t i, int) { return value(r, i); },
+     [](int r, std::size_t i, int, std::size_t block) { return value(int(i / block), r * block + i % block); },
+     [](Comm& c, View send, View recv) {
+       const std::vector<std::size_t> blocks(c.size(), send.count / c.size());
+       c.all_to_allv(send, blocks, recv, blocks);
+     }},
 };
 }  // namespace
 

@@ -140,6 +140,21 @@ void demo(Comm& comm, const std::string& name, const Options& o, nlohmann::json&
     Values in = make(2 * p, [&](std::size_t i) { return float(r * 100 + i / 2 * 10 + i % 2 + 1); }), out(2 * p);
     show(comm, with_algo(comm, Collective::all_to_all, "all_to_all"), in, out,
          [&] { collective(comm, o, {Collective::all_to_all, view_of(in), view_of(out), op, 0}); });
+  } else if (name == "all_to_allv") {
+    // Blocks of any size, as an MoE layer dispatches tokens: rank r sends (r + d) % 3
+    // elements to rank d, [r*100 + d*10 + 1, ...]. The receivers learn their counts
+    // from one small all_to_all first (exchange_counts).
+    std::vector<std::size_t> send_counts(p);
+    for (int d = 0; d < p; ++d) send_counts[d] = std::size_t(r + d) % 3;
+    const std::vector<std::size_t> recv_counts = comm.exchange_counts(send_counts);
+    Values in, out(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t(0)));
+    for (int d = 0; d < p; ++d)
+      for (std::size_t k = 0; k < send_counts[d]; ++k) in.push_back(float(r * 100 + d * 10 + k + 1));
+    show(comm, with_algo(comm, Collective::all_to_allv, "all_to_allv (rank r sends rank d (r+d) mod 3)"), in, out,
+         [&] {
+           collective(comm, o,
+                      {Collective::all_to_allv, view_of(in), view_of(out), op, 0, send_counts, recv_counts});
+         });
   } else if (name == "send_recv") {
     // A ring shift: every rank sends to its right neighbour and receives from its left.
     Values in = make(2, [&](std::size_t i) { return float(r * 10 + i + 1); }), out(2);
@@ -228,7 +243,8 @@ void show_mesh(Comm& world, const std::vector<MeshDim>& dims, nlohmann::json& re
 
 int main(int argc, char** argv) {
   const std::vector<std::string> all = {"broadcast", "reduce", "all_reduce", "gather", "scatter",
-                                        "all_gather", "reduce_scatter", "all_to_all", "send_recv", "barrier"};
+                                        "all_gather", "reduce_scatter", "all_to_all", "all_to_allv", "send_recv",
+                                        "barrier"};
   std::vector<std::string> ops = all;
   ops.insert(ops.end(), {"all", "deadlock"});
   CLI::App app{"Lab 1: what each collective does, rank by rank"};
@@ -236,7 +252,7 @@ int main(int argc, char** argv) {
   Options o;
   RunOptions run_options;
   app.add_option("--op", o.op, "broadcast, reduce, all_reduce, gather, scatter, all_gather, reduce_scatter, "
-                               "all_to_all, send_recv, barrier, all, or deadlock (a classic mistake)")
+                               "all_to_all, all_to_allv, send_recv, barrier, all, or deadlock (a classic mistake)")
       ->capture_default_str()->check(cli::one_of("operation", ops));
   app.add_option("--root", o.root, "root rank for broadcast, reduce, gather, scatter")
       ->capture_default_str()->check(cli::at_least(0));

@@ -28,6 +28,11 @@ double simulated(Collective op, const std::string& algo, std::size_t bytes, int 
       case Collective::all_to_all:
         c.all_to_all(sizes_only(count / p * p, DType::f32), sizes_only(count / p * p, DType::f32));
         break;
+      case Collective::all_to_allv: {
+        const std::vector<std::size_t> blocks(p, count / p);
+        c.all_to_allv(sizes_only(count / p * p, DType::f32), blocks, sizes_only(count / p * p, DType::f32), blocks);
+        break;
+      }
       default: FAIL() << "not swept";
     }
   });
@@ -72,7 +77,8 @@ TEST(CostModel, OtherCollectivesAlgorithmsMatchTheSimulator) {
   for (int p : {2, 5, 8})
     for (std::size_t bytes : {std::size_t(4096), std::size_t(1) << 24}) {
       for (auto [op, algo] : {std::pair{Collective::broadcast, "binomial_tree"}, {Collective::all_gather, "ring"},
-                              {Collective::all_to_all, "pairwise"}, {Collective::all_reduce, "naive"}}) {
+                              {Collective::all_to_all, "pairwise"}, {Collective::all_to_allv, "pairwise"},
+                              {Collective::all_reduce, "naive"}}) {
         const std::size_t whole = bytes / 4 / p * p * 4;  // what the sweep really moves
         const double model = predict(op, algo, op == Collective::all_reduce || op == Collective::broadcast ? bytes : whole, p, kFlat);
         EXPECT_NEAR(simulated(op, algo, bytes, p, kFlat) / model, 1.0, 1e-9) << name_of(op) << " " << algo << " P=" << p;

@@ -150,6 +150,21 @@ TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
     std::vector<float> a(4);
     c.all_reduce(view_of(a), c.rank() ? ReduceOp::max : ReduceOp::sum);
   }, "rank 1: all_reduce: op=max but rank 0 passed op=sum");
+  expect(2, [](Comm& c) {  // rank 1 expects 3 elements from rank 0, which sends it 2
+    std::vector<float> a(4), b(4);
+    const std::vector<std::size_t> send = {2, 2}, recv = {c.rank() ? 3u : 2u, c.rank() ? 1u : 2u};
+    c.all_to_allv(view_of(a), send, view_of(b), recv);
+  }, "rank 1: all_to_allv: recv_counts[0]=3 but rank 0 sends send_counts[1]=2 to this rank");
+  expect(3, [](Comm& c) {
+    std::vector<float> a(4), b(4);
+    const std::vector<std::size_t> send = {2, 2}, recv = {2, 1, 1};
+    c.all_to_allv(view_of(a), send, view_of(b), recv);
+  }, "rank 0: all_to_allv: send_counts has 2 entries for 3 ranks");
+  expect(2, [](Comm& c) {
+    std::vector<float> a(4), b(4);
+    const std::vector<std::size_t> send = {2, 2}, recv = {2, 1};
+    c.all_to_allv(view_of(a), send, view_of(b), recv);
+  }, "rank 0: all_to_allv: recv count 4 differs from the recv_counts sum 3");
   expect(2, [](Comm& c) { c.set_algorithm(Collective::all_reduce, "rign"); },
          "rank 0: all_reduce: unknown algorithm 'rign' (known: native, naive, binomial_tree, ring, "
          "recursive_halving_doubling, hierarchical)");
@@ -211,6 +226,9 @@ struct Result {
   std::vector<std::vector<float>> per_rank;
 };
 
+// all_to_allv's blocks: uneven, some empty, different for every pair.
+std::size_t v_count(int from, int to, std::size_t count) { return std::size_t(from * 3 + to * 5) % (count + 2); }
+
 // Runs `op` with the given algorithm on P ranks with `count` elements per block;
 // `nonblocking`: started with Comm::start, waited after a compute region.
 Result run_collective(Collective op, const std::string& algo, int p, std::size_t count, int root, ReduceOp rop,
@@ -226,6 +244,7 @@ Result run_collective(Collective op, const std::string& algo, int p, std::size_t
       return v;
     };
     std::vector<float> send, recv;
+    std::vector<std::size_t> send_counts, recv_counts;
     switch (op) {
       case Collective::broadcast: case Collective::reduce: case Collective::all_reduce:
         recv = fill(count); break;
@@ -234,14 +253,20 @@ Result run_collective(Collective op, const std::string& algo, int p, std::size_t
       case Collective::all_gather: send = fill(count); recv.resize(big); break;
       case Collective::reduce_scatter: send = fill(big); recv.resize(count); break;
       case Collective::all_to_all: send = fill(big); recv.resize(big); break;
+      case Collective::all_to_allv:
+        for (int j = 0; j < p; ++j) send_counts.push_back(v_count(r, j, count)), recv_counts.push_back(v_count(j, r, count));
+        send = fill(std::accumulate(send_counts.begin(), send_counts.end(), std::size_t(0)));
+        recv.resize(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t(0)));
+        break;
       case Collective::barrier: break;
     }
+    const CollectiveCall call{op, view_of(send), view_of(recv), rop, root, send_counts, recv_counts};
     if (nonblocking) {
-      Request in_flight = c.start({op, view_of(send), view_of(recv), rop, root});
+      Request in_flight = c.start(call);
       c.compute_for("meanwhile", 1e-6);
       in_flight.wait();
     } else {
-      c.run({op, view_of(send), view_of(recv), rop, root});
+      c.run(call);
     }
     out.per_rank[r] = recv;
   });
@@ -260,6 +285,19 @@ TEST(SimCollectives, NativeMatchesTheClosedForm) {
     const Result ag = run_collective(Collective::all_gather, "native", p, n, 0, ReduceOp::sum);
     const Result rs = run_collective(Collective::reduce_scatter, "native", p, n, 0, ReduceOp::sum);
     const Result a2a = run_collective(Collective::all_to_all, "native", p, n, 0, ReduceOp::sum);
+    const Result a2av = run_collective(Collective::all_to_allv, "native", p, n, 0, ReduceOp::sum);
+    for (int r = 0; r < p; ++r) {
+      // Rank q's block for r starts after its blocks for the ranks before r, and
+      // lands after the blocks from the ranks before q.
+      std::size_t at = 0;
+      for (int q = 0; q < p; ++q) {
+        std::size_t from = 0;
+        for (int i = 0; i < r; ++i) from += v_count(q, i, n);
+        for (std::size_t k = 0; k < v_count(q, r, n); ++k) EXPECT_EQ(a2av.per_rank[r][at + k], input(q, from + k));
+        at += v_count(q, r, n);
+      }
+      EXPECT_EQ(a2av.per_rank[r].size(), at);
+    }
     for (int r = 0; r < p; ++r)
       for (std::size_t i = 0; i < n; ++i) {
         EXPECT_EQ(ar.per_rank[r][i], sum(i));

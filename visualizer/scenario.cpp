@@ -56,6 +56,11 @@ TraceModel run_scenario(const Scenario& s) {
       case labkit::Collective::all_gather: comm.all_gather(part, whole); break;
       case labkit::Collective::reduce_scatter: comm.reduce_scatter(whole, part, labkit::ReduceOp::sum); break;
       case labkit::Collective::all_to_all: comm.all_to_all(whole, whole); break;
+      case labkit::Collective::all_to_allv: {
+        const std::vector<std::size_t> blocks(comm.size(), block);
+        comm.all_to_allv(whole, blocks, whole, blocks);
+        break;
+      }
       case labkit::Collective::gather: comm.gather(part, whole, 0); break;
       case labkit::Collective::scatter: comm.scatter(whole, part, 0); break;
       default: comm.run({op, {}, whole, labkit::ReduceOp::sum, 0});

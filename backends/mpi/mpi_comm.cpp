@@ -182,7 +182,7 @@ void MpiComm::check_collective(const CollectiveCall& c) {
   const std::array<long long, 5> mine = {int(c.op), has_root(c.op) ? c.root : 0,
                                          has_reduce_op(c.op) ? int(c.reduce_op) : 0,
                                          c.op == Collective::barrier ? 0 : int(agreed.dtype),
-                                         c.op == Collective::barrier ? 0 : (long long)agreed.count};
+                                         has_agreed_count(c.op) ? (long long)agreed.count : 0};
   std::vector<std::array<long long, 5>> all(size());
   const std::string_view op = name_of(c.op);
   MPI_Request request;
@@ -204,6 +204,23 @@ void MpiComm::check_collective(const CollectiveCall& c) {
       fail(who(), op, "dtype={} but rank {} passed dtype={}", name_of(agreed.dtype), r, name_of(DType(f[3])));
     fail(who(), op, "count={} but rank {} passed count={}; every rank must pass the same count", mine[4], r, f[4]);
   }
+  if (info(c.op).counts == Counts::per_peer) check_counts(c);
+}
+
+// all_to_allv: what each rank sends this one must be what this one receives
+// from it, one all_to_all of the send counts away.
+void MpiComm::check_counts(const CollectiveCall& c) {
+  std::vector<unsigned long long> sent_to_me(size());
+  const std::vector<unsigned long long> mine(c.send_counts.begin(), c.send_counts.end());
+  MPI_Request request;
+  MPI_Ialltoall(mine.data(), 1, MPI_UNSIGNED_LONG_LONG, sent_to_me.data(), 1, MPI_UNSIGNED_LONG_LONG, comm_, &request);
+  poll(request, MPI_STATUS_IGNORE, "all_to_allv", -1, [&] {
+    fail(who(), "all_to_allv", "not every rank joined in {} s: a deadlock?", context_.deadlock_timeout);
+  });
+  for (int r = 0; r < size(); ++r)
+    if (sent_to_me[r] != c.recv_counts[r])
+      fail(who(), "all_to_allv", "recv_counts[{}]={} but rank {} sends send_counts[{}]={} to this rank", r,
+           c.recv_counts[r], r, rank(), sent_to_me[r]);
 }
 
 std::string_view MpiComm::run_native(const CollectiveCall& c) { return wait_native(start_native(c)).algorithm; }
@@ -214,7 +231,7 @@ std::int64_t MpiComm::start_native(const CollectiveCall& c) {
   const MPI_Op op = mpi_op(c.reduce_op, c.recv.dtype);
   const int n = int(c.recv.count);
   const bool root = rank() == c.root;
-  NativePending p{MPI_REQUEST_NULL, c.op, now()};
+  NativePending& p = natives_[next_id_] = {MPI_REQUEST_NULL, c.op, now(), {}};
   MPI_Request* r = &p.request;
   switch (c.op) {
     case Collective::broadcast: MPI_Ibcast(c.recv.data, n, t, c.root, comm_, r); break;
@@ -234,9 +251,28 @@ std::int64_t MpiComm::start_native(const CollectiveCall& c) {
     case Collective::all_to_all:
       MPI_Ialltoall(c.send.data, int(c.send.count) / size(), t, c.recv.data, int(c.send.count) / size(), t, comm_, r);
       break;
+    case Collective::all_to_allv: {
+      // MPI's counts and displacements, in elements and as ints: send's, then recv's.
+      auto as_int = [&](std::size_t n) {
+        if (n > std::size_t(std::numeric_limits<int>::max()))
+          fail(who(), "all_to_allv", "an offset of {} elements: MPI counts are int, split the buffer", n);
+        return int(n);
+      };
+      std::vector<int>& v = p.counts_and_displacements;
+      v.assign(4 * std::size_t(size()), 0);
+      int *send_counts = v.data(), *send_at = send_counts + size();
+      int *recv_counts = send_at + size(), *recv_at = recv_counts + size();
+      std::size_t sent = 0, received = 0;
+      for (int j = 0; j < size(); ++j) {
+        send_at[j] = as_int(sent), recv_at[j] = as_int(received);
+        send_counts[j] = as_int(c.send_counts[j]), recv_counts[j] = as_int(c.recv_counts[j]);
+        sent += c.send_counts[j], received += c.recv_counts[j];
+      }
+      MPI_Ialltoallv(c.send.data, send_counts, send_at, t, c.recv.data, recv_counts, recv_at, t, comm_, r);
+      break;
+    }
     case Collective::barrier: MPI_Ibarrier(comm_, r); break;
   }
-  natives_.emplace(next_id_, p);
   return next_id_++;
 }
 

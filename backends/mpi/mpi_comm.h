@@ -6,10 +6,11 @@
 // gone throws a RankFailedError, as the simulator does). Native collectives are Open MPI's
 // non-blocking ones (MPI-3's MPI_Iallreduce and kin: a blocking call starts one
 // and waits); labkit algorithms run over the point-to-point above, and a labkit
-// algorithm started non-blocking runs at once (MPI has no stream to put it on). Time is MPI_Wtime,
-// shifted onto rank 0's clock when the trace is merged (offset_to_rank0 in mpi_run.cpp).
+// algorithm started non-blocking runs at once (MPI has no stream to put it on). Time is the host's
+// monotonic clock, shifted onto rank 0's when the trace is merged (offset_to_rank0 in mpi_run.cpp).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 
@@ -19,9 +20,15 @@
 
 namespace labkit::mpi {
 
+// Seconds on the host's monotonic clock (CLOCK_MONOTONIC), which every process
+// on a host reads alike; MPI_Wtime may count from each process's MPI_Init.
+inline double host_clock() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 // What every Comm of one run shares (the world's and the groups split from it).
 struct Context {
-  double start = 0;               // this process's MPI_Wtime() at the run's start
+  double start = 0;               // host_clock() at the run's start
   std::vector<int> node_of_world;  // the node of each world rank
   bool check_arguments = true;    // cross-rank argument checks (one small allgather per collective)
   double deadlock_timeout = 60;   // seconds a wait may make no progress
@@ -37,7 +44,7 @@ class MpiComm : public Comm {
   MpiComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* track, Context& context);
   ~MpiComm() override;
 
-  double now() const override { return MPI_Wtime() - context_.start; }
+  double now() const override { return host_clock() - context_.start; }
 
  protected:
   std::int64_t post_send(View buf, int to, int tag) override;
@@ -45,6 +52,7 @@ class MpiComm : public Comm {
   void wait_request(std::int64_t id) override;
   bool test_request(std::int64_t id) override;
   void check_collective(const CollectiveCall& call) override;
+  void check_counts(const CollectiveCall& call);
   std::string_view run_native(const CollectiveCall& call) override;
   std::int64_t start_native(const CollectiveCall& call) override;
   NativeDone wait_native(std::int64_t id) override;
@@ -87,6 +95,7 @@ class MpiComm : public Comm {
     MPI_Request request;
     Collective op;
     double started;
+    std::vector<int> counts_and_displacements;  // all_to_allv's, which MPI reads until it completes
   };
   std::map<std::int64_t, NativePending> natives_;
   std::int64_t next_id_ = 0;

@@ -40,31 +40,32 @@ void ensure_initialized() {
   });
 }
 
-// Rank 0's clock minus this process's, by Cristian's algorithm (1989): ask rank
-// 0 for the time, and take the answer as read halfway through the shortest of
-// several round trips (the one least disturbed). On one host all ranks read
-// the same monotonic clock and the offsets come out within a microsecond; across
-// hosts they correct each host's own clock.
-double offset_to_rank0(MPI_Comm comm) {
+// Rank 0's clock minus this process's. A rank on rank 0's host reads the same
+// clock (host_clock): zero. Elsewhere by Cristian's algorithm (1989): ask rank 0
+// for the time, and take the answer as read halfway through the shortest of
+// several round trips (the one least disturbed), which is within half that
+// round trip; on a loaded host that can be milliseconds, hence no guess where
+// the clock is shared. The group's ranks are the first world ranks.
+double offset_to_rank0(MPI_Comm comm, const std::vector<int>& node_of_world) {
   constexpr int kRoundTrips = 20;
   int me = 0, n = 0;
   MPI_Comm_rank(comm, &me);
   MPI_Comm_size(comm, &n);
   double offset = 0;
   for (int r = 1; r < n; ++r) {
-    if (me != 0 && me != r) continue;
+    if ((me != 0 && me != r) || node_of_world[r] == node_of_world[0]) continue;
     double best = 1e30;
     for (int k = 0; k < kRoundTrips; ++k) {
       if (me == 0) {
         MPI_Recv(nullptr, 0, MPI_BYTE, r, 0, comm, MPI_STATUS_IGNORE);
-        const double t = MPI_Wtime();
+        const double t = host_clock();
         MPI_Send(&t, 1, MPI_DOUBLE, r, 0, comm);
       } else {
-        const double t0 = MPI_Wtime();
+        const double t0 = host_clock();
         double root_time = 0;
         MPI_Send(nullptr, 0, MPI_BYTE, 0, 0, comm);
         MPI_Recv(&root_time, 1, MPI_DOUBLE, 0, 0, comm, MPI_STATUS_IGNORE);
-        const double t1 = MPI_Wtime();
+        const double t1 = host_clock();
         if (t1 - t0 < best) {
           best = t1 - t0;
           offset = root_time - (t0 + best / 2);
@@ -137,7 +138,6 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
   // The lab's ranks are the first `ranks` processes; any others wait at the end.
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_split(MPI_COMM_WORLD, me < ranks ? 0 : MPI_UNDEFINED, me, &comm);
-  const std::vector<int> node_of_world = nodes_of_world();
   Context context{.node_of_world = nodes_of_world(),
                   .check_arguments = o.check_arguments,
                   .deadlock_timeout = o.deadlock_timeout,
@@ -152,9 +152,9 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
     std::iota(members->begin(), members->end(), 0);
     const bool tracing = o.keep_trace || !o.trace.empty();
     std::shared_ptr<Trace> trace = tracing ? std::make_shared<Trace>(ranks) : nullptr;
-    const double offset = offset_to_rank0(comm);
+    const double offset = offset_to_rank0(comm, context.node_of_world);
     MPI_Barrier(comm);
-    context.start = MPI_Wtime();
+    context.start = host_clock();
     double elapsed = 0;
     try {
       TraceTrack* track = tracing ? trace->track(me) : nullptr;

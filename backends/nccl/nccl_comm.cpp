@@ -212,6 +212,17 @@ std::int64_t NcclComm::start_native(const CollectiveCall& c) {
       check(ncclGroupEnd(), who(), "ncclGroupEnd");
       break;
     }
+    case Collective::all_to_allv: {  // the same, with each block where the counts before it end
+      std::size_t sent = 0, received = 0;
+      check(ncclGroupStart(), who(), "ncclGroupStart");
+      for (int peer = 0; peer < size(); ++peer) {
+        check(ncclSend(at(send, sent), c.send_counts[peer], t, peer, nccl_, stream_), who(), "ncclSend");
+        check(ncclRecv(at(recv, received), c.recv_counts[peer], t, peer, nccl_, stream_), who(), "ncclRecv");
+        sent += c.send_counts[peer], received += c.recv_counts[peer];
+      }
+      check(ncclGroupEnd(), who(), "ncclGroupEnd");
+      break;
+    }
     case Collective::barrier:  // NCCL has none: the stream drains, then MPI's
       synchronize("barrier");
       MPI_Barrier(mpi_comm());

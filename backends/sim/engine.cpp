@@ -258,6 +258,27 @@ bool Engine::test(int rank, std::int64_t id) {
 
 // ---- collectives ---------------------------------------------------------------
 
+namespace {
+// all_to_allv: what this rank sends each rank that has checked in must be what
+// that rank receives from it, and the other way round. The counts of the ranks
+// before it are still there: none can finish the collective without this one.
+void check_counts(std::vector<CollectiveCall>& calls, const CollectiveCall& c, int me, std::size_t ranks,
+                          const std::string& who) {
+  calls.resize(ranks);
+  for (std::size_t j = 0; j < ranks; ++j) {
+    const CollectiveCall& other = calls[j];
+    if (other.send_counts.empty()) continue;  // not checked in yet
+    if (c.send_counts[j] != other.recv_counts[me])
+      fail(who, "all_to_allv", "send_counts[{}]={} but rank {} expects recv_counts[{}]={} from this rank", j,
+           c.send_counts[j], j, me, other.recv_counts[me]);
+    if (c.recv_counts[j] != other.send_counts[me])
+      fail(who, "all_to_allv", "recv_counts[{}]={} but rank {} sends send_counts[{}]={} to this rank", j,
+           c.recv_counts[j], j, me, other.send_counts[me]);
+  }
+  calls[me] = c;
+}
+}  // namespace
+
 void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const CollectiveCall& c,
                               const std::string& who) {
   const std::vector<int>& group = *groups_[comm_id];
@@ -273,9 +294,10 @@ void Engine::check_collective(int rank, int comm_id, std::uint64_t seq, const Co
   const View &mine = agreed_buffer(c), &theirs = agreed_buffer(f);
   if (c.op != Collective::barrier && mine.dtype != theirs.dtype)
     fail(who, op, "dtype={} but rank {} passed dtype={}", name_of(mine.dtype), other, name_of(theirs.dtype));
-  if (c.op != Collective::barrier && mine.count != theirs.count)
+  if (has_agreed_count(c.op) && mine.count != theirs.count)
     fail(who, op, "count={} but rank {} passed count={}; every rank must pass the same count", mine.count, other,
          theirs.count);
+  if (info(c.op).counts == Counts::per_peer) check_counts(it->second.per_peer, c, me, group.size(), who);
   // Forget the call once the whole group has checked in.
   if (++it->second.seen == int(group.size())) first_call_.erase(it);
 }

@@ -263,6 +263,7 @@ class Engine {
     CollectiveCall call;
     int rank;
     int seen;
+    std::vector<CollectiveCall> per_peer = {};  // all_to_allv: each checked rank's call, for its counts
   };
   std::map<std::tuple<int, std::uint64_t>, FirstCall> first_call_;
   // (time, rank) to resume, earliest first; rank -1 is the failure (Options::fail_rank).

@@ -66,6 +66,25 @@ void compute_native(std::span<const CollectiveCall> calls) {
         for (int j = 0; j < p; ++j) copy_local(calls[i].recv.slice(j * n, n), staged[j].view().slice(i * n, n));
       break;
     }
+    case Collective::all_to_allv: {
+      // Rank j's blocks leave in rank order and land, on each rank i, after the
+      // blocks of the ranks before j; staged as above.
+      std::vector<Scratch> staged;
+      for (int j = 0; j < p; ++j) {
+        copy_local(staged.emplace_back(calls[j].send, calls[j].send.count).view(), calls[j].send);
+      }
+      std::vector<std::size_t> recv_at(p, 0);
+      for (int j = 0; j < p; ++j) {
+        std::size_t send_at = 0;
+        for (int i = 0; i < p; ++i) {
+          const std::size_t n = calls[j].send_counts[i];
+          copy_local(calls[i].recv.slice(recv_at[i], n), staged[j].view().slice(send_at, n));
+          send_at += n;
+          recv_at[i] += n;
+        }
+      }
+      break;
+    }
     case Collective::barrier:
       break;
   }

@@ -33,6 +33,10 @@ constexpr std::array kAlgorithms = {
               [](Comm& c, const CollectiveCall& a) { ring_reduce_scatter(c, a.send, a.recv, a.reduce_op); }},
     Algorithm{Collective::all_to_all, "pairwise",
               [](Comm& c, const CollectiveCall& a) { pairwise_all_to_all(c, a.send, a.recv); }},
+    Algorithm{Collective::all_to_allv, "pairwise",
+              [](Comm& c, const CollectiveCall& a) {
+                pairwise_all_to_allv(c, a.send, a.send_counts, a.recv, a.recv_counts);
+              }},
     Algorithm{Collective::barrier, "dissemination",
               [](Comm& c, const CollectiveCall&) { dissemination_barrier(c); }},
 };

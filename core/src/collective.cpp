@@ -23,6 +23,7 @@ constexpr std::array<CollectiveInfo, kCollectives.size()> kInfo = {{
     {Collective::all_gather,     "all_gather",     false, false, Counts::gathers,   one_pass,     NativeCost::ring},
     {Collective::reduce_scatter, "reduce_scatter", false, true,  Counts::scatters,  one_pass,     NativeCost::ring},
     {Collective::all_to_all,     "all_to_all",     false, false, Counts::exchanges, one_pass,     NativeCost::ring},
+    {Collective::all_to_allv,    "all_to_allv",    false, false, Counts::per_peer,  one_pass,     NativeCost::ring},
     {Collective::barrier,        "barrier",        false, false, Counts::none,      whole_buffer, NativeCost::dissemination},
 }};
 

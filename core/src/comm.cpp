@@ -1,6 +1,7 @@
 #include "labkit/comm.h"
 
 #include <cstring>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -154,6 +155,19 @@ void Comm::validate(const CollectiveCall& c) const {
         fail(who(), op, "send count {} differs from recv count {}", c.send.count, c.recv.count);
       if (c.send.count % p != 0) fail(who(), op, "send count {} is not divisible by {} ranks", c.send.count, p);
       break;
+    case Counts::per_peer: {
+      same_dtype();
+      auto check_counts = [&](std::span<const std::size_t> counts, std::string_view name, const View& buf,
+                              std::string_view buf_name) {
+        if (int(counts.size()) != p) fail(who(), op, "{} has {} entries for {} ranks", name, counts.size(), p);
+        const std::size_t total = std::accumulate(counts.begin(), counts.end(), std::size_t(0));
+        if (total != buf.count)
+          fail(who(), op, "{} count {} differs from the {} sum {}", buf_name, buf.count, name, total);
+      };
+      check_counts(c.send_counts, "send_counts", c.send, "send");
+      check_counts(c.recv_counts, "recv_counts", c.recv, "recv");
+      break;
+    }
     case Counts::in_place: case Counts::none: break;
   }
 }
@@ -230,6 +244,10 @@ Request Comm::i_reduce_scatter(View send, View recv, ReduceOp op) {
   return start({Collective::reduce_scatter, send, recv, op, 0});
 }
 Request Comm::i_all_to_all(View send, View recv) { return start({Collective::all_to_all, send, recv, ReduceOp::sum, 0}); }
+Request Comm::i_all_to_allv(View send, std::span<const std::size_t> send_counts, View recv,
+                            std::span<const std::size_t> recv_counts) {
+  return start({Collective::all_to_allv, send, recv, ReduceOp::sum, 0, send_counts, recv_counts});
+}
 
 void Comm::broadcast(View buf, int root) { run({Collective::broadcast, {}, buf, ReduceOp::sum, root}); }
 void Comm::reduce(View buf, ReduceOp op, int root) { run({Collective::reduce, {}, buf, op, root}); }
@@ -239,6 +257,18 @@ void Comm::scatter(View send, View recv, int root) { run({Collective::scatter, s
 void Comm::all_gather(View send, View recv) { run({Collective::all_gather, send, recv, ReduceOp::sum, 0}); }
 void Comm::reduce_scatter(View send, View recv, ReduceOp op) { run({Collective::reduce_scatter, send, recv, op, 0}); }
 void Comm::all_to_all(View send, View recv) { run({Collective::all_to_all, send, recv, ReduceOp::sum, 0}); }
+void Comm::all_to_allv(View send, std::span<const std::size_t> send_counts, View recv,
+                       std::span<const std::size_t> recv_counts) {
+  run({Collective::all_to_allv, send, recv, ReduceOp::sum, 0, send_counts, recv_counts});
+}
+
+std::vector<std::size_t> Comm::exchange_counts(std::span<const std::size_t> send_counts) {
+  if (int(send_counts.size()) != size_)
+    fail(who(), "exchange_counts", "send_counts has {} entries for {} ranks", send_counts.size(), size_);
+  std::vector<std::int64_t> out(send_counts.begin(), send_counts.end()), in(size_);
+  all_to_all(view_of(out), view_of(in));
+  return {in.begin(), in.end()};
+}
 void Comm::barrier() { run({Collective::barrier, {}, {}, ReduceOp::sum, 0}); }
 
 void Comm::set_algorithm(Collective op, std::string name) {

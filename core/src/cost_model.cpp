@@ -160,7 +160,8 @@ double predict(Collective op, std::string_view algo, std::size_t bytes, int p, c
   if ((op == Collective::gather || op == Collective::scatter) && algo == "linear") return linear(t, n, p);
   if ((op == Collective::all_gather || op == Collective::reduce_scatter) && algo == "ring")
     return ring(t, n / p, p - 1, all);
-  if (op == Collective::all_to_all && algo == "pairwise") return pairwise(t, n, p);
+  // all_to_allv as it runs with even counts.
+  if ((op == Collective::all_to_all || op == Collective::all_to_allv) && algo == "pairwise") return pairwise(t, n, p);
   if (op == Collective::barrier && algo == "dissemination") return dissemination(t, p);
   if (algo == "native") return native_cost(op, bytes, p, t.node_of(p - 1) > 0 ? t.inter : t.intra).seconds;
   throw std::invalid_argument("predict: no model for " + std::string(name_of(op)) + " algorithm '" +

@@ -31,6 +31,8 @@ void linear_scatter(Comm& comm, View send, View recv, int root);
 void ring_all_gather(Comm& comm, View send, View recv);
 void ring_reduce_scatter(Comm& comm, View send, View recv, ReduceOp op);
 void pairwise_all_to_all(Comm& comm, View send, View recv);
+void pairwise_all_to_allv(Comm& comm, View send, std::span<const std::size_t> send_counts, View recv,
+                          std::span<const std::size_t> recv_counts);
 void dissemination_barrier(Comm& comm);
 
 // The registry the --algo flag looks names up in.

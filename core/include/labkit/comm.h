@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -98,6 +99,15 @@ class Comm {
   void all_gather(View send, View recv);
   void reduce_scatter(View send, View recv, ReduceOp op);
   void all_to_all(View send, View recv);
+  // Blocks of different sizes: send_counts[j] elements go to rank j and
+  // recv_counts[j] come from it, each buffer's blocks packed in rank order (an
+  // MoE layer's token dispatch). Rank j's send_counts[i] must equal rank i's
+  // recv_counts[j]: where the receivers do not know them, exchange_counts first.
+  void all_to_allv(View send, std::span<const std::size_t> send_counts, View recv,
+                   std::span<const std::size_t> recv_counts);
+  // What every rank sends this one, from what this one sends each rank: one
+  // small all_to_all of the counts (as MoE dispatch sends its token counts first).
+  std::vector<std::size_t> exchange_counts(std::span<const std::size_t> send_counts);
   void barrier();
   void run(const CollectiveCall& call);
 
@@ -112,6 +122,8 @@ class Comm {
   Request i_all_gather(View send, View recv);
   Request i_reduce_scatter(View send, View recv, ReduceOp op);
   Request i_all_to_all(View send, View recv);
+  Request i_all_to_allv(View send, std::span<const std::size_t> send_counts, View recv,
+                        std::span<const std::size_t> recv_counts);  // the counts live until the wait
   Request start(const CollectiveCall& call);
 
   // Split into sub-groups, like MPI_Comm_split: ranks with the same color form a
