@@ -90,7 +90,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
 namespace {
 void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
   for (const std::string& spec : algos)
-    for (const auto& [collective, name] : algorithm_choices(spec)) comm.set_algorithm(collective, name);
+    for (const auto& [collective, name] : algorithm_choices(spec)) use_algorithm(comm, collective, name);
 }
 
 std::vector<double> parse_speeds(const RunOptions& o) {

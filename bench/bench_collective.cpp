@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     const std::string start_time = now_string();
     run(run_options, [&](Comm& comm) {
       ranks = comm.size();
-      comm.set_algorithm(Collective::barrier, "native");
+      comm.set_algorithm(Collective::barrier, nullptr);
       if (comm.rank() == 0) {
         fmt::print("# labkit collective benchmark: {} on {} ranks, backend {}\n", collective, comm.size(),
                    run_options.backend);

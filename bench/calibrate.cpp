@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     run(run_options, [&](Comm& comm) {
       ranks = comm.size();
       speaker = speaker || comm.rank() == 0;
-      comm.set_algorithm(Collective::barrier, "native");
+      comm.set_algorithm(Collective::barrier, nullptr);
       std::vector<std::size_t> counts;
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor)
         counts.push_back(bytes / sizeof(float));
@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
     sim.topology = out;
     sim.payload_free = true;
     const RunResult simulated = run(sim, [&](Comm& comm) {
-      comm.set_algorithm(Collective::all_reduce, use);
+      use_algorithm(comm, Collective::all_reduce, use);
       comm.all_reduce(sizes_only(check / sizeof(float), DType::f32), ReduceOp::sum);
     });
     const double error = (simulated.elapsed - held_out.seconds) / held_out.seconds;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "collective_bench.h"
+#include "labkit/algorithms.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/tensor.h"
@@ -133,7 +134,7 @@ Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::strin
     for (std::size_t count : counts) {
       for (std::size_t i = 0; i < algos.size(); ++i) {
         const std::string& algo = algos[(i + pass) % algos.size()];  // none always goes first
-        if (algo != "baseline") comm.set_algorithm(b.op, algo);
+        if (algo != "baseline") use_algorithm(comm, b.op, algo);
         const Timing t = measure(comm, b, algo, count, s, buffers);
         auto [it, first] = best.try_emplace({algo, count}, t);
         it->second = {std::min(it->second.seconds, t.seconds), std::max(it->second.wrong, t.wrong)};

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "labkit/algorithms.h"
 #include "labkit/comm.h"
 #include "labkit/dtype.h"
 
@@ -104,7 +105,7 @@ TEST(Bf16, AllReduceOnFourRanksNativeAndRing) {
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
       std::vector<std::vector<float>> got(p);
       test::simulate(p, [&](Comm& comm) {
-        comm.set_algorithm(Collective::all_reduce, algo);
+        use_algorithm(comm, Collective::all_reduce, algo);
         std::vector<bfloat16> buf(n);
         for (std::size_t i = 0; i < n; ++i) buf[i] = to_bf16(input(comm.rank(), i));
         comm.all_reduce(view_of(buf), op);

@@ -17,7 +17,7 @@ const Topology kFlat{"flat", 64, 64, {2e-6, 100e9}, {2e-6, 100e9}, device_preset
 double simulated(Collective op, const std::string& algo, std::size_t bytes, int p, const Topology& t) {
   sim::Engine engine({.ranks = p, .topology = t, .payload = false});
   engine.run([&](Comm& c) {
-    c.set_algorithm(op, algo);
+    use_algorithm(c, op, algo);
     const std::size_t count = bytes / 4;
     switch (op) {
       case Collective::all_reduce: c.all_reduce(sizes_only(count, DType::f32), ReduceOp::sum); break;

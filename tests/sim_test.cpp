@@ -78,7 +78,7 @@ TEST(SimTime, ComputeChargesFlopsAndStragglersMakeEveryoneWait) {
 TEST(SimDeterminism, SameInputsGiveIdenticalTraceBytes) {
   auto scenario = [](Comm& c) {
     std::vector<float> buf(1000, float(c.rank()));
-    c.set_algorithm(Collective::all_reduce, "ring");
+    use_algorithm(c, Collective::all_reduce, "ring");
     c.compute_for("step", 1e-6 * (c.rank() % 3));
     c.all_reduce(view_of(buf), ReduceOp::sum);
     std::vector<float> out(8000);
@@ -165,7 +165,7 @@ TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
     const std::vector<std::size_t> send = {2, 2}, recv = {2, 1};
     c.all_to_allv(view_of(a), send, view_of(b), recv);
   }, "rank 0: all_to_allv: recv count 4 differs from the recv_counts sum 3");
-  expect(2, [](Comm& c) { c.set_algorithm(Collective::all_reduce, "rign"); },
+  expect(2, [](Comm& c) { use_algorithm(c, Collective::all_reduce, "rign"); },
          "rank 0: all_reduce: unknown algorithm 'rign' (known: native, naive, binomial_tree, ring, "
          "recursive_halving_doubling, hierarchical)");
   expect(2, [](Comm& c) {
@@ -206,7 +206,7 @@ TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {
     return [payload](Comm& c) {
       std::vector<float> data(payload ? 4096 : 0);
       const View v = payload ? view_of(data) : sizes_only(4096, DType::f32);
-      c.set_algorithm(Collective::all_reduce, "ring");
+      use_algorithm(c, Collective::all_reduce, "ring");
       c.all_reduce(v, ReduceOp::sum);
     };
   };
@@ -235,7 +235,7 @@ Result run_collective(Collective op, const std::string& algo, int p, std::size_t
                       bool nonblocking = false) {
   Result out{std::vector<std::vector<float>>(p)};
   simulate(p, [&](Comm& c) {
-    c.set_algorithm(op, algo);
+    use_algorithm(c, op, algo);
     const int r = c.rank();
     const std::size_t big = count * p;
     auto fill = [&](std::size_t n) {
@@ -335,7 +335,7 @@ TEST(SimCollectives, EveryAlgorithmMatchesNativeOnEveryRankCountAndSize) {
 
 TEST(SimCollectives, BarrierAlgorithmSynchronizes) {
   simulate(5, [](Comm& c) {
-    c.set_algorithm(Collective::barrier, "dissemination");
+    use_algorithm(c, Collective::barrier, "dissemination");
     c.compute_for("work", c.rank() * 1e-3);
     c.barrier();
     EXPECT_GE(c.now(), 4e-3);
@@ -541,7 +541,7 @@ namespace {
 double all_reduce_alone(const std::string& algo, std::size_t bytes) {
   return simulate(8, [&](Comm& c) {
            std::vector<float> g(bytes / 4, 1.0f);
-           c.set_algorithm(Collective::all_reduce, algo);
+           use_algorithm(c, Collective::all_reduce, algo);
            c.all_reduce(view_of(g), ReduceOp::sum);
          }).elapsed;
 }
@@ -555,7 +555,7 @@ TEST(SimOverlap, ComputeBesideAnAllReduceInFlightTakesTheLongerOfTheTwo) {
       auto step = [&](bool overlap) {
         return simulate(8, [&](Comm& comm) {
                  std::vector<float> g(bytes / 4, float(comm.rank()));
-                 comm.set_algorithm(Collective::all_reduce, algo);
+                 use_algorithm(comm, Collective::all_reduce, algo);
                  if (overlap) {
                    Request r = comm.i_all_reduce(view_of(g), ReduceOp::sum);
                    comm.compute_for("backward", c);
@@ -580,7 +580,7 @@ TEST(SimOverlap, CollectivesStartedOnOneGroupRunOneAfterAnother) {
     const double a = all_reduce_alone(algo, bytes);
     const double both = simulate(8, [&](Comm& c) {
                           std::vector<float> x(bytes / 4, 1.0f), y(bytes / 4, 2.0f);
-                          c.set_algorithm(Collective::all_reduce, algo);
+                          use_algorithm(c, Collective::all_reduce, algo);
                           Request first = c.i_all_reduce(view_of(x), ReduceOp::sum);
                           Request second = c.i_all_reduce(view_of(y), ReduceOp::avg);
                           EXPECT_FALSE(second.test());  // nothing is done at once
@@ -598,7 +598,7 @@ TEST(SimOverlap, TheStreamIsDrawnOnItsOwnTrackUnderTheRank) {
   for (const std::string algo : {"native", "ring"}) {
     auto run = simulate(2, [&](Comm& c) {
       std::vector<float> g(1024, 1.0f);
-      c.set_algorithm(Collective::all_reduce, algo);
+      use_algorithm(c, Collective::all_reduce, algo);
       Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
       c.compute_for("backward", 1e-3);
       r.wait();
@@ -624,14 +624,14 @@ TEST(SimOverlap, MisuseIsNamedNotHidden) {
     // A rank that returns before its collective is done would leave it writing into freed buffers.
     EXPECT_THAT(error_of(2, [&](Comm& c) {
                   static std::vector<float> g(16);
-                  c.set_algorithm(Collective::all_reduce, algo);
+                  use_algorithm(c, Collective::all_reduce, algo);
                   (void)c.i_all_reduce(view_of(g), ReduceOp::sum);
                 }),
                 testing::HasSubstr("returned with")) << algo;
     // A peer that never joins: the deadlock report names the stream and what it waits in.
     const std::string deadlock = error_of(2, [&](Comm& c) {
       std::vector<float> g(16);
-      c.set_algorithm(Collective::all_reduce, algo);
+      use_algorithm(c, Collective::all_reduce, algo);
       if (c.rank() == 0) c.i_all_reduce(view_of(g), ReduceOp::sum).wait();
     });
     EXPECT_THAT(deadlock, testing::HasSubstr("deadlock")) << algo;
@@ -640,7 +640,7 @@ TEST(SimOverlap, MisuseIsNamedNotHidden) {
     // Arguments are checked when the collective starts.
     EXPECT_THAT(error_of(2, [&](Comm& c) {
                   std::vector<float> x(4), y(3);
-                  c.set_algorithm(Collective::all_gather, algo == "native" ? algo : "ring");
+                  use_algorithm(c, Collective::all_gather, algo == "native" ? algo : "ring");
                   c.i_all_gather(view_of(x), view_of(y)).wait();
                 }),
                 testing::HasSubstr("rank 0: all_gather: recv count 3 is not divisible by 2 ranks")) << algo;
@@ -653,7 +653,7 @@ TEST(SimOverlap, APeerThatFailsEndsTheWaitWithItsName) {
     sim::Engine engine({.ranks = 4, .topology = kH100, .fail_rank = 2, .fail_at = 1e-3});
     EXPECT_THROW(engine.run([&](Comm& c) {
                    std::vector<float> g(1 << 16, 1.0f);
-                   c.set_algorithm(Collective::all_reduce, algo);
+                   use_algorithm(c, Collective::all_reduce, algo);
                    if (c.rank() == 2) c.compute_for("slow", 1.0);
                    Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
                    try {

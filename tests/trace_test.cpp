@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "harness.h"
+#include "labkit/algorithms.h"
 
 using namespace labkit;
 using nlohmann::json;
@@ -20,9 +21,9 @@ json traced_run(int ranks) {
     std::vector<float> buf(256, 1.0f);
     c.compute("forward", 1e9);
     c.track_memory(MemoryUse::activations, 4096);
-    c.set_algorithm(Collective::all_reduce, "ring");
+    use_algorithm(c, Collective::all_reduce, "ring");
     c.all_reduce(view_of(buf), ReduceOp::sum);
-    c.set_algorithm(Collective::all_reduce, "native");
+    c.set_algorithm(Collective::all_reduce, nullptr);
     c.all_reduce(view_of(buf), ReduceOp::avg);
   });
   std::ostringstream out;

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "scenario.h"
 #include "summary.h"
@@ -37,7 +38,7 @@ test::SimRun overlapped_ring(double backward) {
   return test::simulate(4, [backward](Comm& c) {
     std::vector<float> grads(64);
     for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = float(100 * c.rank() + i);
-    c.set_algorithm(Collective::all_reduce, "ring");
+    use_algorithm(c, Collective::all_reduce, "ring");
     Request r = c.i_all_reduce(view_of(grads), ReduceOp::sum);
     c.compute_for("backward", backward);
     r.wait();
@@ -75,7 +76,7 @@ void expect_streams_under_their_ranks(const viz::TraceModel& m) {
 TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
   auto run = test::simulate(4, [](Comm& c) {
     std::vector<float> buf(64, 1.0f);
-    c.set_algorithm(Collective::all_reduce, "ring");
+    use_algorithm(c, Collective::all_reduce, "ring");
     c.compute("forward", 1e9);
     c.all_reduce(view_of(buf), ReduceOp::sum);
   });

@@ -573,7 +573,7 @@ void Engine::run_stream(Stream& st) {
   }
 }
 
-std::int64_t Engine::start_on_stream(int rank, int comm_id, const CollectiveCall& call, const std::string& algorithm,
+std::int64_t Engine::start_on_stream(int rank, int comm_id, const CollectiveCall& call, const Algorithm* algorithm,
                                      TraceTrack* track) {
   sync(rank);
   Stream& st = stream(rank, comm_id, track);
@@ -619,7 +619,7 @@ std::string Engine::unfinished_work(int rank) const {
     if (key.first != rank || st.next == st.calls.size()) continue;
     out += fmt::format("{}rank {} returned with {}({}) and {} more in flight on its communication stream of group {}",
                        out.empty() ? "" : "; ", rank, name_of(st.calls[st.next].call.op),
-                       st.calls[st.next].algorithm, st.calls.size() - st.next - 1, key.second);
+                       st.calls[st.next].algorithm->name, st.calls.size() - st.next - 1, key.second);
   }
   if (!out.empty()) out += ": wait on every Request before the buffers go";
   return out;
@@ -669,7 +669,7 @@ std::string Engine::pending(int rank) const {
   if (s.waiting_op >= 0) return describe(ops_[s.waiting_op]);
   if (s.waiting_stream) {
     const Stream::Call& c = s.waiting_stream->calls[s.waiting_call];
-    return fmt::format("wait for {}({}) on its comm stream", name_of(c.call.op), c.algorithm);
+    return fmt::format("wait for {}({}) on its comm stream", name_of(c.call.op), c.algorithm->name);
   }
   return fmt::format("{}(group={})", rendezvous_.at(*s.waiting_rv).what, std::get<0>(*s.waiting_rv));
 }

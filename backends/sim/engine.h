@@ -110,7 +110,7 @@ class Engine {
   bool test_native(int rank, int comm_id, std::uint64_t seq);
   // A labkit algorithm started non-blocking: `call` runs with `algorithm` on the
   // rank's stream for the group; the id counts the calls started there.
-  std::int64_t start_on_stream(int rank, int comm_id, const CollectiveCall& call, const std::string& algorithm,
+  std::int64_t start_on_stream(int rank, int comm_id, const CollectiveCall& call, const Algorithm* algorithm,
                                TraceTrack* track);
   void wait_stream(int rank, int comm_id, std::int64_t id);
   bool test_stream(int rank, int comm_id, std::int64_t id);
@@ -211,7 +211,7 @@ class Engine {
     std::unique_ptr<Comm> comm;
     struct Call {
       CollectiveCall call;
-      std::string algorithm;
+      const Algorithm* algorithm;
       double posted = 0, ended = 0;
     };
     std::vector<Call> calls;

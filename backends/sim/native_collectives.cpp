@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "labkit/algorithms.h"
+#include "labkit/scratch.h"
 
 namespace labkit::sim {
 

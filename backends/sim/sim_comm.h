@@ -42,7 +42,7 @@ class SimComm final : public Comm {
   NativeDone wait_native(std::int64_t id) override { return engine_.wait_native(actor_, comm_id_, id); }
   bool test_native(std::int64_t id) override { return engine_.test_native(actor_, comm_id_, id); }
   std::int64_t start_algorithm(const CollectiveCall& call) override {
-    return engine_.start_on_stream(actor_, comm_id_, call, algorithm(call.op), track());
+    return engine_.start_on_stream(actor_, comm_id_, call, algorithm_for(call.op), track());
   }
   void wait_algorithm(std::int64_t id) override { engine_.wait_stream(actor_, comm_id_, id); }
   bool test_algorithm(std::int64_t id) override { return engine_.test_stream(actor_, comm_id_, id); }

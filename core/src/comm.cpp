@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-#include "labkit/algorithms.h"
 #include "labkit/error.h"
 
 namespace labkit {
@@ -180,7 +179,7 @@ void Comm::record(TraceEvent event) {
 void Comm::trace_collective(const CollectiveCall& c, double start, std::string_view native_algo,
                             std::string_view error, bool on_stream, double end) {
   if (!track_) return;
-  std::string algo = algorithm(c.op);
+  std::string algo(algorithm(c.op));
   if (!native_algo.empty()) algo += fmt::format("/{}", native_algo);  // "native/ring"
   std::vector<std::pair<std::string, std::string>> args = {
       {"algo", algo}, {"dtype", std::string(name_of(c.recv.dtype))},
@@ -211,13 +210,13 @@ void Comm::run(const CollectiveCall& call) {
   check_collective(call);
   const double start = now();
   const CollectiveCall c = summing(call);
-  const std::string& algo = algorithm(c.op);
+  const Algorithm* algo = algorithm_for(c.op);
   std::string_view native_algo;
   try {
-    if (algo == "native") {
+    if (!algo) {
       native_algo = run_native(c);
     } else {
-      find_algorithm(c.op, algo)->run(*this, c);
+      algo->run(*this, c);
     }
   } catch (const RankFailedError& e) {
     trace_collective(call, start, native_algo, e.what());
@@ -229,7 +228,7 @@ void Comm::run(const CollectiveCall& call) {
 
 Request Comm::start(const CollectiveCall& call) {
   validate(call);
-  if (algorithm(call.op) != "native") return Request(this, start_algorithm(call), Request::Kind::algorithm, {}, -1, 0, 0);
+  if (algorithm_for(call.op)) return Request(this, start_algorithm(call), Request::Kind::algorithm, {}, -1, 0, 0);
   check_collective(call);
   const double start = now();
   const std::int64_t id = start_native(summing(call));
@@ -271,16 +270,15 @@ std::vector<std::size_t> Comm::exchange_counts(std::span<const std::size_t> send
 }
 void Comm::barrier() { run({Collective::barrier, {}, {}, ReduceOp::sum, 0}); }
 
-void Comm::set_algorithm(Collective op, std::string name) {
-  if (name != "native" && !find_algorithm(op, name))
-    fail(who(), name_of(op), "unknown algorithm '{}' (known: {})", name, algorithm_names(op));
-  algorithms_[op] = std::move(name);
+void Comm::set_algorithm(Collective op, const Algorithm* algorithm) {
+  if (algorithm && algorithm->op != op)
+    fail(who(), name_of(op), "'{}' is a {} algorithm", algorithm->name, name_of(algorithm->op));
+  algorithms_[std::size_t(op)] = algorithm;
 }
 
-const std::string& Comm::algorithm(Collective op) const {
-  static const std::string native = "native";
-  auto it = algorithms_.find(op);
-  return it == algorithms_.end() ? native : it->second;
+std::string_view Comm::algorithm(Collective op) const {
+  const Algorithm* a = algorithm_for(op);
+  return a ? a->name : "native";
 }
 
 std::unique_ptr<Comm> Comm::split(int color, int key) {

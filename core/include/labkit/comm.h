@@ -8,6 +8,7 @@
 // chosen by name with set_algorithm (the labs' --algo flag).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -27,6 +28,15 @@
 namespace labkit {
 
 class Comm;
+
+// A labkit collective algorithm: a function over a Comm's point-to-point that
+// does what `op` does, as the backend's native collective would. solutions/
+// defines them and algorithms.h lists them; Comm only runs the one it is given.
+struct Algorithm {
+  Collective op;
+  std::string_view name;
+  void (*run)(Comm& comm, const CollectiveCall& call);
+};
 
 // The global ranks of a group, shared by all its members' Comms (one copy per
 // group, not per rank: 4096 ranks would otherwise hold 64 MB of copies).
@@ -156,9 +166,13 @@ class Comm {
   // Seconds since the run started: virtual on sim, wall clock on real backends.
   virtual double now() const = 0;
 
-  // Choose how a collective runs: "native" (the backend's own) or a labkit algorithm.
-  void set_algorithm(Collective op, std::string name);
-  const std::string& algorithm(Collective op) const;
+  // Choose how a collective runs: the backend's own (null, "native") or a labkit
+  // algorithm. The labs' --algo flag chooses by name: use_algorithm (algorithms.h).
+  void set_algorithm(Collective op, const Algorithm* algorithm);
+  std::string_view algorithm(Collective op) const;  // "native" or the algorithm's name
+  const Algorithm* algorithm_for(Collective op) const { return algorithms_[std::size_t(op)]; }
+
+  std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)": how errors name it
 
   // An instrument, not a collective: collects every rank's buffer on rank 0 (as
   // doubles, for printing). Untraced, and free of virtual time on the simulator.
@@ -200,7 +214,6 @@ class Comm {
   // This Comm runs a rank's communication stream: its events go on the rank's
   // "comm" track in the trace.
   void mark_as_stream() { on_stream_ = true; }
-  std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)"
 
  private:
   friend class Request;
@@ -218,7 +231,7 @@ class Comm {
   int size_;
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
-  std::map<Collective, std::string> algorithms_;
+  std::array<const Algorithm*, kCollectives.size()> algorithms_{};  // null: native
   bool on_stream_ = false;
   // Native collectives in flight: the call as given (an avg divides at the end) and when it was started.
   std::map<std::int64_t, std::pair<CollectiveCall, double>> in_flight_;
