@@ -17,7 +17,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -62,18 +61,15 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   // The corpus, as characters; 90% to train on, the rest to validate.
-  const std::string text = synthetic_corpus(200000, seed);
-  const std::set<char> charset(text.begin(), text.end());
-  const std::vector<char> table(charset.begin(), charset.end());
-  std::vector<int> ids;
-  for (char c : text) ids.push_back(int(std::lower_bound(table.begin(), table.end(), c) - table.begin()));
+  const Tokens corpus = character_tokens(synthetic_corpus(200000, seed));
+  const std::vector<int>& ids = corpus.ids;
   const std::size_t split = ids.size() * 9 / 10;
 
   try {
     if (app.count("--checkpoint") && !checkpoint_every && !resume)
       throw Error(fmt::format("--checkpoint {}: nothing writes or reads it without --checkpoint-every or --resume",
                               checkpoint));
-    const GptConfig config = gpt_preset(model_name, int(table.size()));
+    const GptConfig config = gpt_preset(model_name, corpus.vocab);
     const DeviceKind where = parse_device(device_name);
     const int T = config.max_seq;
     nlohmann::json curve = nlohmann::json::array();

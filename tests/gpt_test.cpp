@@ -4,7 +4,6 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
-#include <set>
 
 #include <gtest/gtest.h>
 
@@ -16,21 +15,9 @@
 using namespace labkit;
 
 namespace {
-struct Data {
-  std::vector<int> ids;
-  int vocab;
-};
-
-Data encode(const std::string& text) {
-  std::set<char> chars(text.begin(), text.end());
-  std::vector<char> table(chars.begin(), chars.end());
-  Data d{{}, int(table.size())};
-  for (char c : text) d.ids.push_back(int(std::lower_bound(table.begin(), table.end(), c) - table.begin()));
-  return d;
-}
 
 // Batch `step`: B windows of T tokens and the tokens that follow them.
-void batch(const Data& d, int step, int B, int T, std::vector<int>& x, std::vector<int>& y) {
+void batch(const Tokens& d, int step, int B, int T, std::vector<int>& x, std::vector<int>& y) {
   x.resize(B * T);
   y.resize(B * T);
   for (int b = 0; b < B; ++b) {
@@ -42,7 +29,7 @@ void batch(const Data& d, int step, int B, int T, std::vector<int>& x, std::vect
   }
 }
 
-std::vector<float> train(const Data& d, int steps, std::vector<float>* final_params = nullptr) {
+std::vector<float> train(const Tokens& d, int steps, std::vector<float>* final_params = nullptr) {
   Gpt model({.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32}, 42);
   std::vector<int> x, y;
   std::vector<float> losses;
@@ -60,7 +47,7 @@ std::vector<float> train(const Data& d, int steps, std::vector<float>* final_par
 }  // namespace
 
 TEST(Gpt, TheGradientPointsDownhill) {
-  const Data d = encode(synthetic_corpus(5000, 7));
+  const Tokens d = character_tokens(synthetic_corpus(5000, 7));
   Gpt model({.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32}, 1);
   std::vector<int> x, y;
   batch(d, 0, 4, 16, x, y);
@@ -83,7 +70,7 @@ TEST(Gpt, TheGradientPointsDownhill) {
 }
 
 TEST(Gpt, LearnsTheCorpusAndIsReproducibleToTheBit) {
-  const Data d = encode(synthetic_corpus(20000, 3));
+  const Tokens d = character_tokens(synthetic_corpus(20000, 3));
   std::vector<float> params_a, params_b;
   const std::vector<float> a = train(d, 80, &params_a), b = train(d, 80, &params_b);
   EXPECT_LT(a.back(), a.front() - 1.0f) << "loss from " << a.front() << " to " << a.back();
@@ -92,7 +79,7 @@ TEST(Gpt, LearnsTheCorpusAndIsReproducibleToTheBit) {
 }
 
 TEST(Gpt, ReportsEachRangeOfGradientsOnceInBackwardOrder) {
-  const Data d = encode(synthetic_corpus(5000, 7));
+  const Tokens d = character_tokens(synthetic_corpus(5000, 7));
   Gpt model({.max_seq = 16, .vocab = d.vocab, .layers = 3, .heads = 4, .channels = 32}, 1);
   std::vector<int> x, y;
   batch(d, 0, 2, 16, x, y);
@@ -136,7 +123,7 @@ TEST(Gpt, TwoPipelineStagesComputeWhatOneModelDoes) {
   // the residual stream goes forward, its gradient comes back. The embeddings
   // are tied to the head, so their gradient is the sum of both stages' (the
   // all-reduce between first and last stage that Megatron-LM does).
-  const Data d = encode(synthetic_corpus(5000, 9));
+  const Tokens d = character_tokens(synthetic_corpus(5000, 9));
   const GptConfig config{.max_seq = 16, .vocab = d.vocab, .layers = 3, .heads = 4, .channels = 32};
   std::vector<int> x, y;
   batch(d, 0, 2, 16, x, y);
@@ -216,7 +203,7 @@ TEST(Gpt, HoldsWhatTheMemoryLabEstimates) {
 // the next 2 steps exactly as the run that never stopped; what cannot be
 // resumed is refused with the file and the reason.
 TEST(Checkpoint, ResumesToTheBitAndRefusesWhatItCannotResume) {
-  const Data d = encode(synthetic_corpus(5000, 7));
+  const Tokens d = character_tokens(synthetic_corpus(5000, 7));
   const GptConfig config{.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32};
   const DataOrder order{.seed = 42, .batch = 4};
   const std::string path = ::testing::TempDir() + "/gpt.ckpt";

@@ -53,6 +53,7 @@ class SimComm final : public Comm {
                                      actor_ == me_ ? -1 : actor_);
   }
   void advance(double seconds) override { engine_.advance(actor_, seconds); }
+  bool clock_is_virtual() const override { return true; }
   int node_of_global(int global_rank) const override { return engine_.options().topology.node_of(global_rank); }
   double seconds_for_flops(double flops) const override { return engine_.seconds_for_flops(actor_, flops); }
   std::vector<std::vector<std::byte>> gather_untimed(View buf) override {

@@ -308,6 +308,11 @@ void Comm::compute_for(std::string_view what, double seconds) {
   if (track_) record({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
 }
 
+void Comm::computed(std::string_view what, double started, double flops) {
+  if (clock_is_virtual()) return compute(what, flops);
+  if (track_) record({TraceEvent::Kind::compute, std::string(what), started, now(), -1, 0, 0, 0, {}});
+}
+
 void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
   memory_.change(use, bytes);
   if (!track_) return;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -161,6 +162,13 @@ void Gpt::backward(const std::function<void(ParameterRange)>& on_ready) {
   if (on_ready) on_ready(range_of(m_->wte, layer_range(0).offset));
 }
 
+std::vector<ParameterRange> Gpt::backward_order() const {
+  std::vector<ParameterRange> order = {range_of(m_->lnf.weight, 2 * std::size_t(config_.channels))};
+  for (int l = config_.layers - 1; l >= 0; --l) order.push_back(layer_range(l));
+  order.push_back(range_of(m_->wte, layer_range(0).offset));
+  return order;
+}
+
 void Gpt::backward_head() {
   const Device& d = device();
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
@@ -196,13 +204,27 @@ ParameterRange Gpt::layer_range(int layer) const {
   return range_of(b.ln1.weight, std::size_t(end - b.ln1.weight.value));
 }
 
-double Gpt::flops_per_step(int B, int T) const {
-  const int C = config_.channels, V = config_.vocab, N = B * T;
+double Gpt::block_flops(int B, int T) const {
+  const int C = config_.channels, N = B * T;
   using ops::attention_flops, ops::matmul_flops;
-  const double per_layer = matmul_flops(N, C, 3 * C) + matmul_flops(N, C, C) + matmul_flops(N, C, 4 * C) +
-                           matmul_flops(N, 4 * C, C) + attention_flops(B, T, C);
-  const double forward = config_.layers * per_layer + matmul_flops(N, C, V);
+  return matmul_flops(N, C, 3 * C) + matmul_flops(N, C, C) + matmul_flops(N, C, 4 * C) + matmul_flops(N, 4 * C, C) +
+         attention_flops(B, T, C);
+}
+
+double Gpt::head_flops(int B, int T) const { return ops::matmul_flops(B * T, config_.channels, config_.vocab); }
+
+double Gpt::flops_per_step(int B, int T) const {
+  const double forward = config_.layers * block_flops(B, T) + head_flops(B, T);
   return 3 * forward;  // backward costs twice the forward
+}
+
+Tokens character_tokens(const std::string& text) {
+  const std::set<char> charset(text.begin(), text.end());
+  const std::vector<char> table(charset.begin(), charset.end());
+  Tokens t{{}, int(table.size())};
+  t.ids.reserve(text.size());
+  for (char c : text) t.ids.push_back(int(std::lower_bound(table.begin(), table.end(), c) - table.begin()));
+  return t;
 }
 
 std::string synthetic_corpus(std::size_t chars, std::uint64_t seed) {

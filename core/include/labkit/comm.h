@@ -150,6 +150,10 @@ class Comm {
   // simulator a region costs flops / (device peak x efficiency x speed factor).
   void compute(std::string_view what, double flops);
   void compute_for(std::string_view what, double seconds);
+  // Real work this rank has just done, since `started` (a now() reading): on a
+  // real backend the span from then to now, as long as it really took; on the
+  // simulator, whose clock real work does not move, `flops` charged as compute().
+  void computed(std::string_view what, double started, double flops);
 
   // ---- memory: say what you allocate and free, by use; the trace draws it as a
   // counter per rank, and memory() keeps the current and peak bytes.
@@ -206,6 +210,7 @@ class Comm {
   virtual bool test_algorithm(std::int64_t) { return true; }
   virtual std::unique_ptr<Comm> split_group(int color, int key) = 0;
   virtual void advance(double seconds) = 0;
+  virtual bool clock_is_virtual() const { return false; }  // the simulator's: only advance() moves it
   virtual int node_of_global(int global_rank) const = 0;
   virtual double seconds_for_flops(double flops) const = 0;
   virtual std::vector<std::vector<std::byte>> gather_untimed(View buf) = 0;

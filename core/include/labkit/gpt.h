@@ -49,6 +49,7 @@ class Gpt {
   // norm, the layers from last to first, the embeddings (tied to the output
   // head, so they finish last). DDP starts reducing a bucket there.
   void backward(const std::function<void(ParameterRange)>& on_ready = {});
+  std::vector<ParameterRange> backward_order() const;  // the ranges on_ready reports, in its order
   ParameterRange layer_range(int layer) const;
 
   // The pieces of forward and backward, for pipeline stages that each run
@@ -79,8 +80,11 @@ class Gpt {
   const GptConfig& config() const { return config_; }
   // Bytes of the activations and their gradients the last forward allocated.
   std::size_t activation_bytes() const { return acts_.bytes() + grad_acts_.bytes(); }
-  // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention).
+  // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention),
+  // and of the forward of one block and of the output head (a backward costs twice).
   double flops_per_step(int B, int T) const;
+  double block_flops(int B, int T) const;
+  double head_flops(int B, int T) const;
 
  private:
   // The modules, in GPT-2's parameter order: token and position embeddings
@@ -113,6 +117,13 @@ class Gpt {
 // A character-level corpus made here from a small grammar, seeded, so nothing is
 // downloaded and every run sees the same text.
 std::string synthetic_corpus(std::size_t chars, std::uint64_t seed);
+
+// A text as token ids: each distinct character a token, numbered in byte order.
+struct Tokens {
+  std::vector<int> ids;
+  int vocab = 0;
+};
+Tokens character_tokens(const std::string& text);
 
 // ---- checkpoints: a training run's state on disk, to go on from it after a crash
 // and end exactly where an unbroken run ends.

@@ -1,0 +1,289 @@
+// Lab 5: data parallelism. Every rank holds the whole tiny GPT, reads its own
+// shard of each global batch, and the ranks average their gradients before the
+// optimizer, in one of three ways (parallel/data_parallel.h):
+//
+//   ./labkit lab ddp --ranks 8 --steps 20
+//
+//   ddp: 8 ranks, global batch 16 (2 per rank), 20 steps, dgx-h100
+//   mode      buckets  T_fwd  T_bwd  T_comm  T_opt  exposed  T_step  model  loss  equal to one rank
+//   naive     1        ...
+//
+// naive allreduces every gradient after backward; bucketed packs them into
+// PyTorch's buckets (1 MiB first, then --bucket-mb) and allreduces each after
+// backward; overlap starts each bucket's allreduce the moment its last gradient
+// is ready, while backward goes on. The times are measured from the executed
+// run's trace (rank 0's track), per step, and `model` is the overlap model
+// T_fwd + max(T_bwd, T_comm) + T_opt. Every mode ends with the same weights on
+// every rank, and the same as one rank training on the whole global batch,
+// which the lab checks after the run.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/cli.h"
+#include "labkit/error.h"
+#include "labkit/gpt.h"
+#include "labkit/optim.h"
+#include "labkit/output.h"
+#include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/sampler.h"
+#include "labkit/run.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+
+namespace {
+
+struct Options {
+  std::vector<std::string> modes = {"naive", "bucketed", "overlap"};
+  int steps = 20, batch = 16, accum = 1;
+  double bucket_mb = 25, first_bucket_mb = 1;
+  std::uint64_t seed = 1337;
+  std::string optimizer = "adamw";
+  float lr = 3e-3f;
+  std::string json;
+};
+
+// The kit's character corpus as sequences of T + 1 tokens (inputs and their
+// next-token targets), cut without overlap from its first 90%.
+struct Corpus {
+  Tokens tokens;
+  std::size_t sequences = 0;
+};
+
+Corpus make_corpus(std::uint64_t seed, int T) {
+  Corpus c{character_tokens(synthetic_corpus(200000, seed))};
+  c.sequences = (c.tokens.ids.size() * 9 / 10 - 1) / T;
+  return c;
+}
+
+void fill_batch(const Corpus& c, const std::vector<std::size_t>& sequences, int T, std::vector<int>& x,
+                std::vector<int>& y) {
+  x.resize(sequences.size() * T), y.resize(sequences.size() * T);
+  for (std::size_t b = 0; b < sequences.size(); ++b)
+    for (int t = 0; t < T; ++t) {
+      x[b * T + t] = c.tokens.ids[sequences[b] * T + t];
+      y[b * T + t] = c.tokens.ids[sequences[b] * T + t + 1];
+    }
+}
+
+struct ModeRun {
+  DdpMode mode = DdpMode::naive;
+  int ranks = 0, buckets = 0;
+  StepTimes per_step;
+  std::vector<float> losses;   // the global batch's mean loss, per step
+  std::vector<float> first_grads;  // rank 0's averaged gradients of the first step
+  std::vector<float> weights;      // rank 0's, at the end (on the process that ran rank 0)
+  bool ranks_agree = false;    // every rank's weights bit for bit rank 0's
+  std::uint64_t fingerprint = 0;  // of rank 0's weights: a repeated run must give the same
+};
+
+// The optimizer every rank applies to the same averaged gradients.
+struct Optimizer {
+  std::string name;
+  AdamW adamw;
+  SgdMomentum sgd;
+  Optimizer(const std::string& name, float lr) : name(name), adamw{.lr = lr}, sgd{.lr = lr} {}
+  void update(Gpt& model) {
+    if (name == "adamw") return adamw.update(model.parameters(), model.gradients());
+    sgd.update({model.parameters().data(), model.parameter_count()},
+               {model.gradients().data(), model.parameter_count()});
+  }
+};
+
+std::uint64_t fingerprint(const std::vector<float>& w) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits
+  for (float f : w) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+// Trains `o.steps` steps data-parallel in `mode` and measures them.
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config) {
+  ModeRun out;
+  out.mode = mode;
+  run_options.keep_trace = true;
+  double first = 0, last = 0;
+  const RunResult result = run(run_options, [&](Comm& comm) {
+    if (o.batch % comm.size() != 0)
+      fail(comm.who(), "ddp",
+           "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences", o.batch, comm.size());
+    const int T = config.max_seq, b = o.batch / comm.size();
+    Gpt model(config, o.seed);  // the same seed: the same weights on every rank
+    Optimizer optimizer(o.optimizer, o.lr);
+    DataParallel ddp(comm, model, mode,
+                     {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)),
+                      .bytes = std::size_t(o.bucket_mb * (1 << 20))});
+    const DistributedSampler sampler(corpus.sequences, comm.size(), comm.rank(), o.seed);
+    std::vector<int> x, y;
+    std::vector<float> losses;
+    const double start = comm.now();
+    for (int s = 0; s < o.steps; ++s) {
+      float loss = 0;
+      for (int m = 0; m < o.accum; ++m) {
+        fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), T, x, y);
+        loss += ddp.forward_backward(x, y, b, T, m, o.accum) / o.accum;
+      }
+      losses.push_back(loss);
+      if (s == 0 && comm.rank() == 0) out.first_grads = model.gradients().to_host();
+      const double started = comm.now();
+      optimizer.update(model);
+      // It reads and writes each parameter's weight, gradient and state: about a dozen FLOPs apiece.
+      comm.computed("optimizer", started, 12.0 * double(model.parameter_count()));
+    }
+    const double end = comm.now();
+    // Instruments (untraced, free of virtual time): every rank's losses and fingerprint on rank 0.
+    const auto all_losses = comm.inspect(view_of(losses));
+    const std::vector<float> weights = model.parameters().to_host();
+    const std::uint64_t print = fingerprint(weights);
+    std::vector<std::int64_t> halves = {std::int64_t(print >> 32), std::int64_t(print & 0xffffffff)};  // exact as doubles
+    const auto prints = comm.inspect(view_of(halves));
+    if (comm.rank() != 0) return;
+    first = start, last = end;
+    out.ranks = comm.size();
+    out.buckets = std::max<int>(1, int(ddp.buckets().size()));
+    out.weights = weights;
+    out.fingerprint = print;
+    out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](const auto& p) { return p == prints[0]; });
+    for (int s = 0; s < o.steps; ++s) {
+      double sum = 0;
+      for (const auto& rank_losses : all_losses) sum += rank_losses[s];
+      out.losses.push_back(float(sum / all_losses.size()));
+    }
+  });
+  if (result.trace && !out.weights.empty()) {
+    out.per_step = step_times(result.trace->tracks()[0], first, last);
+    for (double* t : {&out.per_step.forward, &out.per_step.backward, &out.per_step.optimizer, &out.per_step.comm,
+                      &out.per_step.step})
+      *t /= o.steps;
+  }
+  return out;
+}
+
+// One rank, no communication, on the whole global batch of every step: what
+// every data-parallel run must equal. Its first step's gradients and its last weights.
+struct OneRank {
+  std::vector<float> first_grads, weights;
+};
+OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config) {
+  OneRank out;
+  Gpt model(config, o.seed);
+  Optimizer optimizer(o.optimizer, o.lr);
+  const DistributedSampler sampler(corpus.sequences, 1, 0, o.seed);
+  std::vector<int> x, y;
+  for (int s = 0; s < o.steps; ++s) {
+    fill_batch(corpus, batch_of(sampler, s, o.batch * o.accum), config.max_seq, x, y);
+    model.forward(x, y, o.batch * o.accum, config.max_seq);
+    model.zero_grad();
+    model.backward();
+    if (s == 0) out.first_grads = model.gradients().to_host();
+    optimizer.update(model);
+  }
+  out.weights = model.parameters().to_host();
+  return out;
+}
+
+// ||a - b|| / ||b||, the Euclidean norms: the difference relative to the whole
+// vector, as numpy.linalg.norm compares them.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab 5: data parallelism (DDP): naive, bucketed and overlapped gradient averaging"};
+  cli::one_line_errors(app);
+  Options o;
+  RunOptions run_options;
+  run_options.ranks = 8;
+  app.add_option("--mode", o.modes, "naive, bucketed or overlap (several: a row each)")
+      ->capture_default_str()->check(cli::one_of("mode", {"naive", "bucketed", "overlap"}));
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--batch", o.batch, "global batch: sequences per step over all ranks")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--accum", o.accum, "micro-steps per step: gradients accumulate, and only the last micro-step "
+                                     "communicates (no_sync); one rank checks against a batch accum times larger")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--bucket-mb", o.bucket_mb, "bucket cap in MiB after the first (DDP's bucket_cap_mb)")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "the first bucket's cap in MiB")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--optimizer", o.optimizer, "adamw, or sgd (with momentum 0.9)")
+      ->capture_default_str()->check(cli::one_of("optimizer", {"adamw", "sgd"}));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", o.seed, "initialisation, corpus and shuffling")
+      ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
+      throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
+                              o.batch, run_options.ranks));
+    const Corpus corpus = make_corpus(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
+    const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
+    std::vector<ModeRun> runs;
+    for (const std::string& mode : o.modes) runs.push_back(train(o, run_options, parse_ddp_mode(mode), corpus, config));
+    if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
+
+    const OneRank one_rank = train_one_rank(o, corpus, config);
+    // The gradients must agree to rounding (each rank sums its shard, then the
+    // ranks sum theirs: another order of the same sum). SGD keeps the weights as
+    // close; AdamW divides each step by sqrt(v), so a gradient element that
+    // nearly cancels, whose rounding noise is a fair part of it, still moves its
+    // weight a full step, and the weights drift apart a little faster.
+    const double weight_limit = o.optimizer == "sgd" ? 1e-6 : 1e-5;
+    fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",
+               runs.front().ranks, o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps,
+               o.optimizer,
+               run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
+    fmt::print("{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {:>12} {:>12}  {}\n", "mode", "buckets",
+               "T_fwd", "T_bwd", "T_comm", "T_opt", "exposed", "T_step", "model", "loss", "grads vs 1", "weights vs 1",
+               "ranks agree");
+    nlohmann::json rows = nlohmann::json::array();
+    bool all_equal = true;
+    for (const ModeRun& r : runs) {
+      const StepTimes& t = r.per_step;
+      const double model = t.forward + std::max(t.backward, t.comm) + t.optimizer;
+      const double grads = relative_difference(r.first_grads, one_rank.first_grads);
+      const double weights = relative_difference(r.weights, one_rank.weights);
+      all_equal = all_equal && grads <= 1e-6 && weights <= weight_limit && r.ranks_agree;
+      fmt::print("{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7.4f}  {:>12.1e} {:>12.1e}  {}\n",
+                 name_of(r.mode), r.buckets, format_seconds(t.forward), format_seconds(t.backward),
+                 format_seconds(t.comm), format_seconds(t.optimizer), format_seconds(t.exposed()),
+                 format_seconds(t.step), format_seconds(model), r.losses.back(), grads, weights,
+                 r.ranks_agree ? "yes" : "NO");
+      rows.push_back({{"mode", name_of(r.mode)}, {"ranks", r.ranks}, {"buckets", r.buckets}, {"t_fwd", t.forward},
+                      {"t_bwd", t.backward}, {"t_comm", t.comm}, {"t_opt", t.optimizer}, {"exposed", t.exposed()},
+                      {"t_step", t.step}, {"overlap_model", model}, {"loss", r.losses},
+                      {"gradients_vs_one_rank", grads}, {"weights_vs_one_rank", weights},
+                      {"ranks_agree", r.ranks_agree}, {"weights_fingerprint", fmt::format("{:016x}", r.fingerprint)}});
+    }
+    fmt::print("(vs 1: ||x - x1|| / ||x1|| against one rank on the global batch; the first step's averaged "
+               "gradients, the last weights)\n");
+    if (all_equal)
+      fmt::print("equal to one rank: gradients within 1e-6, weights within {:g} ({}), every rank bit for bit the same\n",
+                 weight_limit, o.optimizer);
+    else
+      fmt::print("MISMATCH: gradients past 1e-6, weights past {:g}, or ranks that differ\n", weight_limit);
+    if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+    return all_equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

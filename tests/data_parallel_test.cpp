@@ -1,0 +1,89 @@
+// parallel/sampler and parallel/data_parallel: DistributedSampler's shards and
+// padding, and the data-parallel step's buckets starting under backward.
+#include <algorithm>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "labkit/gpt.h"
+#include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/sampler.h"
+
+using namespace labkit;
+using labkit::test::simulate;
+
+TEST(DistributedSampler, ShardsAreDisjointAndTogetherTheEpoch) {
+  for (int ranks : {1, 2, 3, 4, 8}) {
+    std::multiset<std::size_t> seen;
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<std::size_t> mine = DistributedSampler(96, ranks, r, 7).indices(0);
+      EXPECT_EQ(mine.size(), 96u / ranks);
+      seen.insert(mine.begin(), mine.end());
+    }
+    for (std::size_t i = 0; i < 96; ++i) EXPECT_EQ(seen.count(i), 1u) << ranks << " ranks: sample " << i;
+  }
+}
+
+TEST(DistributedSampler, PadsByRepeatingTheFirstIndicesAndDealsThemRoundRobin) {
+  // 10 samples over 4 ranks: 3 each, the epoch's first 2 indices repeated at its end.
+  const std::vector<std::size_t> epoch = DistributedSampler(10, 1, 0, 5).indices(2);
+  for (int r = 0; r < 4; ++r) {
+    const DistributedSampler sampler(10, 4, r, 5);
+    EXPECT_EQ(sampler.per_rank(), 3u);
+    EXPECT_EQ(sampler.padding(), 2u);
+    const std::vector<std::size_t> padded = {epoch[0], epoch[1], epoch[2], epoch[3], epoch[4], epoch[5],
+                                             epoch[6], epoch[7], epoch[8], epoch[9], epoch[0], epoch[1]};
+    EXPECT_EQ(sampler.indices(2), (std::vector<std::size_t>{padded[r], padded[r + 4], padded[r + 8]})) << "rank " << r;
+  }
+  // More ranks than samples: the epoch repeats as often as it takes.
+  EXPECT_EQ(DistributedSampler(2, 5, 4, 0, false).indices(0), (std::vector<std::size_t>{0}));
+}
+
+TEST(DistributedSampler, EachEpochIsAnotherSeededShuffle) {
+  const DistributedSampler a(64, 2, 1, 3), b(64, 2, 1, 3);
+  EXPECT_EQ(a.indices(4), b.indices(4));
+  EXPECT_NE(a.indices(4), a.indices(5));
+  EXPECT_NE(a.indices(0), DistributedSampler(64, 2, 1, 4).indices(0));
+}
+
+TEST(DistributedSampler, GlobalBatchIsTheSameSetOnAnyRankCount) {
+  // Step s on P ranks with B/P each reads what one rank reads with B.
+  const int batch = 12;
+  for (int step : {0, 3, 7}) {  // 72 / 12 = 6 steps an epoch: step 7 is in the second
+    std::vector<std::size_t> one = batch_of(DistributedSampler(72, 1, 0, 9), step, batch), many;
+    for (int r = 0; r < 4; ++r) {
+      const std::vector<std::size_t> part = batch_of(DistributedSampler(72, 4, r, 9), step, batch / 4);
+      many.insert(many.end(), part.begin(), part.end());
+    }
+    std::sort(one.begin(), one.end());
+    std::sort(many.begin(), many.end());
+    EXPECT_EQ(one, many) << "step " << step;
+  }
+}
+
+TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {
+  const GptConfig config = gpt_preset("tiny-gpt", 16);
+  std::vector<int> x(2 * config.max_seq), y(2 * config.max_seq);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = int(i % 16), y[i] = int((i + 1) % 16);
+  for (DdpMode mode : kDdpModes) {
+    auto run = simulate(2, [&](Comm& c) {
+      Gpt model(config, 1);
+      // Small caps: a bucket per block or so (the tiny GPT's blocks are 196 KiB of gradients each).
+      DataParallel ddp(c, model, mode, {.first_bytes = 16 << 10, .bytes = 64 << 10});
+      ddp.forward_backward(x, y, 2, config.max_seq);
+      if (mode != DdpMode::naive) {
+        EXPECT_GE(ddp.buckets().size(), 3u);
+      }
+    });
+    double backward_ends = 0, first_comm = 1e30;
+    for (const TraceEvent& e : run.trace->tracks()[0].events) {
+      if (e.kind == TraceEvent::Kind::compute && e.name == "backward") backward_ends = std::max(backward_ends, e.end);
+      if (e.kind == TraceEvent::Kind::collective) first_comm = std::min(first_comm, e.start);
+    }
+    if (mode == DdpMode::overlap)
+      EXPECT_LT(first_comm, backward_ends) << "overlap: a bucket's allreduce starts while backward still runs";
+    else
+      EXPECT_GE(first_comm, backward_ends) << name_of(mode) << ": the allreduces start after backward";
+  }
+}

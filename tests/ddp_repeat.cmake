@@ -1,0 +1,21 @@
+# Runs the DDP lab twice on 4 ranks and checks that both runs end on the same
+# weights, bit for bit (each mode's fingerprint of rank 0's weights in --json).
+foreach(run 1 2)
+  execute_process(COMMAND ${LAB} --ranks 4 --batch 24 --steps 4 --json ${OUT}/ddp_repeat_${run}.json
+                  OUTPUT_QUIET RESULT_VARIABLE status)
+  if(NOT status EQUAL 0)
+    message(FATAL_ERROR "run ${run} failed with ${status}")
+  endif()
+  file(READ ${OUT}/ddp_repeat_${run}.json json_${run})
+  string(JSON modes LENGTH "${json_${run}}")
+endforeach()
+math(EXPR last "${modes} - 1")
+foreach(i RANGE ${last})
+  string(JSON mode GET "${json_1}" ${i} mode)
+  string(JSON first GET "${json_1}" ${i} weights_fingerprint)
+  string(JSON second GET "${json_2}" ${i} weights_fingerprint)
+  if(NOT first STREQUAL second)
+    message(FATAL_ERROR "${mode}: the weights' fingerprint was ${first}, then ${second}")
+  endif()
+  message(STATUS "${mode}: ${first} both times")
+endforeach()
