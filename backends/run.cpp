@@ -64,7 +64,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->capture_default_str()
       ->check(cli::in_range(1, 1 << 20))
       ->each([&o](const std::string&) { o.ranks_given = true; });
-  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, or a JSON file")
+  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, ib-ndr, or a JSON file")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }));
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
   app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")

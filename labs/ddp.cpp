@@ -17,6 +17,7 @@
 // every rank, and the same as one rank training on the whole global batch,
 // which the lab checks after the run.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -26,11 +27,13 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/sampler.h"
 #include "labkit/run.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 
 using namespace labkit;
@@ -45,6 +48,10 @@ struct Options {
   std::string optimizer = "adamw";
   float lr = 3e-3f;
   std::string json;
+  std::string what_if;       // a model preset: its payload-free step instead of the tiny GPT
+  double step_seconds = 2;   // --what-if: compute per step
+  bool volume = false;
+  bool bench = false;
 };
 
 // The kit's character corpus as sequences of T + 1 tokens (inputs and their
@@ -200,6 +207,124 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
   return std::sqrt(diff / norm);
 }
 
+// --what-if MODEL: one data-parallel step of a real model's shapes, payload-free
+// (sizes only), per mode, beside the reading's estimate T_comm = 2 (P-1)/P x G / B
+// for G bytes of gradients over links of B bytes/s, and its efficiency
+// T_compute / (T_compute + T_comm), which assumes nothing overlaps.
+int what_if(const Options& o, RunOptions run_options, const std::vector<DdpMode>& modes) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const ShapedModel model = shaped_model(arch, o.step_seconds);
+  const BucketCaps caps{.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)),
+                        .bytes = std::size_t(o.bucket_mb * (1 << 20))};
+  run_options.payload_free = true;
+  run_options.keep_trace = true;
+  const Topology topology = find_topology(run_options.topology);
+  const int p = run_options.ranks;
+  const double grads = double(model.parameters()) * size_of(model.grad_dtype);
+  const Link& link = p > topology.devices_per_node ? topology.inter : topology.intra;
+  const double formula = 2.0 * (p - 1) / p * grads / link.bandwidth;
+  fmt::print("ddp --what-if {}: {:.2f}B parameters, {} of bf16 gradients, {} ranks on {} ({:.0f} GB/s links), "
+             "{} of compute per step\n", o.what_if, model.parameters() / 1e9, format_bytes(std::uint64_t(grads)), p,
+             topology.name, link.bandwidth / 1e9, format_seconds(o.step_seconds));
+  fmt::print("the reading's estimate: T_comm = 2 (P-1)/P x G / B = {}, efficiency {:.1f}% (no overlap)\n",
+             format_seconds(formula), 100 * o.step_seconds / (o.step_seconds + formula));
+  fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>11}\n", "mode", "buckets", "T_compute", "T_comm", "exposed",
+             "T_step", "efficiency");
+  nlohmann::json rows = nlohmann::json::array();
+  for (DdpMode mode : modes) {
+    double from = 0, to = 0;
+    int buckets = 1;
+    const RunResult r = run(run_options, [&](Comm& comm) {
+      const double start = comm.now();
+      shaped_step(comm, model, mode, caps);
+      if (comm.rank() == 0) from = start, to = comm.now();
+    });
+    const StepTimes t = step_times(r.trace->tracks()[0], from, to);
+    if (mode != DdpMode::naive) buckets = int(std::count_if(r.trace->tracks()[0].events.begin(),
+                                                            r.trace->tracks()[0].events.end(), [](const TraceEvent& e) {
+                                                              return e.kind == TraceEvent::Kind::collective;
+                                                            }));
+    // Scaling efficiency: compute over compute plus what communication adds.
+    const double efficiency = t.compute() / (t.compute() + t.exposed());
+    fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10.1f}%\n", name_of(mode), buckets,
+               format_seconds(t.compute()), format_seconds(t.comm), format_seconds(t.exposed()),
+               format_seconds(t.step), 100 * efficiency);
+    rows.push_back({{"mode", name_of(mode)}, {"buckets", buckets}, {"t_compute", t.compute()}, {"t_comm", t.comm},
+                    {"exposed", t.exposed()}, {"t_step", t.step}, {"efficiency", efficiency},
+                    {"formula_t_comm", formula}});
+  }
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+// --volume: the reading's DDP communication table (guide 7.4), each row
+// computed: a ring allreduce sends 2 (P-1)/P x N x sizeof(dtype) bytes per rank
+// per step, which the reading rounds to 2N x sizeof.
+int volume(const Options& o, int ranks) {
+  struct Row {
+    const char* model;
+    double params;
+  };
+  const Row rows[] = {{"ResNet-50", 25e6}, {"BERT-Large", 340e6}, {"GPT-2 XL", 1.5e9}, {"Llama-7B", 7e9},
+                      {"Llama-70B", 70e9}};
+  const double link = 200e9;  // the reading's column: 200 GB/s
+  fmt::print("DDP communication per step and rank (the reading's 2N x sizeof; exactly 2 (P-1)/P N x sizeof: x{:.3f} "
+             "at P = {})\n", 2.0 * (ranks - 1) / ranks / 2, ranks);
+  fmt::print("{:<11} {:>7} {:>10} {:>10} {:>12} {:>15}\n", "model", "params", "fp32 GB", "fp16 GB", "@ 200 GB/s",
+             fmt::format("fp16 GB, P = {}", ranks));
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double fp32 = 2 * r.params * 4, half = 2 * r.params * 2, exact = 2.0 * (ranks - 1) / ranks * r.params * 2;
+    fmt::print("{:<11} {:>6.3g}B {:>10.3g} {:>10.3g} {:>12} {:>15.3g}\n", r.model, r.params / 1e9, fp32 / 1e9,
+               half / 1e9, format_seconds(half / link), exact / 1e9);
+    out.push_back({{"model", r.model}, {"params", r.params}, {"fp32_bytes", fp32}, {"half_bytes", half},
+                   {"seconds_at_200GBps", half / link}, {"exact_half_bytes", exact}, {"ranks", ranks}});
+  }
+  if (!o.json.empty()) create_file(o.json) << out.dump(2) << '\n';
+  return 0;
+}
+
+// --bench: what the simulation itself costs, in wall time, side by side in one
+// run. --steps steps of the tiny GPT on --ranks simulated ranks (overlap mode,
+// data-carrying) against one rank training on the same global batches: the
+// same FLOPs, so the ratio is the simulator's overhead. Then one payload-free
+// Llama-2 7B step over 1024 ranks.
+int bench(Options o, const RunOptions& run_options, const Corpus& corpus, const GptConfig& config) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  fmt::print("timing {} steps of the tiny GPT on {} simulated ranks, overlap mode, global batch {} ...\n", o.steps,
+             run_options.ranks, o.batch);
+  std::fflush(stdout);
+  Clock::time_point start = Clock::now();
+  train(o, run_options, DdpMode::overlap, corpus, config);
+  const double many = seconds_since(start);
+  fmt::print("timing the same on one rank ...\n");
+  std::fflush(stdout);
+  start = Clock::now();
+  train_one_rank(o, corpus, config);
+  const double one = seconds_since(start);
+  fmt::print("timing one payload-free Llama-2 7B step on 1024 ranks, overlap mode ...\n");
+  std::fflush(stdout);
+  RunOptions big = run_options;
+  big.ranks = 1024, big.payload_free = true;
+  const ShapedModel llama = shaped_model(memory::model_preset("llama2-7b"), 2.0);
+  start = Clock::now();
+  run(big, [&](Comm& comm) { shaped_step(comm, llama, DdpMode::overlap); });
+  const double what_if = seconds_since(start);
+  fmt::print("{:<44} {:>10}\n", "run", "wall");
+  fmt::print("{:<44} {:>10}\n", fmt::format("1 rank, {} steps", o.steps), format_seconds(one));
+  fmt::print("{:<44} {:>10}  {:.2f}x the one-rank run (target <= 1.5x)\n",
+             fmt::format("{} simulated ranks, {} steps, overlap", run_options.ranks, o.steps), format_seconds(many),
+             many / one);
+  fmt::print("{:<44} {:>10}  (target < 10 s)\n", "Llama-2 7B step, 1024 ranks, payload-free", format_seconds(what_if));
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"one_rank_seconds", one}, {"ranks", run_options.ranks},
+                                          {"simulated_seconds", many}, {"ratio", many / one},
+                                          {"llama2_7b_1024_ranks_seconds", what_if}}.dump(2)
+                        << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -226,17 +351,30 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialisation, corpus and shuffling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes "
+                                         "per mode, against the reading's estimate")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
+  app.add_flag("--bench", o.bench, "time the simulation: --ranks ranks against one rank on the same batches, "
+                                   "and a payload-free 7B step on 1024 ranks");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (o.volume) return volume(o, run_options.ranks);
+    std::vector<DdpMode> modes;
+    for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
+    if (!o.what_if.empty()) return what_if(o, run_options, modes);
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                               o.batch, run_options.ranks));
     const Corpus corpus = make_corpus(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
+    if (o.bench) return bench(o, run_options, corpus, config);
     std::vector<ModeRun> runs;
-    for (const std::string& mode : o.modes) runs.push_back(train(o, run_options, parse_ddp_mode(mode), corpus, config));
+    for (DdpMode mode : modes) runs.push_back(train(o, run_options, mode, corpus, config));
     if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
     const OneRank one_rank = train_one_rank(o, corpus, config);

@@ -7,6 +7,7 @@
 
 #include "harness.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/sampler.h"
 
@@ -86,4 +87,33 @@ TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {
     else
       EXPECT_GE(first_comm, backward_ends) << name_of(mode) << ": the allreduces start after backward";
   }
+}
+
+TEST(ShapedModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {
+  for (const char* name : {"llama2-7b", "gpt2-xl"}) {
+    const memory::Architecture arch = memory::model_preset(name);
+    const ShapedModel m = shaped_model(arch, 3.0);
+    EXPECT_NEAR(double(m.parameters()), memory::count_parameters(arch).total, double(arch.layers)) << name;
+    ASSERT_EQ(m.pieces.size(), std::size_t(arch.layers) + 2) << name;
+    double backward = 0;
+    for (const ShapedModel::Piece& p : m.pieces) backward += p.backward_seconds;
+    EXPECT_DOUBLE_EQ(m.forward_seconds, 1.0) << name;
+    EXPECT_NEAR(backward, 2.0, 1e-9) << name;
+  }
+}
+
+TEST(ShapedModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheLastBucket) {
+  const ShapedModel m = shaped_model(memory::model_preset("llama2-7b"), 2.0);
+  const std::uint64_t grads = m.parameters() * 2;
+  auto step = [&](DdpMode mode) {
+    return simulate(8, [&](Comm& c) { shaped_step(c, m, mode); }, "ib-ndr", false).elapsed;
+  };
+  const double one_all_reduce = simulate(8, [&](Comm& c) {
+    c.all_reduce(sizes_only(grads / 2, DType::bf16), ReduceOp::avg);
+  }, "ib-ndr", false).elapsed;
+  EXPECT_NEAR(one_all_reduce, 2.0 * 7 / 8 * double(grads) / 50e9, 1e-3);  // the reading's formula, and its alpha
+  EXPECT_NEAR(step(DdpMode::naive), 2.0 + one_all_reduce, 1e-9);
+  // Overlapped: the embeddings' bucket (32000 x 4096 bf16) starts after the last compute.
+  const double last_bucket = 2.0 * 7 / 8 * 32000.0 * 4096 * 2 / 50e9;
+  EXPECT_NEAR(step(DdpMode::overlap), 2.0 + last_bucket, 0.1 * last_bucket);
 }

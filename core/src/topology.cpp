@@ -33,6 +33,9 @@ Topology make(std::string_view name) {
   // Cloud VMs: 8 GPUs on PCIe, nodes joined by 100 Gb/s TCP through the kernel
   // (12.5 GB/s, ~50 us per message), one NIC per node.
   if (name == "ethernet") return {"ethernet", 8, 1, {3 * us, 25 * GBps}, {50 * us, 12.5 * GBps}, h100};
+  // One H100 per node on InfiniBand NDR 400 Gb/s (50 GB/s): the reading's DDP
+  // example (8 GPUs, 50 GB/s), every allreduce over the network.
+  if (name == "ib-ndr") return {"ib-ndr", 1, 1, {1 * us, 450 * GBps}, {2 * us, 50 * GBps}, h100};
   throw std::invalid_argument("");
 }
 
@@ -80,7 +83,7 @@ Topology load(const std::string& path) {
 }
 }  // namespace
 
-std::vector<std::string_view> topology_presets() { return {"dgx-h100", "dgx-a100", "pcie", "ethernet"}; }
+std::vector<std::string_view> topology_presets() { return {"dgx-h100", "dgx-a100", "pcie", "ethernet", "ib-ndr"}; }
 
 DeviceModel device_preset(std::string_view name) {
   // Dense BF16 peaks from the datasheets; the reading's 1979 (H100) and 624
@@ -94,8 +97,10 @@ Topology find_topology(std::string_view name_or_path) {
   for (std::string_view preset : topology_presets())
     if (name_or_path == preset) return make(preset);
   if (std::filesystem::exists(name_or_path)) return load(std::string(name_or_path));
-  throw std::invalid_argument("unknown topology '" + std::string(name_or_path) +
-                              "' (a preset: dgx-h100, dgx-a100, pcie, ethernet; or a JSON file)");
+  std::string presets;
+  for (std::string_view preset : topology_presets()) presets += std::string(preset) + ", ";
+  throw std::invalid_argument("unknown topology '" + std::string(name_or_path) + "' (a preset: " + presets +
+                              "or a JSON file)");
 }
 
 }  // namespace labkit

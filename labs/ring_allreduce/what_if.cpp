@@ -55,12 +55,12 @@ int what_if(const WhatIfOptions& o) {
                link.bandwidth / 1e9, fmt::format("{:.0f} GB", grads / 1e9), format_seconds(comm), format_seconds(compute),
                ccr, ridge, efficiency * 100, memory / 1e9, memory > gpu_memory ? " !" : "");
   }
-  fmt::print("# ! a full replica (16 bytes per parameter) does not fit in 80 GB: shard it (ZeRO/FSDP, chapter 5)\n");
+  fmt::print("# ! a full replica (16 bytes per parameter) does not fit in 80 GB: shard it (ZeRO/FSDP, chapter 6)\n");
   fmt::print("# where data parallelism alone breaks down:\n"
              "#  - memory first: above 80 GB / 16 B = 5B parameters no replica fits, so even 7B needs ZeRO or FSDP;\n"
              "#  - then communication: with the global batch fixed, tokens per GPU shrink as GPUs are added, CCR\n"
              "#    falls below CCR*, and at 1T on 4096 GPUs most of every step is the allreduce. Tensor and\n"
-             "#    pipeline parallelism (chapters 6, 7) cut the bytes each GPU must synchronize.\n");
+             "#    pipeline parallelism (chapters 7, 8) cut the bytes each GPU must synchronize.\n");
 
   // The reading's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
   const double reading = 2.0 * 7 / 8 * 14e9 / 50e9;
@@ -85,7 +85,8 @@ int what_if(const WhatIfOptions& o) {
   for (std::string_view preset : topology_presets()) {
     const Topology t = find_topology(preset);
     for (auto [where, link] : {std::pair{"in node", t.intra}, std::pair{"between", t.inter}})
-      row(fmt::format("{}, {}", preset, where), link);
+      if (t.devices_per_node > 1 || where != std::string_view("in node"))  // one GPU a node: no link inside
+        row(fmt::format("{}, {}", preset, where), link);
   }
   fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
   return 0;

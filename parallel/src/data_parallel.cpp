@@ -21,13 +21,35 @@ DdpMode parse_ddp_mode(std::string_view name) {
   throw std::invalid_argument("unknown DDP mode '" + std::string(name) + "' (naive, bucketed, overlap)");
 }
 
-DataParallel::DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps)
-    : comm_(comm), model_(model), mode_(mode) {
-  if (mode != DdpMode::naive) {
-    Tensor& grads = model.gradients();
-    reducer_.emplace(comm, View{grads.data(), grads.size(), DType::f32}, model.backward_order(), caps);
+GradientAveraging::GradientAveraging(Comm& comm, View grads, std::vector<ParameterRange> backward_order,
+                                     DdpMode mode, BucketCaps caps)
+    : comm_(comm), grads_(grads), pieces_(int(backward_order.size())), mode_(mode) {
+  if (mode != DdpMode::naive) reducer_.emplace(comm, grads, std::move(backward_order), caps);
+}
+
+void GradientAveraging::ready(int piece) {
+  if (mode_ == DdpMode::overlap) reducer_->ready(piece);
+}
+
+void GradientAveraging::finish() {
+  switch (mode_) {
+    case DdpMode::naive: comm_.all_reduce(grads_, ReduceOp::avg); break;
+    case DdpMode::bucketed:
+      for (int p = 0; p < pieces_; ++p) reducer_->ready(p);  // every bucket starts now, after backward
+      reducer_->wait_all();
+      break;
+    case DdpMode::overlap: reducer_->wait_all(); break;
   }
 }
+
+std::vector<GradientReducer::Bucket> GradientAveraging::buckets() const {
+  return reducer_ ? reducer_->buckets() : std::vector<GradientReducer::Bucket>{};
+}
+
+DataParallel::DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps)
+    : comm_(comm), model_(model),
+      averaging_(comm, View{model.gradients().data(), model.gradients().size(), DType::f32}, model.backward_order(),
+                 mode, caps) {}
 
 float DataParallel::forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
                                      int micro_step, int micro_steps) {
@@ -46,28 +68,61 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
   model_.backward([&](ParameterRange) {
     const double forward_flops = piece == 0 ? model_.head_flops(B, T) : piece <= blocks ? model_.block_flops(B, T) : 0;
     comm_.computed("backward", started, 2 * forward_flops);  // a backward costs two forwards
-    if (last && mode_ == DdpMode::overlap) reducer_->ready(piece);  // its bucket starts once all of it is ready
+    if (last) averaging_.ready(piece);
     ++piece;
     started = comm_.now();
   });
   if (!last) return loss;  // no_sync: nothing to average until the last micro-step
+  averaging_.finish();
   Tensor& grads = model_.gradients();
-  switch (mode_) {
-    case DdpMode::naive: comm_.all_reduce(View{grads.data(), grads.size(), DType::f32}, ReduceOp::avg); break;
-    case DdpMode::bucketed:
-      for (int p = 0; p < piece; ++p) reducer_->ready(p);  // every bucket starts now, after backward
-      reducer_->wait_all();
-      break;
-    case DdpMode::overlap: reducer_->wait_all(); break;
-  }
   // The micro-steps' gradients are a sum of their mean-loss gradients: the mean
   // over all of their tokens is that over the micro-step count.
   if (micro_steps > 1) model_.device().divide(DType::f32, grads.data(), grads.size(), micro_steps);
   return loss;
 }
 
-std::vector<GradientReducer::Bucket> DataParallel::buckets() const {
-  return reducer_ ? reducer_->buckets() : std::vector<GradientReducer::Bucket>{};
+std::size_t ShapedModel::parameters() const {
+  std::size_t n = 0;
+  for (const Piece& p : pieces) n += p.count;
+  return n;
+}
+
+ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) {
+  memory::Architecture no_layers = arch;
+  no_layers.layers = 0;
+  const double outside = memory::count_parameters(no_layers).total;  // embeddings, head, final norm
+  const double total = memory::count_parameters(arch).total, per_layer = (total - outside) / arch.layers;
+  const double embedding = double(arch.vocab + arch.positions) * arch.hidden;
+  const double head_and_norm = outside - embedding;  // the untied head (if any) and the final norm
+  // 6N FLOPs per token: the forward a third of the step, the backward two thirds,
+  // each piece's share that of its parameters (a tied table computes as the head
+  // and the embedding both, so it counts twice).
+  const double tied_head = arch.tied_embeddings ? double(arch.vocab) * arch.hidden : 0;
+  const double computing = total + tied_head, backward = step_seconds * 2 / 3;
+  ShapedModel m;
+  m.forward_seconds = step_seconds / 3;
+  const double head_compute = head_and_norm + tied_head;
+  m.pieces.push_back({std::size_t(head_and_norm), backward * head_compute / computing});
+  for (int l = 0; l < arch.layers; ++l) m.pieces.push_back({std::size_t(per_layer), backward * per_layer / computing});
+  m.pieces.push_back({std::size_t(embedding), backward * embedding / computing});
+  return m;
+}
+
+void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps) {
+  // The pieces laid out as backward finishes them, from the buffer's end.
+  std::vector<ParameterRange> order;
+  std::size_t end = model.parameters();
+  for (const ShapedModel::Piece& p : model.pieces) {
+    end -= p.count;
+    order.push_back({end, p.count});
+  }
+  GradientAveraging averaging(comm, sizes_only(model.parameters(), model.grad_dtype), std::move(order), mode, caps);
+  comm.compute_for("forward", model.forward_seconds);
+  for (int p = 0; p < int(model.pieces.size()); ++p) {
+    comm.compute_for("backward", model.pieces[p].backward_seconds);
+    averaging.ready(p);
+  }
+  averaging.finish();
 }
 
 StepTimes step_times(const TraceTrack& track, double from, double to) {

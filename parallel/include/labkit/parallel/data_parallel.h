@@ -24,6 +24,7 @@
 
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/parallel/gradient_reducer.h"
 #include "labkit/trace.h"
 
@@ -33,6 +34,25 @@ enum class DdpMode { naive, bucketed, overlap };
 inline constexpr DdpMode kDdpModes[] = {DdpMode::naive, DdpMode::bucketed, DdpMode::overlap};
 std::string_view name_of(DdpMode mode);
 DdpMode parse_ddp_mode(std::string_view name);  // throws naming the modes
+
+// The averaging itself, over any flat gradient buffer: backward reports each
+// piece of `backward_order` as it finishes it (ready), and finish() returns
+// once the whole buffer is averaged over the ranks.
+class GradientAveraging {
+ public:
+  GradientAveraging(Comm& comm, View grads, std::vector<ParameterRange> backward_order, DdpMode mode,
+                    BucketCaps caps);
+  void ready(int piece);  // overlap: the piece's bucket starts once all of it is ready
+  void finish();          // naive: one allreduce; bucketed: every bucket now; overlap: wait for them
+  std::vector<GradientReducer::Bucket> buckets() const;  // none in naive mode
+
+ private:
+  Comm& comm_;
+  View grads_;
+  int pieces_;
+  DdpMode mode_;
+  std::optional<GradientReducer> reducer_;
+};
 
 class DataParallel {
  public:
@@ -47,15 +67,34 @@ class DataParallel {
   float forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
                          int micro_step = 0, int micro_steps = 1);
 
-  // The buckets (bucketed and overlap modes; none in naive).
-  std::vector<GradientReducer::Bucket> buckets() const;
+  std::vector<GradientReducer::Bucket> buckets() const { return averaging_.buckets(); }
 
  private:
   Comm& comm_;
   Gpt& model_;
-  DdpMode mode_;
-  std::optional<GradientReducer> reducer_;
+  GradientAveraging averaging_;
 };
+
+// A data-parallel step of a model known by its shapes alone (payload-free:
+// sizes-only buffers), for what-ifs at the scale of real runs: a 7B model's
+// step over a thousand ranks simulates in seconds. The pieces are those
+// backward finishes in order (the head and final norm, the layers from the
+// last, the embeddings), each with its gradient count and backward seconds.
+struct ShapedModel {
+  struct Piece {
+    std::size_t count;
+    double backward_seconds;
+  };
+  double forward_seconds = 0;
+  std::vector<Piece> pieces;
+  DType grad_dtype = DType::bf16;
+  std::size_t parameters() const;
+};
+// `arch`'s pieces with `step_seconds` of compute, a third forward and two thirds
+// backward, each piece's share in proportion to its parameters (6N FLOPs per
+// token: Kaplan et al. 2020).
+ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds);
+void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps = {});
 
 // Where a step's time went on one rank, from its trace between `from` and `to`
 // (seconds): compute by region name (forward, backward, optimizer), the
