@@ -19,7 +19,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -52,7 +55,18 @@ struct Options {
   double step_seconds = 2;   // --what-if: compute per step
   bool volume = false;
   bool bench = false;
+  int sweep_from = 0, sweep_to = 0;  // --sweep ranks=A..B
+  std::string plot;
 };
+
+// "ranks=A..B": the rank counts A, 2A, 4A, ... up to B.
+std::pair<int, int> parse_rank_sweep(const std::string& text) {
+  int from = 0, to = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "ranks=%d..%d%c", &from, &to, &tail) != 2 || from < 1 || to < from || to > 65536)
+    throw std::invalid_argument("'" + text + "' is not ranks=A..B with 1 <= A <= B <= 65536");
+  return {from, to};
+}
 
 // The kit's character corpus as sequences of T + 1 tokens (inputs and their
 // next-token targets), cut without overlap from its first 90%.
@@ -257,6 +271,81 @@ int what_if(const Options& o, RunOptions run_options, const std::vector<DdpMode>
   return 0;
 }
 
+// --sweep ranks=A..B: weak scaling of one --what-if step (each rank keeps its
+// compute: its share of the batch is fixed) on every topology preset, naive and
+// overlapped: scaling efficiency T_compute / (T_compute + T_exposed), and the
+// communication-to-computation ratio T_comm / T_compute.
+int sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
+  const BucketCaps caps{.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)),
+                        .bytes = std::size_t(o.bucket_mb * (1 << 20))};
+  run_options.payload_free = true;
+  run_options.keep_trace = true;
+  std::vector<int> counts;
+  for (int p = o.sweep_from; p <= o.sweep_to; p *= 2) counts.push_back(p);
+  const std::vector<std::string_view> topologies = topology_presets();
+  fmt::print("ddp --sweep: {} ({:.2f}B parameters, bf16 gradients), {} of compute per rank and step, ranks {}..{} "
+             "on {} topologies ...\n", name, model.parameters() / 1e9, format_seconds(o.step_seconds), o.sweep_from,
+             o.sweep_to, topologies.size());
+  std::fflush(stdout);
+  fmt::print("{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "topology", "ranks", "T_comm", "comm/comp",
+             "naive", "overlap", "T_step", "exposed");
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::string_view topology : topologies) {
+    run_options.topology = std::string(topology);
+    for (int p : counts) {
+      run_options.ranks = p;
+      StepTimes times[2];
+      for (DdpMode mode : {DdpMode::naive, DdpMode::overlap}) {
+        double from = 0, to = 0;
+        const RunResult r = run(run_options, [&](Comm& comm) {
+          const double start = comm.now();
+          shaped_step(comm, model, mode, caps);
+          if (comm.rank() == 0) from = start, to = comm.now();
+        });
+        times[mode == DdpMode::overlap] = step_times(r.trace->tracks()[0], from, to);
+      }
+      auto efficiency = [](const StepTimes& t) { return t.compute() / (t.compute() + t.exposed()); };
+      const StepTimes &naive = times[0], &overlap = times[1];
+      fmt::print("{:<10} {:>6} {:>10} {:>10.3f} {:>9.1f}% {:>9.1f}% {:>10} {:>10}\n", topology, p,
+                 format_seconds(naive.comm), naive.comm / naive.compute(), 100 * efficiency(naive),
+                 100 * efficiency(overlap), format_seconds(overlap.step), format_seconds(overlap.exposed()));
+      rows.push_back({{"topology", topology}, {"ranks", p}, {"t_comm", naive.comm},
+                      {"comm_to_compute", naive.comm / naive.compute()}, {"naive_efficiency", efficiency(naive)},
+                      {"overlap_efficiency", efficiency(overlap)}, {"overlap_t_step", overlap.step},
+                      {"overlap_exposed", overlap.exposed()}});
+    }
+  }
+  fmt::print("(naive, overlap: scaling efficiency T_compute / (T_compute + T_exposed); T_step and exposed: overlap)\n");
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  if (!o.plot.empty()) {
+    const std::string data = o.plot + ".dat";
+    {
+      std::ofstream out = create_file(data);
+      for (std::string_view topology : topologies) {
+        out << '"' << topology << "\"\n";
+        for (const nlohmann::json& r : rows)
+          if (r["topology"] == topology)
+            out << r["ranks"] << ' ' << 100 * r["overlap_efficiency"].get<double>() << ' '
+                << 100 * r["naive_efficiency"].get<double>() << '\n';
+        out << "\n\n";
+      }
+    }
+    run_gnuplot(fmt::format(
+        "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
+        "set output '{}'\nset termoption noenhanced\n"
+        "set title 'DDP weak scaling, {}: overlapped (solid) and naive (dashed)'\n"
+        "set logscale x 2\nset xlabel 'ranks'\nset ylabel 'scaling efficiency (%)'\nset yrange [0:105]\n"
+        "set key bottom left\nset grid\n"
+        "plot for [i=0:{}] '{}' index i using 1:2 with linespoints linecolor i+1 title columnheader(1), "
+        "for [i=0:{}] '{}' index i using 1:3 with lines dashtype 2 linecolor i+1 notitle\n",
+        gnuplot_terminal(o.plot), o.plot, name, topologies.size() - 1, data, topologies.size() - 1, data));
+    std::remove(data.c_str());
+  }
+  return 0;
+}
+
 // --volume: the reading's DDP communication table (guide 7.4), each row
 // computed: a ring allreduce sends 2 (P-1)/P x N x sizeof(dtype) bytes per rank
 // per step, which the reading rounds to 2N x sizeof.
@@ -357,6 +446,11 @@ int main(int argc, char** argv) {
   app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
       ->capture_default_str()->check(cli::above(0.0));
   app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& t) { std::tie(o.sweep_from, o.sweep_to) = parse_rank_sweep(t); },
+         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset")
+      ->check(cli::parsed_by([](const std::string& t) { parse_rank_sweep(t); }));
+  app.add_option("--plot", o.plot, "--sweep: draw scaling efficiency against ranks to this SVG or PNG (gnuplot)");
   app.add_flag("--bench", o.bench, "time the simulation: --ranks ranks against one rank on the same batches, "
                                    "and a payload-free 7B step on 1024 ranks");
   add_run_options(app, run_options);
@@ -366,6 +460,8 @@ int main(int argc, char** argv) {
     if (o.volume) return volume(o, run_options.ranks);
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
+    if (!o.plot.empty() && !o.sweep_to) throw Error("--plot " + o.plot + ": only --sweep draws a plot");
+    if (o.sweep_to) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, modes);
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",

@@ -1,11 +1,12 @@
-# The lab's --plot writes an SVG figure with one curve per algorithm.
+# A lab's --plot writes an SVG figure: runs LAB with ARGS and --plot OUT, and
+# checks the figure names every curve in EXPECT (both ;-separated lists).
 file(REMOVE ${OUT})
-execute_process(COMMAND ${LAB} --compare --ranks 8 -b 1K -e 1M --plot ${OUT} OUTPUT_QUIET RESULT_VARIABLE status)
+execute_process(COMMAND ${LAB} ${ARGS} --plot ${OUT} OUTPUT_QUIET RESULT_VARIABLE status)
 if(NOT status EQUAL 0)
-  message(FATAL_ERROR "ring_allreduce --plot failed with ${status}")
+  message(FATAL_ERROR "${LAB} ${ARGS} --plot failed with ${status}")
 endif()
 file(READ ${OUT} svg)
-foreach(text "<svg" "ring" "recursive_halving_doubling" "hierarchical")
+foreach(text "<svg" ${EXPECT})
   string(FIND "${svg}" "${text}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "${OUT} does not contain '${text}'")
