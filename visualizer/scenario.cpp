@@ -9,6 +9,8 @@
 
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
+#include "labkit/memory.h"
+#include "labkit/parallel/data_parallel.h"
 #include "labkit/run.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
@@ -31,6 +33,13 @@ Scenario parse_scenario(const std::string& text) {
   const auto [end, error] = std::from_chars(ranks.data(), ranks.data() + ranks.size(), s.ranks);
   if (end != ranks.data() + ranks.size() || error != std::errc() || s.ranks < 1 || s.ranks > kMaxRanks)
     throw labkit::Error(fmt::format("'{}': '{}' is not a rank count from 1 to {}", text, ranks, kMaxRanks));
+  if (s.algorithm == "ddp") {
+    if (parts.size() > 4) throw labkit::Error(fmt::format("'{}' is not ddp:RANKS:MODE[:TOPOLOGY]", text));
+    s.ddp_mode = std::string(labkit::name_of(labkit::parse_ddp_mode(parts[2])));
+    if (parts.size() > 3) s.topology = parts[3];
+    labkit::find_topology(s.topology);
+    return s;
+  }
   s.bytes = labkit::parse_bytes(parts[2]);
   if (parts.size() > 3) s.collective = parts[3];
   if (parts.size() > 4) s.topology = parts[4];
@@ -45,6 +54,14 @@ TraceModel run_scenario(const Scenario& s) {
   o.topology = s.topology;
   o.payload_free = true;
   o.keep_trace = true;
+  if (!s.ddp_mode.empty()) {  // compute on each rank's track, each bucket's allreduce on its comm stream
+    const labkit::ShapedModel llama = labkit::shaped_model(labkit::memory::model_preset("llama2-7b"), 2.0);
+    const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
+      labkit::shaped_step(comm, llama, labkit::parse_ddp_mode(s.ddp_mode));
+    });
+    return from_trace(*r.trace, fmt::format("DDP step ({}) of Llama-2 7B's shapes on {} ranks, {}", s.ddp_mode,
+                                            s.ranks, s.topology));
+  }
   o.algos = {s.collective + "=" + s.algorithm};
   const labkit::Collective op = labkit::parse_collective(s.collective);
   const std::size_t count = s.bytes / 4;
@@ -71,6 +88,7 @@ TraceModel run_scenario(const Scenario& s) {
 }
 
 ChunkHistory chunk_history(const Scenario& s) {
+  if (!s.ddp_mode.empty()) return {};
   const labkit::Collective op = labkit::parse_collective(s.collective);
   const bool shown = op == labkit::Collective::all_reduce || op == labkit::Collective::all_gather ||
                      op == labkit::Collective::broadcast;

@@ -16,9 +16,12 @@ struct Scenario {
   int ranks = 8;
   std::uint64_t bytes = 1 << 20;
   std::string topology = "dgx-h100";
+  std::string ddp_mode;  // a DDP step instead ("ddp:8:overlap"): naive, bucketed or overlap
 };
 
-// "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; throws on junk.
+// "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; or
+// "ddp:RANKS:MODE[:TOPOLOGY]", one data-parallel step of Llama-2 7B's shapes
+// (the DDP lab's --what-if), e.g. "ddp:8:overlap". Throws on junk.
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free) and returns its trace.
 TraceModel run_scenario(const Scenario& s);
