@@ -49,6 +49,7 @@ struct Options {
   double bucket_mb = 25, first_bucket_mb = 1;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw";
+  std::string device = "cpu";
   float lr = 3e-3f;
   std::string json;
   std::string what_if;       // a model preset: its payload-free step instead of the tiny GPT
@@ -110,8 +111,11 @@ struct Optimizer {
   Optimizer(const std::string& name, float lr) : name(name), adamw{.lr = lr}, sgd{.lr = lr} {}
   void update(Gpt& model) {
     if (name == "adamw") return adamw.update(model.parameters(), model.gradients());
-    sgd.update({model.parameters().data(), model.parameter_count()},
-               {model.gradients().data(), model.parameter_count()});
+    // SgdMomentum works in host memory: a model on a GPU goes there and back.
+    std::vector<float> params = model.parameters().to_host();
+    const std::vector<float> grads = model.gradients().to_host();
+    sgd.update(params, grads);
+    model.device().copy_from_host(model.parameters().data(), params.data(), params.size() * sizeof(float));
   }
 };
 
@@ -136,7 +140,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
       fail(comm.who(), "ddp",
            "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences", o.batch, comm.size());
     const int T = config.max_seq, b = o.batch / comm.size();
-    Gpt model(config, o.seed);  // the same seed: the same weights on every rank
+    Gpt model(config, o.seed, parse_device(o.device));  // the same seed: the same weights on every rank
     Optimizer optimizer(o.optimizer, o.lr);
     DataParallel ddp(comm, model, mode,
                      {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)),
@@ -194,7 +198,7 @@ struct OneRank {
 };
 OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config) {
   OneRank out;
-  Gpt model(config, o.seed);
+  Gpt model(config, o.seed, parse_device(o.device));
   Optimizer optimizer(o.optimizer, o.lr);
   const DistributedSampler sampler(corpus.sequences, 1, 0, o.seed);
   std::vector<int> x, y;
@@ -436,6 +440,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::above(0.0));
   app.add_option("--optimizer", o.optimizer, "adamw, or sgd (with momentum 0.9)")
       ->capture_default_str()->check(cli::one_of("optimizer", {"adamw", "sgd"}));
+  app.add_option("--device", o.device, "where each rank's model trains: cpu, or cuda (a GPU; with --backend nccl "
+                                       "the allreduces run there too)")
+      ->capture_default_str()->check(cli::parsed_by(parse_device));
   app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(cli::above(0.0f));
   app.add_option("--seed", o.seed, "initialisation, corpus and shuffling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
