@@ -55,6 +55,8 @@ struct Options {
   double bucket_mb = 25, first_bucket_mb = 1;
   std::uint64_t seed = 1337;
   std::string optimizer = "adamw";
+  int warmup = 0;   // steps of linear learning-rate warmup
+  double clip = 0;  // clip the gradients' global norm to this (0: never)
   std::string device = "cpu";
   float lr = 3e-3f;
   std::string json;
@@ -109,18 +111,35 @@ struct ModeRun {
   std::uint64_t fingerprint = 0;  // of rank 0's weights: a repeated run must give the same
 };
 
-// The optimizer every rank applies to the same averaged gradients.
+// The optimizer every rank applies to the same averaged gradients, with the
+// reading's large-batch recipe around it: a linear warmup of the learning rate
+// and clipping by the global norm. LARS and LAMB take the model's layers
+// (Gpt::backward_order's pieces) as theirs.
 struct Optimizer {
   std::string name;
+  float lr;
+  int warmup;
+  double clip;
   AdamW adamw;
   SgdMomentum sgd;
-  Optimizer(const std::string& name, float lr) : name(name), adamw{.lr = lr}, sgd{.lr = lr} {}
+  Lars lars;
+  Lamb lamb;
+  int steps = 0;
+  explicit Optimizer(const Options& o)
+      : name(o.optimizer), lr(o.lr), warmup(o.warmup), clip(o.clip), adamw{.lr = o.lr}, sgd{.lr = o.lr},
+        lars{.lr = o.lr}, lamb{.lr = o.lr} {}
+
   void update(Gpt& model) {
-    if (name == "adamw") return adamw.update(model.parameters(), model.gradients());
-    // SgdMomentum works in host memory: a model on a GPU goes there and back.
-    std::vector<float> params = model.parameters().to_host();
-    const std::vector<float> grads = model.gradients().to_host();
-    sgd.update(params, grads);
+    adamw.lr = sgd.lr = lars.lr = lamb.lr = warmup_lr(lr, ++steps, warmup);
+    if (name == "adamw" && clip == 0) return adamw.update(model.parameters(), model.gradients());
+    // The rest works in host memory: a model on a GPU goes there and back.
+    std::vector<float> params = model.parameters().to_host(), grads = model.gradients().to_host();
+    if (clip > 0) clip_by_global_norm(grads, clip);  // DDP: every rank holds the whole gradient
+    const std::vector<ParameterRange> layers = model.backward_order();
+    if (name == "adamw") adamw.update(params, grads);
+    if (name == "sgd") sgd.update(params, grads);
+    if (name == "lars") lars.update(params, grads, layers);
+    if (name == "lamb") lamb.update(params, grads, layers);
     model.device().copy_from_host(model.parameters().data(), params.data(), params.size() * sizeof(float));
   }
 };
@@ -147,7 +166,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
            "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences", o.batch, comm.size());
     const int T = config.max_seq, b = o.batch / comm.size();
     Gpt model(config, o.seed, parse_device(o.device));  // the same seed: the same weights on every rank
-    Optimizer optimizer(o.optimizer, o.lr);
+    Optimizer optimizer(o);
     DataParallel ddp(comm, model, mode,
                      {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)),
                       .bytes = std::size_t(o.bucket_mb * (1 << 20))});
@@ -205,7 +224,7 @@ struct OneRank {
 OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config) {
   OneRank out;
   Gpt model(config, o.seed, parse_device(o.device));
-  Optimizer optimizer(o.optimizer, o.lr);
+  Optimizer optimizer(o);
   const DistributedSampler sampler(corpus.sequences, 1, 0, o.seed);
   std::vector<int> x, y;
   for (int s = 0; s < o.steps; ++s) {
@@ -444,8 +463,12 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::above(0.0));
   app.add_option("--first-bucket-mb", o.first_bucket_mb, "the first bucket's cap in MiB")
       ->capture_default_str()->check(cli::above(0.0));
-  app.add_option("--optimizer", o.optimizer, "adamw, or sgd (with momentum 0.9)")
-      ->capture_default_str()->check(cli::one_of("optimizer", {"adamw", "sgd"}));
+  app.add_option("--optimizer", o.optimizer, "adamw, sgd (momentum 0.9), lars or lamb (layer-wise trust ratios)")
+      ->capture_default_str()->check(cli::one_of("optimizer", {"adamw", "sgd", "lars", "lamb"}));
+  app.add_option("--warmup", o.warmup, "steps of linear learning-rate warmup (Goyal et al. 2017)")
+      ->capture_default_str()->check(cli::at_least(0));
+  app.add_option("--clip", o.clip, "clip the gradients' global norm to this (0: never)")
+      ->capture_default_str()->check(cli::at_least(0.0));
   app.add_option("--device", o.device, "where each rank's model trains: cpu, or cuda (a GPU; with --backend nccl "
                                        "the allreduces run there too)")
       ->capture_default_str()->check(cli::parsed_by(parse_device));
@@ -488,11 +511,14 @@ int main(int argc, char** argv) {
 
     const OneRank one_rank = train_one_rank(o, corpus, config);
     // The gradients must agree to rounding (each rank sums its shard, then the
-    // ranks sum theirs: another order of the same sum). SGD keeps the weights as
-    // close; AdamW divides each step by sqrt(v), so a gradient element that
-    // nearly cancels, whose rounding noise is a fair part of it, still moves its
-    // weight a full step, and the weights drift apart a little faster.
-    const double weight_limit = o.optimizer == "sgd" ? 1e-6 : 1e-5;
+    // ranks sum theirs: another order of the same sum). SGD and LARS keep the
+    // weights as close; AdamW and LAMB divide each step by sqrt(v), so a
+    // gradient element that nearly cancels, whose rounding noise is a fair part
+    // of it, still moves its weight a full step, and the weights drift apart
+    // faster, the more so the less stable the run (about 3e-6 after 10 steps at
+    // the default rate, 2e-5 after 6 diverging ones at lr 0.01).
+    const bool adam_like = o.optimizer == "adamw" || o.optimizer == "lamb";
+    const double weight_limit = adam_like ? 1e-4 : 1e-6;
     fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",
                runs.front().ranks, o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps,
                o.optimizer,

@@ -118,6 +118,51 @@ TEST(Optimizers, OneStepByHand) {
   EXPECT_THROW(adamw.update(wrong, std::vector<float>(3)), std::invalid_argument);
 }
 
+TEST(Optimizers, LarsGivesEachLayerItsTrustRatioByHand) {
+  // Layer 0: w = (3, 4), ||w|| = 5; g = (0, 1), ||g|| = 1: local lr = 0.001 x 5 / 1.
+  // Layer 1: w = (0), a layer of zeros: local lr 1.
+  std::vector<float> w = {3.0f, 4.0f, 0.0f}, g = {0.0f, 1.0f, 2.0f};
+  const std::vector<ParameterRange> layers = {{0, 2}, {2, 1}};
+  Lars lars{.lr = 0.1f, .momentum = 0.9f};
+  lars.update(w, g, layers);
+  EXPECT_FLOAT_EQ(w[1], 4.0f - 0.1f * 0.005f * 1.0f);
+  EXPECT_FLOAT_EQ(w[2], 0.0f - 0.1f * 1.0f * 2.0f);
+  lars.update(w, g, layers);  // v = 0.9 v + local_lr g, with layer 0's ratio from its new norm
+  const float local = 0.001f * std::sqrt(9.0f + w[1] * w[1]) / 1.0f;
+  EXPECT_NEAR(w[1], 4.0f - 0.1f * 0.005f - 0.1f * (0.9f * 0.005f + local), 1e-7);
+}
+
+TEST(Optimizers, LambScalesAdamsStepToTheLayersNormByHand) {
+  // Step 1: Adam's direction is g / |g| elementwise = (1, -1), ||r|| = sqrt 2;
+  // ||w|| = 5, so the step is lr x 5 / sqrt 2 x (1, -1) (eps aside).
+  std::vector<float> w = {3.0f, 4.0f};
+  Lamb lamb{.lr = 0.01f, .eps = 0.0f};
+  const std::vector<ParameterRange> whole = {{0, 2}};
+  lamb.update(w, std::vector<float>{0.5f, -2.0f}, whole);
+  EXPECT_NEAR(w[0], 3.0f - 0.01f * 5.0f / std::sqrt(2.0f), 1e-6);
+  EXPECT_NEAR(w[1], 4.0f + 0.01f * 5.0f / std::sqrt(2.0f), 1e-6);
+  EXPECT_THROW(lamb.update(w, std::vector<float>{1.0f, 1.0f}, std::vector<ParameterRange>{{1, 2}}),
+               std::invalid_argument);
+}
+
+TEST(Optimizers, WarmupScalingAndClippingByHand) {
+  EXPECT_FLOAT_EQ(linear_scaled_lr(0.1f, 256, 8192), 3.2f);  // Goyal et al.: batch x 32, rate x 32
+  EXPECT_FLOAT_EQ(warmup_lr(3.2f, 1, 5), 0.64f);
+  EXPECT_FLOAT_EQ(warmup_lr(3.2f, 5, 5), 3.2f);
+  EXPECT_FLOAT_EQ(warmup_lr(3.2f, 50, 5), 3.2f);
+  std::vector<float> g = {3.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(clip_by_global_norm(g, 10.0), 5.0);  // under the limit: untouched
+  EXPECT_EQ(g, (std::vector<float>{3.0f, 4.0f}));
+  EXPECT_DOUBLE_EQ(clip_by_global_norm(g, 1.0), 5.0);
+  EXPECT_FLOAT_EQ(g[0], 0.6f);
+  EXPECT_FLOAT_EQ(g[1], 0.8f);
+  // Sharded: this rank's (3, 4) is half of a gradient whose other half has the
+  // same norm, so the global norm is sqrt(25 + 25), and every shard scales by it.
+  std::vector<float> shard = {3.0f, 4.0f};
+  EXPECT_DOUBLE_EQ(clip_by_global_norm(shard, 1.0, [](double mine) { return 2 * mine; }), std::sqrt(50.0));
+  EXPECT_FLOAT_EQ(shard[0], float(3.0 / std::sqrt(50.0)));
+}
+
 TEST(Gpt, TwoPipelineStagesComputeWhatOneModelDoes) {
   // Stage 0 runs the embeddings and layer 0, stage 1 layers 1..2 and the head;
   // the residual stream goes forward, its gradient comes back. The embeddings

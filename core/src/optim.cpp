@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace labkit {
 
@@ -54,6 +56,73 @@ void SgdMomentum::update(std::span<float> params, std::span<const float> grads) 
     velocity[i] = momentum * velocity[i] + grads[i];
     params[i] -= lr * velocity[i];
   }
+}
+
+namespace {
+double norm(std::span<const float> x) {
+  double sum = 0;
+  for (float f : x) sum += double(f) * f;
+  return std::sqrt(sum);
+}
+
+void check_layers(std::size_t params, std::size_t grads, std::span<const ParameterRange> layers) {
+  check_sizes(params, grads);
+  for (const ParameterRange& r : layers)
+    if (r.offset + r.count > params)
+      throw std::invalid_argument("optimizer: a layer [" + std::to_string(r.offset) + ", " +
+                                  std::to_string(r.offset + r.count) + ") passes the " + std::to_string(params) +
+                                  " parameters");
+}
+
+}  // namespace
+
+void Lars::update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers) {
+  check_layers(params.size(), grads.size(), layers);
+  if (velocity.empty()) velocity.assign(params.size(), 0.0f);
+  for (const ParameterRange& r : layers) {
+    const std::span<float> w = params.subspan(r.offset, r.count);
+    std::vector<float> g(grads.begin() + std::ptrdiff_t(r.offset), grads.begin() + std::ptrdiff_t(r.offset + r.count));
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] += weight_decay * w[i];
+    const double w_norm = norm(w), g_norm = norm(g);
+    const float local_lr = w_norm > 0 && g_norm > 0 ? float(trust * w_norm / g_norm) : 1.0f;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      float& v = velocity[r.offset + i];
+      v = momentum * v + local_lr * g[i];
+      w[i] -= lr * v;
+    }
+  }
+}
+
+void Lamb::update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers) {
+  check_layers(params.size(), grads.size(), layers);
+  if (m.empty()) m.assign(params.size(), 0.0f), v.assign(params.size(), 0.0f);
+  ++step;
+  const double correction1 = 1 - std::pow(double(beta1), step), correction2 = 1 - std::pow(double(beta2), step);
+  for (const ParameterRange& r : layers) {
+    const std::span<float> w = params.subspan(r.offset, r.count);
+    std::vector<float> direction(r.count);
+    for (std::size_t i = 0; i < r.count; ++i) {
+      const std::size_t k = r.offset + i;
+      m[k] = beta1 * m[k] + (1 - beta1) * grads[k];
+      v[k] = beta2 * v[k] + (1 - beta2) * grads[k] * grads[k];
+      direction[i] = float((m[k] / correction1) / (std::sqrt(v[k] / correction2) + eps)) + weight_decay * w[i];
+    }
+    const double w_norm = norm(w), r_norm = norm(direction);
+    const float trust_ratio = w_norm > 0 && r_norm > 0 ? float(w_norm / r_norm) : 1.0f;
+    for (std::size_t i = 0; i < r.count; ++i) w[i] -= lr * trust_ratio * direction[i];
+  }
+}
+
+double clip_by_global_norm(std::span<float> grads, double max_norm, const std::function<double(double)>& sum_over_ranks) {
+  double squared = 0;
+  for (float g : grads) squared += double(g) * g;
+  if (sum_over_ranks) squared = sum_over_ranks(squared);
+  const double total = std::sqrt(squared);
+  if (total > max_norm) {
+    const float scale = float(max_norm / total);
+    for (float& g : grads) g *= scale;
+  }
+  return total;
 }
 
 }  // namespace labkit

@@ -28,11 +28,6 @@ struct GptConfig {
 };
 GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
 
-// A run of the flat parameter (and gradient) buffer: one layer, or the embeddings.
-struct ParameterRange {
-  std::size_t offset, count;
-};
-
 class Gpt {
  public:
   // GPT-2's initialisation, seeded and drawn on the host, so a model on the GPU

@@ -3,11 +3,18 @@
 // on the parameters' device, and the update runs there.
 #pragma once
 
+#include <functional>
 #include <span>
+#include <vector>
 
 #include "labkit/tensor.h"
 
 namespace labkit {
+
+// A run of the flat parameter (and gradient) buffer: one layer, or the embeddings.
+struct ParameterRange {
+  std::size_t offset, count;
+};
 
 // AdamW (Loshchilov & Hutter 2019): fp32 moments m and v, bias-corrected,
 // weight decay applied to the weights directly rather than through the gradient.
@@ -35,5 +42,44 @@ struct SgdMomentum {
   std::vector<float> velocity = {};
   void update(std::span<float> params, std::span<const float> grads);
 };
+
+// ---- the large-batch recipe (the reading: Goyal et al. 2017; You et al. 2017, 2019)
+
+// Linear scaling: a batch k times larger takes a learning rate k times larger.
+inline float linear_scaled_lr(float base_lr, int base_batch, int batch) { return base_lr * batch / base_batch; }
+// Gradual warmup: the learning rate climbs linearly to `target` over the first
+// `warmup_steps` steps (step counts from 1), then stays there.
+inline float warmup_lr(float target, int step, int warmup_steps) {
+  return step < warmup_steps ? target * float(step) / float(warmup_steps) : target;
+}
+
+// LARS, as the reading writes it: each layer gets its own rate, trust x ||w|| /
+// ||g + wd w|| (1 where either norm is 0), so no layer's step is large beside
+// its weights: v = momentum v + local_lr (g + wd w); w -= lr v. Host memory;
+// `layers` are the runs of the buffer that each get a ratio of their own.
+struct Lars {
+  float lr = 0.1f, momentum = 0.9f, weight_decay = 0.0f, trust = 0.001f;
+  std::vector<float> velocity = {};
+  void update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers);
+};
+
+// LAMB: Adam's bias-corrected direction r = m^ / (sqrt(v^) + eps) + wd w per
+// layer, scaled by the trust ratio ||w|| / ||r|| (1 where either is 0):
+// w -= lr x ratio x r. Host memory.
+struct Lamb {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.0f;
+  std::vector<float> m = {}, v = {};
+  int step = 0;
+  void update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers);
+};
+
+// Clipping by global norm: scales the gradients by max_norm / ||g|| when ||g||
+// exceeds max_norm, and returns ||g|| as it was. ||g|| is over every gradient of
+// the model: where each rank holds a shard of them (ZeRO, FSDP), its squared
+// norm is one term of a sum over the ranks, so `sum_over_ranks` adds the
+// ranks' terms (an allreduce); with whole gradients on every rank (DDP) it is
+// left empty and the norm is local.
+double clip_by_global_norm(std::span<float> grads, double max_norm,
+                           const std::function<double(double)>& sum_over_ranks = {});
 
 }  // namespace labkit
