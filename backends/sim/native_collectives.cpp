@@ -18,6 +18,13 @@ void compute_native(std::span<const CollectiveCall> calls) {
       reduce_local(first.reduce_op, first.recv.dtype, part(i).data, acc.view().data, acc.view().count);
     return acc;
   };
+  // A rank's send may be its recv (all_to_all in place): copy every send aside
+  // before writing any recv.
+  auto stage_sends = [&] {
+    std::vector<Scratch> staged;
+    for (const CollectiveCall& c : calls) copy_local(staged.emplace_back(c.send, c.send.count).view(), c.send);
+    return staged;
+  };
   switch (first.op) {
     case Collective::broadcast:
       for (int i = 0; i < p; ++i)
@@ -56,23 +63,16 @@ void compute_native(std::span<const CollectiveCall> calls) {
       break;
     }
     case Collective::all_to_all: {
-      // A rank's send may be its recv: stage every send before writing any recv.
       const std::size_t n = first.send.count / p;
-      std::vector<Scratch> staged;
-      for (int j = 0; j < p; ++j) {
-        copy_local(staged.emplace_back(calls[j].send, calls[j].send.count).view(), calls[j].send);
-      }
+      const std::vector<Scratch> staged = stage_sends();
       for (int i = 0; i < p; ++i)
         for (int j = 0; j < p; ++j) copy_local(calls[i].recv.slice(j * n, n), staged[j].view().slice(i * n, n));
       break;
     }
     case Collective::all_to_allv: {
       // Rank j's blocks leave in rank order and land, on each rank i, after the
-      // blocks of the ranks before j; staged as above.
-      std::vector<Scratch> staged;
-      for (int j = 0; j < p; ++j) {
-        copy_local(staged.emplace_back(calls[j].send, calls[j].send.count).view(), calls[j].send);
-      }
+      // blocks of the ranks before j.
+      const std::vector<Scratch> staged = stage_sends();
       std::vector<std::size_t> recv_at(p, 0);
       for (int j = 0; j < p; ++j) {
         std::size_t send_at = 0;

@@ -1,0 +1,76 @@
+// Lab 5: data parallelism (DDP). One file per view of it:
+//   main.cpp     the tiny GPT trained data-parallel in each mode, times per step, equal to one rank
+//   train.cpp    the training loop: the corpus, each rank's shard, the optimizer
+//   what_if.cpp  --what-if, --sweep, --volume: payload-free steps of real models' shapes
+//   bench.cpp    --bench: what the simulation costs in wall time
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "labkit/gpt.h"
+#include "labkit/parallel/data_parallel.h"
+#include "labkit/run.h"
+
+namespace ddp_lab {
+
+using namespace labkit;
+
+struct Options {
+  std::vector<std::string> modes = {"naive", "bucketed", "overlap"};
+  int steps = 20, batch = 16, accum = 1;
+  double bucket_mb = 25, first_bucket_mb = 1;
+  std::uint64_t seed = 1337;
+  std::string optimizer = "adamw";
+  int warmup = 0;   // steps of linear learning-rate warmup
+  double clip = 0;  // clip the gradients' global norm to this (0: never)
+  std::string device = "cpu";
+  float lr = 3e-3f;
+  std::string json;
+  std::string what_if;       // a model preset: its payload-free step instead of the tiny GPT
+  double step_seconds = 2;   // --what-if: compute per step
+  bool volume = false;
+  bool bench = false;
+  int sweep_from = 0, sweep_to = 0;  // --sweep ranks=A..B
+  std::string plot;
+};
+
+BucketCaps caps_of(const Options& o);
+
+// The kit's character corpus as sequences of T + 1 tokens (inputs and their
+// next-token targets), cut without overlap from its first 90%.
+struct Corpus {
+  Tokens tokens;
+  std::size_t sequences = 0;
+};
+
+Corpus make_corpus(std::uint64_t seed, int T);
+
+struct ModeRun {
+  DdpMode mode = DdpMode::naive;
+  int ranks = 0, buckets = 0;
+  StepTimes per_step;
+  std::vector<float> losses;       // the global batch's mean loss, per step
+  std::vector<float> first_grads;  // rank 0's averaged gradients of the first step
+  std::vector<float> weights;      // rank 0's, at the end (on the process that ran rank 0)
+  bool ranks_agree = false;        // every rank's weights bit for bit rank 0's
+  std::uint64_t fingerprint = 0;   // of rank 0's weights: a repeated run must give the same
+};
+
+// Trains `o.steps` steps data-parallel in `mode` and measures them.
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config);
+
+// One rank, no communication, on the whole global batch of every step: what
+// every data-parallel run must equal. Its first step's gradients and its last weights.
+struct OneRank {
+  std::vector<float> first_grads, weights;
+};
+OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config);
+
+int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes);
+int sweep(const Options& o, RunOptions run_options);
+int volume(const Options& o, int ranks);
+int bench(const Options& o, const RunOptions& run_options, const Corpus& corpus, const GptConfig& config);
+
+}  // namespace ddp_lab

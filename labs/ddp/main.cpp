@@ -1,0 +1,182 @@
+// Lab 5: data parallelism. Every rank holds the whole tiny GPT, reads its own
+// shard of each global batch, and the ranks average their gradients before the
+// optimizer, in one of three ways (parallel/data_parallel.h):
+//
+//   ./labkit lab ddp --ranks 8 --steps 20
+//
+//   ddp: tiny-gpt, 8 ranks, global batch 16, 20 steps, adamw, dgx-h100; times per step, from rank 0's trace
+//   mode      buckets     T_fwd     T_bwd    T_comm     T_opt   exposed    T_step     model    loss    grads vs 1 ...
+//   naive           1   27.0 ns   54.0 ns   11.6 us   2.53 ns   11.6 us   11.6 us   11.6 us  ...
+//
+// naive allreduces every gradient after backward; bucketed packs them into
+// PyTorch's buckets (1 MiB first, then --bucket-mb) and allreduces each after
+// backward; overlap starts each bucket's allreduce the moment its last gradient
+// is ready, while backward goes on. The times are measured from the executed
+// run's trace (rank 0's track), per step, and `model` is the overlap model
+// T_fwd + max(T_bwd, T_comm) + T_opt. Every mode ends with the same weights on
+// every rank, and the same as one rank training on the whole global batch,
+// which the lab checks after the run.
+//
+// The studies, payload-free at the scale of real runs:
+//   --what-if llama2-7b   one step of a real model's shapes per mode, beside the reading's estimate
+//   --sweep ranks=1..64   weak scaling on every topology preset (--plot draws it)
+//   --volume              the reading's DDP communication-volume table, computed
+//   --bench               what the simulation costs in wall time (./labkit bench ddp)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddp.h"
+#include "labkit/cli.h"
+#include "labkit/device.h"
+#include "labkit/error.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/units.h"
+
+using namespace ddp_lab;
+
+namespace {
+
+// "ranks=A..B": the rank counts A, 2A, 4A, ... up to B.
+std::pair<int, int> parse_rank_sweep(const std::string& text) {
+  int from = 0, to = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "ranks=%d..%d%c", &from, &to, &tail) != 2 || from < 1 || to < from || to > 65536)
+    throw std::invalid_argument("'" + text + "' is not ranks=A..B with 1 <= A <= B <= 65536");
+  return {from, to};
+}
+
+// ||a - b|| / ||b||, the Euclidean norms: the difference relative to the whole
+// vector, as numpy.linalg.norm compares them.
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return std::sqrt(diff / norm);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab 5: data parallelism (DDP): naive, bucketed and overlapped gradient averaging"};
+  cli::one_line_errors(app);
+  Options o;
+  RunOptions run_options;
+  run_options.ranks = 8;
+  app.add_option("--mode", o.modes, "naive, bucketed or overlap (several: a row each)")
+      ->capture_default_str()->check(cli::one_of("mode", {"naive", "bucketed", "overlap"}));
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--batch", o.batch, "global batch: sequences per step over all ranks")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--accum", o.accum, "micro-steps per step: gradients accumulate, and only the last micro-step "
+                                     "communicates (no_sync); one rank checks against a batch accum times larger")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--bucket-mb", o.bucket_mb, "bucket cap in MiB after the first (DDP's bucket_cap_mb)")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--first-bucket-mb", o.first_bucket_mb, "the first bucket's cap in MiB")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--optimizer", o.optimizer, "adamw, sgd (momentum 0.9), lars or lamb (layer-wise trust ratios)")
+      ->capture_default_str()->check(cli::one_of("optimizer", {"adamw", "sgd", "lars", "lamb"}));
+  app.add_option("--warmup", o.warmup, "steps of linear learning-rate warmup (Goyal et al. 2017)")
+      ->capture_default_str()->check(cli::at_least(0));
+  app.add_option("--clip", o.clip, "clip the gradients' global norm to this (0: never)")
+      ->capture_default_str()->check(cli::at_least(0.0));
+  app.add_option("--device", o.device, "where each rank's model trains: cpu, or cuda (a GPU; with --backend nccl "
+                                       "the allreduces run there too)")
+      ->capture_default_str()->check(cli::parsed_by(parse_device));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", o.seed, "initialisation, corpus and shuffling")
+      ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes "
+                                         "per mode, against the reading's estimate")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& t) { std::tie(o.sweep_from, o.sweep_to) = parse_rank_sweep(t); },
+         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset")
+      ->check(cli::parsed_by([](const std::string& t) { parse_rank_sweep(t); }));
+  app.add_option("--plot", o.plot, "--sweep: draw scaling efficiency against ranks to this SVG or PNG (gnuplot)");
+  app.add_flag("--bench", o.bench, "time the simulation: --ranks ranks against one rank on the same batches, "
+                                   "and a payload-free 7B step on 1024 ranks");
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (o.volume) return volume(o, run_options.ranks);
+    std::vector<DdpMode> modes;
+    for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
+    if (!o.plot.empty() && !o.sweep_to) throw Error("--plot " + o.plot + ": only --sweep draws a plot");
+    if (o.sweep_to) return sweep(o, run_options);
+    if (!o.what_if.empty()) return what_if(o, run_options, modes);
+    if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
+      throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
+                              o.batch, run_options.ranks));
+    const Corpus corpus = make_corpus(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
+    const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
+    if (o.bench) return bench(o, run_options, corpus, config);
+    std::vector<ModeRun> runs;
+    for (DdpMode mode : modes) runs.push_back(train(o, run_options, mode, corpus, config));
+    if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
+
+    const OneRank one_rank = train_one_rank(o, corpus, config);
+    // The gradients must agree to rounding (each rank sums its shard, then the
+    // ranks sum theirs: another order of the same sum). SGD and LARS keep the
+    // weights as close; AdamW and LAMB divide each step by sqrt(v), so a
+    // gradient element that nearly cancels, whose rounding noise is a fair part
+    // of it, still moves its weight a full step, and the weights drift apart
+    // faster, the more so the less stable the run (about 3e-6 after 10 steps at
+    // the default rate, 2e-5 after 6 diverging ones at lr 0.01).
+    const bool adam_like = o.optimizer == "adamw" || o.optimizer == "lamb";
+    const double weight_limit = adam_like ? 1e-4 : 1e-6;
+    fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",
+               runs.front().ranks, o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps,
+               o.optimizer,
+               run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
+    fmt::print("{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7}  {:>12} {:>12}  {}\n", "mode", "buckets",
+               "T_fwd", "T_bwd", "T_comm", "T_opt", "exposed", "T_step", "model", "loss", "grads vs 1", "weights vs 1",
+               "ranks agree");
+    nlohmann::json rows = nlohmann::json::array();
+    bool all_equal = true;
+    for (const ModeRun& r : runs) {
+      const StepTimes& t = r.per_step;
+      const double model = t.forward + std::max(t.backward, t.comm) + t.optimizer;
+      const double grads = relative_difference(r.first_grads, one_rank.first_grads);
+      const double weights = relative_difference(r.weights, one_rank.weights);
+      all_equal = all_equal && grads <= 1e-6 && weights <= weight_limit && r.ranks_agree;
+      fmt::print("{:<9} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7.4f}  {:>12.1e} {:>12.1e}  {}\n",
+                 name_of(r.mode), r.buckets, format_seconds(t.forward), format_seconds(t.backward),
+                 format_seconds(t.comm), format_seconds(t.optimizer), format_seconds(t.exposed()),
+                 format_seconds(t.step), format_seconds(model), r.losses.back(), grads, weights,
+                 r.ranks_agree ? "yes" : "NO");
+      rows.push_back({{"mode", name_of(r.mode)}, {"ranks", r.ranks}, {"buckets", r.buckets}, {"t_fwd", t.forward},
+                      {"t_bwd", t.backward}, {"t_comm", t.comm}, {"t_opt", t.optimizer}, {"exposed", t.exposed()},
+                      {"t_step", t.step}, {"overlap_model", model}, {"loss", r.losses},
+                      {"gradients_vs_one_rank", grads}, {"weights_vs_one_rank", weights},
+                      {"ranks_agree", r.ranks_agree}, {"weights_fingerprint", fmt::format("{:016x}", r.fingerprint)}});
+    }
+    fmt::print("(vs 1: ||x - x1|| / ||x1|| against one rank on the global batch; the first step's averaged "
+               "gradients, the last weights)\n");
+    if (all_equal)
+      fmt::print("equal to one rank: gradients within 1e-6, weights within {:g} ({}), every rank bit for bit the same\n",
+                 weight_limit, o.optimizer);
+    else
+      fmt::print("MISMATCH: gradients past 1e-6, weights past {:g}, or ranks that differ\n", weight_limit);
+    if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+    return all_equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,158 @@
+#include <cstring>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddp.h"
+#include "labkit/error.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/sampler.h"
+
+namespace ddp_lab {
+
+BucketCaps caps_of(const Options& o) {
+  return {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)), .bytes = std::size_t(o.bucket_mb * (1 << 20))};
+}
+
+Corpus make_corpus(std::uint64_t seed, int T) {
+  Corpus c{character_tokens(synthetic_corpus(200000, seed))};
+  c.sequences = (c.tokens.ids.size() * 9 / 10 - 1) / T;
+  return c;
+}
+
+namespace {
+
+void fill_batch(const Corpus& c, const std::vector<std::size_t>& sequences, int T, std::vector<int>& x,
+                std::vector<int>& y) {
+  x.resize(sequences.size() * T), y.resize(sequences.size() * T);
+  for (std::size_t b = 0; b < sequences.size(); ++b)
+    for (int t = 0; t < T; ++t) {
+      x[b * T + t] = c.tokens.ids[sequences[b] * T + t];
+      y[b * T + t] = c.tokens.ids[sequences[b] * T + t + 1];
+    }
+}
+
+// The optimizer every rank applies to the same averaged gradients, with the
+// reading's large-batch recipe around it: a linear warmup of the learning rate
+// and clipping by the global norm. LARS and LAMB take the model's layers
+// (Gpt::backward_order's pieces) as theirs.
+struct Optimizer {
+  std::string name;
+  float lr;
+  int warmup;
+  double clip;
+  AdamW adamw;
+  SgdMomentum sgd;
+  Lars lars;
+  Lamb lamb;
+  int steps = 0;
+  explicit Optimizer(const Options& o)
+      : name(o.optimizer), lr(o.lr), warmup(o.warmup), clip(o.clip), adamw{.lr = o.lr}, sgd{.lr = o.lr},
+        lars{.lr = o.lr}, lamb{.lr = o.lr} {}
+
+  void update(Gpt& model) {
+    adamw.lr = sgd.lr = lars.lr = lamb.lr = warmup_lr(lr, ++steps, warmup);
+    if (name == "adamw" && clip == 0) return adamw.update(model.parameters(), model.gradients());
+    // The rest works in host memory: a model on a GPU goes there and back.
+    std::vector<float> params = model.parameters().to_host(), grads = model.gradients().to_host();
+    if (clip > 0) clip_by_global_norm(grads, clip);  // DDP: every rank holds the whole gradient
+    const std::vector<ParameterRange> layers = model.backward_order();
+    if (name == "adamw") adamw.update(params, grads);
+    if (name == "sgd") sgd.update(params, grads);
+    if (name == "lars") lars.update(params, grads, layers);
+    if (name == "lamb") lamb.update(params, grads, layers);
+    model.device().copy_from_host(model.parameters().data(), params.data(), params.size() * sizeof(float));
+  }
+};
+
+std::uint64_t fingerprint(const std::vector<float>& w) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits
+  for (float f : w) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    h = (h ^ bits) * 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+// Trains `o.steps` steps data-parallel in `mode` and measures them.
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config) {
+  ModeRun out;
+  out.mode = mode;
+  run_options.keep_trace = true;
+  double first = 0, last = 0;
+  const RunResult result = run(run_options, [&](Comm& comm) {
+    if (o.batch % comm.size() != 0)
+      fail(comm.who(), "ddp",
+           "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences", o.batch, comm.size());
+    const int T = config.max_seq, b = o.batch / comm.size();
+    Gpt model(config, o.seed, parse_device(o.device));  // the same seed: the same weights on every rank
+    Optimizer optimizer(o);
+    DataParallel ddp(comm, model, mode, caps_of(o));
+    const DistributedSampler sampler(corpus.sequences, comm.size(), comm.rank(), o.seed);
+    std::vector<int> x, y;
+    std::vector<float> losses;
+    const double start = comm.now();
+    for (int s = 0; s < o.steps; ++s) {
+      float loss = 0;
+      for (int m = 0; m < o.accum; ++m) {
+        fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), T, x, y);
+        loss += ddp.forward_backward(x, y, b, T, m, o.accum) / o.accum;
+      }
+      losses.push_back(loss);
+      if (s == 0 && comm.rank() == 0) out.first_grads = model.gradients().to_host();
+      const double started = comm.now();
+      optimizer.update(model);
+      // It reads and writes each parameter's weight, gradient and state: about a dozen FLOPs apiece.
+      comm.computed("optimizer", started, 12.0 * double(model.parameter_count()));
+    }
+    const double end = comm.now();
+    // Instruments (untraced, free of virtual time): every rank's losses and fingerprint on rank 0.
+    const auto all_losses = comm.inspect(view_of(losses));
+    const std::vector<float> weights = model.parameters().to_host();
+    const std::uint64_t print = fingerprint(weights);
+    std::vector<std::int64_t> halves = {std::int64_t(print >> 32), std::int64_t(print & 0xffffffff)};  // exact as doubles
+    const auto prints = comm.inspect(view_of(halves));
+    if (comm.rank() != 0) return;
+    first = start, last = end;
+    out.ranks = comm.size();
+    out.buckets = std::max<int>(1, int(ddp.buckets().size()));
+    out.weights = weights;
+    out.fingerprint = print;
+    out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](const auto& p) { return p == prints[0]; });
+    for (int s = 0; s < o.steps; ++s) {
+      double sum = 0;
+      for (const auto& rank_losses : all_losses) sum += rank_losses[s];
+      out.losses.push_back(float(sum / all_losses.size()));
+    }
+  });
+  if (result.trace && !out.weights.empty()) {
+    out.per_step = step_times(result.trace->tracks()[0], first, last);
+    for (double* t : {&out.per_step.forward, &out.per_step.backward, &out.per_step.optimizer, &out.per_step.comm,
+                      &out.per_step.step})
+      *t /= o.steps;
+  }
+  return out;
+}
+
+OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config) {
+  OneRank out;
+  Gpt model(config, o.seed, parse_device(o.device));
+  Optimizer optimizer(o);
+  const DistributedSampler sampler(corpus.sequences, 1, 0, o.seed);
+  std::vector<int> x, y;
+  for (int s = 0; s < o.steps; ++s) {
+    fill_batch(corpus, batch_of(sampler, s, o.batch * o.accum), config.max_seq, x, y);
+    model.forward(x, y, o.batch * o.accum, config.max_seq);
+    model.zero_grad();
+    model.backward();
+    if (s == 0) out.first_grads = model.gradients().to_host();
+    optimizer.update(model);
+  }
+  out.weights = model.parameters().to_host();
+  return out;
+}
+
+}  // namespace ddp_lab

@@ -1,0 +1,164 @@
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddp.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/topology.h"
+#include "labkit/units.h"
+
+namespace ddp_lab {
+
+namespace {
+// One payload-free step of `model` in `mode`, measured from rank 0's trace, and
+// how many allreduces it took (its buckets).
+struct ShapedRun {
+  StepTimes times;
+  int buckets = 0;
+};
+ShapedRun run_shaped(RunOptions run_options, const ShapedModel& model, DdpMode mode, const BucketCaps& caps) {
+  run_options.payload_free = true;
+  run_options.keep_trace = true;
+  double from = 0, to = 0;
+  const RunResult r = run(run_options, [&](Comm& comm) {
+    const double start = comm.now();
+    shaped_step(comm, model, mode, caps);
+    if (comm.rank() == 0) from = start, to = comm.now();
+  });
+  const TraceTrack& rank0 = r.trace->tracks()[0];
+  const auto all_reduces = std::count_if(rank0.events.begin(), rank0.events.end(),
+                                         [](const TraceEvent& e) { return e.kind == TraceEvent::Kind::collective; });
+  return {step_times(rank0, from, to), int(all_reduces)};
+}
+
+// Scaling efficiency: compute over compute plus what communication adds to it.
+double efficiency(const StepTimes& t) { return t.compute() / (t.compute() + t.exposed()); }
+
+}  // namespace
+
+// --what-if MODEL: one data-parallel step of a real model's shapes, payload-free
+// (sizes only), per mode, beside the reading's estimate T_comm = 2 (P-1)/P x G / B
+// for G bytes of gradients over links of B bytes/s, and its efficiency
+// T_compute / (T_compute + T_comm), which assumes nothing overlaps.
+int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const ShapedModel model = shaped_model(arch, o.step_seconds);
+  const Topology topology = find_topology(run_options.topology);
+  const int p = run_options.ranks;
+  const double grads = double(model.parameters()) * size_of(model.grad_dtype);
+  const Link& link = p > topology.devices_per_node ? topology.inter : topology.intra;
+  const double formula = 2.0 * (p - 1) / p * grads / link.bandwidth;
+  fmt::print("ddp --what-if {}: {:.2f}B parameters, {} of bf16 gradients, {} ranks on {} ({:.0f} GB/s links), "
+             "{} of compute per step\n", o.what_if, model.parameters() / 1e9, format_bytes(std::uint64_t(grads)), p,
+             topology.name, link.bandwidth / 1e9, format_seconds(o.step_seconds));
+  fmt::print("the reading's estimate: T_comm = 2 (P-1)/P x G / B = {}, efficiency {:.1f}% (no overlap)\n",
+             format_seconds(formula), 100 * o.step_seconds / (o.step_seconds + formula));
+  fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>11}\n", "mode", "buckets", "T_compute", "T_comm", "exposed",
+             "T_step", "efficiency");
+  nlohmann::json rows = nlohmann::json::array();
+  for (DdpMode mode : modes) {
+    const auto [t, buckets] = run_shaped(run_options, model, mode, caps_of(o));
+    fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10.1f}%\n", name_of(mode), buckets,
+               format_seconds(t.compute()), format_seconds(t.comm), format_seconds(t.exposed()),
+               format_seconds(t.step), 100 * efficiency(t));
+    rows.push_back({{"mode", name_of(mode)}, {"buckets", buckets}, {"t_compute", t.compute()}, {"t_comm", t.comm},
+                    {"exposed", t.exposed()}, {"t_step", t.step}, {"efficiency", efficiency(t)},
+                    {"formula_t_comm", formula}});
+  }
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+// --sweep ranks=A..B: weak scaling of one --what-if step (each rank keeps its
+// compute: its share of the batch is fixed) on every topology preset, naive and
+// overlapped: scaling efficiency T_compute / (T_compute + T_exposed), and the
+// communication-to-computation ratio T_comm / T_compute.
+int sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
+  std::vector<int> counts;
+  for (int p = o.sweep_from; p <= o.sweep_to; p *= 2) counts.push_back(p);
+  const std::vector<std::string_view> topologies = topology_presets();
+  fmt::print("ddp --sweep: {} ({:.2f}B parameters, bf16 gradients), {} of compute per rank and step, ranks {}..{} "
+             "on {} topologies ...\n", name, model.parameters() / 1e9, format_seconds(o.step_seconds), o.sweep_from,
+             o.sweep_to, topologies.size());
+  std::fflush(stdout);
+  fmt::print("{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "topology", "ranks", "T_comm", "comm/comp",
+             "naive", "overlap", "T_step", "exposed");
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::string_view topology : topologies) {
+    run_options.topology = std::string(topology);
+    for (int p : counts) {
+      run_options.ranks = p;
+      const StepTimes naive = run_shaped(run_options, model, DdpMode::naive, caps_of(o)).times;
+      const StepTimes overlap = run_shaped(run_options, model, DdpMode::overlap, caps_of(o)).times;
+      fmt::print("{:<10} {:>6} {:>10} {:>10.3f} {:>9.1f}% {:>9.1f}% {:>10} {:>10}\n", topology, p,
+                 format_seconds(naive.comm), naive.comm / naive.compute(), 100 * efficiency(naive),
+                 100 * efficiency(overlap), format_seconds(overlap.step), format_seconds(overlap.exposed()));
+      rows.push_back({{"topology", topology}, {"ranks", p}, {"t_comm", naive.comm},
+                      {"comm_to_compute", naive.comm / naive.compute()}, {"naive_efficiency", efficiency(naive)},
+                      {"overlap_efficiency", efficiency(overlap)}, {"overlap_t_step", overlap.step},
+                      {"overlap_exposed", overlap.exposed()}});
+    }
+  }
+  fmt::print("(naive, overlap: scaling efficiency T_compute / (T_compute + T_exposed); T_step and exposed: overlap)\n");
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  if (!o.plot.empty()) {
+    const std::string data = o.plot + ".dat";
+    {
+      std::ofstream out = create_file(data);
+      for (std::string_view topology : topologies) {
+        out << '"' << topology << "\"\n";
+        for (const nlohmann::json& r : rows)
+          if (r["topology"] == topology)
+            out << r["ranks"] << ' ' << 100 * r["overlap_efficiency"].get<double>() << ' '
+                << 100 * r["naive_efficiency"].get<double>() << '\n';
+        out << "\n\n";
+      }
+    }
+    run_gnuplot(fmt::format(
+        "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
+        "set output '{}'\nset termoption noenhanced\n"
+        "set title 'DDP weak scaling, {}: overlapped (solid) and naive (dashed)'\n"
+        "set logscale x 2\nset xlabel 'ranks'\nset ylabel 'scaling efficiency (%)'\nset yrange [0:105]\n"
+        "set key bottom left\nset grid\n"
+        "plot for [i=0:{}] '{}' index i using 1:2 with linespoints linecolor i+1 title columnheader(1), "
+        "for [i=0:{}] '{}' index i using 1:3 with lines dashtype 2 linecolor i+1 notitle\n",
+        gnuplot_terminal(o.plot), o.plot, name, topologies.size() - 1, data, topologies.size() - 1, data));
+    std::remove(data.c_str());
+  }
+  return 0;
+}
+
+// --volume: the reading's DDP communication table (guide 7.4), each row
+// computed: a ring allreduce sends 2 (P-1)/P x N x sizeof(dtype) bytes per rank
+// per step, which the reading rounds to 2N x sizeof.
+int volume(const Options& o, int ranks) {
+  struct Row {
+    const char* model;
+    double params;
+  };
+  const Row rows[] = {{"ResNet-50", 25e6}, {"BERT-Large", 340e6}, {"GPT-2 XL", 1.5e9}, {"Llama-7B", 7e9},
+                      {"Llama-70B", 70e9}};
+  const double link = 200e9;  // the reading's column: 200 GB/s
+  fmt::print("DDP communication per step and rank (the reading's 2N x sizeof; exactly 2 (P-1)/P N x sizeof: x{:.3f} "
+             "at P = {})\n", 2.0 * (ranks - 1) / ranks / 2, ranks);
+  fmt::print("{:<11} {:>7} {:>10} {:>10} {:>12} {:>15}\n", "model", "params", "fp32 GB", "fp16 GB", "@ 200 GB/s",
+             fmt::format("fp16 GB, P = {}", ranks));
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double fp32 = 2 * r.params * 4, half = 2 * r.params * 2, exact = 2.0 * (ranks - 1) / ranks * r.params * 2;
+    fmt::print("{:<11} {:>6.3g}B {:>10.3g} {:>10.3g} {:>12} {:>15.3g}\n", r.model, r.params / 1e9, fp32 / 1e9,
+               half / 1e9, format_seconds(half / link), exact / 1e9);
+    out.push_back({{"model", r.model}, {"params", r.params}, {"fp32_bytes", fp32}, {"half_bytes", half},
+                   {"seconds_at_200GBps", half / link}, {"exact_half_bytes", exact}, {"ranks", ranks}});
+  }
+  if (!o.json.empty()) create_file(o.json) << out.dump(2) << '\n';
+  return 0;
+}
+
+}  // namespace ddp_lab
