@@ -33,7 +33,7 @@ void GradientAveraging::ready(int piece) {
 
 void GradientAveraging::finish() {
   switch (mode_) {
-    case DdpMode::naive: comm_.all_reduce(grads_, ReduceOp::avg); break;
+    case DdpMode::naive: average_gradients(comm_, grads_); break;
     case DdpMode::bucketed:
       for (int p = 0; p < pieces_; ++p) reducer_->ready(p);  // every bucket starts now, after backward
       reducer_->wait_all();

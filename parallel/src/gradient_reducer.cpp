@@ -19,22 +19,22 @@ GradientReducer::GradientReducer(Comm& comm, View grads, std::vector<ParameterRa
            "buckets are views of the buffer, so each range must end where the one before it begins", p, r.offset,
            r.offset + r.count, p - 1, params_[p - 1].offset);
   }
-  // PyTorch's compute_bucket_assignment_by_size: take gradients in the order
-  // they become ready; a bucket closes once it holds at least its cap (so one
-  // large gradient makes a bucket of its own); the first cap is the small one.
-  std::size_t bucket_bytes = 0;
-  for (int p = 0; p < int(params_.size()); ++p) {
-    if (bucket_bytes == 0) buckets_.push_back({p, p, {}});
-    Bucket& b = buckets_.back();
-    b.last = p;
-    bucket_of_[p] = int(buckets_.size()) - 1;
-    bucket_bytes += params_[p].count * size_of(grads.dtype);
-    if (bucket_bytes >= (buckets_.size() == 1 ? caps.first_bytes : caps.bytes)) bucket_bytes = 0;
+  // The buckets (assign_buckets: PyTorch's rule), each a view of the buffer.
+  std::vector<std::size_t> grad_bytes;
+  for (const ParameterRange& r : params_) grad_bytes.push_back(r.count * size_of(grads.dtype));
+  const std::vector<int> firsts = assign_buckets(grad_bytes, caps);
+  for (std::size_t b = 0; b < firsts.size(); ++b) {
+    const int first = firsts[b], next = b + 1 < firsts.size() ? firsts[b + 1] : int(params_.size());
+    if (first != (b == 0 ? 0 : buckets_.back().last + 1) || next <= first || next > int(params_.size()))
+      fail(who, "gradient reducer", "assign_buckets gave bucket {} first gradient {}: the first bucket starts at "
+           "gradient 0, each later one right after the bucket before it, and each holds at least one of the {} "
+           "gradients", b, first, params_.size());
+    const std::size_t begin = params_[next - 1].offset, end = params_[first].offset + params_[first].count;
+    buckets_.push_back({first, next - 1, grads.slice(begin, end - begin)});
+    for (int p = first; p < next; ++p) bucket_of_[p] = int(b);
   }
-  for (Bucket& b : buckets_) {
-    const std::size_t begin = params_[b.last].offset, end = params_[b.first].offset + params_[b.first].count;
-    b.grads = grads.slice(begin, end - begin);
-  }
+  if (buckets_.empty() && !params_.empty())
+    fail(who, "gradient reducer", "assign_buckets put none of the {} gradients in a bucket", params_.size());
   start_step();
 }
 
@@ -52,24 +52,22 @@ void GradientReducer::ready(int param) {
     fail(fmt::format("rank {}", comm_.rank()), "gradient reducer ready",
          "param={} is already ready this step (wait_all ends a step)", param);
   is_ready_[param] = true;
-  if (--waiting_for_[bucket_of_[param]] == 0) start_ready_buckets();
-}
-
-// Buckets start in order, as DDP's Reducer launches them: every rank must issue
-// the same collectives in the same order, whatever order its gradients became
-// ready in, so a bucket ready before the one ahead of it waits for it.
-void GradientReducer::start_ready_buckets() {
-  while (in_flight_.size() < buckets_.size() && waiting_for_[in_flight_.size()] == 0)
-    in_flight_.push_back(comm_.i_all_reduce(buckets_[in_flight_.size()].grads, ReduceOp::avg));
+  if (--waiting_for_[bucket_of_[param]] == 0) launch_ready_buckets(comm_, buckets_, waiting_for_, in_flight_);
 }
 
 void GradientReducer::wait_all() {
+  const std::string who = fmt::format("rank {}", comm_.rank());
   for (std::size_t p = 0; p < params_.size(); ++p)
     if (!is_ready_[p])
-      fail(fmt::format("rank {}", comm_.rank()), "gradient reducer wait_all",
-           "parameter {} was never ready this step: its bucket's allreduce cannot start", p);
-  for (Request& r : in_flight_) r.wait();
-  in_flight_.clear();
+      fail(who, "gradient reducer wait_all", "parameter {} was never ready this step: its bucket's allreduce cannot "
+           "start", p);
+  if (in_flight_.size() != buckets_.size())
+    fail(who, "gradient reducer wait_all", "{} of {} buckets were started: launch_ready_buckets must start each "
+         "bucket once all of its gradients are ready", in_flight_.size(), buckets_.size());
+  wait_for_buckets(in_flight_);
+  if (!in_flight_.empty())
+    fail(who, "gradient reducer wait_all", "wait_for_buckets left {} requests in in_flight: the next step starts "
+         "with none", in_flight_.size());
   start_step();
 }
 

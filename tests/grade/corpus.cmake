@@ -35,3 +35,11 @@ labkit_grade_corpus(memory kv_cache_bytes endless_recursion SCORE 0.0
   SAYS "crashed \\(SIGSEGV\\) in kv_cache_bytes, LLaMA-2 70B")
 labkit_grade_corpus(memory activation_bytes_per_layer integer_division_by_zero SCORE 0.0
   SAYS "crashed \\(SIGFPE\\) in activation_bytes_per_layer, GPT-3 layer, s 2048, b 1")
+labkit_grade_corpus(ddp average_gradients sums_without_dividing SCORE 3.3
+  SAYS "fails at P = 2, 3, 4, 5, 8; passes at P = 1" "expected the mean 1500, got 3000 \\(the sum: divide by P\\)" "P times too large")
+labkit_grade_corpus(ddp assign_buckets closes_past_the_cap SCORE 5.0
+  SAYS "a bucket that reaches its cap exactly is full")
+labkit_grade_corpus(ddp launch_ready_buckets starts_any_ready_bucket SCORE 0.0
+  SAYS "bucket 1 is ready but bucket 0 is not" "earns nothing")
+labkit_grade_corpus(ddp launch_ready_buckets waits_for_every_bucket SCORE 0.0
+  SAYS "once backward had ended")

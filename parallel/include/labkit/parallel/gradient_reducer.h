@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <vector>
 
 #include "labkit/comm.h"
@@ -60,7 +61,6 @@ class GradientReducer {
 
  private:
   void start_step();  // no parameter ready, no bucket started
-  void start_ready_buckets();
 
   Comm& comm_;
   std::vector<ParameterRange> params_;
@@ -70,5 +70,26 @@ class GradientReducer {
   std::vector<int> waiting_for_;     // bucket -> parameters not yet ready
   std::vector<Request> in_flight_;   // one per started bucket, in bucket order
 };
+
+// ---- lab 5's exercises (solutions/NAME.cpp; the reducer and DataParallel call them) ----
+
+// 5.1 The gradients' mean over the ranks, in place, blocking: every rank ends
+// with the gradient of the whole global batch (naive DDP's one allreduce).
+void average_gradients(Comm& comm, View grads);
+
+// 5.2 PyTorch's bucket assignment: `grad_bytes` are the gradients' sizes in the
+// order backward finishes them; returns the index of each bucket's first
+// gradient (a bucket runs to the next one's first), 0 first.
+std::vector<int> assign_buckets(std::span<const std::size_t> grad_bytes, BucketCaps caps);
+
+// 5.3 Overlap. launch_ready_buckets: `unready[b]` counts bucket b's gradients
+// not yet final, and `in_flight` holds a request per bucket already started, in
+// bucket order; starts, without waiting, the allreduce (avg) of each following
+// bucket whose gradients are all final. wait_for_buckets: waits for every
+// request, so the gradients are averaged before the optimizer, and leaves
+// `in_flight` empty for the next step.
+void launch_ready_buckets(Comm& comm, std::span<const GradientReducer::Bucket> buckets, std::span<const int> unready,
+                          std::vector<Request>& in_flight);
+void wait_for_buckets(std::vector<Request>& in_flight);
 
 }  // namespace labkit
