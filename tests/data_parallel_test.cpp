@@ -1,6 +1,7 @@
 // parallel/sampler and parallel/data_parallel: DistributedSampler's shards and
 // padding, and the data-parallel step's buckets starting under backward.
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <gtest/gtest.h>
@@ -90,11 +91,12 @@ TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {
 }
 
 TEST(ShapedModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {
-  for (const char* name : {"llama2-7b", "gpt2-xl"}) {
+  for (const char* name : {"llama2-7b", "gpt2-xl", "mixtral-8x7b"}) {
     const memory::Architecture arch = memory::model_preset(name);
     const ShapedModel m = shaped_model(arch, 3.0);
-    EXPECT_NEAR(double(m.parameters()), memory::count_parameters(arch).total, double(arch.layers)) << name;
-    ASSERT_EQ(m.pieces.size(), std::size_t(arch.layers) + 2) << name;
+    EXPECT_EQ(double(m.parameters()), memory::count_parameters(arch).total) << name;
+    // The head and final norm, each layer's tensors, the embeddings.
+    ASSERT_EQ(m.pieces.size(), arch.layers * memory::layer_tensors(arch, 0).size() + 2) << name;
     double backward = 0;
     for (const ShapedModel::Piece& p : m.pieces) backward += p.backward_seconds;
     EXPECT_DOUBLE_EQ(m.forward_seconds, 1.0) << name;
@@ -116,4 +118,40 @@ TEST(ShapedModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheL
   // Overlapped: the embeddings' bucket (32000 x 4096 bf16) starts after the last compute.
   const double last_bucket = 2.0 * 7 / 8 * 32000.0 * 4096 * 2 / 50e9;
   EXPECT_NEAR(step(DdpMode::overlap), 2.0 + last_bucket, 0.1 * last_bucket);
+}
+
+// The overhead model of overlapped buckets against the simulator: k equal
+// buckets, ready evenly through backward, on a uniform cluster (one GPU per
+// node). Both regimes: communication keeping up with backward (the last
+// bucket's allreduce exposed) and falling behind (k calls' latency exposed).
+TEST(BucketOverheadModel, PredictsTheSimulatedExposedCommunication) {
+  const int p = 8;
+  const double alpha = 2e-6, bandwidth = 50e9;  // ib-ndr's links
+  const AllReduceLine line{2.0 * (p - 1) * alpha, 2.0 * (p - 1) / p / bandwidth};
+  const std::size_t gradient_bytes = std::size_t(1) << 30;
+  for (double backward : {0.05, 0.02})  // G b = 37.6 ms: hidden, then not
+    for (int k : {4, 16, 64}) {
+      ShapedModel m;
+      for (int i = 0; i < k; ++i) m.pieces.push_back({gradient_bytes / 2 / k, backward / k});
+      const double step = simulate(p, [&](Comm& c) {
+        shaped_step(c, m, DdpMode::overlap, {.first_bytes = 1, .bytes = 1});  // a bucket per piece
+      }, "ib-ndr", false).elapsed;
+      const double model = exposed_communication(k, backward, double(gradient_bytes), line);
+      EXPECT_NEAR(step - backward, model, 1e-6 * backward) << "T_bwd " << backward << " s, " << k << " buckets";
+    }
+}
+
+TEST(BucketOverheadModel, BestBucketCountIsTheModelsMinimum) {
+  const AllReduceLine line{4e-3, 1.0 / 25e9};  // 1024 ranks of ib-ndr
+  for (double backward : {1.33, 0.6, 0.3})     // G b = 0.54 s: communication fits, barely, and does not
+    for (double gradient_bytes : {13.5e9, 1e9}) {
+      const double best = best_bucket_count(backward, gradient_bytes, line);
+      double least = exposed_communication(1, backward, gradient_bytes, line);
+      for (int k = 2; k <= 100000; ++k) least = std::min(least, exposed_communication(k, backward, gradient_bytes, line));
+      // The continuous optimum is at most the best whole count, which is next to it.
+      EXPECT_LE(exposed_communication(best, backward, gradient_bytes, line), least * (1 + 1e-12));
+      EXPECT_EQ(std::min(exposed_communication(std::floor(best), backward, gradient_bytes, line),
+                         exposed_communication(std::ceil(best), backward, gradient_bytes, line)), least)
+          << "T_bwd " << backward << " s, G " << gradient_bytes << ", k* " << best;
+    }
 }

@@ -1,6 +1,7 @@
 // The memory estimator against its sources: published parameter counts, the
 // reading's tables (16N, quick reference, optimizers, ZeRO stages, the 7B step
 // timeline), the ZeRO paper's Figure 1, and Korthikanti et al.'s activation formulas.
+#include <algorithm>
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -31,6 +32,28 @@ TEST(Parameters, MatchThePublishedCounts) {
   EXPECT_NEAR(total("deepseek-v3") / 671e9, 1, 0.001);
   EXPECT_NEAR(count_parameters(model_preset("deepseek-v3")).active / 37e9, 1, 0.02);
   EXPECT_THROW(model_preset("llama9"), std::invalid_argument);
+}
+
+TEST(Parameters, LayerTensorsAreTheLayersWeights) {
+  auto counts = [](std::string_view model, int layer) {
+    std::vector<std::pair<std::string_view, double>> out;
+    for (const WeightTensor& t : layer_tensors(model_preset(model), layer)) out.emplace_back(t.name, t.count);
+    return out;
+  };
+  using Counts = std::vector<std::pair<std::string_view, double>>;
+  // LLaMA-2 7B: RMSNorm gains, q k v o of 4096 x 4096, SwiGLU's 4096 x 11008 three.
+  EXPECT_EQ(counts("llama2-7b", 0), (Counts{{"norm.attention", 4096}, {"q", 4096.0 * 4096}, {"k", 4096.0 * 4096},
+                                            {"v", 4096.0 * 4096}, {"o", 4096.0 * 4096}, {"norm.ffn", 4096},
+                                            {"ffn.gate", 4096.0 * 11008}, {"ffn.up", 4096.0 * 11008},
+                                            {"ffn.down", 11008.0 * 4096}}));
+  // LLaMA-2 70B's GQA: 8 KV heads of 128, so k and v are 8192 x 1024.
+  EXPECT_EQ(counts("llama2-70b", 0)[2], (std::pair<std::string_view, double>{"k", 8192.0 * 1024}));
+  // GPT-2: LayerNorm weight and bias, biases on every projection.
+  EXPECT_EQ(counts("gpt2", 0)[1], (std::pair<std::string_view, double>{"q", 768.0 * 768 + 768}));
+  // Mixtral: a router and 8 experts of three matrices each, all routed.
+  const std::vector<WeightTensor> mixtral = layer_tensors(model_preset("mixtral-8x7b"), 0);
+  EXPECT_EQ(mixtral.size(), 6u + 1 + 8 * 3);
+  EXPECT_EQ(std::count_if(mixtral.begin(), mixtral.end(), [](const WeightTensor& t) { return t.routed; }), 24);
 }
 
 TEST(Precision, BytesPerElementAsTheReadingsTable) {

@@ -198,6 +198,35 @@ ParameterRange Gpt::range_of(Slice start, std::size_t count) const {
   return {std::size_t(start.value - params_.data()), count};
 }
 
+std::vector<ParameterTensor> Gpt::tensors() const {
+  std::vector<ParameterTensor> out;
+  auto add = [&](std::string name, Slice s, int rows, int cols) {
+    out.push_back({std::move(name), std::size_t(s.value - params_.data()), rows, cols});
+  };
+  auto add_linear = [&](const std::string& name, const Linear& l) {
+    add(name + ".weight", l.weight, l.out, l.in);
+    add(name + ".bias", l.bias, 1, l.out);
+  };
+  auto add_norm = [&](const std::string& name, const LayerNorm& n) {
+    add(name + ".weight", n.weight, 1, n.C);
+    add(name + ".bias", n.bias, 1, n.C);
+  };
+  add("wte", m_->wte, config_.vocab, config_.channels);
+  add("wpe", m_->wpe, config_.max_seq, config_.channels);
+  for (int l = 0; l < config_.layers; ++l) {
+    const Block& b = m_->blocks[l];
+    const std::string h = fmt::format("h.{}.", l);
+    add_norm(h + "ln_1", b.ln1);
+    add_linear(h + "attn.c_attn", b.attn.qkv);
+    add_linear(h + "attn.c_proj", b.attn.proj);
+    add_norm(h + "ln_2", b.ln2);
+    add_linear(h + "mlp.c_fc", b.mlp.fc);
+    add_linear(h + "mlp.c_proj", b.mlp.proj);
+  }
+  add_norm("ln_f", m_->lnf);
+  return out;
+}
+
 ParameterRange Gpt::layer_range(int layer) const {
   const Block& b = m_->blocks[layer];
   const float* end = layer + 1 < config_.layers ? m_->blocks[layer + 1].ln1.weight.value : m_->lnf.weight.value;

@@ -70,35 +70,47 @@ const Optimizer& find_optimizer(std::string_view name) {
 
 // ---- parameter counts ---------------------------------------------------------
 
-ParameterCount count_parameters(const Architecture& a) {
+std::vector<WeightTensor> layer_tensors(const Architecture& a, int layer) {
   const double h = a.hidden, norm = a.biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
-  double attention;
+  const double bias = a.biases ? 1 : 0;
+  std::vector<WeightTensor> t = {{"norm.attention", norm}};
   if (a.latent) {
     const LatentAttention& m = *a.latent;
     const double qk = m.qk_nope_dim + m.qk_rope_dim;
-    attention = h * m.q_rank + m.q_rank + m.q_rank * a.heads * qk         // queries through their latent
-                + h * (m.kv_rank + m.qk_rope_dim) + m.kv_rank             // the shared KV latent and rope key
-                + m.kv_rank * a.heads * (m.qk_nope_dim + m.v_dim)         // keys and values from the latent
-                + a.heads * m.v_dim * h;                                  // output projection
+    t.push_back({"q (latent)", h * m.q_rank + m.q_rank + m.q_rank * a.heads * qk});     // queries through their latent
+    t.push_back({"kv (latent)", h * (m.kv_rank + m.qk_rope_dim) + m.kv_rank             // the shared KV latent, rope key
+                                    + m.kv_rank * a.heads * (m.qk_nope_dim + m.v_dim)});  // keys and values from it
+    t.push_back({"o", a.heads * m.v_dim * h});
   } else {
-    const double kv = double(a.kv_heads) * a.head_dim();
-    attention = 2 * h * h + 2 * h * kv + (a.biases ? 2 * h + 2 * kv : 0);  // q, o and k, v (GQA: fewer)
+    const double kv = double(a.kv_heads) * a.head_dim();  // GQA: fewer key and value heads
+    t.insert(t.end(), {{"q", h * h + bias * h}, {"k", h * kv + bias * kv}, {"v", h * kv + bias * kv},
+                       {"o", h * h + bias * h}});
   }
-  auto ffn = [&](double width) { return (a.gated_ffn ? 3 : 2) * h * width + (a.biases ? width + h : 0); };
+  t.push_back({"norm.ffn", norm});
+  // An FFN of `width`: up and down (and SwiGLU's gate); `routed` for an expert's.
+  auto ffn = [&](double width, std::string_view up, std::string_view down, std::string_view gate, bool routed) {
+    if (a.gated_ffn) t.push_back({gate, h * width, routed});
+    t.push_back({up, h * width + bias * width, routed});
+    t.push_back({down, width * h + bias * h, routed});
+  };
+  if (a.experts == 0 || layer < a.dense_layers) {
+    ffn(a.experts ? a.dense_ffn : a.ffn, "ffn.up", "ffn.down", "ffn.gate", false);
+  } else {
+    t.push_back({"router", h * a.experts});
+    for (int e = 0; e < a.experts; ++e) ffn(a.ffn, "expert.up", "expert.down", "expert.gate", true);
+    for (int e = 0; e < a.shared_experts; ++e) ffn(a.ffn, "shared.up", "shared.down", "shared.gate", false);
+  }
+  return t;
+}
 
+ParameterCount count_parameters(const Architecture& a) {
   double total = 0, active = 0;
-  for (int layer = 0; layer < a.layers; ++layer) {
-    const double common = attention + 2 * norm;
-    if (a.experts == 0 || layer < a.dense_layers) {
-      const double dense = common + ffn(a.experts ? a.dense_ffn : a.ffn);
-      total += dense;
-      active += dense;
-    } else {
-      const double router = h * a.experts;
-      total += common + router + (a.experts + a.shared_experts) * ffn(a.ffn);
-      active += common + router + (a.active_experts + a.shared_experts) * ffn(a.ffn);
+  for (int layer = 0; layer < a.layers; ++layer)
+    for (const WeightTensor& t : layer_tensors(a, layer)) {
+      total += t.count;
+      active += t.routed ? t.count * a.active_experts / a.experts : t.count;
     }
-  }
+  const double h = a.hidden, norm = a.biases ? 2 * h : h;
   const double embeddings = double(a.vocab) * h + double(a.positions) * h + norm  // + the final norm
                             + (a.tied_embeddings ? 0 : double(a.vocab) * h);     // the output head
   return {total + embeddings, active + embeddings};

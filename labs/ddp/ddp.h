@@ -3,19 +3,29 @@
 //   train.cpp    the training loop: the corpus, each rank's shard, the optimizer
 //   what_if.cpp  --what-if, --sweep, --volume: payload-free steps of real models' shapes
 //   bench.cpp    --bench: what the simulation costs in wall time
+//   compression.cpp  --compress: bf16, PowerSGD or top-k averaging beside the uncompressed one
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "labkit/gpt.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/gradient_compression.h"
 #include "labkit/run.h"
 
 namespace ddp_lab {
 
 using namespace labkit;
+
+// --sweep: the rank counts A, 2A, 4A, ... up to B ("ranks"), or the bucket caps
+// A, 2A, ... MiB up to B ("bucket-mb"); `over` empty: no sweep.
+struct SweepRange {
+  std::string over;
+  double from = 0, to = 0;
+};
 
 struct Options {
   std::vector<std::string> modes = {"naive", "bucketed", "overlap"};
@@ -32,8 +42,9 @@ struct Options {
   double step_seconds = 2;   // --what-if: compute per step
   bool volume = false;
   bool bench = false;
-  int sweep_from = 0, sweep_to = 0;  // --sweep ranks=A..B
+  SweepRange sweep;
   std::string plot;
+  CompressionSpec compress;  // --compress: none trains the --mode runs instead
 };
 
 BucketCaps caps_of(const Options& o);
@@ -56,10 +67,15 @@ struct ModeRun {
   std::vector<float> weights;      // rank 0's, at the end (on the process that ran rank 0)
   bool ranks_agree = false;        // every rank's weights bit for bit rank 0's
   std::uint64_t fingerprint = 0;   // of rank 0's weights: a repeated run must give the same
+  // A run through a GradientCompressor: rank 0's bytes per step, counted by the
+  // compressor, from its formula, and read off rank 0's trace.
+  std::uint64_t bytes_sent = 0, bytes_formula = 0, bytes_traced = 0;
 };
 
-// Trains `o.steps` steps data-parallel in `mode` and measures them.
-ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config);
+// Trains `o.steps` steps data-parallel in `mode` and measures them; given a
+// `compression`, each step ends in that compressed average instead.
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config,
+              std::optional<CompressionSpec> compression = {});
 
 // One rank, no communication, on the whole global batch of every step: what
 // every data-parallel run must equal. Its first step's gradients and its last weights.
@@ -69,8 +85,15 @@ struct OneRank {
 OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config);
 
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes);
+// Each mode's step as a stacked bar (forward, backward, optimizer, exposed
+// communication), to an SVG or PNG through gnuplot.
+void plot_step_bars(const std::string& path, const std::string& title,
+                    const std::vector<std::pair<DdpMode, StepTimes>>& steps);
 int sweep(const Options& o, RunOptions run_options);
+int bucket_sweep(const Options& o, RunOptions run_options);
 int volume(const Options& o, int ranks);
 int bench(const Options& o, const RunOptions& run_options, const Corpus& corpus, const GptConfig& config);
+int compare_compression(const Options& o, const RunOptions& run_options, const Corpus& corpus,
+                        const GptConfig& config);
 
 }  // namespace ddp_lab

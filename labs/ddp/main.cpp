@@ -20,13 +20,16 @@
 // The studies, payload-free at the scale of real runs:
 //   --what-if llama2-7b   one step of a real model's shapes per mode, beside the reading's estimate
 //   --sweep ranks=1..64   weak scaling on every topology preset (--plot draws it)
+//   --sweep bucket-mb=1..1024  exposed communication against the bucket cap, and the optimum
 //   --volume              the reading's DDP communication-volume table, computed
 //   --bench               what the simulation costs in wall time (./labkit bench ddp)
+//
+// And gradient compression, beside the uncompressed averaging (compression.cpp):
+//   --compress powersgd:2 bf16, PowerSGD or top-k: bytes, times and both loss curves
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include <tuple>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,13 +46,26 @@ using namespace ddp_lab;
 
 namespace {
 
-// "ranks=A..B": the rank counts A, 2A, 4A, ... up to B.
-std::pair<int, int> parse_rank_sweep(const std::string& text) {
-  int from = 0, to = 0;
-  char tail = 0;
-  if (std::sscanf(text.c_str(), "ranks=%d..%d%c", &from, &to, &tail) != 2 || from < 1 || to < from || to > 65536)
-    throw std::invalid_argument("'" + text + "' is not ranks=A..B with 1 <= A <= B <= 65536");
-  return {from, to};
+// "ranks=A..B" or "bucket-mb=A..B".
+SweepRange parse_sweep(const std::string& text) {
+  const std::size_t equals = text.find('='), dots = text.find("..");
+  const std::string over = text.substr(0, equals);
+  double from = 0, to = 0;
+  if (equals != std::string::npos && dots != std::string::npos && dots > equals) {
+    std::size_t used_from = 0, used_to = 0;
+    try {
+      from = std::stod(text.substr(equals + 1, dots - equals - 1), &used_from);
+      to = std::stod(text.substr(dots + 2), &used_to);
+    } catch (const std::exception&) {
+      used_from = 0;
+    }
+    const bool numbers = used_from == dots - equals - 1 && used_to == text.size() - dots - 2;
+    if (numbers && over == "ranks" && from >= 1 && to >= from && to <= 65536 && from == int(from) && to == int(to))
+      return {over, from, to};
+    if (numbers && over == "bucket-mb" && from > 0 && to >= from && to <= 65536) return {over, from, to};
+  }
+  throw std::invalid_argument("'" + text + "' is not ranks=A..B (whole numbers, 1 <= A <= B <= 65536) or "
+                              "bucket-mb=A..B (0 < A <= B <= 65536 MiB)");
 }
 
 // ||a - b|| / ||b||, the Euclidean norms: the difference relative to the whole
@@ -61,6 +77,19 @@ double relative_difference(const std::vector<float>& a, const std::vector<float>
     norm += double(b[i]) * b[i];
   }
   return std::sqrt(diff / norm);
+}
+
+// --compress replaces the averaging, so it takes no --mode, and trains the
+// tiny GPT, so no payload-free study; its arithmetic reads host memory, which
+// NCCL's collectives cannot send.
+void check_compress_alone(const CLI::App& app, const Options& o, const RunOptions& run_options) {
+  const std::string compress = "--compress " + name_of(o.compress);
+  for (const char* other : {"--mode", "--what-if", "--sweep", "--volume", "--bench"})
+    if (app.count(other))
+      throw Error(fmt::format("{}: it replaces the gradient averaging with one compressed average per step after "
+                              "backward, and takes no {}", compress, other));
+  if (run_options.backend == "nccl")
+    throw Error(fmt::format("{}: compresses in host memory, which --backend nccl cannot send (sim or mpi)", compress));
 }
 
 }  // namespace
@@ -103,21 +132,32 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::above(0.0));
   app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
   app.add_option_function<std::string>(
-         "--sweep", [&o](const std::string& t) { std::tie(o.sweep_from, o.sweep_to) = parse_rank_sweep(t); },
-         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset")
-      ->check(cli::parsed_by([](const std::string& t) { parse_rank_sweep(t); }));
-  app.add_option("--plot", o.plot, "--sweep: draw scaling efficiency against ranks to this SVG or PNG (gnuplot)");
+         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
+         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "
+         "bucket-mb=A..B: its exposed communication against the bucket cap, beside an overhead model's optimum")
+      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+  app.add_option("--plot", o.plot, "draw to this SVG or PNG (gnuplot): each mode's step as stacked bars; with "
+                                   "--sweep its curves, with --compress both loss curves");
+  app.add_option_function<std::string>(
+         "--compress", [&o](const std::string& t) { o.compress = parse_compression(t); },
+         "none, bf16, powersgd:R or topk:F: average each step's gradients compressed, beside an uncompressed run "
+         "(bytes, times and loss curves; --plot draws the curves)")
+      ->check(cli::parsed_by([](const std::string& t) { parse_compression(t); }));
   app.add_flag("--bench", o.bench, "time the simulation: --ranks ranks against one rank on the same batches, "
                                    "and a payload-free 7B step on 1024 ranks");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (!o.plot.empty() && (o.volume || o.bench))
+      throw Error(fmt::format("--plot {}: --volume and --bench draw no plot", o.plot));
     if (o.volume) return volume(o, run_options.ranks);
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
-    if (!o.plot.empty() && !o.sweep_to) throw Error("--plot " + o.plot + ": only --sweep draws a plot");
-    if (o.sweep_to) return sweep(o, run_options);
+    const bool compressing = o.compress.kind != Compression::none;
+    if (compressing) check_compress_alone(app, o, run_options);
+    if (o.sweep.over == "ranks") return sweep(o, run_options);
+    if (o.sweep.over == "bucket-mb") return bucket_sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, modes);
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
@@ -125,6 +165,14 @@ int main(int argc, char** argv) {
     const Corpus corpus = make_corpus(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
     if (o.bench) return bench(o, run_options, corpus, config);
+    if (compressing) {
+      try {
+        check_compression(o.compress, Gpt(config, o.seed).tensors(), "the tiny GPT");
+      } catch (const std::invalid_argument& e) {
+        throw Error(fmt::format("--compress {}: {}", name_of(o.compress), e.what()));
+      }
+      return compare_compression(o, run_options, corpus, config);
+    }
     std::vector<ModeRun> runs;
     for (DdpMode mode : modes) runs.push_back(train(o, run_options, mode, corpus, config));
     if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
@@ -173,6 +221,11 @@ int main(int argc, char** argv) {
     else
       fmt::print("MISMATCH: gradients past 1e-6, weights past {:g}, or ranks that differ\n", weight_limit);
     if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+    if (!o.plot.empty()) {
+      std::vector<std::pair<DdpMode, StepTimes>> steps;
+      for (const ModeRun& r : runs) steps.emplace_back(r.mode, r.per_step);
+      plot_step_bars(o.plot, fmt::format("DDP step of the tiny GPT on {} ranks", runs.front().ranks), steps);
+    }
     return all_equal ? 0 : 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);

@@ -65,6 +65,16 @@ struct Optimizer {
   }
 };
 
+// Rank 0's payload per step from its trace: an all_gather's event holds every
+// rank's block, of which this rank sent one.
+std::uint64_t traced_bytes(const TraceTrack& track, double from, double to, int ranks) {
+  std::uint64_t bytes = 0;
+  for (const TraceEvent& e : track.events)
+    if (e.kind == TraceEvent::Kind::collective && e.start >= from && e.end <= to)
+      bytes += e.name == "all_gather" ? e.bytes / ranks : e.bytes;
+  return bytes;
+}
+
 std::uint64_t fingerprint(const std::vector<float>& w) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits
   for (float f : w) {
@@ -77,8 +87,10 @@ std::uint64_t fingerprint(const std::vector<float>& w) {
 
 }  // namespace
 
-// Trains `o.steps` steps data-parallel in `mode` and measures them.
-ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config) {
+// Trains `o.steps` steps data-parallel in `mode` and measures them; given a
+// `compression`, each step ends in that compressed average instead.
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config,
+              std::optional<CompressionSpec> compression) {
   ModeRun out;
   out.mode = mode;
   run_options.keep_trace = true;
@@ -90,7 +102,9 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
     const int T = config.max_seq, b = o.batch / comm.size();
     Gpt model(config, o.seed, parse_device(o.device));  // the same seed: the same weights on every rank
     Optimizer optimizer(o);
-    DataParallel ddp(comm, model, mode, caps_of(o));
+    const std::unique_ptr<GradientCompressor> compressor =
+        compression ? make_compressor(comm, *compression, model.tensors(), o.seed) : nullptr;
+    DataParallel ddp(comm, model, mode, caps_of(o), compressor.get());
     const DistributedSampler sampler(corpus.sequences, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
     std::vector<float> losses;
@@ -122,6 +136,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
     out.weights = weights;
     out.fingerprint = print;
     out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](const auto& p) { return p == prints[0]; });
+    if (compressor) out.bytes_sent = compressor->bytes_sent(), out.bytes_formula = compressor->formula_bytes();
     for (int s = 0; s < o.steps; ++s) {
       double sum = 0;
       for (const auto& rank_losses : all_losses) sum += rank_losses[s];
@@ -133,6 +148,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
     for (double* t : {&out.per_step.forward, &out.per_step.backward, &out.per_step.optimizer, &out.per_step.comm,
                       &out.per_step.step})
       *t /= o.steps;
+    out.bytes_traced = traced_bytes(result.trace->tracks()[0], first, last, out.ranks) / o.steps;
   }
   return out;
 }

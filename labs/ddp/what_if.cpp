@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -60,8 +61,10 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
   fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>11}\n", "mode", "buckets", "T_compute", "T_comm", "exposed",
              "T_step", "efficiency");
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::pair<DdpMode, StepTimes>> steps;
   for (DdpMode mode : modes) {
     const auto [t, buckets] = run_shaped(run_options, model, mode, caps_of(o));
+    steps.emplace_back(mode, t);
     fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10.1f}%\n", name_of(mode), buckets,
                format_seconds(t.compute()), format_seconds(t.comm), format_seconds(t.exposed()),
                format_seconds(t.step), 100 * efficiency(t));
@@ -70,7 +73,32 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
                     {"formula_t_comm", formula}});
   }
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  if (!o.plot.empty())
+    plot_step_bars(o.plot, fmt::format("DDP step of {} on {} ranks of {}", o.what_if, p, topology.name), steps);
   return 0;
+}
+
+void plot_step_bars(const std::string& path, const std::string& title,
+                    const std::vector<std::pair<DdpMode, StepTimes>>& steps) {
+  double longest = 0;
+  for (const auto& [mode, t] : steps) longest = std::max(longest, t.step);
+  const auto [unit, scale] = longest < 1e-3 ? std::pair{"us", 1e6} : std::pair{"ms", 1e3};
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out = create_file(data);
+    for (const auto& [mode, t] : steps)
+      out << name_of(mode) << ' ' << scale * t.forward << ' ' << scale * t.backward << ' ' << scale * t.optimizer
+          << ' ' << scale * t.exposed() << '\n';
+  }
+  run_gnuplot(fmt::format(
+      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
+      "set output '{}'\nset termoption noenhanced\nset title '{}: where the step goes'\n"
+      "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
+      "set boxwidth 0.6\nset ylabel 'time per step ({})'\nset yrange [0:*]\nset key outside right\nset grid y\n"
+      "plot '{}' using 2:xtic(1) title 'forward', '' using 3 title 'backward', '' using 4 title 'optimizer', "
+      "'' using 5 title 'exposed communication'\n",
+      gnuplot_terminal(path), path, title, unit, data));
+  std::remove(data.c_str());
 }
 
 // --sweep ranks=A..B: weak scaling of one --what-if step (each rank keeps its
@@ -81,11 +109,11 @@ int sweep(const Options& o, RunOptions run_options) {
   const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
   const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
   std::vector<int> counts;
-  for (int p = o.sweep_from; p <= o.sweep_to; p *= 2) counts.push_back(p);
+  for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) counts.push_back(p);
   const std::vector<std::string_view> topologies = topology_presets();
   fmt::print("ddp --sweep: {} ({:.2f}B parameters, bf16 gradients), {} of compute per rank and step, ranks {}..{} "
-             "on {} topologies ...\n", name, model.parameters() / 1e9, format_seconds(o.step_seconds), o.sweep_from,
-             o.sweep_to, topologies.size());
+             "on {} topologies ...\n", name, model.parameters() / 1e9, format_seconds(o.step_seconds), o.sweep.from,
+             o.sweep.to, topologies.size());
   std::fflush(stdout);
   fmt::print("{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "topology", "ranks", "T_comm", "comm/comp",
              "naive", "overlap", "T_step", "exposed");
@@ -129,6 +157,96 @@ int sweep(const Options& o, RunOptions run_options) {
         "plot for [i=0:{}] '{}' index i using 1:2 with linespoints linecolor i+1 title columnheader(1), "
         "for [i=0:{}] '{}' index i using 1:3 with lines dashtype 2 linecolor i+1 notitle\n",
         gnuplot_terminal(o.plot), o.plot, name, topologies.size() - 1, data, topologies.size() - 1, data));
+    std::remove(data.c_str());
+  }
+  return 0;
+}
+
+namespace {
+
+// One allreduce's time on this run's ranks and topology as a line, fitted
+// through two payload-free allreduces of the sizes buckets have.
+AllReduceLine measure_all_reduce(RunOptions run_options, std::size_t small_bytes, std::size_t large_bytes) {
+  run_options.payload_free = true;
+  double took[2] = {};
+  run(run_options, [&](Comm& comm) {
+    for (int i = 0; i < 2; ++i) {
+      const double start = comm.now();
+      comm.all_reduce(sizes_only((i == 0 ? small_bytes : large_bytes) / 2, DType::bf16), ReduceOp::avg);
+      if (comm.rank() == 0) took[i] = comm.now() - start;
+    }
+  });
+  const double b = (took[1] - took[0]) / double(large_bytes - small_bytes);
+  return {took[0] - b * double(small_bytes), b};
+}
+
+}  // namespace
+
+// --sweep bucket-mb=A..B: one overlapped step of the --what-if model (llama2-7b
+// by default) per bucket cap, its exposed communication measured, beside the
+// overhead model's at the same bucket count, and the cap the sweep finds best
+// beside the model's G / k*.
+int bucket_sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
+  const double G = double(model.parameters()) * size_of(model.grad_dtype);
+  double T = 0;
+  for (const ShapedModel::Piece& p : model.pieces) T += p.backward_seconds;
+  const AllReduceLine line = measure_all_reduce(run_options, std::size_t(G / 64), std::size_t(G / 4));
+  fmt::print("ddp --sweep bucket-mb={:g}..{:g}: {}, {} of bf16 gradients in {} tensors, {} ranks on {}, T_bwd {}, "
+             "overlap mode, first bucket {:g} MiB ...\n", o.sweep.from, o.sweep.to, name,
+             format_bytes(std::uint64_t(G)), model.pieces.size(), run_options.ranks, run_options.topology,
+             format_seconds(T), o.first_bucket_mb);
+  fmt::print("one allreduce of n bytes, fitted on this cluster: a + n b, a = {} per call, 1/b = {:.1f} GB/s\n",
+             format_seconds(line.a), 1e-9 / line.b);
+  std::fflush(stdout);
+  fmt::print("{:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}\n", "cap MiB", "buckets", "mean bucket", "T_comm",
+             "exposed", "model", "T_step");
+  nlohmann::json rows = nlohmann::json::array();
+  double best_cap = 0, best_exposed = 0;
+  for (double cap = o.sweep.from; cap <= o.sweep.to * (1 + 1e-9); cap *= 2) {
+    Options at_cap = o;
+    at_cap.bucket_mb = cap;
+    const auto [t, buckets] = run_shaped(run_options, model, DdpMode::overlap, caps_of(at_cap));
+    const double model_exposed = exposed_communication(buckets, T, G, line);
+    fmt::print("{:>10g} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}\n", cap, buckets,
+               format_bytes(std::uint64_t(G / buckets)), format_seconds(t.comm), format_seconds(t.exposed()),
+               format_seconds(model_exposed), format_seconds(t.step));
+    std::fflush(stdout);
+    rows.push_back({{"cap_mib", cap}, {"buckets", buckets}, {"t_comm", t.comm}, {"exposed", t.exposed()},
+                    {"model_exposed", model_exposed}, {"t_step", t.step}});
+    if (best_cap == 0 || t.exposed() < best_exposed) best_cap = cap, best_exposed = t.exposed();
+  }
+  const double k = best_bucket_count(T, G, line);
+  fmt::print("sweep:       least exposed at a {:g} MiB cap: {}\n", best_cap, format_seconds(best_exposed));
+  fmt::print("closed form: k* = max((T - G b) / a, sqrt(T / a)) = {:.0f} buckets of G / k* = {:.1f} MiB: {} "
+             "exposed\n", k, G / k / (1 << 20), format_seconds(exposed_communication(k, T, G, line)));
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"model", name}, {"ranks", run_options.ranks},
+                                          {"topology", run_options.topology}, {"gradient_bytes", G},
+                                          {"t_backward", T}, {"a", line.a}, {"b", line.b}, {"rows", rows},
+                                          {"best_cap_mib", best_cap}, {"model_best_buckets", k},
+                                          {"model_best_mib", G / k / (1 << 20)}}.dump(2)
+                        << '\n';
+  if (!o.plot.empty()) {
+    const std::string data = o.plot + ".dat";
+    {
+      std::ofstream out = create_file(data);
+      for (const nlohmann::json& r : rows)
+        out << r["cap_mib"] << ' ' << 1e3 * r["exposed"].get<double>() << ' '
+            << 1e3 * r["model_exposed"].get<double>() << '\n';
+    }
+    run_gnuplot(fmt::format(
+        "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
+        "set output '{}'\nset termoption noenhanced\n"
+        "set title 'DDP bucket size, {}, {} ranks on {}: exposed communication'\n"
+        "set logscale x 2\nset xlabel 'bucket cap (MiB)'\nset ylabel 'exposed communication (ms)'\n"
+        "set yrange [0:*]\nset key top right\nset grid\nset arrow from {},graph 0 to {},graph 1 nohead dashtype 3\n"
+        "plot '{}' using 1:2 with linespoints title 'measured (the simulated step)', "
+        "'' using 1:3 with linespoints dashtype 2 title 'overhead model at the same bucket count', "
+        "NaN with lines dashtype 3 linecolor rgb 'black' title 'closed-form optimum G / k*'\n",
+        gnuplot_terminal(o.plot), o.plot, name, run_options.ranks, run_options.topology, G / k / (1 << 20),
+        G / k / (1 << 20), data));
     std::remove(data.c_str());
   }
   return 0;

@@ -1,8 +1,11 @@
 #include "labkit/parallel/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
+
+#include "labkit/parallel/gradient_compression.h"
 
 namespace labkit {
 
@@ -22,16 +25,27 @@ DdpMode parse_ddp_mode(std::string_view name) {
 }
 
 GradientAveraging::GradientAveraging(Comm& comm, View grads, std::vector<ParameterRange> backward_order,
-                                     DdpMode mode, BucketCaps caps)
-    : comm_(comm), grads_(grads), pieces_(int(backward_order.size())), mode_(mode) {
-  if (mode != DdpMode::naive) reducer_.emplace(comm, grads, std::move(backward_order), caps);
+                                     DdpMode mode, BucketCaps caps, GradientCompressor* compressor)
+    : comm_(comm), grads_(grads), pieces_(int(backward_order.size())), mode_(mode), compressor_(compressor) {
+  if (mode != DdpMode::naive && !compressor) reducer_.emplace(comm, grads, std::move(backward_order), caps);
 }
 
 void GradientAveraging::ready(int piece) {
-  if (mode_ == DdpMode::overlap) reducer_->ready(piece);
+  if (mode_ == DdpMode::overlap && !compressor_) reducer_->ready(piece);
 }
 
 void GradientAveraging::finish() {
+  if (compressor_) {
+    // The compressors compute on the host (a GPU's gradients go there and
+    // back), on the whole gradient at once: PyTorch's comm hooks run per
+    // bucket, to overlap with backward, for the same bytes.
+    const Device& device = device_of(grads_.data);
+    if (device.kind == DeviceKind::cpu) return compressor_->average(grads_);
+    std::vector<std::byte> host(grads_.bytes());
+    device.copy_to_host(host.data(), grads_.data, host.size());
+    compressor_->average({host.data(), grads_.count, grads_.dtype});
+    return device.copy_from_host(grads_.data, host.data(), host.size());
+  }
   switch (mode_) {
     case DdpMode::naive: average_gradients(comm_, grads_); break;
     case DdpMode::bucketed:
@@ -46,10 +60,10 @@ std::vector<GradientReducer::Bucket> GradientAveraging::buckets() const {
   return reducer_ ? reducer_->buckets() : std::vector<GradientReducer::Bucket>{};
 }
 
-DataParallel::DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps)
+DataParallel::DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps, GradientCompressor* compressor)
     : comm_(comm), model_(model),
       averaging_(comm, View{model.gradients().data(), model.gradients().size(), DType::f32}, model.backward_order(),
-                 mode, caps) {}
+                 mode, caps, compressor) {}
 
 float DataParallel::forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
                                      int micro_step, int micro_steps) {
@@ -91,20 +105,25 @@ ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) 
   memory::Architecture no_layers = arch;
   no_layers.layers = 0;
   const double outside = memory::count_parameters(no_layers).total;  // embeddings, head, final norm
-  const double total = memory::count_parameters(arch).total, per_layer = (total - outside) / arch.layers;
   const double embedding = double(arch.vocab + arch.positions) * arch.hidden;
   const double head_and_norm = outside - embedding;  // the untied head (if any) and the final norm
-  // 6N FLOPs per token: the forward a third of the step, the backward two thirds,
-  // each piece's share that of its parameters (a tied table computes as the head
-  // and the embedding both, so it counts twice).
+  // 6N FLOPs per token: the forward a third of the step, the backward two
+  // thirds, each piece's share that of the parameters it computes with: a tied
+  // table computes as the head and the embedding both, and a routed expert's
+  // tensor sees active_experts / experts of the tokens.
   const double tied_head = arch.tied_embeddings ? double(arch.vocab) * arch.hidden : 0;
-  const double computing = total + tied_head, backward = step_seconds * 2 / 3;
+  const double computing = memory::count_parameters(arch).active + tied_head;
+  auto backward_seconds = [&](double computed_with) { return step_seconds * 2 / 3 * computed_with / computing; };
   ShapedModel m;
   m.forward_seconds = step_seconds / 3;
-  const double head_compute = head_and_norm + tied_head;
-  m.pieces.push_back({std::size_t(head_and_norm), backward * head_compute / computing});
-  for (int l = 0; l < arch.layers; ++l) m.pieces.push_back({std::size_t(per_layer), backward * per_layer / computing});
-  m.pieces.push_back({std::size_t(embedding), backward * embedding / computing});
+  m.pieces.push_back({std::size_t(head_and_norm), backward_seconds(head_and_norm + tied_head)});
+  for (int l = arch.layers - 1; l >= 0; --l) {
+    const std::vector<memory::WeightTensor> tensors = memory::layer_tensors(arch, l);
+    for (auto t = tensors.rbegin(); t != tensors.rend(); ++t)
+      m.pieces.push_back({std::size_t(t->count),
+                          backward_seconds(t->routed ? t->count * arch.active_experts / arch.experts : t->count)});
+  }
+  m.pieces.push_back({std::size_t(embedding), backward_seconds(embedding)});
   return m;
 }
 
@@ -123,6 +142,16 @@ void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps 
     averaging.ready(p);
   }
   averaging.finish();
+}
+
+double exposed_communication(double buckets, double backward_seconds, double gradient_bytes, AllReduceLine line) {
+  const double k = buckets, T = backward_seconds, c = line.a + gradient_bytes / k * line.b;
+  return std::max(c, T / k + k * c - T);
+}
+
+double best_bucket_count(double backward_seconds, double gradient_bytes, AllReduceLine line) {
+  const double T = backward_seconds;
+  return std::max({1.0, (T - gradient_bytes * line.b) / line.a, std::sqrt(T / line.a)});
 }
 
 StepTimes step_times(const TraceTrack& track, double from, double to) {

@@ -28,6 +28,17 @@ struct GptConfig {
 };
 GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
 
+// One parameter tensor inside the flat buffer: elements [offset, offset + rows x
+// cols), row-major. A Linear's weight is (out, in), as llm.c stores it (GPT-2's
+// checkpoints hold the transpose); a bias or a norm's gain is one row. Gradient
+// compression (PowerSGD) views each gradient as this matrix.
+struct ParameterTensor {
+  std::string name;  // GPT-2's: "wte", "h.0.attn.c_attn.weight", "ln_f.bias"
+  std::size_t offset = 0;
+  int rows = 1, cols = 1;
+  std::size_t count() const { return std::size_t(rows) * cols; }
+};
+
 class Gpt {
  public:
   // GPT-2's initialisation, seeded and drawn on the host, so a model on the GPU
@@ -68,6 +79,8 @@ class Gpt {
   // Every parameter in one flat buffer (GPT-2's order), and the gradients in
   // another of the same layout: what data parallelism averages and FSDP shards.
   std::size_t parameter_count() const { return params_.size(); }
+  // The tensors in that buffer, in its order; together they tile it.
+  std::vector<ParameterTensor> tensors() const;
   Tensor& parameters() { return params_; }
   const Tensor& parameters() const { return params_; }
   Tensor& gradients() { return grads_; }

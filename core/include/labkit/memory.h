@@ -51,6 +51,18 @@ struct ParameterCount {
 };
 ParameterCount count_parameters(const Architecture& a);
 
+// One transformer layer's weight tensors in forward order (a norm, the
+// attention projections, a norm, the FFN's matrices or the router and each
+// expert's), each with its parameters, biases included: what count_parameters
+// adds up, and the unit a data-parallel step's gradients become final in (a
+// gradient bucket holds whole tensors).
+struct WeightTensor {
+  std::string_view name;  // "q", "ffn.up", "expert.down", ...
+  double count;
+  bool routed = false;    // a routed expert's: each token uses active_experts of the experts
+};
+std::vector<WeightTensor> layer_tensors(const Architecture& a, int layer);
+
 std::vector<std::string_view> model_presets();
 Architecture model_preset(std::string_view name);  // throws with the list of names
 

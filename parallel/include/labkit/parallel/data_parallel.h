@@ -18,6 +18,7 @@
 // before it.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,8 @@
 
 namespace labkit {
 
+class GradientCompressor;  // gradient_compression.h
+
 enum class DdpMode { naive, bucketed, overlap };
 inline constexpr DdpMode kDdpModes[] = {DdpMode::naive, DdpMode::bucketed, DdpMode::overlap};
 std::string_view name_of(DdpMode mode);
@@ -37,11 +40,12 @@ DdpMode parse_ddp_mode(std::string_view name);  // throws naming the modes
 
 // The averaging itself, over any flat gradient buffer: backward reports each
 // piece of `backward_order` as it finishes it (ready), and finish() returns
-// once the whole buffer is averaged over the ranks.
+// once the whole buffer is averaged over the ranks. Given a compressor, finish()
+// averages through it instead, once, after backward, whatever the mode.
 class GradientAveraging {
  public:
   GradientAveraging(Comm& comm, View grads, std::vector<ParameterRange> backward_order, DdpMode mode,
-                    BucketCaps caps);
+                    BucketCaps caps, GradientCompressor* compressor = nullptr);
   void ready(int piece);  // overlap: the piece's bucket starts once all of it is ready
   void finish();          // naive: one allreduce; bucketed: every bucket now; overlap: wait for them
   std::vector<GradientReducer::Bucket> buckets() const;  // none in naive mode
@@ -52,11 +56,12 @@ class GradientAveraging {
   int pieces_;
   DdpMode mode_;
   std::optional<GradientReducer> reducer_;
+  GradientCompressor* compressor_;
 };
 
 class DataParallel {
  public:
-  DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps = {});
+  DataParallel(Comm& comm, Gpt& model, DdpMode mode, BucketCaps caps = {}, GradientCompressor* compressor = nullptr);
 
   // Forward and backward on this rank's B x T tokens, and the gradients
   // averaged over the ranks: every rank then holds the same gradients, those of
@@ -77,9 +82,11 @@ class DataParallel {
 
 // A data-parallel step of a model known by its shapes alone (payload-free:
 // sizes-only buffers), for what-ifs at the scale of real runs: a 7B model's
-// step over a thousand ranks simulates in seconds. The pieces are those
-// backward finishes in order (the head and final norm, the layers from the
-// last, the embeddings), each with its gradient count and backward seconds.
+// step over a thousand ranks simulates in seconds. The pieces are the weight
+// tensors in the order backward finishes them (the head and final norm, each
+// layer's tensors from the last layer's last, the embeddings), each with its
+// gradient count and backward seconds: a bucket holds whole tensors, so their
+// sizes decide what a bucket cap can do.
 struct ShapedModel {
   struct Piece {
     std::size_t count;
@@ -91,10 +98,27 @@ struct ShapedModel {
   std::size_t parameters() const;
 };
 // `arch`'s pieces with `step_seconds` of compute, a third forward and two thirds
-// backward, each piece's share in proportion to its parameters (6N FLOPs per
-// token: Kaplan et al. 2020).
+// backward, each piece's share in proportion to the parameters it computes with
+// (6N FLOPs per token: Kaplan et al. 2020).
 ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds);
 void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps = {});
+
+// The overhead model of overlapped buckets (chapter 5 derives it). One
+// allreduce of n bytes takes a + n b: a the per-call cost (2 (P-1) alpha on a
+// ring), b the time per byte (2 (P-1) / P over the bandwidth). k buckets of
+// G/k bytes become ready evenly through a backward of T seconds, and their
+// allreduces, c = a + (G/k) b each, run one after another: bucket i is ready at
+// iT/k, so the last ends at max over i of (iT/k + (k - i + 1) c), which is
+// max(T + c, T/k + k c). The exposed communication is that minus T.
+struct AllReduceLine {
+  double a, b;
+};
+double exposed_communication(double buckets, double backward_seconds, double gradient_bytes, AllReduceLine line);
+// Its minimum over k: the two terms meet at k = (T - G b) / a, where
+// communication just keeps up with backward; past it the second term,
+// k a + G b + T/k - T, is least at k = sqrt(T / a). So
+// k* = max((T - G b) / a, sqrt(T / a)), and at least 1.
+double best_bucket_count(double backward_seconds, double gradient_bytes, AllReduceLine line);
 
 // Where a step's time went on one rank, from its trace between `from` and `to`
 // (seconds): compute by region name (forward, backward, optimizer), the
@@ -104,7 +128,7 @@ void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps 
 struct StepTimes {
   double forward = 0, backward = 0, optimizer = 0, comm = 0, step = 0;
   double compute() const { return forward + backward + optimizer; }
-  double exposed() const { return step - compute(); }
+  double exposed() const { return std::max(0.0, step - compute()); }  // not below 0 by the sums' rounding
 };
 StepTimes step_times(const TraceTrack& track, double from, double to);
 

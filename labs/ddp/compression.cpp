@@ -1,0 +1,90 @@
+// --compress none|bf16|powersgd:R|topk:F: the tiny GPT trained twice on the
+// same batches, its gradients averaged once per step after backward, plainly
+// and compressed (parallel/gradient_compression.h), side by side: the bytes
+// each rank sends per step (counted, from the formula, from the trace), the
+// times, and the two loss curves.
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "ddp.h"
+#include "labkit/output.h"
+#include "labkit/units.h"
+
+namespace ddp_lab {
+
+namespace {
+
+std::string_view formula_of(Compression kind) {
+  switch (kind) {
+    case Compression::none: return "4 N";
+    case Compression::bf16: return "2 N";
+    case Compression::powersgd: return "4 R (M + N) per compressed M x N matrix + 4 x the other tensors' values";
+    case Compression::topk: return "k (4 + 4), k = floor(F N)";
+  }
+  return "?";
+}
+
+bool bytes_agree(const ModeRun& r) { return r.bytes_sent == r.bytes_formula && r.bytes_sent == r.bytes_traced; }
+
+void plot_losses(const std::string& path, const std::string& name, const ModeRun& plain, const ModeRun& compressed) {
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out = create_file(data);
+    for (std::size_t s = 0; s < plain.losses.size(); ++s)
+      out << s + 1 << ' ' << plain.losses[s] << ' ' << compressed.losses[s] << '\n';
+  }
+  run_gnuplot(fmt::format(
+      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
+      "set output '{}'\nset termoption noenhanced\n"
+      "set title 'DDP on the tiny GPT: training loss, uncompressed and {}'\n"
+      "set xlabel 'step'\nset ylabel 'loss (mean over the global batch)'\nset key top right\nset grid\n"
+      "plot '{}' using 1:2 with linespoints title 'none', '{}' using 1:3 with linespoints title '{}'\n",
+      gnuplot_terminal(path), path, name, data, data, name));
+  std::remove(data.c_str());
+}
+
+}  // namespace
+
+int compare_compression(const Options& o, const RunOptions& run_options, const Corpus& corpus,
+                        const GptConfig& config) {
+  const ModeRun plain = train(o, run_options, DdpMode::naive, corpus, config, CompressionSpec{});
+  const ModeRun compressed = train(o, run_options, DdpMode::naive, corpus, config, o.compress);
+  if (plain.weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
+  const std::string name = name_of(o.compress);
+  fmt::print("ddp --compress {}: tiny-gpt, {} ranks, global batch {}, {} steps, {}, {}; per step, rank 0\n", name,
+             plain.ranks, o.batch, o.steps, o.optimizer,
+             run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
+  fmt::print("(compression changes the averaged gradients, so this run is not checked against one rank: "
+             "an uncompressed run on the same batches runs beside it)\n");
+  fmt::print("{:<12} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>8}\n", "averaging", "bytes/rank", "formula", "traced",
+             "ratio", "T_comm", "T_step", "loss");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [label, r] : {std::pair{std::string("none"), &plain}, std::pair{name, &compressed}}) {
+    const double ratio = double(plain.bytes_sent) / double(r->bytes_sent);
+    fmt::print("{:<12} {:>10} {:>10} {:>10} {:>6.1f}x {:>9} {:>9} {:>8.4f}\n", label, r->bytes_sent,
+               r->bytes_formula, r->bytes_traced, ratio, format_seconds(r->per_step.comm),
+               format_seconds(r->per_step.step), r->losses.back());
+    rows.push_back({{"compress", label}, {"ranks", r->ranks}, {"bytes_sent", r->bytes_sent},
+                    {"bytes_formula", r->bytes_formula}, {"bytes_traced", r->bytes_traced}, {"ratio", ratio},
+                    {"t_comm", r->per_step.comm}, {"t_step", r->per_step.step}, {"loss", r->losses},
+                    {"ranks_agree", r->ranks_agree}});
+  }
+  fmt::print("{:>4} {:>10} {:>12}\n", "step", "loss none", fmt::format("loss {}", name));
+  for (std::size_t s = 0; s < plain.losses.size(); ++s)
+    fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
+
+  const bool agree = bytes_agree(plain) && bytes_agree(compressed), same = plain.ranks_agree && compressed.ranks_agree;
+  if (agree && same)
+    fmt::print("bytes per rank: counted = formula = traced ({}: {}); every rank's weights the same bits\n", name,
+               formula_of(o.compress.kind));
+  else
+    fmt::print("MISMATCH: the bytes counted, the formula and the trace disagree ({}), or ranks differ\n",
+               formula_of(o.compress.kind));
+  return agree && same ? 0 : 1;
+}
+
+}  // namespace ddp_lab
