@@ -23,6 +23,11 @@ GptConfig gpt_preset(const std::string& name, int vocab) {
   throw std::invalid_argument("unknown model '" + name + "' (tiny-gpt)");
 }
 
+memory::Architecture architecture_of(const GptConfig& c) {
+  return {.name = "tiny-gpt", .layers = c.layers, .hidden = c.channels, .heads = c.heads, .kv_heads = c.heads,
+          .ffn = 4 * c.channels, .vocab = c.vocab, .positions = c.max_seq, .tied_embeddings = true, .biases = true};
+}
+
 // The parameters, layer by layer, so one layer's are contiguous: the unit that
 // data parallelism reduces as soon as backward is done with it, and that FSDP
 // shards and gathers. wte (V,C), wpe (maxT,C); then each block: ln1, qkv,

@@ -8,7 +8,7 @@
 namespace labkit {
 
 std::string_view name_of(MemoryUse use) {
-  constexpr std::array names = {"weights", "gradients", "optimizer", "activations"};
+  constexpr std::array names = {"weights", "gradients", "optimizer", "activations", "gathered"};
   return names[std::size_t(use)];
 }
 

@@ -16,7 +16,7 @@ namespace ddp_lab {
 // data-carrying) against one rank training on the same global batches: the
 // same FLOPs, so the ratio is the simulator's overhead. Then one payload-free
 // Llama-2 7B step over 1024 ranks.
-int bench(const Options& o, const RunOptions& run_options, const Corpus& corpus, const GptConfig& config) {
+int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config) {
   using Clock = std::chrono::steady_clock;
   auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   fmt::print("timing {} steps of the tiny GPT on {} simulated ranks, overlap mode, global batch {} ...\n", o.steps,

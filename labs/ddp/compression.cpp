@@ -47,7 +47,7 @@ void plot_losses(const std::string& path, const std::string& name, const ModeRun
 
 }  // namespace
 
-int compare_compression(const Options& o, const RunOptions& run_options, const Corpus& corpus,
+int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,
                         const GptConfig& config) {
   const ModeRun plain = train(o, run_options, DdpMode::naive, corpus, config, CompressionSpec{});
   const ModeRun compressed = train(o, run_options, DdpMode::naive, corpus, config, o.compress);

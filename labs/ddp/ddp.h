@@ -14,6 +14,7 @@
 #include "labkit/gpt.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/gradient_compression.h"
+#include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
 
 namespace ddp_lab {
@@ -49,15 +50,6 @@ struct Options {
 
 BucketCaps caps_of(const Options& o);
 
-// The kit's character corpus as sequences of T + 1 tokens (inputs and their
-// next-token targets), cut without overlap from its first 90%.
-struct Corpus {
-  Tokens tokens;
-  std::size_t sequences = 0;
-};
-
-Corpus make_corpus(std::uint64_t seed, int T);
-
 struct ModeRun {
   DdpMode mode = DdpMode::naive;
   int ranks = 0, buckets = 0;
@@ -74,7 +66,7 @@ struct ModeRun {
 
 // Trains `o.steps` steps data-parallel in `mode` and measures them; given a
 // `compression`, each step ends in that compressed average instead.
-ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config,
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequences& corpus, const GptConfig& config,
               std::optional<CompressionSpec> compression = {});
 
 // One rank, no communication, on the whole global batch of every step: what
@@ -82,7 +74,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
 struct OneRank {
   std::vector<float> first_grads, weights;
 };
-OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config);
+OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config);
 
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes);
 // Each mode's step as a stacked bar (forward, backward, optimizer, exposed
@@ -92,8 +84,8 @@ void plot_step_bars(const std::string& path, const std::string& title,
 int sweep(const Options& o, RunOptions run_options);
 int bucket_sweep(const Options& o, RunOptions run_options);
 int volume(const Options& o, int ranks);
-int bench(const Options& o, const RunOptions& run_options, const Corpus& corpus, const GptConfig& config);
-int compare_compression(const Options& o, const RunOptions& run_options, const Corpus& corpus,
+int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config);
+int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,
                         const GptConfig& config);
 
 }  // namespace ddp_lab

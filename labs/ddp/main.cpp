@@ -40,6 +40,7 @@
 #include "labkit/error.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/units.h"
 
 using namespace ddp_lab;
@@ -66,17 +67,6 @@ SweepRange parse_sweep(const std::string& text) {
   }
   throw std::invalid_argument("'" + text + "' is not ranks=A..B (whole numbers, 1 <= A <= B <= 65536) or "
                               "bucket-mb=A..B (0 < A <= B <= 65536 MiB)");
-}
-
-// ||a - b|| / ||b||, the Euclidean norms: the difference relative to the whole
-// vector, as numpy.linalg.norm compares them.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
 }
 
 // --compress replaces the averaging, so it takes no --mode, and trains the
@@ -162,7 +152,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                               o.batch, run_options.ranks));
-    const Corpus corpus = make_corpus(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
+    const Sequences corpus = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
     if (o.bench) return bench(o, run_options, corpus, config);
     if (compressing) {

@@ -14,23 +14,7 @@ BucketCaps caps_of(const Options& o) {
   return {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)), .bytes = std::size_t(o.bucket_mb * (1 << 20))};
 }
 
-Corpus make_corpus(std::uint64_t seed, int T) {
-  Corpus c{character_tokens(synthetic_corpus(200000, seed))};
-  c.sequences = (c.tokens.ids.size() * 9 / 10 - 1) / T;
-  return c;
-}
-
 namespace {
-
-void fill_batch(const Corpus& c, const std::vector<std::size_t>& sequences, int T, std::vector<int>& x,
-                std::vector<int>& y) {
-  x.resize(sequences.size() * T), y.resize(sequences.size() * T);
-  for (std::size_t b = 0; b < sequences.size(); ++b)
-    for (int t = 0; t < T; ++t) {
-      x[b * T + t] = c.tokens.ids[sequences[b] * T + t];
-      y[b * T + t] = c.tokens.ids[sequences[b] * T + t + 1];
-    }
-}
 
 // The optimizer every rank applies to the same averaged gradients, with the
 // reading's large-batch recipe around it: a linear warmup of the learning rate
@@ -89,7 +73,7 @@ std::uint64_t fingerprint(const std::vector<float>& w) {
 
 // Trains `o.steps` steps data-parallel in `mode` and measures them; given a
 // `compression`, each step ends in that compressed average instead.
-ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corpus& corpus, const GptConfig& config,
+ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequences& corpus, const GptConfig& config,
               std::optional<CompressionSpec> compression) {
   ModeRun out;
   out.mode = mode;
@@ -105,14 +89,14 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
     const std::unique_ptr<GradientCompressor> compressor =
         compression ? make_compressor(comm, *compression, model.tensors(), o.seed) : nullptr;
     DataParallel ddp(comm, model, mode, caps_of(o), compressor.get());
-    const DistributedSampler sampler(corpus.sequences, comm.size(), comm.rank(), o.seed);
+    const DistributedSampler sampler(corpus.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
     std::vector<float> losses;
     const double start = comm.now();
     for (int s = 0; s < o.steps; ++s) {
       float loss = 0;
       for (int m = 0; m < o.accum; ++m) {
-        fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), T, x, y);
+        fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), x, y);
         loss += ddp.forward_backward(x, y, b, T, m, o.accum) / o.accum;
       }
       losses.push_back(loss);
@@ -153,14 +137,14 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Corp
   return out;
 }
 
-OneRank train_one_rank(const Options& o, const Corpus& corpus, const GptConfig& config) {
+OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config) {
   OneRank out;
   Gpt model(config, o.seed, parse_device(o.device));
   Optimizer optimizer(o);
-  const DistributedSampler sampler(corpus.sequences, 1, 0, o.seed);
+  const DistributedSampler sampler(corpus.count, 1, 0, o.seed);
   std::vector<int> x, y;
   for (int s = 0; s < o.steps; ++s) {
-    fill_batch(corpus, batch_of(sampler, s, o.batch * o.accum), config.max_seq, x, y);
+    fill_batch(corpus, batch_of(sampler, s, o.batch * o.accum), x, y);
     model.forward(x, y, o.batch * o.accum, config.max_seq);
     model.zero_grad();
     model.backward();

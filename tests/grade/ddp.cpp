@@ -13,6 +13,7 @@
 
 #include "checks.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/equivalence.h"
 
 using namespace labkit;
 using namespace labkit::grade;
@@ -20,16 +21,6 @@ using namespace labkit::grade;
 namespace {
 
 constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
-
-// ||a - b|| / ||b||.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-    norm += double(b[i]) * b[i];
-  }
-  return std::sqrt(diff / norm);
-}
 
 // The tiny GPT's averaged gradients after one forward and backward of a global
 // batch of B sequences on P ranks (each its B/P rows) in `mode`, against one

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "labkit/memory.h"
 #include "labkit/modules.h"
 #include "labkit/optim.h"
 #include "labkit/tensor.h"
@@ -27,6 +28,9 @@ struct GptConfig {
   bool operator==(const GptConfig&) const = default;
 };
 GptConfig gpt_preset(const std::string& name, int vocab);  // "tiny-gpt"
+// The model as the memory estimator describes one: GPT-2's shape (LayerNorm,
+// biases, a 4C MLP, learned positions, the head tied to the embeddings).
+memory::Architecture architecture_of(const GptConfig& config);
 
 // One parameter tensor inside the flat buffer: elements [offset, offset + rows x
 // cols), row-major. A Linear's weight is (out, in), as llm.c stores it (GPT-2's

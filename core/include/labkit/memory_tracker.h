@@ -8,9 +8,11 @@
 
 namespace labkit {
 
-enum class MemoryUse { weights, gradients, optimizer, activations };
+// gathered: parameters a sharded rank holds whole only while they compute (a
+// ZeRO-3 / FSDP unit between its all-gather and its free).
+enum class MemoryUse { weights, gradients, optimizer, activations, gathered };
 inline constexpr std::array kMemoryUses = {MemoryUse::weights, MemoryUse::gradients, MemoryUse::optimizer,
-                                           MemoryUse::activations};
+                                           MemoryUse::activations, MemoryUse::gathered};
 std::string_view name_of(MemoryUse use);
 
 struct MemoryTracker {

@@ -1,0 +1,113 @@
+// labkit::FullyShardedGpt — ZeRO's three stages over the tiny GPT (Rajbhandari
+// et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter
+// Models"), stage 3 as PyTorch's FSDP runs it (Zhao et al. 2023): data
+// parallelism in which the model state is split over the ranks instead of
+// copied to each.
+//
+//   stage  each rank keeps                        per step, each rank sends (N parameters)
+//   0      everything (DDP)                       allreduce of the gradients           2N
+//   1      1/P of the optimizer state              reduce-scatter the gradients, update   2N
+//                                                  the shard, all-gather the parameters
+//   2      1/P of the optimizer state and of       the same, each unit's gradients        2N
+//          the gradients                           reduce-scattered as backward ends it
+//   3      1/P of everything                       all-gather each unit before its        3N
+//                                                  forward and again before its backward,
+//                                                  reduce-scatter its gradients
+//
+// (An allreduce is a reduce-scatter and an all-gather, so 2N counts both halves,
+// each (P-1)/P N on a ring; stage 3 gathers twice, hence 1.5x, less the root
+// unit's second gather: FSDP keeps the root gathered from its forward through
+// its backward.)
+//
+// The model is cut into units that gather and free together, FSDP's wrapping of
+// a transformer: each block is a unit, and the root unit holds the rest (the
+// embeddings, whose table is also the output head, and the final norm),
+// gathered for the whole step. A unit's parameters, taken in buffer order,
+// form one flat run, padded to a multiple of P so that every rank's shard is
+// the same size: rank r keeps elements [r S, (r+1) S) of it.
+//
+// What a rank does not keep, it does not have: the model's buffers outside
+// what this rank holds are filled with NaN, so computing with a parameter or
+// gradient that was freed and not gathered again poisons the loss. And what it
+// holds it tells the rank's memory tracker (Comm::track_memory), as it
+// allocates and frees: the weights and gradients it keeps, each unit's whole
+// gradients from its backward to its reduce-scatter (stages 2 and 3), each
+// unit's parameters from its all-gather to its free (stage 3: gathered), and
+// the activations. The optimizer's state is the caller's to count. (The one
+// padded unit that gathers and reduce-scatters pass through is left out: FSDP
+// gathers into the parameters' own storage.)
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "labkit/comm.h"
+#include "labkit/gpt.h"
+
+namespace labkit {
+
+// How a flat run of `count` elements splits over `ranks`: each rank's shard is
+// ceil(count / ranks) elements, the run padded with zeros to ranks x shard.
+struct ShardLayout {
+  std::size_t count = 0, shard = 0;
+  int ranks = 1;
+  std::size_t padded() const { return shard * std::size_t(ranks); }
+  std::size_t padding() const { return padded() - count; }
+};
+ShardLayout shard_layout(std::size_t count, int ranks);
+
+class FullyShardedGpt {
+ public:
+  // A unit: the model's parameter ranges that gather and free together, and
+  // where this rank's shard of them lies in shard_parameters().
+  struct Unit {
+    std::vector<ParameterRange> ranges;
+    ShardLayout layout;
+    std::size_t shard_offset;
+  };
+
+  // Every rank's `model` starts from the same weights (the same seed); each
+  // keeps its shard of them, and at stage 3 nothing else.
+  FullyShardedGpt(Comm& comm, Gpt& model, int stage);
+
+  // Forward and backward on this rank's B x T tokens, the gradients averaged
+  // over the ranks: afterwards shard_gradients() holds this rank's shard of the
+  // global batch's gradients (at stage 0 the model's gradients hold them all).
+  // Returns this rank's loss.
+  float forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
+
+  // The optimizer applied to what this rank owns: `update(params, grads)` over
+  // the whole model at stage 0, over this rank's shard at stages 1-3 (so its
+  // state is a shard's); then stages 1 and 2 all-gather the updated parameters
+  // for the next forward, and stage 3 keeps only its shard.
+  void step(const std::function<void(std::span<float>, std::span<const float>)>& update);
+
+  // Every parameter, gathered on every rank (one all-gather per unit): what
+  // the ranks hold together.
+  std::vector<float> gather_parameters();
+
+  int stage() const { return stage_; }
+  const std::vector<Unit>& units() const { return units_; }
+  std::span<const float> shard_parameters() const { return param_shard_; }
+  std::span<const float> shard_gradients() const { return grad_shard_; }
+
+ private:
+  void gather(const Unit& unit, std::span<const float> shard, Tensor& into);
+  void reduce_scatter_gradients(const Unit& unit);
+  void forget(const Unit& unit, Tensor& buffer);  // NaN over the unit's ranges: freed
+  void forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                                           int T, float& loss);
+  void track(MemoryUse use, const Unit& unit, int sign);  // +1: the unit's whole tensor allocated, -1: freed
+
+  Comm& comm_;
+  Gpt& model_;
+  int stage_;
+  std::vector<Unit> units_;  // units_[0] the root, units_[1 + l] block l
+  std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
+  std::vector<float> flat_;                      // one padded unit: what gathers and reduce-scatters pass through
+  std::int64_t activation_bytes_ = 0;            // told the tracker so far
+};
+
+}  // namespace labkit

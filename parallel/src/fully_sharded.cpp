@@ -1,0 +1,214 @@
+#include "labkit/parallel/fully_sharded.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "labkit/error.h"
+
+namespace labkit {
+
+ShardLayout shard_layout(std::size_t count, int ranks) {
+  return {.count = count, .shard = (count + std::size_t(ranks) - 1) / std::size_t(ranks), .ranks = ranks};
+}
+
+namespace {
+
+View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
+
+// A unit's ranges of the model's `buffer`, one after another, into `flat`,
+// the padding zeroed.
+void pack(const std::vector<ParameterRange>& ranges, const float* buffer, std::vector<float>& flat,
+          std::size_t padded) {
+  float* at = flat.data();
+  for (const ParameterRange& r : ranges) at = std::copy_n(buffer + r.offset, r.count, at);
+  std::fill(at, flat.data() + padded, 0.0f);
+}
+
+}  // namespace
+
+FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm), model_(model), stage_(stage) {
+  if (stage < 0 || stage > 3) fail(comm.who(), "FullyShardedGpt", "stage={} is not one of 0, 1, 2, 3", stage);
+  if (model.device().kind != DeviceKind::cpu)
+    fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
+         model.device().name);
+  // The root unit (the embeddings and the final norm: backward_order's last
+  // and first), then a unit per block.
+  const std::vector<ParameterRange> order = model.backward_order();
+  units_.push_back({{order.back(), order.front()}, {}, 0});
+  for (int l = 0; l < model.config().layers; ++l) units_.push_back({{model.layer_range(l)}, {}, 0});
+  std::size_t offset = 0, largest = 0;
+  for (Unit& u : units_) {
+    std::size_t count = 0;
+    for (const ParameterRange& r : u.ranges) count += r.count;
+    u.layout = shard_layout(count, comm.size());
+    u.shard_offset = offset;
+    offset += u.layout.shard;
+    largest = std::max(largest, u.layout.padded());
+  }
+  flat_.resize(largest);
+  param_shard_.resize(offset);
+  grad_shard_.assign(offset, 0.0f);
+  // This rank's shard of the starting weights, the same on every rank.
+  for (const Unit& u : units_) {
+    pack(u.ranges, model.parameters().data(), flat_, u.layout.padded());
+    std::copy_n(flat_.data() + std::size_t(comm.rank()) * u.layout.shard, u.layout.shard,
+                param_shard_.data() + u.shard_offset);
+    if (stage == 3) forget(u, model.parameters());
+  }
+  // What this rank keeps from now on: whole weights below stage 3, whole
+  // gradients below stage 2, else its shards.
+  const auto whole = std::int64_t(model.parameter_count() * sizeof(float));
+  const auto shard = std::int64_t(param_shard_.size() * sizeof(float));
+  comm.track_memory(MemoryUse::weights, stage < 3 ? whole : shard);
+  comm.track_memory(MemoryUse::gradients, stage < 2 ? whole : shard);
+}
+
+void FullyShardedGpt::track(MemoryUse use, const Unit& unit, int sign) {
+  comm_.track_memory(use, sign * std::int64_t(unit.layout.count * sizeof(float)));
+}
+
+void FullyShardedGpt::forget(const Unit& unit, Tensor& buffer) {
+  for (const ParameterRange& r : unit.ranges)
+    std::fill_n(buffer.data() + r.offset, r.count, std::numeric_limits<float>::quiet_NaN());
+}
+
+// All-gather: every rank's shard of the unit, into the unit's ranges of `into`.
+void FullyShardedGpt::gather(const Unit& unit, std::span<const float> shard, Tensor& into) {
+  comm_.all_gather(view_of(const_cast<float*>(shard.data()) + unit.shard_offset, unit.layout.shard),
+                   view_of(flat_.data(), unit.layout.padded()));
+  const float* from = flat_.data();
+  for (const ParameterRange& r : unit.ranges) {
+    std::copy_n(from, r.count, into.data() + r.offset);
+    from += r.count;
+  }
+}
+
+// Reduce-scatter (avg): the unit's gradients summed over the ranks, this
+// rank's shard of the mean kept.
+void FullyShardedGpt::reduce_scatter_gradients(const Unit& unit) {
+  pack(unit.ranges, model_.gradients().data(), flat_, unit.layout.padded());
+  comm_.reduce_scatter(view_of(flat_.data(), unit.layout.padded()),
+                       view_of(grad_shard_.data() + unit.shard_offset, unit.layout.shard), ReduceOp::avg);
+}
+
+float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                                        int T) {
+  model_.zero_grad();
+  const int layers = model_.config().layers;
+  const double block = model_.block_flops(B, T), head = model_.head_flops(B, T);
+  // The activations (and their gradients) this batch shape needs: the model
+  // keeps them from one step to the next, as llm.c does.
+  model_.prepare(B, T);
+  const auto activations = std::int64_t(model_.activation_bytes());
+  comm_.track_memory(MemoryUse::activations, activations - activation_bytes_);
+  activation_bytes_ = activations;
+  if (stage_ == 3) {
+    float loss = 0;
+    forward_backward_sharded_parameters(tokens, targets, B, T, loss);
+    return loss;
+  }
+  double started = comm_.now();
+  const float loss = model_.forward(tokens, targets, B, T);
+  comm_.computed("forward", started, layers * block + head);
+  // Stage 2 holds a unit's whole gradients only from its backward to its
+  // reduce-scatter: the root's (written first by the head, last by the
+  // embeddings) through all of backward, each block's in turn.
+  if (stage_ == 2) track(MemoryUse::gradients, units_[0], +1), track(MemoryUse::gradients, units_[layers], +1);
+  int piece = 0;  // backward_order: the final norm (after the head), the blocks from the last, the embeddings
+  started = comm_.now();
+  model_.backward([&](ParameterRange) {
+    comm_.computed("backward", started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
+    if (stage_ == 2 && piece >= 1 && piece <= layers) {
+      const int l = layers - piece;  // this block's backward is done: reduce-scatter, free, and on to the next
+      reduce_scatter_gradients(units_[1 + l]);
+      forget(units_[1 + l], model_.gradients());
+      track(MemoryUse::gradients, units_[1 + l], -1);
+      if (l > 0) track(MemoryUse::gradients, units_[l], +1);
+    }
+    ++piece;
+    started = comm_.now();
+  });
+  if (stage_ == 0) comm_.all_reduce(view_of(model_.gradients().data(), model_.parameter_count()), ReduceOp::avg);
+  if (stage_ == 1)
+    for (const Unit& unit : units_) reduce_scatter_gradients(unit);
+  if (stage_ == 2) {
+    reduce_scatter_gradients(units_[0]);
+    forget(units_[0], model_.gradients());
+    track(MemoryUse::gradients, units_[0], -1);
+  }
+  return loss;
+}
+
+// Stage 3: gather each block just before it computes, forward and again
+// backward, and free it right after; the root stays gathered for the step.
+void FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>& tokens,
+                                                          const std::vector<int>& targets, int B, int T,
+                                                          float& loss) {
+  const int layers = model_.config().layers;
+  const double block = model_.block_flops(B, T), head = model_.head_flops(B, T);
+  Tensor& params = model_.parameters();
+  // A unit's parameters are whole from its all-gather to its free (gathered),
+  // its gradients from its backward to its reduce-scatter.
+  auto gather_unit = [&](const Unit& unit) {
+    gather(unit, param_shard_, params);
+    track(MemoryUse::gathered, unit, +1);
+  };
+  auto free_parameters = [&](const Unit& unit) {
+    forget(unit, params);
+    track(MemoryUse::gathered, unit, -1);
+  };
+  auto reduce_scatter_and_free = [&](const Unit& unit) {
+    reduce_scatter_gradients(unit);
+    forget(unit, model_.gradients());
+    track(MemoryUse::gradients, unit, -1);
+  };
+  gather_unit(units_[0]);  // the root: gathered for the whole step
+  model_.embed(tokens);
+  for (int l = 0; l < layers; ++l) {
+    gather_unit(units_[1 + l]);
+    const double started = comm_.now();
+    model_.forward_layers(l, l + 1);
+    comm_.computed("forward", started, block);
+    free_parameters(units_[1 + l]);
+  }
+  double started = comm_.now();
+  loss = model_.head(targets);
+  comm_.computed("forward", started, head);
+  track(MemoryUse::gradients, units_[0], +1);
+  started = comm_.now();
+  model_.backward_head();
+  comm_.computed("backward", started, 2 * head);
+  for (int l = layers - 1; l >= 0; --l) {
+    const Unit& unit = units_[1 + l];
+    gather_unit(unit);
+    track(MemoryUse::gradients, unit, +1);
+    started = comm_.now();
+    model_.backward_layers(l, l + 1);
+    comm_.computed("backward", started, 2 * block);
+    free_parameters(unit);
+    reduce_scatter_and_free(unit);
+  }
+  model_.backward_embed();
+  reduce_scatter_and_free(units_[0]);
+  free_parameters(units_[0]);
+}
+
+void FullyShardedGpt::step(const std::function<void(std::span<float>, std::span<const float>)>& update) {
+  if (stage_ == 0) {
+    update({model_.parameters().data(), model_.parameter_count()},
+           {model_.gradients().data(), model_.parameter_count()});
+    return;
+  }
+  update(param_shard_, grad_shard_);
+  if (stage_ == 3) return;  // the next forward gathers what it needs
+  for (const Unit& unit : units_) gather(unit, param_shard_, model_.parameters());
+}
+
+std::vector<float> FullyShardedGpt::gather_parameters() {
+  if (stage_ == 0) return model_.parameters().to_host();
+  Tensor full({model_.parameter_count()});
+  for (const Unit& unit : units_) gather(unit, param_shard_, full);
+  return full.to_host();
+}
+
+}  // namespace labkit

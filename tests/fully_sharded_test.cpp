@@ -1,0 +1,174 @@
+// parallel/fully_sharded: ZeRO's stages 0-3 train the tiny GPT to the weights
+// one rank reaches on the whole batch, keep only their shard, and send 2N or
+// 3N parameters' worth per step.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include <gtest/gtest.h>
+
+#include "harness.h"
+#include "labkit/gpt.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/fully_sharded.h"
+
+using namespace labkit;
+using labkit::test::simulate;
+
+namespace {
+
+const GptConfig kConfig = gpt_preset("tiny-gpt", 16);
+constexpr int kBatch = 24, kSteps = 3;
+
+// Step s's global batch: kBatch sequences of T tokens and their next tokens.
+std::vector<int> tokens(int step, int shift) {
+  std::vector<int> t(std::size_t(kBatch) * kConfig.max_seq);
+  for (std::size_t i = 0; i < t.size(); ++i) t[i] = int((i * 7 + i / 5 + step * 3 + shift) % 16);
+  return t;
+}
+
+// Rows [first, first + rows) of a global batch.
+std::vector<int> rows_of(const std::vector<int>& all, int first, int rows) {
+  const auto T = std::size_t(kConfig.max_seq);
+  return {all.begin() + std::ptrdiff_t(first * T), all.begin() + std::ptrdiff_t((first + rows) * T)};
+}
+
+// One rank on the whole batch, SGD with momentum: what every stage must reach.
+std::vector<float> one_rank_weights() {
+  Gpt model(kConfig, 5);
+  SgdMomentum sgd{.lr = 0.05f};
+  for (int s = 0; s < kSteps; ++s) {
+    model.forward(tokens(s, 0), tokens(s, 1), kBatch, kConfig.max_seq);
+    model.zero_grad();
+    model.backward();
+    sgd.update({model.parameters().data(), model.parameter_count()},
+               {model.gradients().data(), model.parameter_count()});
+  }
+  return model.parameters().to_host();
+}
+
+}  // namespace
+
+TEST(ShardLayout, PadsTheRunToAMultipleOfTheRanks) {
+  const ShardLayout a = shard_layout(10, 4), b = shard_layout(8, 4), c = shard_layout(1, 8);
+  EXPECT_EQ(a.shard, 3u);
+  EXPECT_EQ(a.padded(), 12u);
+  EXPECT_EQ(a.padding(), 2u);
+  EXPECT_EQ(b.padding(), 0u);
+  EXPECT_EQ(c.shard, 1u);
+  EXPECT_EQ(c.padding(), 7u);
+}
+
+TEST(FullyShardedGpt, EveryStageTrainsTheTinyGptAsOneRankDoes) {
+  const std::vector<float> want = one_rank_weights();
+  for (int ranks : {1, 2, 3, 4, 8})
+    for (int stage = 0; stage <= 3; ++stage) {
+      std::vector<std::vector<float>> got(ranks);
+      std::size_t padding = 0;
+      simulate(ranks, [&](Comm& c) {
+        Gpt model(kConfig, 5);
+        FullyShardedGpt zero(c, model, stage);
+        SgdMomentum sgd{.lr = 0.05f};
+        const int rows = kBatch / ranks;
+        for (int s = 0; s < kSteps; ++s) {
+          zero.forward_backward(rows_of(tokens(s, 0), c.rank() * rows, rows),
+                                rows_of(tokens(s, 1), c.rank() * rows, rows), rows, kConfig.max_seq);
+          zero.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+        }
+        got[c.rank()] = zero.gather_parameters();
+        if (c.rank() == 0)
+          for (const FullyShardedGpt::Unit& u : zero.units()) padding += u.layout.padding();
+      });
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_LE(relative_difference(got[r], want), 1e-6) << "stage " << stage << ", " << ranks << " ranks, rank " << r;
+        EXPECT_EQ(got[r], got[0]) << "stage " << stage << ", " << ranks << " ranks: rank " << r << " differs";
+      }
+      if (ranks == 3) {
+        EXPECT_GT(padding, 0u) << "a count that does not divide by 3 is padded";
+      }
+    }
+}
+
+TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {
+  EXPECT_EQ(memory::count_parameters(architecture_of(kConfig)).total, double(Gpt(kConfig, 1).parameter_count()));
+}
+
+TEST(FullyShardedGpt, StageThreeKeepsOnlyItsShard) {
+  simulate(4, [&](Comm& c) {
+    Gpt model(kConfig, 5);
+    const std::size_t n = model.parameter_count();
+    FullyShardedGpt zero(c, model, 3);
+    const float* w = model.parameters().data();
+    EXPECT_TRUE(std::all_of(w, w + n, [](float x) { return std::isnan(x); })) << "freed parameters are NaN";
+    std::size_t padded = 0;
+    for (const FullyShardedGpt::Unit& u : zero.units()) padded += u.layout.padded();
+    EXPECT_EQ(zero.shard_parameters().size(), padded / 4);
+    EXPECT_GE(padded, n);
+  });
+}
+
+// What each stage tells the memory tracker it holds, at its peak: whole
+// weights below stage 3, whole gradients below stage 2, else shards; at stages
+// 2 and 3 the root's and one block's whole gradients during backward; at stage
+// 3 the root and one block gathered.
+TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
+  const int ranks = 4;
+  for (int stage = 0; stage <= 3; ++stage)
+    simulate(ranks, [&](Comm& c) {
+      Gpt model(kConfig, 5);
+      FullyShardedGpt zero(c, model, stage);
+      const int rows = kBatch / ranks;
+      zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
+                            rows, kConfig.max_seq);
+      if (c.rank() != 0) return;
+      const std::int64_t f = sizeof(float), whole = std::int64_t(model.parameter_count()) * f;
+      const std::int64_t shard = std::int64_t(zero.shard_parameters().size()) * f;
+      const std::int64_t root = std::int64_t(zero.units()[0].layout.count) * f;
+      const std::int64_t block = std::int64_t(zero.units()[1].layout.count) * f;
+      const MemoryTracker& m = c.memory();
+      auto peak = [&](MemoryUse u) { return m.peak[std::size_t(u)]; };
+      EXPECT_EQ(peak(MemoryUse::weights), stage < 3 ? whole : shard) << "stage " << stage;
+      EXPECT_EQ(peak(MemoryUse::gradients), stage < 2 ? whole : shard + root + block) << "stage " << stage;
+      EXPECT_EQ(m.current[std::size_t(MemoryUse::gradients)], stage < 2 ? whole : shard) << "stage " << stage;
+      EXPECT_EQ(peak(MemoryUse::gathered), stage == 3 ? root + block : 0) << "stage " << stage;
+      EXPECT_EQ(m.current[std::size_t(MemoryUse::gathered)], 0) << "stage " << stage;
+      EXPECT_EQ(peak(MemoryUse::activations), std::int64_t(model.activation_bytes())) << "stage " << stage;
+    });
+}
+
+// Bytes of every collective in rank 0's trace, per step: N fp32 parameters,
+// padded per unit to a multiple of P; an allreduce or reduce-scatter of them is
+// 2N's first half and the all-gather its second (see fully_sharded.h). Stage 3
+// gathers each block twice, and the root once: it stays gathered from its
+// forward through its backward, as FSDP keeps its root unit.
+TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
+  const int ranks = 4;
+  for (int stage = 0; stage <= 3; ++stage) {
+    std::uint64_t padded_bytes = 0, root_bytes = 0, full_bytes = 0;
+    const auto run = simulate(ranks, [&](Comm& c) {
+      Gpt model(kConfig, 5);
+      FullyShardedGpt zero(c, model, stage);
+      if (c.rank() == 0) {
+        full_bytes = model.parameter_count() * sizeof(float);
+        for (const FullyShardedGpt::Unit& u : zero.units()) padded_bytes += u.layout.padded() * sizeof(float);
+        root_bytes = zero.units()[0].layout.padded() * sizeof(float);
+      }
+      const int rows = kBatch / ranks;
+      zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
+                            rows, kConfig.max_seq);
+      zero.step([](std::span<float>, std::span<const float>) {});
+    });
+    std::uint64_t bytes = 0, gathers = 0;
+    for (const TraceEvent& e : run.trace->tracks()[0].events)
+      if (e.kind == TraceEvent::Kind::collective) {
+        bytes += e.bytes;
+        gathers += e.name == "all_gather";
+      }
+    // An allreduce counts once (its 2N on the wire is a reduce-scatter and an all-gather).
+    const std::uint64_t want = stage == 0 ? full_bytes : stage == 3 ? 3 * padded_bytes - root_bytes : 2 * padded_bytes;
+    EXPECT_EQ(bytes, want) << "stage " << stage;
+    EXPECT_EQ(gathers, stage == 0 ? 0u : stage == 3 ? 2 * kConfig.layers + 1u : kConfig.layers + 1u)
+        << "stage " << stage;
+  }
+}
