@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "labkit/error.h"
+#include "labkit/parallel/data_parallel.h"
 
 namespace labkit {
 
@@ -209,6 +210,52 @@ std::vector<float> FullyShardedGpt::gather_parameters() {
   Tensor full({model_.parameter_count()});
   for (const Unit& unit : units_) gather(unit, param_shard_, full);
   return full.to_host();
+}
+
+void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage) {
+  const ShapedModel model = shaped_model(arch, step_seconds);
+  if (stage == 0) return shaped_step(comm, model, DdpMode::overlap);
+  // The units from shaped_model's pieces (the head and norm, each layer's
+  // tensors from the last layer, the embeddings). A forward costs half a backward.
+  struct ShapedUnit {
+    std::size_t count = 0;
+    double backward = 0;
+  };
+  ShapedUnit root{model.pieces.front().count + model.pieces.back().count,
+                  model.pieces.front().backward_seconds + model.pieces.back().backward_seconds};
+  std::vector<ShapedUnit> layers(arch.layers);  // in forward order
+  std::size_t piece = 1;
+  for (int l = arch.layers - 1; l >= 0; --l)
+    for (std::size_t t = 0; t < memory::layer_tensors(arch, l).size(); ++t, ++piece) {
+      layers[l].count += model.pieces[piece].count;
+      layers[l].backward += model.pieces[piece].backward_seconds;
+    }
+  const int p = comm.size();
+  const DType dtype = model.grad_dtype;
+  auto shard = [&](std::size_t count) { return (count + std::size_t(p) - 1) / std::size_t(p); };
+  auto gather = [&](std::size_t count) {
+    comm.all_gather(sizes_only(shard(count), dtype), sizes_only(shard(count) * p, dtype));
+  };
+  auto reduce_scatter = [&](std::size_t count) {
+    return comm.i_reduce_scatter(sizes_only(shard(count) * p, dtype), sizes_only(shard(count), dtype), ReduceOp::avg);
+  };
+  if (stage == 3) gather(root.count);  // the root stays gathered through the step
+  for (const ShapedUnit& u : layers) {
+    if (stage == 3) gather(u.count);
+    comm.compute_for("forward", u.backward / 2);
+  }
+  comm.compute_for("forward", root.backward / 2);
+  comm.compute_for("backward", root.backward);
+  std::vector<Request> reducing;
+  for (auto u = layers.rbegin(); u != layers.rend(); ++u) {
+    if (stage == 3) gather(u->count);
+    comm.compute_for("backward", u->backward);
+    if (stage >= 2) reducing.push_back(reduce_scatter(u->count));
+  }
+  const std::size_t all = model.parameters();
+  reducing.push_back(stage >= 2 ? reduce_scatter(root.count) : reduce_scatter(all));
+  for (Request& r : reducing) r.wait();
+  if (stage < 3) gather(all);  // the updated shards, back to every rank for the next forward
 }
 
 }  // namespace labkit

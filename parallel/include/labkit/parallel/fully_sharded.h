@@ -45,6 +45,7 @@
 
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 
 namespace labkit {
 
@@ -109,5 +110,15 @@ class FullyShardedGpt {
   std::vector<float> flat_;                      // one padded unit: what gathers and reduce-scatters pass through
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
+
+// A ZeRO step of a model known by its shapes alone (payload-free: sizes-only
+// buffers), for what-ifs at the scale of real runs; `step_seconds` of compute
+// spread over the units as shaped_model spreads it (data_parallel.h). Units:
+// the root (embeddings, head, final norm) and each layer. Stage 0 is DDP's
+// overlapped step. Gradients are reduce-scattered on the communication stream
+// while backward goes on, as FSDP and DeepSpeed do, and waited for before the
+// optimizer; stage 1 reduce-scatters after backward. Without prefetch, a stage-3
+// unit's all-gather waits in front of its compute.
+void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage);
 
 }  // namespace labkit
