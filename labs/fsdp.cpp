@@ -68,13 +68,13 @@ struct StageRun {
   int stage = 0, ranks = 0;
   std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
   double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
-  double formula = 0;           // ZeRO's: 2N, or 3N less the root unit's second gather
+  double formula = 0;           // ZeRO's: 2N, or 3N less the second gathers of the units kept whole
   double step_seconds = 0;
   std::vector<float> losses;    // the global batch's mean loss per step
   std::vector<float> weights;   // rank 0's gathered weights at the end (on the process that ran rank 0)
   bool ranks_agree = false;     // every rank gathered the same weights, bit for bit
   MemoryTracker memory;         // rank 0's, current and peak by use
-  std::size_t largest_block = 0, root = 0;  // elements of the largest block unit and of the root unit
+  std::size_t largest_block = 0, kept = 0;  // elements of the largest block, and of the units kept whole at stage 3
 };
 
 // Parameters' worth a collective moves, from a trace event's bytes: an
@@ -120,13 +120,15 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     out.parameters = model.parameter_count();
     out.shard = sharded.shard_parameters().size();
     for (const FullyShardedGpt::Unit& u : sharded.units()) out.padding += u.layout.padding();
-    for (std::size_t u = 1; u < sharded.units().size(); ++u)
-      out.largest_block = std::max(out.largest_block, sharded.units()[u].layout.count);
-    out.root = sharded.units()[0].layout.count;
+    // units(): the embeddings, the blocks, the final norm.
+    const auto& units = sharded.units();
+    for (std::size_t u = 1; u + 1 < units.size(); ++u)
+      out.largest_block = std::max(out.largest_block, units[u].layout.count);
+    out.kept = units.front().layout.count + units.back().layout.count;
     out.memory = comm.memory();
-    const double root = double(sharded.units()[0].layout.padded());
+    const double kept = double(units.front().layout.padded() + units.back().layout.padded());
     const double padded = double(out.parameters + out.padding);
-    out.formula = stage == 0 ? 2.0 * double(out.parameters) : stage < 3 ? 2 * padded : 3 * padded - root;
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : stage < 3 ? 2 * padded : 3 * padded - kept;
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
                                   [&](const auto& w) { return std::equal(w.begin(), w.end(), out.weights.begin()); });
@@ -189,8 +191,8 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     return 0.0;
   };
   const std::string padded = fmt::format("the shard is padded to a multiple of P ({} elements in all)", r.padding);
-  const std::string one_unit = fmt::format("+ whole while they compute: the root ({} parameters) and a block ({})",
-                                           r.root, r.largest_block);
+  const std::string one_unit = fmt::format("whole while they compute: the embeddings and final norm ({} parameters) "
+                                           "and a block ({})", r.kept, r.largest_block);
   struct Row {
     MemoryUse use;
     const char* estimator;
@@ -199,7 +201,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   const Row rows[] = {
       {MemoryUse::weights, "weights", r.stage == 3 && r.padding ? padded : ""},
       {MemoryUse::gradients, "gradients",
-       r.stage >= 2 ? fmt::format("the shard{}, + whole: the root's through backward, a block's from its backward to "
+       r.stage >= 2 ? fmt::format("the shard{}, + whole: the embeddings' and final norm's through backward, a block's from its backward to "
                                   "its reduce-scatter", r.padding ? " (padded)" : "")
                     : ""},
       {MemoryUse::optimizer, "optimizer states", r.stage >= 1 && r.padding ? padded : ""},
@@ -371,7 +373,7 @@ int main(int argc, char** argv) {
                       {"ranks_agree", r.ranks_agree}});
     }
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
-               "per step, an allreduce counting 2N; formula: 2N, and 3N less the root unit's second gather)\n");
+               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step)\n");
     nlohmann::json memory_rows = nlohmann::json::array();
     for (const StageRun& r : runs)
       for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);

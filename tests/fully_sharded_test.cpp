@@ -110,8 +110,8 @@ TEST(FullyShardedGpt, StageThreeKeepsOnlyItsShard) {
 
 // What each stage tells the memory tracker it holds, at its peak: whole
 // weights below stage 3, whole gradients below stage 2, else shards; at stages
-// 2 and 3 the root's and one block's whole gradients during backward; at stage
-// 3 the root and one block gathered.
+// 2 and 3 the embeddings', the final norm's and one block's whole gradients
+// during backward; at stage 3 those and one block gathered.
 TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
   const int ranks = 4;
   for (int stage = 0; stage <= 3; ++stage)
@@ -124,14 +124,14 @@ TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
       if (c.rank() != 0) return;
       const std::int64_t f = sizeof(float), whole = std::int64_t(model.parameter_count()) * f;
       const std::int64_t shard = std::int64_t(zero.shard_parameters().size()) * f;
-      const std::int64_t root = std::int64_t(zero.units()[0].layout.count) * f;
+      const std::int64_t kept = std::int64_t(zero.units().front().layout.count + zero.units().back().layout.count) * f;
       const std::int64_t block = std::int64_t(zero.units()[1].layout.count) * f;
       const MemoryTracker& m = c.memory();
       auto peak = [&](MemoryUse u) { return m.peak[std::size_t(u)]; };
       EXPECT_EQ(peak(MemoryUse::weights), stage < 3 ? whole : shard) << "stage " << stage;
-      EXPECT_EQ(peak(MemoryUse::gradients), stage < 2 ? whole : shard + root + block) << "stage " << stage;
+      EXPECT_EQ(peak(MemoryUse::gradients), stage < 2 ? whole : shard + kept + block) << "stage " << stage;
       EXPECT_EQ(m.current[std::size_t(MemoryUse::gradients)], stage < 2 ? whole : shard) << "stage " << stage;
-      EXPECT_EQ(peak(MemoryUse::gathered), stage == 3 ? root + block : 0) << "stage " << stage;
+      EXPECT_EQ(peak(MemoryUse::gathered), stage == 3 ? kept + block : 0) << "stage " << stage;
       EXPECT_EQ(m.current[std::size_t(MemoryUse::gathered)], 0) << "stage " << stage;
       EXPECT_EQ(peak(MemoryUse::activations), std::int64_t(model.activation_bytes())) << "stage " << stage;
     });
@@ -140,19 +140,19 @@ TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
 // Bytes of every collective in rank 0's trace, per step: N fp32 parameters,
 // padded per unit to a multiple of P; an allreduce or reduce-scatter of them is
 // 2N's first half and the all-gather its second (see fully_sharded.h). Stage 3
-// gathers each block twice, and the root once: it stays gathered from its
-// forward through its backward, as FSDP keeps its root unit.
+// gathers each block twice, and the embeddings and final norm once: they stay
+// gathered from their forward through their backward, as FSDP keeps its root.
 TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
   const int ranks = 4;
   for (int stage = 0; stage <= 3; ++stage) {
-    std::uint64_t padded_bytes = 0, root_bytes = 0, full_bytes = 0;
+    std::uint64_t padded_bytes = 0, kept_bytes = 0, full_bytes = 0;
     const auto run = simulate(ranks, [&](Comm& c) {
       Gpt model(kConfig, 5);
       FullyShardedGpt zero(c, model, stage);
       if (c.rank() == 0) {
         full_bytes = model.parameter_count() * sizeof(float);
         for (const FullyShardedGpt::Unit& u : zero.units()) padded_bytes += u.layout.padded() * sizeof(float);
-        root_bytes = zero.units()[0].layout.padded() * sizeof(float);
+        kept_bytes = (zero.units().front().layout.padded() + zero.units().back().layout.padded()) * sizeof(float);
       }
       const int rows = kBatch / ranks;
       zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
@@ -166,9 +166,9 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
         gathers += e.name == "all_gather";
       }
     // An allreduce counts once (its 2N on the wire is a reduce-scatter and an all-gather).
-    const std::uint64_t want = stage == 0 ? full_bytes : stage == 3 ? 3 * padded_bytes - root_bytes : 2 * padded_bytes;
+    const std::uint64_t want = stage == 0 ? full_bytes : stage == 3 ? 3 * padded_bytes - kept_bytes : 2 * padded_bytes;
     EXPECT_EQ(bytes, want) << "stage " << stage;
-    EXPECT_EQ(gathers, stage == 0 ? 0u : stage == 3 ? 2 * kConfig.layers + 1u : kConfig.layers + 1u)
+    EXPECT_EQ(gathers, stage == 0 ? 0u : stage == 3 ? 2 * kConfig.layers + 2u : kConfig.layers + 2u)
         << "stage " << stage;
   }
 }

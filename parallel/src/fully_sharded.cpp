@@ -12,18 +12,14 @@ ShardLayout shard_layout(std::size_t count, int ranks) {
   return {.count = count, .shard = (count + std::size_t(ranks) - 1) / std::size_t(ranks), .ranks = ranks};
 }
 
+void mark_freed(View v) {
+  if (v.data) std::fill_n(static_cast<float*>(v.data), v.count, std::numeric_limits<float>::quiet_NaN());
+}
+
 namespace {
 
 View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
-
-// A unit's ranges of the model's `buffer`, one after another, into `flat`,
-// the padding zeroed.
-void pack(const std::vector<ParameterRange>& ranges, const float* buffer, std::vector<float>& flat,
-          std::size_t padded) {
-  float* at = flat.data();
-  for (const ParameterRange& r : ranges) at = std::copy_n(buffer + r.offset, r.count, at);
-  std::fill(at, flat.data() + padded, 0.0f);
-}
+View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
 
 }  // namespace
 
@@ -32,16 +28,14 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm
   if (model.device().kind != DeviceKind::cpu)
     fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
          model.device().name);
-  // The root unit (the embeddings and the final norm: backward_order's last
-  // and first), then a unit per block.
+  // The embeddings, a unit per block, the final norm (backward_order's last, middle and first).
   const std::vector<ParameterRange> order = model.backward_order();
-  units_.push_back({{order.back(), order.front()}, {}, 0});
-  for (int l = 0; l < model.config().layers; ++l) units_.push_back({{model.layer_range(l)}, {}, 0});
+  units_.push_back({order.back(), {}, 0});
+  for (int l = 0; l < model.config().layers; ++l) units_.push_back({model.layer_range(l), {}, 0});
+  units_.push_back({order.front(), {}, 0});
   std::size_t offset = 0, largest = 0;
   for (Unit& u : units_) {
-    std::size_t count = 0;
-    for (const ParameterRange& r : u.ranges) count += r.count;
-    u.layout = shard_layout(count, comm.size());
+    u.layout = shard_layout(u.range.count, comm.size());
     u.shard_offset = offset;
     offset += u.layout.shard;
     largest = std::max(largest, u.layout.padded());
@@ -51,10 +45,8 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
   for (const Unit& u : units_) {
-    pack(u.ranges, model.parameters().data(), flat_, u.layout.padded());
-    std::copy_n(flat_.data() + std::size_t(comm.rank()) * u.layout.shard, u.layout.shard,
-                param_shard_.data() + u.shard_offset);
-    if (stage == 3) forget(u, model.parameters());
+    shard_of(run_of(model.parameters(), u.range), shard_of_unit(param_shard_, u), comm.rank());
+    if (stage == 3) mark_freed(run_of(model.parameters(), u.range));
   }
   // What this rank keeps from now on: whole weights below stage 3, whole
   // gradients below stage 2, else its shards.
@@ -64,32 +56,29 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm
   comm.track_memory(MemoryUse::gradients, stage < 2 ? whole : shard);
 }
 
+View FullyShardedGpt::shard_of_unit(std::vector<float>& shards, const Unit& unit) {
+  return view_of(shards.data() + unit.shard_offset, unit.layout.shard);
+}
+
 void FullyShardedGpt::track(MemoryUse use, const Unit& unit, int sign) {
-  comm_.track_memory(use, sign * std::int64_t(unit.layout.count * sizeof(float)));
+  comm_.track_memory(use, sign * std::int64_t(unit.range.count * sizeof(float)));
 }
 
-void FullyShardedGpt::forget(const Unit& unit, Tensor& buffer) {
-  for (const ParameterRange& r : unit.ranges)
-    std::fill_n(buffer.data() + r.offset, r.count, std::numeric_limits<float>::quiet_NaN());
+void FullyShardedGpt::gather(const Unit& unit, Tensor& into) {
+  unshard(comm_, shard_of_unit(param_shard_, unit), run_of(into, unit.range));
 }
 
-// All-gather: every rank's shard of the unit, into the unit's ranges of `into`.
-void FullyShardedGpt::gather(const Unit& unit, std::span<const float> shard, Tensor& into) {
-  comm_.all_gather(view_of(const_cast<float*>(shard.data()) + unit.shard_offset, unit.layout.shard),
-                   view_of(flat_.data(), unit.layout.padded()));
-  const float* from = flat_.data();
-  for (const ParameterRange& r : unit.ranges) {
-    std::copy_n(from, r.count, into.data() + r.offset);
-    from += r.count;
-  }
-}
-
-// Reduce-scatter (avg): the unit's gradients summed over the ranks, this
-// rank's shard of the mean kept.
+// Reduce-scatter (avg): the unit's gradients, padded, summed over the ranks;
+// this rank keeps its shard of the mean.
 void FullyShardedGpt::reduce_scatter_gradients(const Unit& unit) {
-  pack(unit.ranges, model_.gradients().data(), flat_, unit.layout.padded());
-  comm_.reduce_scatter(view_of(flat_.data(), unit.layout.padded()),
-                       view_of(grad_shard_.data() + unit.shard_offset, unit.layout.shard), ReduceOp::avg);
+  const float* grads = model_.gradients().data() + unit.range.offset;
+  std::fill(std::copy_n(grads, unit.range.count, flat_.begin()), flat_.begin() + unit.layout.padded(), 0.0f);
+  comm_.reduce_scatter(view_of(flat_.data(), unit.layout.padded()), shard_of_unit(grad_shard_, unit), ReduceOp::avg);
+}
+
+void FullyShardedGpt::free_gradients(const Unit& unit) {
+  mark_freed(run_of(model_.gradients(), unit.range));
+  track(MemoryUse::gradients, unit, -1);
 }
 
 float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
@@ -108,13 +97,17 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
     forward_backward_sharded_parameters(tokens, targets, B, T, loss);
     return loss;
   }
+  const Unit &embeddings = units_.front(), &final_norm = units_.back();
   double started = comm_.now();
   const float loss = model_.forward(tokens, targets, B, T);
   comm_.computed("forward", started, layers * block + head);
   // Stage 2 holds a unit's whole gradients only from its backward to its
-  // reduce-scatter: the root's (written first by the head, last by the
-  // embeddings) through all of backward, each block's in turn.
-  if (stage_ == 2) track(MemoryUse::gradients, units_[0], +1), track(MemoryUse::gradients, units_[layers], +1);
+  // reduce-scatter: the embeddings' and the final norm's (the head writes the
+  // embedding table's first, the embedding layer last) through all of
+  // backward, each block's in turn.
+  if (stage_ == 2)
+    for (const Unit* u : {&embeddings, &final_norm, static_cast<const Unit*>(&units_[layers])})
+      track(MemoryUse::gradients, *u, +1);
   int piece = 0;  // backward_order: the final norm (after the head), the blocks from the last, the embeddings
   started = comm_.now();
   model_.backward([&](ParameterRange) {
@@ -122,8 +115,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
     if (stage_ == 2 && piece >= 1 && piece <= layers) {
       const int l = layers - piece;  // this block's backward is done: reduce-scatter, free, and on to the next
       reduce_scatter_gradients(units_[1 + l]);
-      forget(units_[1 + l], model_.gradients());
-      track(MemoryUse::gradients, units_[1 + l], -1);
+      free_gradients(units_[1 + l]);
       if (l > 0) track(MemoryUse::gradients, units_[l], +1);
     }
     ++piece;
@@ -132,66 +124,62 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   if (stage_ == 0) comm_.all_reduce(view_of(model_.gradients().data(), model_.parameter_count()), ReduceOp::avg);
   if (stage_ == 1)
     for (const Unit& unit : units_) reduce_scatter_gradients(unit);
-  if (stage_ == 2) {
-    reduce_scatter_gradients(units_[0]);
-    forget(units_[0], model_.gradients());
-    track(MemoryUse::gradients, units_[0], -1);
-  }
+  if (stage_ == 2)
+    for (const Unit* u : {&embeddings, &final_norm}) {
+      reduce_scatter_gradients(*u);
+      free_gradients(*u);
+    }
   return loss;
 }
 
 // Stage 3: gather each block just before it computes, forward and again
-// backward, and free it right after; the root stays gathered for the step.
+// backward, and free it right after (gather_compute_free); the embeddings and
+// the final norm stay gathered for the step.
 void FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>& tokens,
                                                           const std::vector<int>& targets, int B, int T,
                                                           float& loss) {
   const int layers = model_.config().layers;
   const double block = model_.block_flops(B, T), head = model_.head_flops(B, T);
   Tensor& params = model_.parameters();
-  // A unit's parameters are whole from its all-gather to its free (gathered),
-  // its gradients from its backward to its reduce-scatter.
-  auto gather_unit = [&](const Unit& unit) {
-    gather(unit, param_shard_, params);
-    track(MemoryUse::gathered, unit, +1);
-  };
-  auto free_parameters = [&](const Unit& unit) {
-    forget(unit, params);
-    track(MemoryUse::gathered, unit, -1);
-  };
-  auto reduce_scatter_and_free = [&](const Unit& unit) {
-    reduce_scatter_gradients(unit);
-    forget(unit, model_.gradients());
-    track(MemoryUse::gradients, unit, -1);
-  };
-  gather_unit(units_[0]);  // the root: gathered for the whole step
+  const Unit &embeddings = units_.front(), &final_norm = units_.back();
+  for (const Unit* kept : {&embeddings, &final_norm}) {
+    gather(*kept, params);
+    track(MemoryUse::gathered, *kept, +1);
+  }
   model_.embed(tokens);
   for (int l = 0; l < layers; ++l) {
-    gather_unit(units_[1 + l]);
-    const double started = comm_.now();
-    model_.forward_layers(l, l + 1);
-    comm_.computed("forward", started, block);
-    free_parameters(units_[1 + l]);
+    const Unit& unit = units_[1 + l];
+    gather_compute_free(comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), [&] {
+      const double started = comm_.now();
+      model_.forward_layers(l, l + 1);
+      comm_.computed("forward", started, block);
+    });
   }
   double started = comm_.now();
   loss = model_.head(targets);
   comm_.computed("forward", started, head);
-  track(MemoryUse::gradients, units_[0], +1);
+  for (const Unit* kept : {&embeddings, &final_norm}) track(MemoryUse::gradients, *kept, +1);
   started = comm_.now();
   model_.backward_head();
   comm_.computed("backward", started, 2 * head);
   for (int l = layers - 1; l >= 0; --l) {
     const Unit& unit = units_[1 + l];
-    gather_unit(unit);
     track(MemoryUse::gradients, unit, +1);
-    started = comm_.now();
-    model_.backward_layers(l, l + 1);
-    comm_.computed("backward", started, 2 * block);
-    free_parameters(unit);
-    reduce_scatter_and_free(unit);
+    gather_compute_free(comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), [&] {
+      const double started = comm_.now();
+      model_.backward_layers(l, l + 1);
+      comm_.computed("backward", started, 2 * block);
+    });
+    reduce_scatter_gradients(unit);
+    free_gradients(unit);
   }
   model_.backward_embed();
-  reduce_scatter_and_free(units_[0]);
-  free_parameters(units_[0]);
+  for (const Unit* kept : {&embeddings, &final_norm}) {
+    reduce_scatter_gradients(*kept);
+    free_gradients(*kept);
+    mark_freed(run_of(params, kept->range));
+    track(MemoryUse::gathered, *kept, -1);
+  }
 }
 
 void FullyShardedGpt::step(const std::function<void(std::span<float>, std::span<const float>)>& update) {
@@ -202,13 +190,13 @@ void FullyShardedGpt::step(const std::function<void(std::span<float>, std::span<
   }
   update(param_shard_, grad_shard_);
   if (stage_ == 3) return;  // the next forward gathers what it needs
-  for (const Unit& unit : units_) gather(unit, param_shard_, model_.parameters());
+  for (const Unit& unit : units_) gather(unit, model_.parameters());
 }
 
 std::vector<float> FullyShardedGpt::gather_parameters() {
   if (stage_ == 0) return model_.parameters().to_host();
   Tensor full({model_.parameter_count()});
-  for (const Unit& unit : units_) gather(unit, param_shard_, full);
+  for (const Unit& unit : units_) gather(unit, full);
   return full.to_host();
 }
 

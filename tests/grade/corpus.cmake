@@ -43,3 +43,7 @@ labkit_grade_corpus(ddp launch_ready_buckets starts_any_ready_bucket SCORE 0.0
   SAYS "bucket 1 is ready but bucket 0 is not" "earns nothing")
 labkit_grade_corpus(ddp launch_ready_buckets waits_for_every_bucket SCORE 0.0
   SAYS "once backward had ended")
+labkit_grade_corpus(fsdp unshard gathers_into_the_unpadded_run SCORE 3.3
+  SAYS "fails where the count does not divide by P")
+labkit_grade_corpus(fsdp gather_compute_free keeps_the_unit SCORE 5.0
+  SAYS "rank 0 still holds 28 bytes gathered after gather_compute_free returned, 28 too many")

@@ -15,27 +15,26 @@
 //                                                  reduce-scatter its gradients
 //
 // (An allreduce is a reduce-scatter and an all-gather, so 2N counts both halves,
-// each (P-1)/P N on a ring; stage 3 gathers twice, hence 1.5x, less the root
-// unit's second gather: FSDP keeps the root gathered from its forward through
-// its backward.)
+// each (P-1)/P N on a ring; stage 3 gathers twice, hence 1.5x, less the second
+// gathers of the units it keeps whole through the step.)
 //
 // The model is cut into units that gather and free together, FSDP's wrapping of
-// a transformer: each block is a unit, and the root unit holds the rest (the
-// embeddings, whose table is also the output head, and the final norm),
-// gathered for the whole step. A unit's parameters, taken in buffer order,
-// form one flat run, padded to a multiple of P so that every rank's shard is
-// the same size: rank r keeps elements [r S, (r+1) S) of it.
+// a transformer: each block is a unit, and so are the embeddings (whose table
+// is also the output head) and the final norm, which stay gathered for the
+// whole step, as FSDP keeps its root. A unit is a contiguous run of the model's
+// flat buffer, padded to a multiple of P so that every rank's shard is the same
+// size: rank r keeps elements [r S, (r+1) S) of it, and gathers into the
+// model's own storage.
 //
 // What a rank does not keep, it does not have: the model's buffers outside
-// what this rank holds are filled with NaN, so computing with a parameter or
-// gradient that was freed and not gathered again poisons the loss. And what it
-// holds it tells the rank's memory tracker (Comm::track_memory), as it
-// allocates and frees: the weights and gradients it keeps, each unit's whole
-// gradients from its backward to its reduce-scatter (stages 2 and 3), each
-// unit's parameters from its all-gather to its free (stage 3: gathered), and
-// the activations. The optimizer's state is the caller's to count. (The one
-// padded unit that gathers and reduce-scatters pass through is left out: FSDP
-// gathers into the parameters' own storage.)
+// what this rank holds are filled with NaN (mark_freed), so computing with a
+// parameter or gradient that was freed and not gathered again poisons the
+// loss. And what it holds it tells the rank's memory tracker
+// (Comm::track_memory) as it allocates and frees: the weights and gradients it
+// keeps, each unit's whole gradients from its backward to its reduce-scatter
+// (stages 2 and 3), each unit's parameters from its all-gather to its free
+// (stage 3: gathered), and the activations. The optimizer's state is the
+// caller's to count.
 #pragma once
 
 #include <cstddef>
@@ -61,10 +60,10 @@ ShardLayout shard_layout(std::size_t count, int ranks);
 
 class FullyShardedGpt {
  public:
-  // A unit: the model's parameter ranges that gather and free together, and
-  // where this rank's shard of them lies in shard_parameters().
+  // A unit: the run of the model's buffer that gathers and frees together, and
+  // where this rank's shard of it lies in shard_parameters().
   struct Unit {
-    std::vector<ParameterRange> ranges;
+    ParameterRange range;
     ShardLayout layout;
     std::size_t shard_offset;
   };
@@ -90,14 +89,16 @@ class FullyShardedGpt {
   std::vector<float> gather_parameters();
 
   int stage() const { return stage_; }
+  // units()[0] the embeddings, [1 + l] block l, the last the final norm.
   const std::vector<Unit>& units() const { return units_; }
   std::span<const float> shard_parameters() const { return param_shard_; }
   std::span<const float> shard_gradients() const { return grad_shard_; }
 
  private:
-  void gather(const Unit& unit, std::span<const float> shard, Tensor& into);
+  View shard_of_unit(std::vector<float>& shards, const Unit& unit);
+  void gather(const Unit& unit, Tensor& into);  // this unit's parameters, whole, into its run of `into`
   void reduce_scatter_gradients(const Unit& unit);
-  void forget(const Unit& unit, Tensor& buffer);  // NaN over the unit's ranges: freed
+  void free_gradients(const Unit& unit);  // after the reduce-scatter: the whole gradients freed
   void forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
                                            int T, float& loss);
   void track(MemoryUse use, const Unit& unit, int sign);  // +1: the unit's whole tensor allocated, -1: freed
@@ -105,11 +106,31 @@ class FullyShardedGpt {
   Comm& comm_;
   Gpt& model_;
   int stage_;
-  std::vector<Unit> units_;  // units_[0] the root, units_[1 + l] block l
+  std::vector<Unit> units_;
   std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
-  std::vector<float> flat_;                      // one padded unit: what gathers and reduce-scatters pass through
+  std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
+
+// What a rank frees of a whole tensor it does not keep: its values become NaN,
+// so that a use without gathering again poisons the result. Nothing happens to
+// a payload-free view. f32 only.
+void mark_freed(View v);
+
+// ---- lab 6's exercises (solutions/NAME.cpp; FullyShardedGpt calls them) ----
+
+// 6.1 A flat run of `full.count` elements sharded over the ranks as
+// shard_layout splits it: shards of S = shard.count elements, the run padded
+// with zeros to P S. shard_of: this rank's shard, elements [rank S, (rank+1) S)
+// of the padded run. unshard: every rank's shard gathered (one all_gather)
+// back into `full`, the padding dropped.
+void shard_of(View full, View shard, int rank);
+void unshard(Comm& comm, View shard, View full);
+
+// 6.3 Stage 3 around one unit's computation: its parameters gathered whole
+// into `full` (unshard), `compute` run, and `full` freed (mark_freed), the
+// rank's memory tracker told of both (MemoryUse::gathered, full's bytes).
+void gather_compute_free(Comm& comm, View shard, View full, const std::function<void()>& compute);
 
 // A ZeRO step of a model known by its shapes alone (payload-free: sizes-only
 // buffers), for what-ifs at the scale of real runs; `step_seconds` of compute

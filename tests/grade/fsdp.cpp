@@ -1,0 +1,186 @@
+// Grade tests for lab 6 (FSDP and ZeRO). Sharding and gathering a flat run on
+// many rank counts and sizes (padding included), stage 3's gather-compute-free
+// with what the rank's memory tracker was told, and the tiny GPT trained
+// sharded against one rank on the whole batch. Run: ./labkit grade fsdp
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "checks.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/fully_sharded.h"
+
+using namespace labkit;
+using namespace labkit::grade;
+
+namespace {
+
+std::vector<float> run_of(std::size_t n) { return inputs(0, n); }
+
+// A step of the tiny GPT: a global batch of B sequences of T tokens.
+constexpr int kB = 12, kT = 16;
+const GptConfig kConfig = gpt_preset("tiny-gpt", 16);
+
+std::vector<int> batch(int shift) {
+  std::vector<int> t(kB * kT);
+  for (int i = 0; i < kB * kT; ++i) t[i] = (i * 7 + i / 5 + shift) % 16;
+  return t;
+}
+
+// One rank's weights after one step of SGD on the whole batch.
+const std::vector<float>& one_rank_weights() {
+  static const std::vector<float> weights = [] {
+    Gpt one(kConfig, 1);
+    SgdMomentum sgd{.lr = 0.05f};
+    one.forward(batch(0), batch(1), kB, kT);
+    one.zero_grad();
+    one.backward();
+    sgd.update({one.parameters().data(), one.parameter_count()}, {one.gradients().data(), one.parameter_count()});
+    return one.parameters().to_host();
+  }();
+  return weights;
+}
+
+// The tiny GPT after one step at `stage` on P ranks (each B/P rows of the
+// batch), against one rank on the whole batch: what is wrong, or "".
+std::string check_equal_to_one_rank(int p, int stage) {
+  const int rows = kB / p;
+  auto shard = [&](const std::vector<int>& all, int r) {
+    return std::vector<int>(all.begin() + r * rows * kT, all.begin() + (r + 1) * rows * kT);
+  };
+  std::vector<std::vector<float>> got(p);
+  const Observed run = run_ranks(p, [&](Comm& c) {
+    Gpt model(kConfig, 1);
+    FullyShardedGpt sharded(c, model, stage);
+    SgdMomentum sgd{.lr = 0.05f};
+    sharded.forward_backward(shard(batch(0), c.rank()), shard(batch(1), c.rank()), rows, kT);
+    sharded.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+    got[c.rank()] = sharded.gather_parameters();
+  });
+  if (!run.error.empty()) return run.error;
+  for (int r = 0; r < p; ++r)
+    if (const double d = relative_difference(got[r], one_rank_weights()); !(d <= 1e-6))
+      return fmt::format("rank {}'s weights after a step differ from one rank's on the whole batch by {:.2g} "
+                         "(relative; at most 1e-6 passes){}", r, d,
+                         std::isnan(d) ? ": NaN, a parameter used after it was freed, or never gathered" : "");
+  return "";
+}
+
+void sweep_equal_to_one_rank(const std::string& exercise, std::initializer_list<int> stages, const std::string& hint) {
+  Sweep sweep(exercise);
+  for (int stage : stages)
+    for (int p : {1, 2, 3, 4})
+      sweep.check({p, kB * kT, fmt::format("tiny GPT, stage {}, P={}", stage, p)},
+                  [&] { return check_equal_to_one_rank(p, stage); });
+  sweep.report(hint);
+}
+
+}  // namespace
+
+// ---- 6.1 shard_of and unshard -----------------------------------------------------
+
+TEST(unshard, ShardOfTakesItsSliceAndPadsWithZeros) {
+  Sweep sweep("unshard");
+  for (int p : {1, 2, 3, 4, 7, 8})
+    for (std::size_t n : {1, 7, 10, 64, 1001})
+      sweep.check({p, n, fmt::format("P={}, count={}", p, n)}, [&]() -> std::string {
+        std::vector<float> full = run_of(n);
+        const ShardLayout layout = shard_layout(n, p);
+        for (int r = 0; r < p; ++r) {
+          std::vector<float> shard(layout.shard, -1.0f);
+          shard_of(view_of(full), view_of(shard), r);
+          for (std::size_t i = 0; i < layout.shard; ++i) {
+            const std::size_t at = r * layout.shard + i;
+            const float want = at < n ? full[at] : 0.0f;
+            if (shard[i] != want)
+              return fmt::format("rank {}'s shard, element {}: expected {} ({}), got {}", r, i, want,
+                                 at < n ? fmt::format("element {} of the run", at) : "padding", shard[i]);
+          }
+        }
+        return "";
+      });
+  sweep.report("rank r's shard is elements [r S, (r+1) S) of the run, S = shard.count; past the run's end, zeros.");
+}
+
+TEST(unshard, GathersEveryShardBackWithoutThePadding) {
+  Sweep sweep("unshard");
+  for (int p : {1, 2, 3, 4, 5, 8})
+    for (std::size_t n : {1, 7, 64, 1001})
+      sweep.check({p, n, fmt::format("P={}, count={}", p, n)}, [&]() -> std::string {
+        const std::vector<float> want = run_of(n);
+        const ShardLayout layout = shard_layout(n, p);
+        std::vector<float> padded = want;
+        padded.resize(layout.padded(), 0.0f);
+        Buffers got(p);
+        const Observed run = run_ranks(p, [&](Comm& c) {
+          std::vector<float> shard(padded.begin() + c.rank() * layout.shard,
+                                   padded.begin() + (c.rank() + 1) * layout.shard);
+          got[c.rank()].assign(n, -1.0f);
+          unshard(c, view_of(shard), view_of(got[c.rank()]));
+        });
+        if (!run.error.empty()) return run.error;
+        if (p > 1 && run.native != "all_gather")
+          return fmt::format("expected one all_gather of the shards, saw {}", run.native.empty() ? "none" : run.native);
+        return first_mismatch(got, n, [&](int, std::size_t i) { return want[i]; });
+      });
+  sweep.report("all_gather the shards into a Scratch of P S elements (the blocks must be equal), then copy its first "
+               "full.count elements into full.");
+}
+
+TEST(unshard, ShardsTheTinyGptAsOneRankTrainsIt) {
+  sweep_equal_to_one_rank("unshard", {1, 3}, "every unit is sharded with shard_of and gathered with unshard.");
+}
+
+// ---- 6.3 gather_compute_free ------------------------------------------------------
+
+TEST(gather_compute_free, ComputesOnTheWholeUnitThenFreesIt) {
+  Sweep sweep("gather_compute_free");
+  for (int p : {2, 3, 4})
+    for (std::size_t n : {7, 1001})
+      sweep.check({p, n, fmt::format("P={}, count={}", p, n)}, [&]() -> std::string {
+        const std::vector<float> want = run_of(n);
+        const ShardLayout layout = shard_layout(n, p);
+        std::vector<float> padded = want;
+        padded.resize(layout.padded(), 0.0f);
+        Buffers seen(p);
+        std::vector<std::string> wrong(p);
+        const Observed run = run_ranks(p, [&](Comm& c) {
+          std::vector<float> shard(padded.begin() + c.rank() * layout.shard,
+                                   padded.begin() + (c.rank() + 1) * layout.shard);
+          std::vector<float> full(n, -1.0f);
+          bool computed = false;
+          gather_compute_free(c, view_of(shard), view_of(full), [&] {
+            seen[c.rank()] = full;
+            computed = true;
+          });
+          const std::int64_t held = c.memory().current[std::size_t(MemoryUse::gathered)];
+          const std::int64_t peak = c.memory().peak[std::size_t(MemoryUse::gathered)];
+          const auto bytes = std::int64_t(n * sizeof(float));
+          if (!computed)
+            wrong[c.rank()] = "compute() was never called";
+          else if (held > 0)
+            wrong[c.rank()] = fmt::format("rank {} still holds {} bytes gathered after gather_compute_free returned, "
+                                          "{} too many: free the unit (mark_freed) and tell the tracker",
+                                          c.rank(), held, held);
+          else if (peak != bytes)
+            wrong[c.rank()] = fmt::format("rank {} told the tracker of {} bytes gathered at the peak; the unit is {} "
+                                          "floats, {} bytes", c.rank(), peak, n, bytes);
+          else if (std::any_of(full.begin(), full.end(), [](float v) { return !std::isnan(v); }))
+            wrong[c.rank()] = fmt::format("rank {}'s whole unit still holds its values after the call: mark_freed(full), "
+                                          "so that a use after the free shows", c.rank());
+        });
+        if (!run.error.empty()) return run.error;
+        for (const std::string& w : wrong)
+          if (!w.empty()) return w;
+        return first_mismatch(seen, n, [&](int, std::size_t i) { return want[i]; });
+      });
+  sweep.report("unshard into full, track full.bytes() as gathered, compute(), then mark_freed(full) and track the "
+               "bytes freed.");
+}
+
+TEST(gather_compute_free, TrainsTheTinyGptAtStageThreeAsOneRankDoes) {
+  sweep_equal_to_one_rank("gather_compute_free", {3}, "gather before compute, free after, for every block.");
+}
