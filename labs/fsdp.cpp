@@ -48,6 +48,7 @@ struct Options {
   std::string gpu = "h100-80g";
   double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
+  std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
 };
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
@@ -255,8 +256,9 @@ int what_if(const Options& o, RunOptions run_options) {
   }
   const double n = memory::count_parameters(arch).total;
   fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
-             "AdamW, one sequence of {:g} tokens, {} recomputation, {} ...\n", o.what_if, n / 1e9, p,
-             run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name);
+             "AdamW, one sequence of {:g} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
+             n / 1e9, p, run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
+             o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
   std::fflush(stdout);
   fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gradients", "optimizer",
              "activations", "total", "fits", "T_step", "exposed");
@@ -272,7 +274,7 @@ int what_if(const Options& o, RunOptions run_options) {
     RunOptions payload_free = run_options;
     payload_free.payload_free = true;
     const double step = run(payload_free, [&](Comm& comm) {
-      sharded_shaped_step(comm, arch, o.step_seconds, stage);
+      sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch));
     }).elapsed;
     fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
                format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gradients"))),
@@ -332,10 +334,16 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(1.0));
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
+  app.add_option("--prefetch", o.prefetch, "--what-if, stage 3: gather the next layer under the current one's "
+                                           "compute in the forward pass, the backward, or both (none: in front of it)")
+      ->capture_default_str()->check(cli::one_of("prefetch", {"none", "forward", "backward", "both"}));
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
+      throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "
+                              "and only --what-if runs it prefetched (for now)", o.prefetch));
     if (!o.what_if.empty()) return what_if(o, run_options);
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",

@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/fully_sharded.h"
@@ -171,4 +172,21 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
     EXPECT_EQ(gathers, stage == 0 ? 0u : stage == 3 ? 2 * kConfig.layers + 2u : kConfig.layers + 2u)
         << "stage " << stage;
   }
+}
+
+// Payload-free stage 3 of GPT-2 XL's shapes on 16 ranks of two nodes: a layer's
+// all-gather in front of its compute is exposed; prefetched, it runs under the
+// layer before, in the pass that prefetches, and in both with both.
+TEST(ShardedShapedStep, PrefetchHidesTheGathersOfThePassThatPrefetches) {
+  const memory::Architecture arch = memory::model_preset("gpt2-xl");
+  auto step = [&](Prefetch prefetch) {
+    return simulate(16, [&](Comm& c) { sharded_shaped_step(c, arch, 1.0, 3, prefetch); }, "dgx-h100", false).elapsed;
+  };
+  const double none = step(Prefetch::none), forward = step(Prefetch::forward), backward = step(Prefetch::backward),
+               both = step(Prefetch::both);
+  EXPECT_GT(none, 1.0);
+  EXPECT_LT(forward, none);
+  EXPECT_LT(backward, none);
+  EXPECT_LT(both, std::min(forward, backward));
+  EXPECT_GE(both, 1.0);  // never below the compute
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 #include "labkit/error.h"
 #include "labkit/parallel/data_parallel.h"
@@ -200,7 +202,16 @@ std::vector<float> FullyShardedGpt::gather_parameters() {
   return full.to_host();
 }
 
-void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage) {
+Prefetch parse_prefetch(std::string_view name) {
+  if (name == "none") return Prefetch::none;
+  if (name == "forward") return Prefetch::forward;
+  if (name == "backward") return Prefetch::backward;
+  if (name == "both") return Prefetch::both;
+  throw std::invalid_argument("unknown prefetch '" + std::string(name) + "' (none, forward, backward, both)");
+}
+
+void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
+                         Prefetch prefetch) {
   const ShapedModel model = shaped_model(arch, step_seconds);
   if (stage == 0) return shaped_step(comm, model, DdpMode::overlap);
   // The units from shaped_model's pieces (the head and norm, each layer's
@@ -222,28 +233,42 @@ void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double st
   const DType dtype = model.grad_dtype;
   auto shard = [&](std::size_t count) { return (count + std::size_t(p) - 1) / std::size_t(p); };
   auto gather = [&](std::size_t count) {
-    comm.all_gather(sizes_only(shard(count), dtype), sizes_only(shard(count) * p, dtype));
+    return comm.i_all_gather(sizes_only(shard(count), dtype), sizes_only(shard(count) * p, dtype));
   };
   auto reduce_scatter = [&](std::size_t count) {
     return comm.i_reduce_scatter(sizes_only(shard(count) * p, dtype), sizes_only(shard(count), dtype), ReduceOp::avg);
   };
-  if (stage == 3) gather(root.count);  // the root stays gathered through the step
-  for (const ShapedUnit& u : layers) {
-    if (stage == 3) gather(u.count);
-    comm.compute_for("forward", u.backward / 2);
-  }
+  // Stage 3 walks the layers (forward, then backward in reverse) gathering
+  // each before it computes. Prefetched, the next layer's all-gather is issued
+  // before the current layer computes, so it runs under that compute; else it
+  // is issued, and waited for, right in front of its own compute.
+  auto walk = [&](std::vector<const ShapedUnit*> order, bool prefetched, const char* what, double share,
+                  std::vector<Request>* reducing) {
+    Request next;
+    if (stage == 3 && prefetched && !order.empty()) next = gather(order.front()->count);
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (stage == 3) {
+        if (!prefetched) next = gather(order[i]->count);
+        next.wait();
+        if (prefetched && i + 1 < order.size()) next = gather(order[i + 1]->count);
+      }
+      comm.compute_for(what, order[i]->backward * share);
+      if (reducing && stage >= 2) reducing->push_back(reduce_scatter(order[i]->count));
+    }
+  };
+  if (stage == 3) gather(root.count).wait();  // the root stays gathered through the step
+  std::vector<const ShapedUnit*> forward_order;
+  for (const ShapedUnit& u : layers) forward_order.push_back(&u);
+  walk(forward_order, prefetch == Prefetch::forward || prefetch == Prefetch::both, "forward", 0.5, nullptr);
   comm.compute_for("forward", root.backward / 2);
   comm.compute_for("backward", root.backward);
   std::vector<Request> reducing;
-  for (auto u = layers.rbegin(); u != layers.rend(); ++u) {
-    if (stage == 3) gather(u->count);
-    comm.compute_for("backward", u->backward);
-    if (stage >= 2) reducing.push_back(reduce_scatter(u->count));
-  }
+  walk(std::vector<const ShapedUnit*>(forward_order.rbegin(), forward_order.rend()),
+       prefetch == Prefetch::backward || prefetch == Prefetch::both, "backward", 1, &reducing);
   const std::size_t all = model.parameters();
   reducing.push_back(stage >= 2 ? reduce_scatter(root.count) : reduce_scatter(all));
   for (Request& r : reducing) r.wait();
-  if (stage < 3) gather(all);  // the updated shards, back to every rank for the next forward
+  if (stage < 3) gather(all).wait();  // the updated shards, back to every rank for the next forward
 }
 
 }  // namespace labkit

@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "labkit/comm.h"
@@ -139,7 +140,13 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // overlapped step. Gradients are reduce-scattered on the communication stream
 // while backward goes on, as FSDP and DeepSpeed do, and waited for before the
 // optimizer; stage 1 reduce-scatters after backward. Without prefetch, a stage-3
-// unit's all-gather waits in front of its compute.
-void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage);
+// unit's all-gather waits in front of its compute; prefetched (FSDP's
+// forward_prefetch, backward_prefetch=BACKWARD_PRE) in the forward or the
+// backward pass (or both), the next unit's all-gather is issued before the
+// current unit computes and runs under it, two units whole at a time.
+enum class Prefetch { none, forward, backward, both };
+Prefetch parse_prefetch(std::string_view name);  // "none", "forward", "backward", "both"; throws naming them
+void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
+                         Prefetch prefetch = Prefetch::none);
 
 }  // namespace labkit
