@@ -11,7 +11,11 @@
 // padded so that every rank's is the same size) and what it sends per step,
 // read from rank 0's trace, beside ZeRO's 2N (stages 0-2) and 3N (stage 3),
 // counted as parameters' worth: an allreduce is a reduce-scatter and an
-// all-gather, N each.
+// all-gather, N each. Below it, each stage's memory on rank 0, as the sharded
+// step told the rank's tracker, beside the memory lab's estimate.
+//
+//   --what-if llama2-7b   each stage's memory per GPU and a payload-free step of a
+//                         real model's shapes (--prefetch forward|backward|both)
 #include <algorithm>
 #include <cmath>
 #include <string>
