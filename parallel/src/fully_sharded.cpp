@@ -94,11 +94,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   const auto activations = std::int64_t(model_.activation_bytes());
   comm_.track_memory(MemoryUse::activations, activations - activation_bytes_);
   activation_bytes_ = activations;
-  if (stage_ == 3) {
-    float loss = 0;
-    forward_backward_sharded_parameters(tokens, targets, B, T, loss);
-    return loss;
-  }
+  if (stage_ == 3) return forward_backward_sharded_parameters(tokens, targets, B, T);
   const Unit &embeddings = units_.front(), &final_norm = units_.back();
   double started = comm_.now();
   const float loss = model_.forward(tokens, targets, B, T);
@@ -137,9 +133,8 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
 // Stage 3: gather each block just before it computes, forward and again
 // backward, and free it right after (gather_compute_free); the embeddings and
 // the final norm stay gathered for the step.
-void FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>& tokens,
-                                                          const std::vector<int>& targets, int B, int T,
-                                                          float& loss) {
+float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>& tokens,
+                                                           const std::vector<int>& targets, int B, int T) {
   const int layers = model_.config().layers;
   const double block = model_.block_flops(B, T), head = model_.head_flops(B, T);
   Tensor& params = model_.parameters();
@@ -158,7 +153,7 @@ void FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>
     });
   }
   double started = comm_.now();
-  loss = model_.head(targets);
+  const float loss = model_.head(targets);
   comm_.computed("forward", started, head);
   for (const Unit* kept : {&embeddings, &final_norm}) track(MemoryUse::gradients, *kept, +1);
   started = comm_.now();
@@ -182,6 +177,7 @@ void FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>
     mark_freed(run_of(params, kept->range));
     track(MemoryUse::gathered, *kept, -1);
   }
+  return loss;
 }
 
 void FullyShardedGpt::step(const std::function<void(std::span<float>, std::span<const float>)>& update) {

@@ -1,14 +1,12 @@
 #include "labkit/parallel/gradient_reducer.h"
 
-#include <fmt/format.h>
-
 #include "labkit/error.h"
 
 namespace labkit {
 
 GradientReducer::GradientReducer(Comm& comm, View grads, std::vector<ParameterRange> params, BucketCaps caps)
     : comm_(comm), params_(std::move(params)), bucket_of_(params_.size()) {
-  const std::string who = fmt::format("rank {}", comm.rank());
+  const std::string who = comm.who();
   for (std::size_t p = 0; p < params_.size(); ++p) {
     const ParameterRange& r = params_[p];
     if (r.offset + r.count > grads.count)
@@ -46,17 +44,17 @@ void GradientReducer::start_step() {
 
 void GradientReducer::ready(int param) {
   if (param < 0 || param >= int(params_.size()))
-    fail(fmt::format("rank {}", comm_.rank()), "gradient reducer ready", "param={} is out of range for {} parameters",
+    fail(comm_.who(), "gradient reducer ready", "param={} is out of range for {} parameters",
          param, params_.size());
   if (is_ready_[param])
-    fail(fmt::format("rank {}", comm_.rank()), "gradient reducer ready",
+    fail(comm_.who(), "gradient reducer ready",
          "param={} is already ready this step (wait_all ends a step)", param);
   is_ready_[param] = true;
   if (--waiting_for_[bucket_of_[param]] == 0) launch_ready_buckets(comm_, buckets_, waiting_for_, in_flight_);
 }
 
 void GradientReducer::wait_all() {
-  const std::string who = fmt::format("rank {}", comm_.rank());
+  const std::string who = comm_.who();
   for (std::size_t p = 0; p < params_.size(); ++p)
     if (!is_ready_[p])
       fail(who, "gradient reducer wait_all", "parameter {} was never ready this step: its bucket's allreduce cannot "

@@ -100,8 +100,8 @@ class FullyShardedGpt {
   void gather(const Unit& unit, Tensor& into);  // this unit's parameters, whole, into its run of `into`
   void reduce_scatter_gradients(const Unit& unit);
   void free_gradients(const Unit& unit);  // after the reduce-scatter: the whole gradients freed
-  void forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
-                                           int T, float& loss);
+  float forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                                            int T);
   void track(MemoryUse use, const Unit& unit, int sign);  // +1: the unit's whole tensor allocated, -1: freed
 
   Comm& comm_;
