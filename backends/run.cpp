@@ -66,6 +66,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->each([&o](const std::string&) { o.ranks_given = true; });
   app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, ib-ndr, or a JSON file")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }));
+  app.add_option("--network", o.network, "sim: fair (messages on one port share its bandwidth, as SimGrid "
+                 "models it) or serial (a port carries one message at a time)")
+      ->capture_default_str()->check(cli::one_of("network", {"fair", "serial"}));
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
   app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
       ->check(cli::parsed_by(algorithm_choices));
@@ -143,7 +146,8 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
                       .stop_at = o.stop_at,
                       .progress = o.progress,
                       .fail_rank = o.fail_rank,
-                      .fail_at = o.fail_at});
+                      .fail_at = o.fail_at,
+                      .network = o.network == "serial" ? sim::Network::serial : sim::Network::fair});
   const auto write_trace = [&] {
     if (!o.trace.empty()) trace->write_chrome_json(o.trace, o.backend);
   };

@@ -7,9 +7,11 @@
 //     2    →2 ←2    →3 ←3    →0 ←0    →1 ←1
 //     3    →3 ←1    →0 ←2    →1 ←3    →2 ←0
 //
-// Every round is a perfect matching of senders to receivers, so no link carries
-// two messages at once. send and recv hold P blocks; recv block i comes from
-// rank i's send block r. They must not overlap. Cost: (P-1)(alpha + n/P beta).
+// Every round is a perfect matching of senders to receivers, so no device's
+// port carries two messages at once; but the devices behind one NIC send
+// through it together whenever their partners are on other nodes, and share
+// its bandwidth (book chapter 2). send and recv hold P blocks; recv block i
+// comes from rank i's send block r. They must not overlap. Cost: (P-1)(alpha + n/P beta).
 // STUB: // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"

@@ -19,9 +19,10 @@ struct SimRun {
 };
 
 inline SimRun simulate(int ranks, const std::function<void(Comm&)>& fn, const std::string& topology = "dgx-h100",
-                       bool payload = true) {
+                       bool payload = true, sim::Network network = sim::Network::fair) {
   SimRun out{std::make_unique<Trace>(ranks)};
-  sim::Engine engine({.ranks = ranks, .topology = find_topology(topology), .payload = payload, .trace = out.trace.get()});
+  sim::Engine engine({.ranks = ranks, .topology = find_topology(topology), .payload = payload,
+                      .trace = out.trace.get(), .network = network});
   engine.run(fn);
   out.elapsed = engine.elapsed();
   out.messages = engine.messages();

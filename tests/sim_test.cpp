@@ -62,6 +62,65 @@ TEST(SimTime, RanksOfANodeShareItsSingleNic) {
   EXPECT_NEAR(run.elapsed, eth.inter.alpha + 8 * 4.0 * count / eth.inter.bandwidth, 1e-12);
 }
 
+// Messages that meet on a port share its bandwidth max-min fairly (the
+// simulator's default, as SimGrid models a network): ranks 0, 2 and 4 send n
+// bytes each to rank 1, and rank 2 also sends n bytes to rank 3. Rank 1's in
+// port is the bottleneck: its three flows get a third of it each. Rank 2's out
+// port gives the third it has left over to the message for rank 3, which
+// therefore moves at two thirds and ends first; nothing changes when it does.
+TEST(SimNetwork, FlowsShareEachPortMaxMinFairly) {
+  const std::size_t count = 1 << 18;
+  const double wire = 4.0 * count / kH100.intra.bandwidth, alpha = kH100.intra.alpha;
+  std::vector<double> delivered(5, 0.0);
+  simulate(5, [&](Comm& c) {
+    std::vector<float> a(count), b(count), d(count);
+    if (c.rank() == 1) {
+      std::vector<Request> r;
+      for (int from : {0, 2, 4}) r.push_back(c.irecv(view_of(from == 0 ? a : from == 2 ? b : d), from));
+      for (Request& q : r) q.wait();
+    } else if (c.rank() == 2) {
+      Request to1 = c.isend(view_of(a), 1), to3 = c.isend(view_of(b), 3);
+      to3.wait();
+      delivered[3] = c.now();
+      to1.wait();
+    } else if (c.rank() == 3) {
+      c.recv(view_of(a), 2);
+    } else {
+      c.send(view_of(a), 1);
+    }
+    if (c.rank() != 3) delivered[c.rank()] = c.now();
+  });
+  EXPECT_NEAR(delivered[3], alpha + 1.5 * wire, 1e-12);  // at 2/3 of the bandwidth
+  for (int rank : {0, 1, 2, 4}) EXPECT_NEAR(delivered[rank], alpha + 3 * wire, 1e-12) << "rank " << rank;
+}
+
+// When a flow ends, the ones that shared its port speed up: two messages into
+// rank 0, of n and 2n bytes, share its in port until the first ends at
+// alpha + 2n/B; the second then has it alone and ends at alpha + 3n/B. The
+// serial model gives the port to one message at a time, in the order they start.
+TEST(SimNetwork, AFlowSpeedsUpWhenTheOneBesideItEnds) {
+  const std::size_t count = 1 << 18;
+  const double wire = 4.0 * count / kH100.intra.bandwidth, alpha = kH100.intra.alpha;
+  for (const sim::Network network : {sim::Network::fair, sim::Network::serial}) {
+    std::vector<double> done(3, 0.0);
+    simulate(3, [&](Comm& c) {
+      std::vector<float> one(count), two(2 * count);
+      if (c.rank() == 0) {
+        Request small = c.irecv(view_of(one), 1), large = c.irecv(view_of(two), 2);
+        small.wait();
+        done[1] = c.now();
+        large.wait();
+        done[2] = c.now();
+      } else {
+        c.send(view_of(c.rank() == 1 ? one : two), 0);
+      }
+    }, "dgx-h100", true, network);
+    const bool fair = network == sim::Network::fair;
+    EXPECT_NEAR(done[1], alpha + (fair ? 2 : 1) * wire, 1e-12) << (fair ? "fair" : "serial");
+    EXPECT_NEAR(done[2], alpha + 3 * wire, 1e-12) << (fair ? "fair" : "serial");
+  }
+}
+
 TEST(SimTime, ComputeChargesFlopsAndStragglersMakeEveryoneWait) {
   Trace trace(4);
   sim::Engine engine({.ranks = 4, .topology = kH100, .speed = {1, 1, 0.25, 1}, .trace = &trace});

@@ -31,9 +31,11 @@ Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.
                             options_.fail_rank, options_.fail_at, options_.ranks));
   if (options_.speed.empty()) options_.speed.assign(options_.ranks, 1.0);
   const Topology& t = options_.topology;
+  // Ports 2r and 2r + 1: rank r's device out and in; then each node's NICs, out and in.
   const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
-  nic_out_free_.assign(std::size_t(nodes) * t.nics_per_node, 0.0);
-  nic_in_free_ = nic_out_free_;
+  ports_.resize(2 * std::size_t(options_.ranks) + 2 * std::size_t(nodes) * t.nics_per_node);
+  for (std::size_t p = 0; p < ports_.size(); ++p)
+    ports_[p].bandwidth = p < 2 * std::size_t(options_.ranks) ? t.intra.bandwidth : t.inter.bandwidth;
   for (int r = 0; r < options_.ranks; ++r) {
     ranks_[r].endpoint = r;
     actors_.push_back(&ranks_[r]);
@@ -81,7 +83,12 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
     ready_.push({0.0, r});
   }
   if (options_.fail_rank >= 0) ready_.push({options_.fail_at, kFailure});
-  while (!ready_.empty() && !failed_ && ready_.top().first <= options_.stop_at) {
+  constexpr double kNever = std::numeric_limits<double>::infinity();
+  while (!failed_ && next_event() < kNever && next_event() <= options_.stop_at) {
+    if (!flow_events_.empty() && (ready_.empty() || flow_events_.top().at <= ready_.top().first)) {
+      run_flow_events();  // before any actor at the same time: it sees what was delivered by then
+      continue;
+    }
     const int r = ready_.top().second;
     ready_.pop();
     if (r == kFailure) {
@@ -97,7 +104,7 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
     running_ = -1;
   }
   std::string report;
-  const bool stopped = !ready_.empty() && ready_.top().first > options_.stop_at;
+  const bool stopped = next_event() < kNever && next_event() > options_.stop_at;
   const bool a_rank_failed = options_.fail_rank >= 0 && failed(options_.fail_rank);
   if (!failed_ && !stopped && std::any_of(ranks_.begin(), ranks_.end(),  // an idle stream counts as done
                               [](const RankState& s) { return s.state != RankState::State::done; }))
@@ -114,7 +121,8 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
 // whose clock ran ahead (a wait, a compute region) lets the others catch up
 // before it touches shared state.
 void Engine::sync(int rank) {
-  const bool others_first = !ready_.empty() && std::pair(actor(rank).now, rank) > ready_.top();
+  const bool others_first = (!ready_.empty() && std::pair(actor(rank).now, rank) > ready_.top()) ||
+                            (!flow_events_.empty() && flow_events_.top().at <= actor(rank).now);
   if (!others_first && actor(rank).now <= options_.stop_at) return;
   ready_.push({actor(rank).now, rank});
   const AsanFibers::Jump jump = asan_.to_scheduler();
@@ -192,29 +200,164 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
                             r.owner, s.owner, s.tag, s.buf.bytes(), r.buf.bytes(), s.owner, s.buf.count,
                             name_of(s.buf.dtype)));
   }
-  const Topology& t = options_.topology;
-  const Link& link = t.link(s.owner, r.owner);
-  double *out, *in;
-  if (t.node_of(s.owner) == t.node_of(r.owner)) {
-    out = &ranks_[s.owner].out_free;
-    in = &ranks_[r.owner].in_free;
-  } else {
-    out = &nic_out_free_[std::size_t(t.node_of(s.owner)) * t.nics_per_node + t.nic_of(s.owner)];
-    in = &nic_in_free_[std::size_t(t.node_of(r.owner)) * t.nics_per_node + t.nic_of(r.owner)];
-  }
-  // Both ends are posted now; the bytes start once both ports are free.
-  const double posted = std::max(s.posted, r.posted);
-  const double start = std::max({posted, *out, *in});
-  const double wire = double(s.buf.bytes()) / link.bandwidth;
-  *out = *in = start + wire;
-  const double delivered = start + link.alpha + wire;
-  if ((++messages_ & ((1u << 20) - 1)) == 0 && options_.progress) options_.progress(messages_);
+  const Link& link = options_.topology.link(s.owner, r.owner);
+  const auto [out, in] = ports(s.owner, r.owner);
   s.partner = recv_id;
   r.partner = send_id;
-  for (P2P* op : {&s, &r}) {
-    op->done = true;
-    op->complete = delivered;
-    if (actor(op->actor).waiting_op == (op == &s ? send_id : recv_id)) make_ready(op->actor, delivered);
+  if ((++messages_ & ((1u << 20) - 1)) == 0 && options_.progress) options_.progress(messages_);
+  // Both ends are posted now: the message pays its latency, then moves its bytes.
+  const double posted = std::max(s.posted, r.posted);
+  if (options_.network == Network::serial) {
+    const double start = std::max({posted, ports_[out].free, ports_[in].free});
+    const double wire = double(s.buf.bytes()) / link.bandwidth;
+    ports_[out].free = ports_[in].free = start + wire;
+    delivered_at(send_id, recv_id, start + link.alpha + wire);
+    return;
+  }
+  int f;
+  if (free_flows_.empty()) {
+    f = int(flows_.size());
+    flows_.emplace_back();
+  } else {
+    f = free_flows_.back();
+    free_flows_.pop_back();
+  }
+  Flow& flow = flows_[f];
+  flow.send = send_id;
+  flow.recv = recv_id;
+  flow.out = out;
+  flow.in = in;
+  flow.remaining = double(s.buf.bytes());
+  flow.rate = 0;
+  schedule(f, posted + link.alpha, 0);
+}
+
+void Engine::delivered_at(std::int64_t send_id, std::int64_t recv_id, double at) {
+  for (const std::int64_t id : {send_id, recv_id}) {
+    P2P& op = ops_[id];
+    op.done = true;
+    op.complete = at;
+    if (actor(op.actor).waiting_op == id && !failed(actor(op.actor).endpoint)) make_ready(op.actor, at);
+  }
+}
+
+// ---- fair sharing ---------------------------------------------------------------
+
+std::pair<int, int> Engine::ports(int from, int to) const {
+  const Topology& t = options_.topology;
+  if (t.node_of(from) == t.node_of(to)) return {2 * from, 2 * to + 1};
+  const auto nic = [&](int rank) { return 2 * (options_.ranks + t.node_of(rank) * t.nics_per_node + t.nic_of(rank)); };
+  return {nic(from), nic(to) + 1};
+}
+
+void Engine::schedule(int flow, double at, std::uint64_t version) {
+  flow_events_.push({at, flow_event_order_++, flow, version});
+}
+
+double Engine::next_event() const {
+  double next = std::numeric_limits<double>::infinity();
+  if (!ready_.empty()) next = ready_.top().first;
+  if (!flow_events_.empty()) next = std::min(next, flow_events_.top().at);
+  return next;
+}
+
+// Every flow event at the earliest time: flows whose latency is paid join their
+// ports, flows whose bytes are done leave them and deliver; then the rates of
+// everything they touched are solved once.
+void Engine::run_flow_events() {
+  const double at = flow_events_.top().at;
+  while (!flow_events_.empty() && flow_events_.top().at == at) {
+    const FlowEvent e = flow_events_.top();
+    flow_events_.pop();
+    Flow& f = flows_[e.flow];
+    if (e.version == 0 && f.remaining > 0) {
+      f.since = at;
+      if (ports_[f.out].flows.empty() && ports_[f.in].flows.empty()) {  // alone: no solve needed
+        f.rate = std::min(ports_[f.out].bandwidth, ports_[f.in].bandwidth);
+        schedule(e.flow, at + f.remaining / f.rate, ++f.version);
+      } else {
+        touched_ports_.push_back(f.out);
+        touched_ports_.push_back(f.in);
+      }
+      ports_[f.out].flows.push_back(e.flow);
+      ports_[f.in].flows.push_back(e.flow);
+    } else if (e.version == 0 || e.version == f.version) {
+      if (e.version != 0) {
+        for (const int p : {f.out, f.in}) {
+          std::vector<int>& on = ports_[p].flows;
+          on.erase(std::find(on.begin(), on.end(), e.flow));
+          if (!on.empty()) touched_ports_.push_back(p);  // the flows left there may speed up
+        }
+      }
+      delivered_at(f.send, f.recv, at);
+      free_flows_.push_back(e.flow);
+    }
+  }
+  share_bandwidth(at);
+}
+
+// Max-min fair rates by progressive filling (Bertsekas and Gallager, Data
+// Networks, 6.5.2): the port whose bandwidth left, split evenly among its flows
+// not yet given a rate, is the bottleneck; its flows get that share, which the
+// other port of each gives up too; repeat. Only the flows linked to a touched
+// port through shared ports can change rate; a flow whose rate stays keeps its
+// scheduled end, so flows alone on their ports cost one solve each.
+void Engine::share_bandwidth(double at) {
+  if (touched_ports_.empty()) return;
+  const std::uint64_t solve = ++solves_;
+  std::vector<int>&reached = reached_ports_, &flows = reached_flows_;
+  reached.clear();
+  flows.clear();
+  const auto reach = [&](int p) {
+    if (ports_[p].solve == solve) return;
+    ports_[p].solve = solve;
+    reached.push_back(p);
+  };
+  for (const int p : touched_ports_) reach(p);
+  touched_ports_.clear();
+  for (std::size_t i = 0; i < reached.size(); ++i) {
+    for (const int f : ports_[reached[i]].flows) {
+      if (flows_[f].solve == solve) continue;
+      flows_[f].solve = solve;
+      flows.push_back(f);
+      reach(flows_[f].out);
+      reach(flows_[f].in);
+    }
+  }
+  // (share, port): the smallest share first, ties to the lower port; an entry
+  // whose port's share has changed since it was pushed is skipped.
+  using Entry = std::pair<double, int>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> bottlenecks;
+  for (const int p : reached) {
+    Port& port = ports_[p];
+    port.left = port.bandwidth;
+    port.unfixed = int(port.flows.size());
+    if (port.unfixed > 0) bottlenecks.push({port.left / port.unfixed, p});
+  }
+  for (const int f : flows) flows_[f].solve = 0;  // 0: no rate yet in this solve
+  while (!bottlenecks.empty()) {
+    const auto [share, p] = bottlenecks.top();
+    bottlenecks.pop();
+    Port& port = ports_[p];
+    if (port.unfixed == 0 || share != port.left / port.unfixed) continue;
+    for (const int f : port.flows) {
+      Flow& flow = flows_[f];
+      if (flow.solve == solve) continue;
+      flow.solve = solve;
+      flow.next_rate = share;
+      Port& other = ports_[flow.out == p ? flow.in : flow.out];
+      other.left = std::max(0.0, other.left - share);
+      if (--other.unfixed > 0) bottlenecks.push({other.left / other.unfixed, int(&other - ports_.data())});
+    }
+    port.unfixed = 0;
+  }
+  for (const int f : flows) {
+    Flow& flow = flows_[f];
+    if (flow.next_rate == flow.rate) continue;
+    flow.remaining = std::max(0.0, flow.remaining - flow.rate * (at - flow.since));
+    flow.since = at;
+    flow.rate = flow.next_rate;
+    schedule(f, at + flow.remaining / flow.rate, ++flow.version);
   }
 }
 
@@ -800,7 +943,7 @@ void Engine::abandon(int rank) {
   for (std::int64_t id = 0; id < std::int64_t(ops_.size()); ++id) {
     P2P& op = ops_[id];
     if (op.owner != rank || op.delivered) continue;
-    if (op.done) {
+    if (op.partner >= 0) {  // matched: delivered, or its bytes in flight
       ops_[op.partner].orphaned = true;
     } else {
       std::vector<std::int64_t>& queue = op.is_send ? actor(op.peer).unexpected_sends : actor(rank).posted_recvs;

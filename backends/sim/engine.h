@@ -3,12 +3,18 @@
 // which always resumes the ready rank with the earliest virtual time (ties go to
 // the lower rank), so a run is deterministic whatever the machine's load.
 //
-// Network: a message of n bytes costs alpha + n / bandwidth. A device has one
-// port out and one port in (inside a node; NVSwitch-like), a node has NICs out
-// and in (between nodes); each port carries one message's bytes at a time, in
-// the order the transfers start, so a root that receives from everyone pays for
-// it. A blocking send completes when the message is delivered (rendezvous),
-// and the bytes land in the receive buffer at that moment.
+// Network: a device has one port out and one port in (inside a node;
+// NVSwitch-like), a node has NICs out and in (between nodes). A message, once
+// both ends are posted, pays its link's alpha and then moves its bytes as a
+// flow through two ports: the sender's out and the receiver's in. Flows that
+// share a port share its bandwidth max-min fairly (SimGrid's model, checked
+// against SMPI by `./labkit simgrid`): the rates are solved again whenever a
+// flow starts or ends, over the flows linked to it through shared ports, so a
+// flow speeds up when another leaves. Alone on its ports, a message costs
+// alpha + n / bandwidth. Network::serial is the older model, kept to compare:
+// each port carries one message's bytes at a time, in the order they start.
+// A blocking send completes when the message is delivered (rendezvous), and
+// the bytes land in the receive buffer at that moment.
 //
 // Non-blocking collectives run on a rank's communication stream, one per group
 // (as NCCL runs each communicator's work on a CUDA stream): a native one is a
@@ -45,6 +51,9 @@
 
 namespace labkit::sim {
 
+// How messages that meet on a port share it (see the comment above).
+enum class Network { fair, serial };
+
 struct Options {
   int ranks = 4;
   Topology topology;
@@ -64,6 +73,7 @@ struct Options {
   // has finished by then. -1: no rank fails.
   int fail_rank = -1;
   double fail_at = 0;
+  Network network = Network::fair;
 };
 
 // Thrown when every live rank is blocked; what() lists each pending operation.
@@ -182,9 +192,8 @@ class Engine {
     double blocked_at = 0;   // its clock when it blocked
     std::string fault;       // set by a failure it waits on: thrown when it wakes
     std::string ended_by;    // the RankFailedError that ended its rank function
-    // A rank's (an endpoint's) own: its matching queues in post order, and the device's ports inside its node.
+    // A rank's (an endpoint's) own: its matching queues in post order.
     std::vector<std::int64_t> posted_recvs, unexpected_sends;
-    double out_free = 0, in_free = 0;
     // The last operation the rank started, for status reports.
     struct LastCall {
       std::string_view what;  // "send", "recv", or the collective's name ("" before any)
@@ -198,6 +207,7 @@ class Engine {
   void block(int rank);
   void make_ready(int rank, double at);
   void match(std::int64_t send, std::int64_t recv);
+  void delivered_at(std::int64_t send, std::int64_t recv, double at);
   void deliver(std::int64_t op);
   template <class Result>
   Result meet(int rank, const RendezvousKey& key, std::string_view what,
@@ -255,7 +265,46 @@ class Engine {
   std::vector<int> open_comms_;  // comm_id -> members whose Comm of it is not yet destroyed
   std::vector<P2P> ops_;
   std::vector<std::int64_t> free_ops_;
-  std::vector<double> nic_out_free_, nic_in_free_;
+  // ---- the network: ports, and the flows moving bytes through them
+  struct Port {
+    double bandwidth = 0;
+    double free = 0;          // serial: when the message it carries ends its bytes
+    std::vector<int> flows;   // fair: the flows through it now
+    // While rates are solved: the bandwidth not yet given, to how many flows.
+    double left = 0;
+    int unfixed = 0;
+    std::uint64_t solve = 0;  // the last solve that reached it
+  };
+  struct Flow {
+    std::int64_t send = -1, recv = -1;
+    int out = -1, in = -1;   // its ports
+    double remaining = 0;    // bytes still to move at `since`
+    double rate = 0;         // bytes per second since then
+    double since = 0;
+    double next_rate = 0;    // this solve's answer
+    std::uint64_t version = 0;  // of its end event: older ones are stale
+    std::uint64_t solve = 0;
+  };
+  // A flow starts (version 0, after its alpha) or ends (its version then).
+  struct FlowEvent {
+    double at;
+    std::uint64_t order;  // ties go in the order the events were made
+    int flow;
+    std::uint64_t version;
+    bool operator>(const FlowEvent& o) const { return std::tie(at, order) > std::tie(o.at, o.order); }
+  };
+  std::pair<int, int> ports(int from, int to) const;  // out of `from`, into `to`
+  void schedule(int flow, double at, std::uint64_t version);
+  void run_flow_events();
+  void share_bandwidth(double at);
+  double next_event() const;  // the earliest flow event or ready actor (infinity: none)
+  std::vector<Port> ports_;
+  std::vector<Flow> flows_;
+  std::vector<int> free_flows_;
+  std::vector<int> touched_ports_;  // ports whose flows changed since the last solve
+  std::vector<int> reached_ports_, reached_flows_;  // a solve's, kept to spare allocations
+  std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> flow_events_;
+  std::uint64_t flow_event_order_ = 0, solves_ = 0;
   std::map<RendezvousKey, Rendezvous> rendezvous_;
   // Cross-rank check: the first call each (group, sequence number) saw, who made
   // it, and how many ranks have checked against it.

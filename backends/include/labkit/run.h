@@ -19,6 +19,7 @@ struct RunOptions {
   std::string backend = "sim";
   int ranks = 4;
   std::string topology = "dgx-h100";
+  std::string network = "fair";     // sim: how messages that meet on a port share it ("fair", "serial")
   std::string trace;                // Chrome trace path; empty: no trace
   std::vector<std::string> algos;   // "ring" (every collective that has one) or "all_reduce=ring"
   bool payload_free = false;
@@ -50,7 +51,7 @@ struct RunResult {
 
 using RankFn = std::function<void(Comm&)>;
 
-// Adds --backend, --ranks, --topology, --trace, --algo, --payload-free,
+// Adds --backend, --ranks, --topology, --network, --trace, --algo, --payload-free,
 // --efficiency, --straggler, --deadlock-timeout, --fail-rank and --at to a lab's
 // command line.
 // Under mpirun, it also quiets standard output on every process but rank 0's, so
