@@ -131,11 +131,12 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   const std::vector<Modeled> modeled = model_rows(rows, run_options);
   const std::map<std::size_t, std::string> fastest = fastest_per_size(rows);
   print_model_errors(rows, modeled, fastest);
-  // Where the model and the simulator part ways, links are shared.
+  // Where the model and the simulator part ways, ports are shared.
   for (std::size_t i = 0; i < rows.size(); ++i)
     if (std::abs(modeled[i].error) > 0.01 && rows[i].algo != "native") {
-      fmt::print("# {} at {} differs from the model by {:.1f}%: messages share a port (contention), which the "
-                 "closed form leaves out\n", rows[i].algo, format_bytes(rows[i].bytes), modeled[i].error * 100);
+      fmt::print("# {} at {} differs from the model by {:.1f}%: its messages share a port, whose bandwidth the "
+                 "simulator splits among them (--network); the closed form leaves that contention out\n",
+                 rows[i].algo, format_bytes(rows[i].bytes), modeled[i].error * 100);
       break;
     }
   if (nodes > 1)

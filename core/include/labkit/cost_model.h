@@ -5,8 +5,12 @@
 // it for a native collective.
 // predict: the closed form of each labkit algorithm, step by step, where a step
 // costs its slowest pair's alpha + bytes beta (so it is topology-aware). On a
-// uniform topology these are the reading's formulas; where the simulator
-// disagrees, links are shared (contention), which the model leaves out.
+// uniform topology these are the reading's formulas. The model is free of
+// contention: it never puts two messages on one port. The simulator splits a
+// port's bandwidth fairly among the messages on it (as SimGrid does; ./labkit
+// simgrid checks it), so where one step's messages share a node's NIC the
+// simulated time is longer than the model's: recursive halving-doubling across
+// nodes with one NIC each, up to 5.9x at 1 GiB on 16 ranks (book chapter 2).
 // n is nccl-tests' "size": the bytes of the larger buffer.
 #pragma once
 
