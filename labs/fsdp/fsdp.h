@@ -1,0 +1,81 @@
+// Lab 6: FSDP and ZeRO. Data parallelism that splits the model state over the
+// ranks instead of copying it to each (parallel/fully_sharded.h). One file per
+// view of it:
+//   main.cpp     each stage trains the tiny GPT, equal to one rank; what it keeps and sends
+//   train.cpp    the training loop over FullyShardedGpt, and one rank's run to compare
+//   memory.cpp   rank 0's memory by use, measured, beside the memory lab's estimate
+//   what_if.cpp  --what-if: each stage's memory and a payload-free step of a real model
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "labkit/gpt.h"
+#include "labkit/memory_tracker.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/sequences.h"
+#include "labkit/run.h"
+
+namespace fsdp_lab {
+
+using namespace labkit;
+
+struct Options {
+  std::vector<int> stages = {0, 1, 2, 3};
+  int steps = 10, batch = 16;
+  std::string optimizer = "sgd";
+  float lr = 0.05f;
+  std::uint64_t seed = 1337;
+  std::string json;
+  std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
+  double step_seconds = 2;  // --what-if: compute per step
+  std::string gpu = "h100-80g";
+  double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
+  std::string recompute = "selective";
+  std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
+};
+
+// The optimizer over whatever this rank updates: the whole model, or its shard.
+struct Optimizer {
+  std::string name;
+  SgdMomentum sgd;
+  AdamW adamw;
+  explicit Optimizer(const Options& o) : name(o.optimizer), sgd{.lr = o.lr}, adamw{.lr = o.lr} {}
+  void update(std::span<float> params, std::span<const float> grads) {
+    if (name == "sgd") return sgd.update(params, grads);
+    adamw.update(params, grads);
+  }
+  std::size_t state_bytes() const { return name == "sgd" ? sgd.velocity.size() * sizeof(float) : adamw.state_bytes(); }
+  const char* estimator_name() const { return name == "sgd" ? "momentum" : "adamw"; }  // memory::optimizers()
+};
+
+struct StageRun {
+  int stage = 0, ranks = 0;
+  std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
+  double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
+  double formula = 0;           // ZeRO's: 2N, or 3N less the second gathers of the units kept whole
+  double step_seconds = 0;
+  std::vector<float> losses;    // the global batch's mean loss per step
+  std::vector<float> weights;   // rank 0's gathered weights at the end (on the process that ran rank 0)
+  bool ranks_agree = false;     // every rank gathered the same weights, bit for bit
+  MemoryTracker memory;         // rank 0's, current and peak by use
+  std::size_t largest_block = 0, kept = 0;  // elements of the largest block, and of the units kept whole at stage 3
+};
+
+// Trains `o.steps` steps at ZeRO `stage` and measures them.
+StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config);
+
+// One rank, no communication, on the whole global batch of every step: what
+// every stage must equal.
+std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config);
+
+// Prints rank 0's peak memory by use beside the memory lab's estimate; returns the rows.
+nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config);
+
+int what_if(const Options& o, RunOptions run_options);
+
+}  // namespace fsdp_lab

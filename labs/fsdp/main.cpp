@@ -1,0 +1,140 @@
+// Lab 6: FSDP and ZeRO. Data parallelism that splits the model state over the
+// ranks instead of copying it to each (parallel/fully_sharded.h): stage 1 the
+// optimizer state, stage 2 the gradients too, stage 3 the parameters too,
+// gathered one unit (a block) at a time just before they compute.
+//
+//   ./labkit lab fsdp --ranks 8 --steps 10
+//
+// Each stage trains the tiny GPT on the same batches and must end with the same
+// weights as one rank training on the whole global batch; the lab checks it.
+// The table shows what one rank keeps of the model's N parameters (its shard,
+// padded so that every rank's is the same size) and what it sends per step,
+// read from rank 0's trace, beside ZeRO's 2N (stages 0-2) and 3N (stage 3),
+// counted as parameters' worth: an allreduce is a reduce-scatter and an
+// all-gather, N each. Below it, each stage's memory on rank 0, as the sharded
+// step told the rank's tracker, beside the memory lab's estimate.
+//
+//   --what-if llama2-7b   each stage's memory per GPU and a payload-free step of a
+//                         real model's shapes (--prefetch forward|backward|both)
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fsdp.h"
+#include "labkit/cli.h"
+#include "labkit/error.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/units.h"
+
+using namespace fsdp_lab;
+
+namespace {
+
+const char* kept(int stage) {
+  static const char* what[] = {"a copy of everything", "1/P of the optimizer state", "1/P of optimizer, gradients",
+                               "1/P of everything"};
+  return what[stage];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab 6: FSDP and ZeRO: data parallelism with the model state sharded, stage 0 (DDP) to 3"};
+  cli::one_line_errors(app);
+  Options o;
+  RunOptions run_options;
+  run_options.ranks = 8;
+  app.add_option("--stage", o.stages, "ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (and gradients), 3 (and "
+                                      "parameters: FSDP); several: a row each")
+      ->capture_default_str()->check(cli::in_range(0, 3));
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--batch", o.batch, "global batch: sequences per step over all ranks")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")
+      ->capture_default_str()->check(cli::one_of("optimizer", {"sgd", "adamw"}));
+  app.add_option("--lr", o.lr, "learning rate")->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", o.seed, "initialisation, corpus and shuffling")
+      ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): each stage's memory per GPU and a "
+                                         "payload-free step of its shapes")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
+  app.add_option("--seq", o.seq, "--what-if: tokens per sequence (one sequence per GPU)")
+      ->capture_default_str()->check(cli::at_least(1.0));
+  app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
+      ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
+  app.add_option("--prefetch", o.prefetch, "--what-if, stage 3: gather the next layer under the current one's "
+                                           "compute in the forward pass, the backward, or both (none: in front of it)")
+      ->capture_default_str()->check(cli::one_of("prefetch", {"none", "forward", "backward", "both"}));
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
+      throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "
+                              "and only --what-if runs it prefetched (for now)", o.prefetch));
+    if (!o.what_if.empty()) return what_if(o, run_options);
+    if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
+      throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
+                              o.batch, run_options.ranks));
+    if (run_options.backend == "nccl")
+      throw Error("--backend nccl: the sharded step keeps its shards in host memory (sim or mpi for now)");
+    const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
+    const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
+    std::vector<StageRun> runs;
+    for (int stage : o.stages) runs.push_back(train(o, run_options, stage, data, config));
+    if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
+
+    const std::vector<float> one_rank = train_one_rank(o, data, config);
+    // SGD keeps the weights within rounding of one rank's; AdamW divides each
+    // step by sqrt(v), so a gradient element that nearly cancels drifts further
+    // (the DDP lab measures it).
+    const double limit = o.optimizer == "sgd" ? 1e-6 : 1e-4;
+    const StageRun& r0 = runs.front();
+    fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks, global batch {}, {} steps, {}; per step, rank 0\n",
+               r0.parameters, r0.ranks, o.batch, o.steps, o.optimizer);
+    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}\n", "stage", "each rank keeps",
+               "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1", "ranks agree");
+    nlohmann::json rows = nlohmann::json::array();
+    bool all_equal = true;
+    for (const StageRun& r : runs) {
+      const double weights = relative_difference(r.weights, one_rank);
+      all_equal = all_equal && weights <= limit && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
+      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {}\n", r.stage,
+                 kept(r.stage), r.stage == 0 ? r.parameters : r.shard, r.stage == 0 ? 0 : r.padding, r.volume,
+                 r.formula, r.volume / double(r.parameters), format_seconds(r.step_seconds), r.losses.back(),
+                 weights, r.ranks_agree ? "yes" : "NO");
+      rows.push_back({{"stage", r.stage}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
+                      {"padding", r.padding}, {"sent_parameters_per_step", r.volume}, {"formula", r.formula},
+                      {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
+                      {"ranks_agree", r.ranks_agree}});
+    }
+    fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
+               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step)\n");
+    nlohmann::json memory_rows = nlohmann::json::array();
+    for (const StageRun& r : runs)
+      for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);
+    if (all_equal)
+      fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula\n",
+                 limit, o.optimizer);
+    else
+      fmt::print("MISMATCH: weights past {:g}, ranks that differ, or bytes off the formula\n", limit);
+    if (!o.json.empty())
+      create_file(o.json) << nlohmann::json{{"stages", rows}, {"memory", memory_rows}}.dump(2) << '\n';
+    return all_equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

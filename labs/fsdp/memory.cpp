@@ -1,0 +1,65 @@
+// Lab 6's memory table: what rank 0's tracker measured, by use, beside the
+// memory lab's estimate for the same configuration.
+#include <fmt/format.h>
+
+#include "fsdp.h"
+#include "labkit/memory.h"
+#include "labkit/units.h"
+
+namespace fsdp_lab {
+
+// Rank 0's peak memory by use beside the memory lab's estimate for the same
+// configuration (fp32 weights, gradients and states, no master copy), each
+// difference said on its line.
+nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config) {
+  memory::Plan plan;
+  plan.precision = memory::Precision::fp32;
+  plan.state = {memory::Precision::fp32, memory::Precision::fp32, memory::Precision::fp32, false};
+  plan.optimizer = Optimizer(o).estimator_name();
+  plan.zero = r.stage;
+  plan.dp = r.ranks;
+  plan.micro_batch = double(o.batch) / r.ranks;
+  plan.seq = config.max_seq;
+  const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
+  auto estimated = [&](const std::string& component) {
+    for (const memory::Line& l : estimate.lines)
+      if (l.component == component) return l.bytes;
+    return 0.0;
+  };
+  const std::string padded = fmt::format("the shard is padded to a multiple of P ({} elements in all)", r.padding);
+  const std::string one_unit = fmt::format("whole while they compute: the embeddings and final norm ({} parameters) "
+                                           "and a block ({})", r.kept, r.largest_block);
+  struct Row {
+    MemoryUse use;
+    const char* estimator;
+    std::string why;
+  };
+  const Row rows[] = {
+      {MemoryUse::weights, "weights", r.stage == 3 && r.padding ? padded : ""},
+      {MemoryUse::gradients, "gradients",
+       r.stage >= 2 ? fmt::format("the shard{}, + whole: the embeddings' and final norm's through backward, a block's from its backward to "
+                                  "its reduce-scatter", r.padding ? " (padded)" : "")
+                    : ""},
+      {MemoryUse::optimizer, "optimizer states", r.stage >= 1 && r.padding ? padded : ""},
+      {MemoryUse::activations, "activations",
+       "the estimate is Korthikanti et al.'s 16-bit 34 sbh + 5 as^2 b per layer; the tiny GPT keeps fp32 and "
+       "llm.c's buffers (logits, probabilities, losses, their gradients)"},
+      {MemoryUse::gathered, nullptr, r.stage == 3 ? one_unit + "; the estimator counts none" : ""},
+  };
+  fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.stage);
+  fmt::print("  {:<12} {:>10} {:>10} {:>10}\n", "use", "measured", "estimate", "off by");
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& row : rows) {
+    const double measured = double(r.memory.peak[std::size_t(row.use)]);
+    const double want = row.estimator ? estimated(row.estimator) : 0;
+    fmt::print("  {:<12} {:>10} {:>10} {:>10}{}\n", name_of(row.use), format_bytes(std::uint64_t(measured)),
+               row.estimator ? format_bytes(std::uint64_t(want)) : "-",
+               want > 0 ? fmt::format("{:+.1f}%", 100 * (measured - want) / want) : "-",
+               row.why.empty() ? "" : "  " + row.why);
+    out.push_back({{"stage", r.stage}, {"use", name_of(row.use)}, {"measured_peak", measured}, {"estimate", want}});
+  }
+  fmt::print("  {:<12} {:>10}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)));
+  return out;
+}
+
+}  // namespace fsdp_lab

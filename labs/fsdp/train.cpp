@@ -1,0 +1,103 @@
+// The training loop of lab 6: every rank builds the same tiny GPT, keeps its
+// shard through FullyShardedGpt, and trains on its part of each global batch.
+#include <algorithm>
+
+#include "fsdp.h"
+#include "labkit/error.h"
+#include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/sampler.h"
+
+namespace fsdp_lab {
+
+namespace {
+
+// Parameters' worth a collective moves, from a trace event's bytes: an
+// allreduce is a reduce-scatter and an all-gather of its buffer.
+double parameters_moved(const TraceEvent& e) {
+  return double(e.bytes) / sizeof(float) * (e.name == "all_reduce" ? 2 : 1);
+}
+
+}  // namespace
+
+StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config) {
+  StageRun out;
+  out.stage = stage;
+  run_options.keep_trace = true;
+  double first = 0, last = 0;
+  const RunResult result = run(run_options, [&](Comm& comm) {
+    if (o.batch % comm.size() != 0)
+      fail(comm.who(), "fsdp", "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences",
+           o.batch, comm.size());
+    const int b = o.batch / comm.size();
+    Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
+    FullyShardedGpt sharded(comm, model, stage);
+    Optimizer optimizer(o);
+    const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
+    std::vector<int> x, y;
+    std::vector<float> losses;
+    const double start = comm.now();
+    for (int s = 0; s < o.steps; ++s) {
+      fill_batch(data, batch_of(sampler, s, b), x, y);
+      losses.push_back(sharded.forward_backward(x, y, b, config.max_seq));
+      const double started = comm.now();
+      sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
+      if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));  // sized now
+      comm.computed("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
+                                                                             : sharded.shard_parameters().size()));
+    }
+    const double end = comm.now();
+    std::vector<float> weights = sharded.gather_parameters();
+    // Instruments (untraced, free of virtual time): every rank's losses and weights on rank 0.
+    const auto all_losses = comm.inspect(view_of(losses));
+    const auto all_weights = comm.inspect(view_of(weights));
+    if (comm.rank() != 0) return;
+    first = start, last = end;
+    out.ranks = comm.size();
+    out.parameters = model.parameter_count();
+    out.shard = sharded.shard_parameters().size();
+    for (const FullyShardedGpt::Unit& u : sharded.units()) out.padding += u.layout.padding();
+    // units(): the embeddings, the blocks, the final norm.
+    const auto& units = sharded.units();
+    for (std::size_t u = 1; u + 1 < units.size(); ++u)
+      out.largest_block = std::max(out.largest_block, units[u].layout.count);
+    out.kept = units.front().layout.count + units.back().layout.count;
+    out.memory = comm.memory();
+    const double kept = double(units.front().layout.padded() + units.back().layout.padded());
+    const double padded = double(out.parameters + out.padding);
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : stage < 3 ? 2 * padded : 3 * padded - kept;
+    out.weights = std::move(weights);
+    out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
+                                  [&](const auto& w) { return std::equal(w.begin(), w.end(), out.weights.begin()); });
+    for (int s = 0; s < o.steps; ++s) {
+      double sum = 0;
+      for (const auto& rank_losses : all_losses) sum += rank_losses[s];
+      out.losses.push_back(float(sum / all_losses.size()));
+    }
+  });
+  if (result.trace && !out.weights.empty()) {
+    for (const TraceEvent& e : result.trace->tracks()[0].events)
+      if (e.kind == TraceEvent::Kind::collective && e.start >= first && e.start < last)  // not the final gather
+        out.volume += parameters_moved(e);
+    out.volume /= o.steps;
+    out.step_seconds = (last - first) / o.steps;
+  }
+  return out;
+}
+
+std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config) {
+  Gpt model(config, o.seed);
+  Optimizer optimizer(o);
+  const DistributedSampler sampler(data.count, 1, 0, o.seed);
+  std::vector<int> x, y;
+  for (int s = 0; s < o.steps; ++s) {
+    fill_batch(data, batch_of(sampler, s, o.batch), x, y);
+    model.forward(x, y, o.batch, config.max_seq);
+    model.zero_grad();
+    model.backward();
+    optimizer.update({model.parameters().data(), model.parameter_count()},
+                     {model.gradients().data(), model.parameter_count()});
+  }
+  return model.parameters().to_host();
+}
+
+}  // namespace fsdp_lab

@@ -1,0 +1,89 @@
+// Lab 6 at scale, payload-free: --what-if MODEL.
+#include <fmt/format.h>
+
+#include "fsdp.h"
+#include "labkit/error.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/parallel/fully_sharded.h"
+#include "labkit/units.h"
+
+namespace fsdp_lab {
+
+// --what-if MODEL: each stage's memory per GPU (the memory lab's estimate:
+// mixed-precision AdamW, 16 bytes per parameter before sharding) and a
+// payload-free step of the model's shapes on --ranks GPUs, beside ZeRO's
+// Figure 1 and the reading's FSDP bound. A model that does not fit even at
+// stage 3 is refused first, with the GPUs it needs.
+int what_if(const Options& o, RunOptions run_options) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const memory::Gpu gpu = memory::gpu_preset(o.gpu);
+  const int p = run_options.ranks;
+  auto plan_for = [&](int stage) {
+    memory::Plan plan;
+    plan.zero = stage;
+    plan.dp = p;
+    plan.seq = o.seq;
+    plan.recompute = memory::parse_recompute(o.recompute);
+    return plan;
+  };
+  const memory::Breakdown sharded = memory::estimate(arch, plan_for(3), gpu);
+  if (!sharded.fits()) {
+    const int needed = memory::gpus_needed(arch, plan_for(3), gpu);
+    throw Error(fmt::format("--what-if {} on --ranks {}: does not fit on {} even at stage 3, {} per GPU against {} "
+                            "({} over); {}", o.what_if, p, gpu.name, format_bytes(std::uint64_t(sharded.total)),
+                            format_bytes(std::uint64_t(gpu.bytes)), format_bytes(std::uint64_t(sharded.total - gpu.bytes)),
+                            needed ? fmt::format("it needs --ranks {} or more", needed)
+                                   : "no rank count will do: the activations do not shrink with data parallelism "
+                                     "(a shorter --seq, or --recompute full)"));
+  }
+  const double n = memory::count_parameters(arch).total;
+  fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
+             "AdamW, one sequence of {:g} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
+             n / 1e9, p, run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
+             o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
+  std::fflush(stdout);
+  fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gradients", "optimizer",
+             "activations", "total", "fits", "T_step", "exposed");
+  nlohmann::json rows = nlohmann::json::array();
+  for (int stage : o.stages) {
+    const memory::Breakdown b = memory::estimate(arch, plan_for(stage), gpu);
+    auto line = [&](const char* component) {
+      for (const memory::Line& l : b.lines)
+        if (l.component == component) return l.bytes;
+      return 0.0;
+    };
+    const double optimizer = line("master weights") + line("optimizer states");
+    RunOptions payload_free = run_options;
+    payload_free.payload_free = true;
+    const double step = run(payload_free, [&](Comm& comm) {
+      sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch));
+    }).elapsed;
+    fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
+               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gradients"))),
+               format_bytes(std::uint64_t(optimizer)), format_bytes(std::uint64_t(line("activations"))),
+               format_bytes(std::uint64_t(b.total)), b.fits() ? "yes" : "no", format_seconds(step),
+               format_seconds(step - o.step_seconds));
+    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gradients", line("gradients")},
+                    {"optimizer", optimizer}, {"activations", line("activations")}, {"total", b.total},
+                    {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
+  }
+  fmt::print("(total: with the framework, communication buffers and a 20% margin, as the memory lab counts them; "
+             "exposed: T_step less the {} of compute)\n", format_seconds(o.step_seconds));
+  // ZeRO's Figure 1: 7.5B parameters, K = 12, Nd = 64.
+  std::string figure;
+  for (int stage = 0; stage <= 3; ++stage)
+    figure += fmt::format("{}{:.1f}", stage ? ", " : "",
+                          memory::model_state_bytes(7.5e9, {}, memory::find_optimizer("adam"), stage, 64).total() / 1e9);
+  fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
+             "31.4, 16.6, 1.9)\n", figure);
+  double largest_layer = 0;
+  for (const memory::WeightTensor& t : memory::layer_tensors(arch, 0)) largest_layer += t.count;
+  fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers one "
+             "layer at a time: 16N/P + two layers in bf16 (one computing, the next prefetched) = {}\n",
+             format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + 2 * 2 * largest_layer)));
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+}  // namespace fsdp_lab
