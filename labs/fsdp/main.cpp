@@ -15,7 +15,8 @@
 // step told the rank's tracker, beside the memory lab's estimate.
 //
 //   --what-if llama2-7b   each stage's memory per GPU and a payload-free step of a
-//                         real model's shapes (--prefetch forward|backward|both)
+//                         real model's shapes (--prefetch forward|backward|both),
+//                         beside ZeRO's Figure 1 and the reading's ZeRO table
 #include <algorithm>
 #include <cmath>
 #include <string>

@@ -10,6 +10,40 @@
 
 namespace fsdp_lab {
 
+namespace {
+
+// The reading's ZeRO table (7B parameters, P = 8) three ways: by its formulas
+// (18N: 4N of parameters, 2N of gradients, 12N of optimizer state), by the
+// gigabytes it prints (14 + 14 + 112 = 140 GB: 2N, 2N and 16N), and by ours
+// (mixed-precision Adam: bf16 weights and gradients, 2N each; fp32 master, m
+// and v, 12N), which are ZeRO's own (Rajbhandari et al. 2020, section 3.1).
+void print_reading_zero_table() {
+  constexpr double n = 7e9, p = 8, gb = 1e9;
+  struct Row {
+    const char* formula;
+    double its_formula, its_figure;
+  };
+  const Row rows[] = {
+      {"4N + 2N + 12N", 18 * n, 140 * gb},
+      {"4N + 2N + 12N/P", 6 * n + 12 * n / p, 42 * gb},
+      {"4N + 2N/P + 12N/P", 4 * n + 14 * n / p, 30 * gb},
+      {"(4N + 2N + 12N)/P", 18 * n / p, 18 * gb},
+  };
+  fmt::print("the reading's ZeRO table, 7B parameters on 8 GPUs, model state per GPU:\n");
+  fmt::print("{:<5} {:<20} {:>8} {:>13} {:>12}\n", "stage", "its formula", "= GB", "its GB", "ours GB");
+  for (int stage = 0; stage <= 3; ++stage) {
+    const double ours = memory::model_state_bytes(n, {}, memory::find_optimizer("adam"), stage, int(p)).total();
+    fmt::print("{:<5} {:<20} {:>8.2f} {:>13.2f} {:>12.2f}\n", stage, rows[stage].formula, rows[stage].its_formula / gb,
+               rows[stage].its_figure / gb, ours / gb);
+  }
+  fmt::print("(its formulas count 4N bytes of fp16 parameters, which take 2N, and its gigabytes count 16N of "
+             "optimizer state (112 GB), where the fp32 master copy, momentum and variance take 12N (84 GB): the two "
+             "agree with each other nowhere; ours are mixed-precision Adam's 2N + 2N + 12N = 16N, sharded as ZeRO "
+             "shards it)\n");
+}
+
+}  // namespace
+
 // --what-if MODEL: each stage's memory per GPU (the memory lab's estimate:
 // mixed-precision AdamW, 16 bytes per parameter before sharding) and a
 // payload-free step of the model's shapes on --ranks GPUs, beside ZeRO's
@@ -77,6 +111,7 @@ int what_if(const Options& o, RunOptions run_options) {
                           memory::model_state_bytes(7.5e9, {}, memory::find_optimizer("adam"), stage, 64).total() / 1e9);
   fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
              "31.4, 16.6, 1.9)\n", figure);
+  print_reading_zero_table();
   double largest_layer = 0;
   for (const memory::WeightTensor& t : memory::layer_tensors(arch, 0)) largest_layer += t.count;
   fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers one "
