@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/gradient_compression.h"
@@ -23,10 +24,7 @@ using namespace labkit;
 
 // --sweep: the rank counts A, 2A, 4A, ... up to B ("ranks"), or the bucket caps
 // A, 2A, ... MiB up to B ("bucket-mb"); `over` empty: no sweep.
-struct SweepRange {
-  std::string over;
-  double from = 0, to = 0;
-};
+using SweepRange = cli::Sweep;
 
 struct Options {
   std::vector<std::string> modes = {"naive", "bucketed", "overlap"};

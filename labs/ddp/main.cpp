@@ -47,26 +47,9 @@ using namespace ddp_lab;
 
 namespace {
 
-// "ranks=A..B" or "bucket-mb=A..B".
+// --sweep's forms: weak scaling over rank counts, or the bucket cap in MiB.
 SweepRange parse_sweep(const std::string& text) {
-  const std::size_t equals = text.find('='), dots = text.find("..");
-  const std::string over = text.substr(0, equals);
-  double from = 0, to = 0;
-  if (equals != std::string::npos && dots != std::string::npos && dots > equals) {
-    std::size_t used_from = 0, used_to = 0;
-    try {
-      from = std::stod(text.substr(equals + 1, dots - equals - 1), &used_from);
-      to = std::stod(text.substr(dots + 2), &used_to);
-    } catch (const std::exception&) {
-      used_from = 0;
-    }
-    const bool numbers = used_from == dots - equals - 1 && used_to == text.size() - dots - 2;
-    if (numbers && over == "ranks" && from >= 1 && to >= from && to <= 65536 && from == int(from) && to == int(to))
-      return {over, from, to};
-    if (numbers && over == "bucket-mb" && from > 0 && to >= from && to <= 65536) return {over, from, to};
-  }
-  throw std::invalid_argument("'" + text + "' is not ranks=A..B (whole numbers, 1 <= A <= B <= 65536) or "
-                              "bucket-mb=A..B (0 < A <= B <= 65536 MiB)");
+  return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}, {"bucket-mb", 0, 65536, false, " MiB"}});
 }
 
 // --compress replaces the averaging, so it takes no --mode, and trains the

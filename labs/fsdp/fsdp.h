@@ -4,7 +4,7 @@
 //   main.cpp     each stage trains the tiny GPT, equal to one rank; what it keeps and sends
 //   train.cpp    the training loop over FullyShardedGpt, and one rank's run to compare
 //   memory.cpp   rank 0's memory by use, measured, beside the memory lab's estimate
-//   what_if.cpp  --what-if: each stage's memory and a payload-free step of a real model
+//   what_if.cpp  --what-if, --sweep: each stage's memory and a payload-free step of a real model
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/memory_tracker.h"
 #include "labkit/optim.h"
@@ -37,6 +38,7 @@ struct Options {
   double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
   std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
+  cli::Sweep sweep;               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
 };
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
@@ -77,5 +79,6 @@ std::vector<float> train_one_rank(const Options& o, const Sequences& data, const
 nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config);
 
 int what_if(const Options& o, RunOptions run_options);
+int sweep(const Options& o, RunOptions run_options);
 
 }  // namespace fsdp_lab

@@ -17,6 +17,7 @@
 //   --what-if llama2-7b   each stage's memory per GPU and a payload-free step of a
 //                         real model's shapes (--prefetch forward|backward|both),
 //                         beside ZeRO's Figure 1 and the reading's ZeRO table
+//   --sweep ranks=8..1024 the same on 8 to 1024 GPUs of every topology preset
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -36,6 +37,8 @@
 using namespace fsdp_lab;
 
 namespace {
+
+cli::Sweep parse_sweep(const std::string& text) { return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}}); }
 
 const char* kept(int stage) {
   static const char* what[] = {"a copy of everything", "1/P of the optimizer state", "1/P of optimizer, gradients",
@@ -77,6 +80,11 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", o.prefetch, "--what-if, stage 3: gather the next layer under the current one's "
                                            "compute in the forward pass, the backward, or both (none: in front of it)")
       ->capture_default_str()->check(cli::one_of("prefetch", {"none", "forward", "backward", "both"}));
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
+         "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: "
+         "each stage's memory per GPU and exposed communication")
+      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -84,6 +92,7 @@ int main(int argc, char** argv) {
     if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "
                               "and only --what-if runs it prefetched (for now)", o.prefetch));
+    if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",

@@ -1,11 +1,13 @@
 // Lab 6 at scale, payload-free: --what-if MODEL.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fsdp.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 
 namespace fsdp_lab {
@@ -42,6 +44,25 @@ void print_reading_zero_table() {
              "shards it)\n");
 }
 
+// The memory lab's plan for one GPU of `ranks` at ZeRO `stage`: mixed-precision
+// AdamW, one sequence of --seq tokens.
+memory::Plan plan_for(const Options& o, int stage, int ranks) {
+  memory::Plan plan;
+  plan.zero = stage;
+  plan.dp = ranks;
+  plan.seq = o.seq;
+  plan.recompute = memory::parse_recompute(o.recompute);
+  return plan;
+}
+
+// T_step of one payload-free sharded step of the model's shapes on run_options' ranks and topology.
+double shaped_step_seconds(const Options& o, RunOptions run_options, const memory::Architecture& arch, int stage) {
+  run_options.payload_free = true;
+  return run(run_options, [&](Comm& comm) {
+           sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch));
+         }).elapsed;
+}
+
 }  // namespace
 
 // --what-if MODEL: each stage's memory per GPU (the memory lab's estimate:
@@ -53,17 +74,9 @@ int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const memory::Gpu gpu = memory::gpu_preset(o.gpu);
   const int p = run_options.ranks;
-  auto plan_for = [&](int stage) {
-    memory::Plan plan;
-    plan.zero = stage;
-    plan.dp = p;
-    plan.seq = o.seq;
-    plan.recompute = memory::parse_recompute(o.recompute);
-    return plan;
-  };
-  const memory::Breakdown sharded = memory::estimate(arch, plan_for(3), gpu);
+  const memory::Breakdown sharded = memory::estimate(arch, plan_for(o, 3, p), gpu);
   if (!sharded.fits()) {
-    const int needed = memory::gpus_needed(arch, plan_for(3), gpu);
+    const int needed = memory::gpus_needed(arch, plan_for(o, 3, p), gpu);
     throw Error(fmt::format("--what-if {} on --ranks {}: does not fit on {} even at stage 3, {} per GPU against {} "
                             "({} over); {}", o.what_if, p, gpu.name, format_bytes(std::uint64_t(sharded.total)),
                             format_bytes(std::uint64_t(gpu.bytes)), format_bytes(std::uint64_t(sharded.total - gpu.bytes)),
@@ -81,18 +94,14 @@ int what_if(const Options& o, RunOptions run_options) {
              "activations", "total", "fits", "T_step", "exposed");
   nlohmann::json rows = nlohmann::json::array();
   for (int stage : o.stages) {
-    const memory::Breakdown b = memory::estimate(arch, plan_for(stage), gpu);
+    const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
     auto line = [&](const char* component) {
       for (const memory::Line& l : b.lines)
         if (l.component == component) return l.bytes;
       return 0.0;
     };
     const double optimizer = line("master weights") + line("optimizer states");
-    RunOptions payload_free = run_options;
-    payload_free.payload_free = true;
-    const double step = run(payload_free, [&](Comm& comm) {
-      sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch));
-    }).elapsed;
+    const double step = shaped_step_seconds(o, run_options, arch, stage);
     fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
                format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gradients"))),
                format_bytes(std::uint64_t(optimizer)), format_bytes(std::uint64_t(line("activations"))),
@@ -117,6 +126,59 @@ int what_if(const Options& o, RunOptions run_options) {
   fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers one "
              "layer at a time: 16N/P + two layers in bf16 (one computing, the next prefetched) = {}\n",
              format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + 2 * 2 * largest_layer)));
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+// --sweep ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ...
+// B GPUs of every topology preset: each stage's memory per GPU (which depends
+// on the rank count alone), then its exposed communication on each topology.
+int sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const memory::Architecture arch = memory::model_preset(name);
+  const memory::Gpu gpu = memory::gpu_preset(o.gpu);
+  std::vector<int> counts;
+  for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) counts.push_back(p);
+  const std::vector<std::string_view> topologies = topology_presets();
+  fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {} of compute per step, stages {}, {} "
+             "topologies; per GPU, mixed-precision AdamW, one sequence of {:g} tokens, {} recomputation ...\n",
+             o.sweep.from, o.sweep.to, name, memory::count_parameters(arch).total / 1e9, format_seconds(o.step_seconds),
+             fmt::join(o.stages, " "), topologies.size(), o.seq, o.recompute);
+  std::fflush(stdout);
+  const auto stage_columns = [&](const char* first, const char* second) {
+    std::string header = fmt::format("{:<10} {:>6}", first, second);
+    for (int stage : o.stages) header += fmt::format(" {:>11}", fmt::format("stage {}", stage));
+    return header;
+  };
+  fmt::print("memory per GPU on {} (the memory lab's estimate; '!': does not fit)\n{}\n", gpu.name,
+             stage_columns("", "ranks"));
+  nlohmann::json rows = nlohmann::json::array();
+  for (int p : counts) {
+    std::string line = fmt::format("{:<10} {:>6}", "", p);
+    for (int stage : o.stages) {
+      const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
+      line += fmt::format(" {:>11}", format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!"));
+    }
+    fmt::print("{}\n", line);
+  }
+  fmt::print("exposed communication per step: T_step less the {} of compute\n{}\n", format_seconds(o.step_seconds),
+             stage_columns("topology", "ranks"));
+  for (std::string_view topology : topologies) {
+    run_options.topology = std::string(topology);
+    for (int p : counts) {
+      run_options.ranks = p;
+      std::string line = fmt::format("{:<10} {:>6}", topology, p);
+      for (int stage : o.stages) {
+        const double step = shaped_step_seconds(o, run_options, arch, stage);
+        const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
+        line += fmt::format(" {:>11}", format_seconds(step - o.step_seconds));
+        rows.push_back({{"topology", topology}, {"ranks", p}, {"stage", stage}, {"memory_per_gpu", b.total},
+                        {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
+      }
+      fmt::print("{}\n", line);
+      std::fflush(stdout);
+    }
+  }
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
   return 0;
 }
