@@ -49,6 +49,31 @@ std::vector<float> one_rank_weights() {
   return model.parameters().to_host();
 }
 
+// `ranks` ranks train kSteps steps at `stage` on their rows of each global
+// batch; every rank's gathered weights at the end, and rank 0's padding.
+struct ShardedRun {
+  std::vector<std::vector<float>> weights;
+  std::size_t padding = 0;
+};
+ShardedRun train_sharded(int ranks, int stage, ShardingOptions options = {}) {
+  ShardedRun out{std::vector<std::vector<float>>(ranks)};
+  simulate(ranks, [&](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, stage, options);
+    SgdMomentum sgd{.lr = 0.05f};
+    const int rows = kBatch / ranks;
+    for (int s = 0; s < kSteps; ++s) {
+      zero.forward_backward(rows_of(tokens(s, 0), c.rank() * rows, rows), rows_of(tokens(s, 1), c.rank() * rows, rows),
+                            rows, kConfig.max_seq);
+      zero.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+    }
+    out.weights[c.rank()] = zero.gather_parameters();
+    if (c.rank() == 0)
+      for (const FullyShardedGpt::Unit& u : zero.units()) out.padding += u.layout.padding();
+  });
+  return out;
+}
+
 }  // namespace
 
 TEST(ShardLayout, PadsTheRunToAMultipleOfTheRanks) {
@@ -65,22 +90,9 @@ TEST(FullyShardedGpt, EveryStageTrainsTheTinyGptAsOneRankDoes) {
   const std::vector<float> want = one_rank_weights();
   for (int ranks : {1, 2, 3, 4, 8})
     for (int stage = 0; stage <= 3; ++stage) {
-      std::vector<std::vector<float>> got(ranks);
-      std::size_t padding = 0;
-      simulate(ranks, [&](Comm& c) {
-        Gpt model(kConfig, 5);
-        FullyShardedGpt zero(c, model, stage);
-        SgdMomentum sgd{.lr = 0.05f};
-        const int rows = kBatch / ranks;
-        for (int s = 0; s < kSteps; ++s) {
-          zero.forward_backward(rows_of(tokens(s, 0), c.rank() * rows, rows),
-                                rows_of(tokens(s, 1), c.rank() * rows, rows), rows, kConfig.max_seq);
-          zero.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
-        }
-        got[c.rank()] = zero.gather_parameters();
-        if (c.rank() == 0)
-          for (const FullyShardedGpt::Unit& u : zero.units()) padding += u.layout.padding();
-      });
+      const ShardedRun run = train_sharded(ranks, stage);
+      const std::vector<std::vector<float>>& got = run.weights;
+      const std::size_t padding = run.padding;
       for (int r = 0; r < ranks; ++r) {
         EXPECT_LE(relative_difference(got[r], want), 1e-6) << "stage " << stage << ", " << ranks << " ranks, rank " << r;
         EXPECT_EQ(got[r], got[0]) << "stage " << stage << ", " << ranks << " ranks: rank " << r << " differs";
@@ -89,6 +101,35 @@ TEST(FullyShardedGpt, EveryStageTrainsTheTinyGptAsOneRankDoes) {
         EXPECT_GT(padding, 0u) << "a count that does not divide by 3 is padded";
       }
     }
+}
+
+// HSDP: sharded within groups of G, replicated across them; the same weights
+// as one rank (and padding where a unit does not divide by G).
+TEST(FullyShardedGpt, HybridShardingTrainsAsOneRankDoes) {
+  const std::vector<float> want = one_rank_weights();
+  for (const auto& [ranks, group] : std::vector<std::pair<int, int>>{{2, 1}, {4, 2}, {6, 3}, {8, 2}, {8, 4}})
+    for (int stage = 1; stage <= 3; ++stage) {
+      const ShardedRun run = train_sharded(ranks, stage, {.shard_group = group});
+      for (int r = 0; r < ranks; ++r) {
+        EXPECT_LE(relative_difference(run.weights[r], want), 1e-6)
+            << "stage " << stage << ", " << ranks << " ranks in groups of " << group << ", rank " << r;
+        EXPECT_EQ(run.weights[r], run.weights[0]) << ranks << " ranks in groups of " << group << ": rank " << r;
+      }
+    }
+  const std::string refused = labkit::test::error_of(4, [](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, 3, {.shard_group = 3});
+  });
+  EXPECT_NE(refused.find("shard_group=3 does not divide the 4 ranks"), std::string::npos) << refused;
+}
+
+// Stage 3 keeping each block whole from its forward to its backward trains the same.
+TEST(FullyShardedGpt, KeepingBlocksWholeUntilBackwardTrainsTheSame) {
+  const std::vector<float> want = one_rank_weights();
+  for (int ranks : {2, 3, 4}) {
+    const ShardedRun run = train_sharded(ranks, 3, {.reshard_after_forward = false});
+    EXPECT_LE(relative_difference(run.weights[0], want), 1e-6) << ranks << " ranks";
+  }
 }
 
 TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {

@@ -484,6 +484,19 @@ TEST(SimMemory, TracksCurrentAndPeakBytesAndTracesThemAsCounters) {
   EXPECT_NE(json.str().find(R"("activations":1000.0)"), std::string::npos);
 }
 
+// Memory is the rank's: what a rank tells through one of its groups, the world sees.
+TEST(SimMemory, ARanksGroupsShareItsTracker) {
+  simulate(4, [](Comm& c) {
+    std::unique_ptr<Comm> half = c.split(c.rank() / 2, c.rank());
+    c.track_memory(MemoryUse::weights, 1000);
+    half->track_memory(MemoryUse::gathered, 300);
+    EXPECT_EQ(c.memory().total(), 1300);
+    EXPECT_EQ(half->memory().total(), 1300);
+    half->track_memory(MemoryUse::gathered, -300);
+    EXPECT_EQ(c.memory().peak_total, 1300);
+  });
+}
+
 namespace {
 // Runs fn with rank `failing` stopped at virtual time `at`; the RankFailedError's report.
 std::string failure_of(int ranks, int failing, double at, const std::function<void(Comm&)>& fn, Trace* trace = nullptr) {

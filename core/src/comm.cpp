@@ -283,7 +283,10 @@ std::string_view Comm::algorithm(Collective op) const {
 
 std::unique_ptr<Comm> Comm::split(int color, int key) {
   std::unique_ptr<Comm> group = split_group(color, key);
-  if (group) group->algorithms_ = algorithms_;
+  if (group) {
+    group->algorithms_ = algorithms_;
+    group->memory_ = memory_;
+  }
   return group;
 }
 
@@ -314,10 +317,10 @@ void Comm::computed(std::string_view what, double started, double flops) {
 }
 
 void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
-  memory_.change(use, bytes);
+  memory_->change(use, bytes);
   if (!track_) return;
   TraceEvent e{TraceEvent::Kind::memory, "memory", now(), now()};
-  for (MemoryUse u : kMemoryUses) e.counters.emplace_back(name_of(u), double(memory_.current[std::size_t(u)]));
+  for (MemoryUse u : kMemoryUses) e.counters.emplace_back(name_of(u), double(memory_->current[std::size_t(u)]));
   record(std::move(e));
 }
 

@@ -27,6 +27,8 @@ using namespace labkit;
 
 struct Options {
   std::vector<int> stages = {0, 1, 2, 3};
+  int hsdp = 0;  // HSDP: shard within groups of this many ranks, replicate across them (0: shard over all)
+  bool reshard_after_forward = true;  // stage 3: free each block after its forward (else keep it to its backward)
   int steps = 10, batch = 16;
   std::string optimizer = "sgd";
   float lr = 0.05f;
@@ -56,7 +58,7 @@ struct Optimizer {
 };
 
 struct StageRun {
-  int stage = 0, ranks = 0;
+  int stage = 0, ranks = 0, shard_group = 0;  // shard_group: the ranks that share the state (HSDP's G, else P)
   std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
   double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
   double formula = 0;           // ZeRO's: 2N, or 3N less the second gathers of the units kept whole
@@ -77,6 +79,8 @@ std::vector<float> train_one_rank(const Options& o, const Sequences& data, const
 
 // Prints rank 0's peak memory by use beside the memory lab's estimate; returns the rows.
 nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config);
+// Where stage 3 peaks above stage 1 or 2, says so and why.
+void explain_stage_three_peak(const std::vector<StageRun>& runs);
 
 int what_if(const Options& o, RunOptions run_options);
 int sweep(const Options& o, RunOptions run_options);

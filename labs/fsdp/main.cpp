@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "fsdp.h"
@@ -40,10 +41,13 @@ namespace {
 
 cli::Sweep parse_sweep(const std::string& text) { return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}}); }
 
-const char* kept(int stage) {
+// What each rank keeps at `stage`, sharded over `group` of the `ranks`.
+std::string kept(int stage, int group, int ranks) {
   static const char* what[] = {"a copy of everything", "1/P of the optimizer state", "1/P of optimizer, gradients",
                                "1/P of everything"};
-  return what[stage];
+  std::string text = what[stage];
+  if (stage > 0 && group < ranks) text.replace(text.find("1/P"), 3, fmt::format("1/{}", group));
+  return text;
 }
 
 }  // namespace
@@ -54,9 +58,17 @@ int main(int argc, char** argv) {
   Options o;
   RunOptions run_options;
   run_options.ranks = 8;
-  app.add_option("--stage", o.stages, "ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (and gradients), 3 (and "
+  CLI::Option* stages = app.add_option("--stage", o.stages, "ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (and gradients), 3 (and "
                                       "parameters: FSDP); several: a row each")
       ->capture_default_str()->check(cli::in_range(0, 3));
+  app.add_option("--hsdp", o.hsdp, "HSDP: shard within groups of G neighbouring ranks (a node's), replicate across "
+                                   "the groups")
+      ->check(cli::at_least(1));
+  app.add_option_function<std::string>(
+         "--reshard-after-forward", [&o](const std::string& v) { o.reshard_after_forward = v == "on"; },
+         "stage 3: on frees each block after its forward and gathers it again for its backward (3N sent); off "
+         "keeps it whole until its backward (2N, the whole model's memory at the turn)")
+      ->default_str("on")->check(cli::one_of("value", {"on", "off"}));
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--batch", o.batch, "global batch: sequences per step over all ranks")
       ->capture_default_str()->check(cli::at_least(1));
@@ -89,6 +101,21 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (o.hsdp > 0) {
+      if (run_options.backend == "sim" && run_options.ranks % o.hsdp != 0) {
+        std::vector<int> divisors;
+        for (int g = 1; g <= run_options.ranks; ++g)
+          if (run_options.ranks % g == 0) divisors.push_back(g);
+        throw Error(fmt::format("--hsdp {}: does not divide --ranks {} into equal groups ({} do)", o.hsdp,
+                                run_options.ranks, fmt::join(divisors, ", ")));
+      }
+      if (stages->count() == 0) o.stages = {1, 2, 3};
+      if (std::find(o.stages.begin(), o.stages.end(), 0) != o.stages.end())
+        throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
+                                o.hsdp));
+      if (!o.what_if.empty() || !o.sweep.over.empty())
+        throw Error(fmt::format("--hsdp {}: the tiny GPT's run only, not --what-if or --sweep (for now)", o.hsdp));
+    }
     if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "
                               "and only --what-if runs it prefetched (for now)", o.prefetch));
@@ -111,8 +138,11 @@ int main(int argc, char** argv) {
     // (the DDP lab measures it).
     const double limit = o.optimizer == "sgd" ? 1e-6 : 1e-4;
     const StageRun& r0 = runs.front();
-    fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks, global batch {}, {} steps, {}; per step, rank 0\n",
-               r0.parameters, r0.ranks, o.batch, o.steps, o.optimizer);
+    fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks{}, global batch {}, {} steps, {}; per step, rank 0\n",
+               r0.parameters, r0.ranks,
+               o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format(" (HSDP: sharded in {} groups of {}, replicated across them)",
+                                                             r0.ranks / o.hsdp, o.hsdp) : "",
+               o.batch, o.steps, o.optimizer);
     fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}\n", "stage", "each rank keeps",
                "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1", "ranks agree");
     nlohmann::json rows = nlohmann::json::array();
@@ -121,19 +151,21 @@ int main(int argc, char** argv) {
       const double weights = relative_difference(r.weights, one_rank);
       all_equal = all_equal && weights <= limit && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
       fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {}\n", r.stage,
-                 kept(r.stage), r.stage == 0 ? r.parameters : r.shard, r.stage == 0 ? 0 : r.padding, r.volume,
+                 kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard, r.stage == 0 ? 0 : r.padding, r.volume,
                  r.formula, r.volume / double(r.parameters), format_seconds(r.step_seconds), r.losses.back(),
                  weights, r.ranks_agree ? "yes" : "NO");
       rows.push_back({{"stage", r.stage}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
-                      {"padding", r.padding}, {"sent_parameters_per_step", r.volume}, {"formula", r.formula},
+                      {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume}, {"formula", r.formula},
                       {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
                       {"ranks_agree", r.ranks_agree}});
     }
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
-               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step)\n");
+               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{})\n",
+               o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp) : "");
     nlohmann::json memory_rows = nlohmann::json::array();
     for (const StageRun& r : runs)
       for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);
+    explain_stage_three_peak(runs);
     if (all_equal)
       fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula\n",
                  limit, o.optimizer);

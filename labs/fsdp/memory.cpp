@@ -17,7 +17,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   plan.state = {memory::Precision::fp32, memory::Precision::fp32, memory::Precision::fp32, false};
   plan.optimizer = Optimizer(o).estimator_name();
   plan.zero = r.stage;
-  plan.dp = r.ranks;
+  plan.dp = r.stage == 0 ? r.ranks : r.shard_group;  // ZeRO's sharding degree: HSDP shards over its group
   plan.micro_batch = double(o.batch) / r.ranks;
   plan.seq = config.max_seq;
   const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
@@ -27,8 +27,12 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     return 0.0;
   };
   const std::string padded = fmt::format("the shard is padded to a multiple of P ({} elements in all)", r.padding);
-  const std::string one_unit = fmt::format("whole while they compute: the embeddings and final norm ({} parameters) "
-                                           "and a block ({})", r.kept, r.largest_block);
+  const std::string one_unit =
+      o.reshard_after_forward
+          ? fmt::format("whole while they compute: the embeddings and final norm ({} parameters) and a block ({})",
+                        r.kept, r.largest_block)
+          : fmt::format("whole from forward to backward (--reshard-after-forward off): at the turn, every block "
+                        "and the embeddings and final norm, {} parameters", r.parameters);
   struct Row {
     MemoryUse use;
     const char* estimator;
@@ -60,6 +64,27 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   }
   fmt::print("  {:<12} {:>10}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)));
   return out;
+}
+
+// The confusion this answers: stage 3 shards the most, so it should hold the
+// least. It holds its shard plus what is whole at once (gathered), and where
+// that outweighs what sharding saved, a lower stage peaks lower.
+void explain_stage_three_peak(const std::vector<StageRun>& runs) {
+  const StageRun* three = nullptr;
+  for (const StageRun& r : runs)
+    if (r.stage == 3) three = &r;
+  if (!three) return;
+  for (const StageRun& r : runs) {
+    if (r.stage == 3 || r.stage == 0 || r.memory.peak_total >= three->memory.peak_total) continue;
+    const auto weights = std::size_t(MemoryUse::weights), gathered = std::size_t(MemoryUse::gathered);
+    const std::int64_t saved = r.memory.peak[weights] - three->memory.peak[weights];
+    fmt::print("stage 3 peaks above stage {} here ({} against {}): sharding the weights saves {} of them, but what "
+               "stage 3 holds whole at once, gathered, comes to {}; with few ranks or large layers (or blocks kept "
+               "whole from forward to backward) the most sharded stage is not the smallest\n",
+               r.stage, format_bytes(std::uint64_t(three->memory.peak_total)), format_bytes(std::uint64_t(r.memory.peak_total)),
+               format_bytes(std::uint64_t(saved)), format_bytes(std::uint64_t(three->memory.peak[gathered])));
+    return;
+  }
 }
 
 }  // namespace fsdp_lab

@@ -30,7 +30,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
            o.batch, comm.size());
     const int b = o.batch / comm.size();
     Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
-    FullyShardedGpt sharded(comm, model, stage);
+    FullyShardedGpt sharded(comm, model, stage, {.shard_group = o.hsdp, .reshard_after_forward = o.reshard_after_forward});
     Optimizer optimizer(o);
     const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
@@ -53,6 +53,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     if (comm.rank() != 0) return;
     first = start, last = end;
     out.ranks = comm.size();
+    out.shard_group = sharded.shard_group();
     out.parameters = model.parameter_count();
     out.shard = sharded.shard_parameters().size();
     for (const FullyShardedGpt::Unit& u : sharded.units()) out.padding += u.layout.padding();
@@ -64,7 +65,10 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     out.memory = comm.memory();
     const double kept = double(units.front().layout.padded() + units.back().layout.padded());
     const double padded = double(out.parameters + out.padding);
-    out.formula = stage == 0 ? 2.0 * double(out.parameters) : stage < 3 ? 2 * padded : 3 * padded - kept;
+    // Stage 3 gathers each block twice, unless it keeps them whole from forward to backward.
+    const bool twice = stage == 3 && o.reshard_after_forward;
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : twice ? 3 * padded - kept : 2 * padded;
+    if (out.shard_group < out.ranks) out.formula += 2.0 * double(out.shard);  // HSDP: the shards' allreduce across groups
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
                                   [&](const auto& w) { return std::equal(w.begin(), w.end(), out.weights.begin()); });

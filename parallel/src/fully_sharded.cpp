@@ -25,8 +25,21 @@ View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r
 
 }  // namespace
 
-FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm), model_(model), stage_(stage) {
+FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)
+    : comm_(comm), model_(model), stage_(stage), reshard_after_forward_(options.reshard_after_forward),
+      shard_comm_(&comm) {
+  const int shard_group = options.shard_group;
   if (stage < 0 || stage > 3) fail(comm.who(), "FullyShardedGpt", "stage={} is not one of 0, 1, 2, 3", stage);
+  if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
+    fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
+         comm.size());
+  if (shard_group > 0 && shard_group < comm.size()) {
+    if (stage == 0) fail(comm.who(), "FullyShardedGpt", "shard_group={} at stage 0: nothing is sharded", shard_group);
+    mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"replicate", comm.size() / shard_group},
+                                                              {"shard", shard_group}});
+    shard_comm_ = &mesh_->group("shard");
+    replicate_comm_ = &mesh_->group("replicate");
+  }
   if (model.device().kind != DeviceKind::cpu)
     fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
          model.device().name);
@@ -37,7 +50,7 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm
   units_.push_back({order.front(), {}, 0});
   std::size_t offset = 0, largest = 0;
   for (Unit& u : units_) {
-    u.layout = shard_layout(u.range.count, comm.size());
+    u.layout = shard_layout(u.range.count, shard_comm_->size());
     u.shard_offset = offset;
     offset += u.layout.shard;
     largest = std::max(largest, u.layout.padded());
@@ -47,7 +60,7 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage) : comm_(comm
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
   for (const Unit& u : units_) {
-    shard_of(run_of(model.parameters(), u.range), shard_of_unit(param_shard_, u), comm.rank());
+    shard_of(run_of(model.parameters(), u.range), shard_of_unit(param_shard_, u), shard_comm_->rank());
     if (stage == 3) mark_freed(run_of(model.parameters(), u.range));
   }
   // What this rank keeps from now on: whole weights below stage 3, whole
@@ -67,15 +80,18 @@ void FullyShardedGpt::track(MemoryUse use, const Unit& unit, int sign) {
 }
 
 void FullyShardedGpt::gather(const Unit& unit, Tensor& into) {
-  unshard(comm_, shard_of_unit(param_shard_, unit), run_of(into, unit.range));
+  unshard(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(into, unit.range));
 }
 
-// Reduce-scatter (avg): the unit's gradients, padded, summed over the ranks;
-// this rank keeps its shard of the mean.
+// Reduce-scatter (avg): the unit's gradients, padded, averaged over the ranks
+// that share the state; this rank keeps its shard of the mean. HSDP then
+// averages that shard with the same shard of every other group.
 void FullyShardedGpt::reduce_scatter_gradients(const Unit& unit) {
   const float* grads = model_.gradients().data() + unit.range.offset;
   std::fill(std::copy_n(grads, unit.range.count, flat_.begin()), flat_.begin() + unit.layout.padded(), 0.0f);
-  comm_.reduce_scatter(view_of(flat_.data(), unit.layout.padded()), shard_of_unit(grad_shard_, unit), ReduceOp::avg);
+  const View shard = shard_of_unit(grad_shard_, unit);
+  shard_comm_->reduce_scatter(view_of(flat_.data(), unit.layout.padded()), shard, ReduceOp::avg);
+  if (replicate_comm_) replicate_comm_->all_reduce(shard, ReduceOp::avg);
 }
 
 void FullyShardedGpt::free_gradients(const Unit& unit) {
@@ -146,11 +162,18 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   model_.embed(tokens);
   for (int l = 0; l < layers; ++l) {
     const Unit& unit = units_[1 + l];
-    gather_compute_free(comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), [&] {
+    const auto forward = [&] {
       const double started = comm_.now();
       model_.forward_layers(l, l + 1);
       comm_.computed("forward", started, block);
-    });
+    };
+    if (reshard_after_forward_) {
+      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), forward);
+    } else {  // gathered once: whole until its backward
+      gather(unit, params);
+      track(MemoryUse::gathered, unit, +1);
+      forward();
+    }
   }
   double started = comm_.now();
   const float loss = model_.head(targets);
@@ -162,11 +185,18 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   for (int l = layers - 1; l >= 0; --l) {
     const Unit& unit = units_[1 + l];
     track(MemoryUse::gradients, unit, +1);
-    gather_compute_free(comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), [&] {
+    const auto backward = [&] {
       const double started = comm_.now();
       model_.backward_layers(l, l + 1);
       comm_.computed("backward", started, 2 * block);
-    });
+    };
+    if (reshard_after_forward_) {
+      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), backward);
+    } else {
+      backward();
+      mark_freed(run_of(params, unit.range));
+      track(MemoryUse::gathered, unit, -1);
+    }
     reduce_scatter_gradients(unit);
     free_gradients(unit);
   }

@@ -156,9 +156,10 @@ class Comm {
   void computed(std::string_view what, double started, double flops);
 
   // ---- memory: say what you allocate and free, by use; the trace draws it as a
-  // counter per rank, and memory() keeps the current and peak bytes.
+  // counter per rank, and memory() keeps the current and peak bytes. A rank's
+  // groups (split) share its tracker: memory is the rank's, whichever group tells it.
   void track_memory(MemoryUse use, std::int64_t bytes);
-  const MemoryTracker& memory() const { return memory_; }
+  const MemoryTracker& memory() const { return *memory_; }
 
   // What a backend's wait for a native collective returns: when it began and
   // ended on this rank's stream, and the algorithm the library chose.
@@ -242,7 +243,7 @@ class Comm {
   std::map<std::int64_t, std::pair<CollectiveCall, double>> in_flight_;
   std::unique_ptr<Comm> node_group_;
   std::optional<std::unique_ptr<Comm>> node_leaders_;  // empty until split; null off the leaders
-  MemoryTracker memory_;
+  std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
   // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.
   std::map<std::tuple<int, int, int>, std::uint64_t> flow_counts_;

@@ -26,6 +26,15 @@
 // size: rank r keeps elements [r S, (r+1) S) of it, and gathers into the
 // model's own storage.
 //
+// HSDP, hybrid sharding (PyTorch's HYBRID_SHARD; ZeRO++'s hpZ is its
+// parameter half): the model state is sharded within groups of G ranks and
+// replicated across the P/G groups, a mesh of ("replicate", P/G) x ("shard",
+// G) with the shard groups on neighbouring ranks, so inside a node. Gathers
+// stay in the group; each gradient shard is reduce-scattered in the group,
+// then allreduced with the same shard of every other group. Per step a rank
+// sends the same 2N or 3N in its group plus 2N/G across groups, and keeps
+// 1/G of the state instead of 1/P.
+//
 // What a rank does not keep, it does not have: the model's buffers outside
 // what this rank holds are filled with NaN (mark_freed), so computing with a
 // parameter or gradient that was freed and not gathered again poisons the
@@ -39,6 +48,7 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -46,6 +56,7 @@
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
 #include "labkit/memory.h"
+#include "labkit/parallel/mesh.h"
 
 namespace labkit {
 
@@ -59,6 +70,16 @@ struct ShardLayout {
 };
 ShardLayout shard_layout(std::size_t count, int ranks);
 
+// How FullyShardedGpt shards, beyond its stage.
+struct ShardingOptions {
+  int shard_group = 0;  // HSDP: shard within groups of this many ranks (0, or the rank count: over all ranks)
+  // Stage 3: free each block's parameters after its forward and gather them
+  // again for its backward (FSDP's default); false keeps every block whole from
+  // its forward to its backward, gathering once: 2N per step instead of 3N, for
+  // the memory of the whole model at the turn of the step.
+  bool reshard_after_forward = true;
+};
+
 class FullyShardedGpt {
  public:
   // A unit: the run of the model's buffer that gathers and frees together, and
@@ -71,7 +92,7 @@ class FullyShardedGpt {
 
   // Every rank's `model` starts from the same weights (the same seed); each
   // keeps its shard of them, and at stage 3 nothing else.
-  FullyShardedGpt(Comm& comm, Gpt& model, int stage);
+  FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options = {});
 
   // Forward and backward on this rank's B x T tokens, the gradients averaged
   // over the ranks: afterwards shard_gradients() holds this rank's shard of the
@@ -90,6 +111,7 @@ class FullyShardedGpt {
   std::vector<float> gather_parameters();
 
   int stage() const { return stage_; }
+  int shard_group() const { return shard_comm_->size(); }
   // units()[0] the embeddings, [1 + l] block l, the last the final norm.
   const std::vector<Unit>& units() const { return units_; }
   std::span<const float> shard_parameters() const { return param_shard_; }
@@ -107,6 +129,10 @@ class FullyShardedGpt {
   Comm& comm_;
   Gpt& model_;
   int stage_;
+  bool reshard_after_forward_;
+  std::unique_ptr<Mesh> mesh_;     // HSDP's ("replicate", "shard") groups; null when sharding over all ranks
+  Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
+  Comm* replicate_comm_ = nullptr;  // HSDP: the same shard in every other group
   std::vector<Unit> units_;
   std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
   std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
