@@ -5,6 +5,7 @@
 //   train.cpp    the training loop over FullyShardedGpt, and one rank's run to compare
 //   memory.cpp   rank 0's memory by use, measured, beside the memory lab's estimate
 //   what_if.cpp  --what-if, --sweep: each stage's memory and a payload-free step of a real model
+//   bench.cpp    --bench: what the sharded simulation costs in wall time
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,8 @@ struct Options {
   double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
   std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
-  cli::Sweep sweep;               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
+  cli::Sweep sweep;
+  bool bench = false;             // what the simulation costs in wall time               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
 };
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
@@ -84,5 +86,6 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs);
 
 int what_if(const Options& o, RunOptions run_options);
 int sweep(const Options& o, RunOptions run_options);
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 }  // namespace fsdp_lab

@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
          "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: "
          "each stage's memory per GPU and exposed communication")
       ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+  app.add_flag("--bench", o.bench, "time the simulation itself: stage 3 against stage 0 on the tiny GPT, and a "
+                                   "payload-free 70B stage-3 step on 1024 ranks");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -128,6 +130,7 @@ int main(int argc, char** argv) {
       throw Error("--backend nccl: the sharded step keeps its shards in host memory (sim or mpi for now)");
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
+    if (o.bench) return bench(o, run_options, data, config);
     std::vector<StageRun> runs;
     for (int stage : o.stages) runs.push_back(train(o, run_options, stage, data, config));
     if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0

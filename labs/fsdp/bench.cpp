@@ -1,0 +1,57 @@
+// Lab 6's benchmark: what the sharded simulation itself costs, in wall time.
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "fsdp.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/parallel/fully_sharded.h"
+#include "labkit/units.h"
+
+namespace fsdp_lab {
+
+// --bench, side by side in one run: --steps steps of the tiny GPT on --ranks
+// simulated ranks at stage 3 (a gather per block, twice, and a reduce-scatter)
+// against stage 0 (DDP: one allreduce), data-carrying, the same batches; then
+// one payload-free stage-3 step of Llama-2 70B's shapes over 1024 ranks.
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  auto timed = [&](int stage) {
+    fmt::print("timing {} steps of the tiny GPT on {} simulated ranks at stage {} ...\n", o.steps, run_options.ranks,
+               stage);
+    std::fflush(stdout);
+    const Clock::time_point start = Clock::now();
+    train(o, run_options, stage, data, config);
+    return seconds_since(start);
+  };
+  const double ddp = timed(0), sharded = timed(3);
+  fmt::print("timing one payload-free stage-3 step of Llama-2 70B on 1024 ranks ...\n");
+  std::fflush(stdout);
+  RunOptions big = run_options;
+  big.ranks = 1024, big.payload_free = true;
+  const memory::Architecture llama = memory::model_preset("llama2-70b");
+  const Clock::time_point start = Clock::now();
+  run(big, [&](Comm& comm) { sharded_shaped_step(comm, llama, o.step_seconds, 3); });
+  const double what_if = seconds_since(start);
+  fmt::print("{:<48} {:>10}\n", "run", "wall");
+  fmt::print("{:<48} {:>10}\n", fmt::format("stage 0 (DDP), {} ranks, {} steps", run_options.ranks, o.steps),
+             format_seconds(ddp));
+  fmt::print("{:<48} {:>10}  {:.2f}x stage 0's (target <= 1.5x)\n",
+             fmt::format("stage 3, {} ranks, {} steps", run_options.ranks, o.steps), format_seconds(sharded),
+             sharded / ddp);
+  fmt::print("{:<48} {:>10}  (target < 20 s)\n", "Llama-2 70B stage-3 step, 1024 ranks, payload-free",
+             format_seconds(what_if));
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"ranks", run_options.ranks}, {"steps", o.steps},
+                                          {"stage0_seconds", ddp}, {"stage3_seconds", sharded},
+                                          {"ratio", sharded / ddp}, {"llama2_70b_1024_ranks_seconds", what_if}}
+                                   .dump(2)
+                        << '\n';
+  return 0;
+}
+
+}  // namespace fsdp_lab
