@@ -43,11 +43,17 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
   if (model.device().kind != DeviceKind::cpu)
     fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
          model.device().name);
-  // The embeddings, a unit per block, the final norm (backward_order's last, middle and first).
+  // The embeddings, a unit per block, the final norm (backward_order's last,
+  // middle and first); stage 1, which reduces once after backward, the whole
+  // model as one run.
   const std::vector<ParameterRange> order = model.backward_order();
-  units_.push_back({order.back(), {}, 0});
-  for (int l = 0; l < model.config().layers; ++l) units_.push_back({model.layer_range(l), {}, 0});
-  units_.push_back({order.front(), {}, 0});
+  if (stage == 1) {
+    units_.push_back({{0, model.parameter_count()}, {}, 0});
+  } else {
+    units_.push_back({order.back(), {}, 0});
+    for (int l = 0; l < model.config().layers; ++l) units_.push_back({model.layer_range(l), {}, 0});
+    units_.push_back({order.front(), {}, 0});
+  }
   std::size_t offset = 0, largest = 0;
   for (Unit& u : units_) {
     u.layout = shard_layout(u.range.count, shard_comm_->size());
@@ -136,8 +142,6 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
     started = comm_.now();
   });
   if (stage_ == 0) comm_.all_reduce(view_of(model_.gradients().data(), model_.parameter_count()), ReduceOp::avg);
-  if (stage_ == 1)
-    for (const Unit& unit : units_) reduce_scatter_gradients(unit);
   if (stage_ == 2)
     for (const Unit* u : {&embeddings, &final_norm}) {
       reduce_scatter_gradients(*u);
@@ -210,10 +214,23 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   return loss;
 }
 
-void FullyShardedGpt::step(const std::function<void(std::span<float>, std::span<const float>)>& update) {
+void FullyShardedGpt::step(const ShardUpdate& update) {
   if (stage_ == 0) {
     update({model_.parameters().data(), model_.parameter_count()},
            {model_.gradients().data(), model_.parameter_count()});
+    return;
+  }
+  if (stage_ == 1) {
+    // HSDP: the group's mean of each shard, averaged with the other groups' before the update.
+    const ShardUpdate across_groups = [&](std::span<float> params, std::span<const float> grads) {
+      if (replicate_comm_) replicate_comm_->all_reduce(view_of(grad_shard_.data(), grad_shard_.size()), ReduceOp::avg);
+      update(params, grads);
+    };
+    const Unit& run = units_.front();
+    const float* grads = model_.gradients().data();
+    std::fill(std::copy_n(grads, run.range.count, flat_.begin()), flat_.begin() + run.layout.padded(), 0.0f);
+    zero_step(*shard_comm_, view_of(flat_.data(), run.layout.padded()), shard_of_unit(grad_shard_, run),
+              shard_of_unit(param_shard_, run), run_of(model_.parameters(), run.range), across_groups);
     return;
   }
   update(param_shard_, grad_shard_);

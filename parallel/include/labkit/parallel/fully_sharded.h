@@ -70,6 +70,9 @@ struct ShardLayout {
 };
 ShardLayout shard_layout(std::size_t count, int ranks);
 
+// What an optimizer does to the parameters a rank updates, given their gradients.
+using ShardUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
+
 // How FullyShardedGpt shards, beyond its stage.
 struct ShardingOptions {
   int shard_group = 0;  // HSDP: shard within groups of this many ranks (0, or the rank count: over all ranks)
@@ -95,16 +98,17 @@ class FullyShardedGpt {
   FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options = {});
 
   // Forward and backward on this rank's B x T tokens, the gradients averaged
-  // over the ranks: afterwards shard_gradients() holds this rank's shard of the
-  // global batch's gradients (at stage 0 the model's gradients hold them all).
-  // Returns this rank's loss.
+  // over the ranks: at stage 0 the model's gradients hold the global batch's
+  // mean, at stages 2 and 3 this rank's shard of it; stage 1 reduce-scatters in
+  // step(). Returns this rank's loss.
   float forward_backward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
 
   // The optimizer applied to what this rank owns: `update(params, grads)` over
   // the whole model at stage 0, over this rank's shard at stages 1-3 (so its
   // state is a shard's); then stages 1 and 2 all-gather the updated parameters
-  // for the next forward, and stage 3 keeps only its shard.
-  void step(const std::function<void(std::span<float>, std::span<const float>)>& update);
+  // for the next forward, and stage 3 keeps only its shard. Stage 1 is ZeRO's
+  // step over the model as one flat run (zero_step).
+  void step(const ShardUpdate& update);
 
   // Every parameter, gathered on every rank (one all-gather per unit): what
   // the ranks hold together.
@@ -112,10 +116,10 @@ class FullyShardedGpt {
 
   int stage() const { return stage_; }
   int shard_group() const { return shard_comm_->size(); }
-  // units()[0] the embeddings, [1 + l] block l, the last the final norm.
+  // units()[0] the embeddings, [1 + l] block l, the last the final norm; at
+  // stage 1 one unit, the whole model as one flat run.
   const std::vector<Unit>& units() const { return units_; }
   std::span<const float> shard_parameters() const { return param_shard_; }
-  std::span<const float> shard_gradients() const { return grad_shard_; }
 
  private:
   View shard_of_unit(std::vector<float>& shards, const Unit& unit);
@@ -153,6 +157,12 @@ void mark_freed(View v);
 // back into `full`, the padding dropped.
 void shard_of(View full, View shard, int rank);
 void unshard(Comm& comm, View shard, View full);
+
+// 6.2 ZeRO's step over one flat run: `grads` (P S elements, padded) reduce-
+// scattered (avg) into this rank's `grad_shard` (S), `update` run once on
+// this rank's `param_shard` and `grad_shard`, and the updated shards gathered
+// back into `params` (unshard).
+void zero_step(Comm& comm, View grads, View grad_shard, View param_shard, View params, const ShardUpdate& update);
 
 // 6.3 Stage 3 around one unit's computation: its parameters gathered whole
 // into `full` (unshard), `compute` run, and `full` freed (mark_freed), the

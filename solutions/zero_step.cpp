@@ -1,0 +1,33 @@
+// STUB: // EXERCISE 6.2
+// ZeRO's step over one flat run of parameters (stages 1 and 2; Rajbhandari et
+// al. 2020, section 5.1): each rank keeps the optimizer state of its shard only,
+// so each rank updates only its shard, and the ranks then share the result.
+//
+//   grads  (P S, padded) ──reduce_scatter(avg)──> grad_shard (S)   the mean, this rank's slice
+//   update(param_shard, grad_shard)                                 1/P of the optimizer's work and state
+//   param_shard (S) ──unshard──> params (N)                         everyone's updated slices
+//
+// An allreduce is a reduce-scatter and an all-gather; ZeRO puts the update
+// between the two halves, so it sends what DDP sends, 2N, and keeps 1/P of
+// the optimizer state. The update runs once, over the whole shard: an optimizer
+// that counts its steps (AdamW's bias correction) must see one step per step.
+// STUB: //
+// STUB: // You have unshard (6.1); comm.reduce_scatter(send, recv, ReduceOp::avg) leaves
+// STUB: // rank r with block r of the mean.
+// STUB: // Grade it: ./labkit grade fsdp
+#include "labkit/parallel/fully_sharded.h"
+
+namespace labkit {
+
+void zero_step(Comm& comm, View grads, View grad_shard, View param_shard, View params, const ShardUpdate& update) {
+  // BEGIN EXERCISE: reduce_scatter grads (avg) into grad_shard; update(param_shard, grad_shard)
+  //       as spans of floats; then unshard param_shard into params.
+  // STUB: (void)comm, (void)grads, (void)grad_shard, (void)param_shard, (void)params, (void)update;
+  comm.reduce_scatter(grads, grad_shard, ReduceOp::avg);
+  update({static_cast<float*>(param_shard.data), param_shard.count},
+         {static_cast<const float*>(grad_shard.data), grad_shard.count});
+  unshard(comm, param_shard, params);
+  // END EXERCISE
+}
+
+}  // namespace labkit
