@@ -42,7 +42,8 @@ struct Options {
   std::string recompute = "selective";
   std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
   cli::Sweep sweep;
-  bool bench = false;             // what the simulation costs in wall time               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
+  bool bench = false;             // what the simulation costs in wall time
+  std::string plot;               // each stage's memory at its peak, stacked by use               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
 };
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
@@ -69,6 +70,8 @@ struct StageRun {
   std::vector<float> weights;   // rank 0's gathered weights at the end (on the process that ran rank 0)
   bool ranks_agree = false;     // every rank gathered the same weights, bit for bit
   MemoryTracker memory;         // rank 0's, current and peak by use
+  std::string peak_during;      // the compute region running when rank 0's memory peaked: "backward block 1"
+  std::vector<std::pair<std::string, double>> at_peak;  // rank 0's bytes by use at that moment
   std::size_t largest_block = 0, kept = 0;  // elements of the largest block, and of the units kept whole at stage 3
 };
 
@@ -81,6 +84,8 @@ std::vector<float> train_one_rank(const Options& o, const Sequences& data, const
 
 // Prints rank 0's peak memory by use beside the memory lab's estimate; returns the rows.
 nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config);
+// Each stage's memory at rank 0's peak, stacked by use, to an SVG or PNG (gnuplot).
+void plot_memory(const std::vector<StageRun>& runs, const std::string& path);
 // Where stage 3 peaks above stage 1 or 2, says so and why.
 void explain_stage_three_peak(const std::vector<StageRun>& runs);
 

@@ -97,6 +97,8 @@ int main(int argc, char** argv) {
          "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: "
          "each stage's memory per GPU and exposed communication")
       ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+  app.add_option("--plot", o.plot, "draw each stage's memory at rank 0's peak, stacked by use, to this SVG or PNG "
+                                   "(gnuplot)");
   app.add_flag("--bench", o.bench, "time the simulation itself: stage 3 against stage 0 on the tiny GPT, and a "
                                    "payload-free 70B stage-3 step on 1024 ranks");
   add_run_options(app, run_options);
@@ -169,6 +171,7 @@ int main(int argc, char** argv) {
     for (const StageRun& r : runs)
       for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);
     explain_stage_three_peak(runs);
+    if (!o.plot.empty()) plot_memory(runs, o.plot);
     if (all_equal)
       fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula\n",
                  limit, o.optimizer);

@@ -1,9 +1,13 @@
 // Lab 6's memory table: what rank 0's tracker measured, by use, beside the
 // memory lab's estimate for the same configuration.
+#include <cstdio>
+#include <fstream>
+
 #include <fmt/format.h>
 
 #include "fsdp.h"
 #include "labkit/memory.h"
+#include "labkit/output.h"
 #include "labkit/units.h"
 
 namespace fsdp_lab {
@@ -62,7 +66,8 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
                row.why.empty() ? "" : "  " + row.why);
     out.push_back({{"stage", r.stage}, {"use", name_of(row.use)}, {"measured_peak", measured}, {"estimate", want}});
   }
-  fmt::print("  {:<12} {:>10}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)));
+  fmt::print("  {:<12} {:>10}  {}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)),
+             r.peak_during.empty() ? "" : "during " + r.peak_during);
   return out;
 }
 
@@ -85,6 +90,30 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs) {
                format_bytes(std::uint64_t(saved)), format_bytes(std::uint64_t(three->memory.peak[gathered])));
     return;
   }
+}
+
+void plot_memory(const std::vector<StageRun>& runs, const std::string& path) {
+  const std::string data = path + ".dat";
+  std::vector<std::string> uses;
+  for (const auto& [use, bytes] : runs.front().at_peak) uses.push_back(use);
+  {
+    std::ofstream out = create_file(data);
+    for (const StageRun& r : runs) {
+      out << '"' << fmt::format("stage {}\\n{}", r.stage, r.peak_during) << '"';
+      for (const auto& [use, bytes] : r.at_peak) out << ' ' << bytes / (1 << 20);
+      out << '\n';
+    }
+  }
+  std::string plot = fmt::format("plot '{}' using 2:xtic(1) title '{}'", data, uses[0]);
+  for (std::size_t i = 1; i < uses.size(); ++i) plot += fmt::format(", '' using {} title '{}'", i + 2, uses[i]);
+  run_gnuplot(fmt::format(
+      "set terminal {} size 960,560 font 'sans,10' background '#ffffff'\n"
+      "set output '{}'\nset termoption noenhanced\n"
+      "set title 'rank 0 of {} at its memory peak, by use (and what it was computing)'\n"
+      "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
+      "set boxwidth 0.6\nset bmargin 4\nset ylabel 'MiB'\nset yrange [0:*]\nset key outside right\nset grid y\n{}\n",
+      gnuplot_terminal(path), path, runs.front().ranks, plot));
+  std::remove(data.c_str());
 }
 
 }  // namespace fsdp_lab

@@ -17,6 +17,23 @@ double parameters_moved(const TraceEvent& e) {
   return double(e.bytes) / sizeof(float) * (e.name == "all_reduce" ? 2 : 1);
 }
 
+// Rank 0's memory when it first reached its peak, by use, and the compute
+// region running then (or the next to start, when the peak falls between
+// regions): "backward block 1".
+void find_peak(const std::vector<TraceEvent>& events, StageRun& out) {
+  double peak = -1, at = 0;
+  for (const TraceEvent& e : events) {
+    if (e.kind != TraceEvent::Kind::memory) continue;
+    double total = 0;
+    for (const auto& [use, bytes] : e.counters) total += bytes;
+    if (total > peak) peak = total, at = e.start, out.at_peak = e.counters;
+  }
+  const TraceEvent* during = nullptr;
+  for (const TraceEvent& e : events)
+    if (e.kind == TraceEvent::Kind::compute && e.end > at && (!during || e.start < during->start)) during = &e;
+  if (during) out.peak_during = during->name;
+}
+
 }  // namespace
 
 StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config) {
@@ -84,6 +101,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
         out.volume += parameters_moved(e);
     out.volume /= o.steps;
     out.step_seconds = (last - first) / o.steps;
+    find_peak(result.trace->tracks()[0].events, out);
   }
   return out;
 }

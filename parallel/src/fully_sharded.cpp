@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "labkit/error.h"
 #include "labkit/parallel/data_parallel.h"
 
@@ -131,7 +133,9 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   int piece = 0;  // backward_order: the final norm (after the head), the blocks from the last, the embeddings
   started = comm_.now();
   model_.backward([&](ParameterRange) {
-    comm_.computed("backward", started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
+    const std::string what = piece == 0 ? "backward head" : piece <= layers ? fmt::format("backward block {}", layers - piece)
+                                                                             : "backward embeddings";
+    comm_.computed(what, started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
     if (stage_ == 2 && piece >= 1 && piece <= layers) {
       const int l = layers - piece;  // this block's backward is done: reduce-scatter, free, and on to the next
       reduce_scatter_gradients(units_[1 + l]);
@@ -169,7 +173,7 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
     const auto forward = [&] {
       const double started = comm_.now();
       model_.forward_layers(l, l + 1);
-      comm_.computed("forward", started, block);
+      comm_.computed(fmt::format("forward block {}", l), started, block);
     };
     if (reshard_after_forward_) {
       gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), forward);
@@ -181,18 +185,18 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   }
   double started = comm_.now();
   const float loss = model_.head(targets);
-  comm_.computed("forward", started, head);
+  comm_.computed("forward head", started, head);
   for (const Unit* kept : {&embeddings, &final_norm}) track(MemoryUse::gradients, *kept, +1);
   started = comm_.now();
   model_.backward_head();
-  comm_.computed("backward", started, 2 * head);
+  comm_.computed("backward head", started, 2 * head);
   for (int l = layers - 1; l >= 0; --l) {
     const Unit& unit = units_[1 + l];
     track(MemoryUse::gradients, unit, +1);
     const auto backward = [&] {
       const double started = comm_.now();
       model_.backward_layers(l, l + 1);
-      comm_.computed("backward", started, 2 * block);
+      comm_.computed(fmt::format("backward block {}", l), started, 2 * block);
     };
     if (reshard_after_forward_) {
       gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), backward);
