@@ -282,3 +282,19 @@ TEST(VizScenario, DdpStepShowsItsBucketsHiddenUnderBackward) {
   EXPECT_TRUE(viz::chunk_history(s).states.empty());
   EXPECT_THROW(viz::parse_scenario("ddp:8:eager"), std::exception);
 }
+
+// A stage-3 step across two nodes: without prefetch every layer's gather waits
+// in front of its compute; prefetched in both passes, the gathers run under it.
+TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
+  const viz::Scenario s = viz::parse_scenario("fsdp:16:3:both");
+  EXPECT_EQ(s.fsdp_stage, 3);
+  EXPECT_EQ(s.prefetch, "both");
+  const viz::Summary prefetched = viz::summarize(viz::run_scenario(s));
+  const viz::Summary exposed = viz::summarize(viz::run_scenario(viz::parse_scenario("fsdp:16:3")));
+  ASSERT_EQ(prefetched.ranks.size(), 16u);
+  EXPECT_GT(prefetched.ranks[0].hidden, exposed.ranks[0].hidden);
+  EXPECT_LT(prefetched.ranks[0].communicating, exposed.ranks[0].communicating);
+  EXPECT_TRUE(viz::chunk_history(s).states.empty());
+  EXPECT_THROW(viz::parse_scenario("fsdp:8:4"), std::exception);
+  EXPECT_THROW(viz::parse_scenario("fsdp:8:3:sideways"), std::exception);
+}

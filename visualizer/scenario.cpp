@@ -11,6 +11,7 @@
 #include "labkit/error.h"
 #include "labkit/memory.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/fully_sharded.h"
 #include "labkit/run.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
@@ -40,6 +41,18 @@ Scenario parse_scenario(const std::string& text) {
     labkit::find_topology(s.topology);
     return s;
   }
+  if (s.algorithm == "fsdp") {
+    if (parts.size() > 5 || parts[2].size() != 1 || parts[2][0] < '0' || parts[2][0] > '3')
+      throw labkit::Error(fmt::format("'{}' is not fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]] (stage 0-3)", text));
+    s.fsdp_stage = parts[2][0] - '0';
+    if (parts.size() > 3) {
+      labkit::parse_prefetch(parts[3]);  // throws, naming the choices
+      s.prefetch = parts[3];
+    }
+    if (parts.size() > 4) s.topology = parts[4];
+    labkit::find_topology(s.topology);
+    return s;
+  }
   s.bytes = labkit::parse_bytes(parts[2]);
   if (parts.size() > 3) s.collective = parts[3];
   if (parts.size() > 4) s.topology = parts[4];
@@ -61,6 +74,14 @@ TraceModel run_scenario(const Scenario& s) {
     });
     return from_trace(*r.trace, fmt::format("DDP step ({}) of Llama-2 7B's shapes on {} ranks, {}", s.ddp_mode,
                                             s.ranks, s.topology));
+  }
+  if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
+    const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");
+    const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
+      labkit::sharded_shaped_step(comm, llama, 2.0, s.fsdp_stage, labkit::parse_prefetch(s.prefetch));
+    });
+    return from_trace(*r.trace, fmt::format("ZeRO stage {} step of Llama-2 7B's shapes on {} ranks, {}, prefetch {}",
+                                            s.fsdp_stage, s.ranks, s.topology, s.prefetch));
   }
   o.algos = {s.collective + "=" + s.algorithm};
   const labkit::Collective op = labkit::parse_collective(s.collective);
@@ -88,7 +109,7 @@ TraceModel run_scenario(const Scenario& s) {
 }
 
 ChunkHistory chunk_history(const Scenario& s) {
-  if (!s.ddp_mode.empty()) return {};
+  if (s.is_training_step()) return {};
   const labkit::Collective op = labkit::parse_collective(s.collective);
   const bool shown = op == labkit::Collective::all_reduce || op == labkit::Collective::all_gather ||
                      op == labkit::Collective::broadcast;

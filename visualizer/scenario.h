@@ -17,11 +17,16 @@ struct Scenario {
   std::uint64_t bytes = 1 << 20;
   std::string topology = "dgx-h100";
   std::string ddp_mode;  // a DDP step instead ("ddp:8:overlap"): naive, bucketed or overlap
+  int fsdp_stage = -1;   // or a ZeRO step ("fsdp:16:3:both"): stage 0-3, and what stage 3 prefetches
+  std::string prefetch = "none";
+  bool is_training_step() const { return !ddp_mode.empty() || fsdp_stage >= 0; }
 };
 
 // "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; or
 // "ddp:RANKS:MODE[:TOPOLOGY]", one data-parallel step of Llama-2 7B's shapes
-// (the DDP lab's --what-if), e.g. "ddp:8:overlap". Throws on junk.
+// (the DDP lab's --what-if), e.g. "ddp:8:overlap"; or
+// "fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]]", one sharded step of the same
+// (the FSDP lab's --what-if), e.g. "fsdp:16:3:both". Throws on junk.
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free) and returns its trace.
 TraceModel run_scenario(const Scenario& s);
