@@ -229,7 +229,22 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   flow.in = in;
   flow.remaining = double(s.buf.bytes());
   flow.rate = 0;
-  schedule(f, posted + link.alpha, 0);
+  const double starts = posted + link.alpha;
+  Port &from = ports_[out], &to = ports_[in];
+  if (flow.remaining > 0 && from.flows.empty() && to.flows.empty() && from.pending == 0 && to.pending == 0) {
+    // Both ports idle, none about to start on them: it starts alone. Any flow
+    // matched on them from now on starts after it (the same alpha, a later
+    // post), so it joins as an active flow; its end is known now.
+    flow.since = starts;
+    flow.rate = std::min(from.bandwidth, to.bandwidth);
+    from.flows.push_back(f);
+    to.flows.push_back(f);
+    schedule(f, starts + flow.remaining / flow.rate, ++flow.version);
+    return;
+  }
+  ++from.pending;
+  ++to.pending;
+  schedule(f, starts, 0);
 }
 
 void Engine::delivered_at(std::int64_t send_id, std::int64_t recv_id, double at) {
@@ -270,6 +285,10 @@ void Engine::run_flow_events() {
     const FlowEvent e = flow_events_.top();
     flow_events_.pop();
     Flow& f = flows_[e.flow];
+    if (e.version == 0) {
+      --ports_[f.out].pending;
+      --ports_[f.in].pending;
+    }
     if (e.version == 0 && f.remaining > 0) {
       f.since = at;
       if (ports_[f.out].flows.empty() && ports_[f.in].flows.empty()) {  // alone: no solve needed

@@ -270,6 +270,7 @@ class Engine {
     double bandwidth = 0;
     double free = 0;          // serial: when the message it carries ends its bytes
     std::vector<int> flows;   // fair: the flows through it now
+    int pending = 0;          // fair: flows matched on it that have not started (paying their alpha)
     // While rates are solved: the bandwidth not yet given, to how many flows.
     double left = 0;
     int unfixed = 0;
