@@ -117,8 +117,8 @@ int main(int argc, char** argv) {
       if (std::find(o.stages.begin(), o.stages.end(), 0) != o.stages.end())
         throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
                                 o.hsdp));
-      if (!o.what_if.empty() || !o.sweep.over.empty())
-        throw Error(fmt::format("--hsdp {}: the tiny GPT's run only, not --what-if or --sweep (for now)", o.hsdp));
+      if (!o.sweep.over.empty())
+        throw Error(fmt::format("--hsdp {}: the tiny GPT's run and --what-if, not --sweep (for now)", o.hsdp));
     }
     if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "

@@ -49,7 +49,7 @@ void print_reading_zero_table() {
 memory::Plan plan_for(const Options& o, int stage, int ranks) {
   memory::Plan plan;
   plan.zero = stage;
-  plan.dp = ranks;
+  plan.dp = stage > 0 && o.hsdp > 0 ? std::min(o.hsdp, ranks) : ranks;  // HSDP shards over its group
   plan.seq = o.seq;
   plan.recompute = memory::parse_recompute(o.recompute);
   return plan;
@@ -59,7 +59,7 @@ memory::Plan plan_for(const Options& o, int stage, int ranks) {
 double shaped_step_seconds(const Options& o, RunOptions run_options, const memory::Architecture& arch, int stage) {
   run_options.payload_free = true;
   return run(run_options, [&](Comm& comm) {
-           sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch));
+           sharded_shaped_step(comm, arch, o.step_seconds, stage, parse_prefetch(o.prefetch), o.hsdp);
          }).elapsed;
 }
 
@@ -80,14 +80,16 @@ int what_if(const Options& o, RunOptions run_options) {
     throw Error(fmt::format("--what-if {} on --ranks {}: does not fit on {} even at stage 3, {} per GPU against {} "
                             "({} over); {}", o.what_if, p, gpu.name, format_bytes(std::uint64_t(sharded.total)),
                             format_bytes(std::uint64_t(gpu.bytes)), format_bytes(std::uint64_t(sharded.total - gpu.bytes)),
-                            needed ? fmt::format("it needs --ranks {} or more", needed)
+                            o.hsdp > 0 && o.hsdp < p ? fmt::format("HSDP shards over groups of {} only: a larger --hsdp", o.hsdp)
+                            : needed ? fmt::format("it needs --ranks {} or more", needed)
                                    : "no rank count will do: the activations do not shrink with data parallelism "
                                      "(a shorter --seq, or --recompute full)"));
   }
   const double n = memory::count_parameters(arch).total;
   fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
              "AdamW, one sequence of {:g} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
-             n / 1e9, p, run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
+             n / 1e9, o.hsdp > 0 && o.hsdp < p ? fmt::format("{} (HSDP: groups of {})", p, o.hsdp) : fmt::format("{}", p),
+             run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
              o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
   std::fflush(stdout);
   fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gradients", "optimizer",

@@ -257,10 +257,16 @@ Prefetch parse_prefetch(std::string_view name) {
   throw std::invalid_argument("unknown prefetch '" + std::string(name) + "' (none, forward, backward, both)");
 }
 
-void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
-                         Prefetch prefetch) {
+void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
+                         Prefetch prefetch, int shard_group) {
   const ShapedModel model = shaped_model(arch, step_seconds);
-  if (stage == 0) return shaped_step(comm, model, DdpMode::overlap);
+  if (stage == 0) return shaped_step(world, model, DdpMode::overlap);
+  // HSDP: the state sharded within groups of neighbouring ranks (a node's), replicated across them.
+  std::unique_ptr<Mesh> mesh;
+  if (shard_group > 0 && shard_group < world.size())
+    mesh = std::make_unique<Mesh>(world, std::vector<MeshDim>{{"replicate", world.size() / shard_group},
+                                                               {"shard", shard_group}});
+  Comm& comm = mesh ? mesh->group("shard") : world;
   // The units from shaped_model's pieces (the head and norm, each layer's
   // tensors from the last layer, the embeddings). A forward costs half a backward.
   struct ShapedUnit {
@@ -315,6 +321,9 @@ void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double st
   const std::size_t all = model.parameters();
   reducing.push_back(stage >= 2 ? reduce_scatter(root.count) : reduce_scatter(all));
   for (Request& r : reducing) r.wait();
+  // HSDP: each shard averaged with the same shard of every other group (here
+  // after backward, in one call; PyTorch overlaps it unit by unit).
+  if (mesh) mesh->group("replicate").all_reduce(sizes_only(shard(all), dtype), ReduceOp::avg);
   if (stage < 3) gather(all).wait();  // the updated shards, back to every rank for the next forward
 }
 

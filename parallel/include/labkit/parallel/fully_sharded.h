@@ -182,7 +182,9 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // current unit computes and runs under it, two units whole at a time.
 enum class Prefetch { none, forward, backward, both };
 Prefetch parse_prefetch(std::string_view name);  // "none", "forward", "backward", "both"; throws naming them
+// shard_group G: HSDP, the state sharded within groups of G neighbouring ranks
+// and each gradient shard allreduced across the groups after backward.
 void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
-                         Prefetch prefetch = Prefetch::none);
+                         Prefetch prefetch = Prefetch::none, int shard_group = 0);
 
 }  // namespace labkit
