@@ -235,11 +235,7 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
     // Both ports idle, none about to start on them: it starts alone. Any flow
     // matched on them from now on starts after it (the same alpha, a later
     // post), so it joins as an active flow; its end is known now.
-    flow.since = starts;
-    flow.rate = std::min(from.bandwidth, to.bandwidth);
-    from.flows.push_back(f);
-    to.flows.push_back(f);
-    schedule(f, starts + flow.remaining / flow.rate, ++flow.version);
+    start_alone(f, starts);
     return;
   }
   ++from.pending;
@@ -263,6 +259,16 @@ std::pair<int, int> Engine::ports(int from, int to) const {
   if (t.node_of(from) == t.node_of(to)) return {2 * from, 2 * to + 1};
   const auto nic = [&](int rank) { return 2 * (options_.ranks + t.node_of(rank) * t.nics_per_node + t.nic_of(rank)); };
   return {nic(from), nic(to) + 1};
+}
+
+// A flow alone on both its ports from `at`: their full bandwidth, its end known.
+void Engine::start_alone(int f, double at) {
+  Flow& flow = flows_[f];
+  flow.since = at;
+  flow.rate = std::min(ports_[flow.out].bandwidth, ports_[flow.in].bandwidth);
+  ports_[flow.out].flows.push_back(f);
+  ports_[flow.in].flows.push_back(f);
+  schedule(f, at + flow.remaining / flow.rate, ++flow.version);
 }
 
 void Engine::schedule(int flow, double at, std::uint64_t version) {
@@ -290,16 +296,15 @@ void Engine::run_flow_events() {
       --ports_[f.in].pending;
     }
     if (e.version == 0 && f.remaining > 0) {
-      f.since = at;
-      if (ports_[f.out].flows.empty() && ports_[f.in].flows.empty()) {  // alone: no solve needed
-        f.rate = std::min(ports_[f.out].bandwidth, ports_[f.in].bandwidth);
-        schedule(e.flow, at + f.remaining / f.rate, ++f.version);
-      } else {
-        touched_ports_.push_back(f.out);
-        touched_ports_.push_back(f.in);
+      if (ports_[f.out].flows.empty() && ports_[f.in].flows.empty()) {
+        start_alone(e.flow, at);  // no solve needed
+        continue;
       }
+      f.since = at;
       ports_[f.out].flows.push_back(e.flow);
       ports_[f.in].flows.push_back(e.flow);
+      touched_ports_.push_back(f.out);
+      touched_ports_.push_back(f.in);
     } else if (e.version == 0 || e.version == f.version) {
       if (e.version != 0) {
         for (const int p : {f.out, f.in}) {
@@ -364,9 +369,10 @@ void Engine::share_bandwidth(double at) {
       if (flow.solve == solve) continue;
       flow.solve = solve;
       flow.next_rate = share;
-      Port& other = ports_[flow.out == p ? flow.in : flow.out];
+      const int q = flow.out == p ? flow.in : flow.out;
+      Port& other = ports_[q];
       other.left = std::max(0.0, other.left - share);
-      if (--other.unfixed > 0) bottlenecks.push({other.left / other.unfixed, int(&other - ports_.data())});
+      if (--other.unfixed > 0) bottlenecks.push({other.left / other.unfixed, q});
     }
     port.unfixed = 0;
   }

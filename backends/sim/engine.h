@@ -296,6 +296,7 @@ class Engine {
   };
   std::pair<int, int> ports(int from, int to) const;  // out of `from`, into `to`
   void schedule(int flow, double at, std::uint64_t version);
+  void start_alone(int flow, double at);
   void run_flow_events();
   void share_bandwidth(double at);
   double next_event() const;  // the earliest flow event or ready actor (infinity: none)

@@ -1,4 +1,6 @@
 // Lab 6 at scale, payload-free: --what-if MODEL.
+#include <map>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -155,10 +157,11 @@ int sweep(const Options& o, RunOptions run_options) {
   fmt::print("memory per GPU on {} (the memory lab's estimate; '!': does not fit)\n{}\n", gpu.name,
              stage_columns("", "ranks"));
   nlohmann::json rows = nlohmann::json::array();
+  std::map<std::pair<int, int>, memory::Breakdown> per_gpu;  // (ranks, stage): the same on every topology
   for (int p : counts) {
     std::string line = fmt::format("{:<10} {:>6}", "", p);
     for (int stage : o.stages) {
-      const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
+      const memory::Breakdown& b = per_gpu[{p, stage}] = memory::estimate(arch, plan_for(o, stage, p), gpu);
       line += fmt::format(" {:>11}", format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!"));
     }
     fmt::print("{}\n", line);
@@ -172,7 +175,7 @@ int sweep(const Options& o, RunOptions run_options) {
       std::string line = fmt::format("{:<10} {:>6}", topology, p);
       for (int stage : o.stages) {
         const double step = shaped_step_seconds(o, run_options, arch, stage);
-        const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
+        const memory::Breakdown& b = per_gpu.at({p, stage});
         line += fmt::format(" {:>11}", format_seconds(step - o.step_seconds));
         rows.push_back({{"topology", topology}, {"ranks", p}, {"stage", stage}, {"memory_per_gpu", b.total},
                         {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
