@@ -153,7 +153,8 @@ TEST(FullyShardedGpt, StageThreeKeepsOnlyItsShard) {
 // What each stage tells the memory tracker it holds, at its peak: whole
 // weights below stage 3, whole gradients below stage 2, else shards; at stages
 // 2 and 3 the embeddings', the final norm's and one block's whole gradients
-// during backward; at stage 3 those and one block gathered.
+// during backward; at stage 3 those and one block gathered. The memory lab
+// estimates each of them.
 TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
   const int ranks = 4;
   for (int stage = 0; stage <= 3; ++stage)
@@ -176,6 +177,23 @@ TEST(FullyShardedGpt, TellsTheTrackerWhatItHolds) {
       EXPECT_EQ(peak(MemoryUse::gathered), stage == 3 ? kept + block : 0) << "stage " << stage;
       EXPECT_EQ(m.current[std::size_t(MemoryUse::gathered)], 0) << "stage " << stage;
       EXPECT_EQ(peak(MemoryUse::activations), std::int64_t(model.activation_bytes())) << "stage " << stage;
+      // The memory lab's estimate of each, for the same configuration, within 5%.
+      memory::Plan plan;
+      plan.precision = memory::Precision::fp32;
+      plan.state = {memory::Precision::fp32, memory::Precision::fp32, memory::Precision::fp32, false};
+      plan.optimizer = "sgd";
+      plan.zero = stage;
+      plan.dp = ranks;
+      plan.micro_batch = rows;
+      plan.seq = kConfig.max_seq;
+      plan.activation_layout = memory::ActivationLayout::llmc;
+      const memory::Breakdown estimate = memory::estimate(architecture_of(kConfig), plan, memory::gpu_preset("h100-80g"));
+      for (const auto& [use, line] : {std::pair{MemoryUse::weights, "weights"}, {MemoryUse::gradients, "gradients"},
+                                      {MemoryUse::activations, "activations"}, {MemoryUse::gathered, "gathered weights"}}) {
+        double want = 0;
+        for (const memory::Line& l : estimate.lines) want += l.component == line ? l.bytes : 0;
+        EXPECT_NEAR(double(peak(use)), want, 0.05 * want) << "stage " << stage << ": " << line;
+      }
     });
 }
 

@@ -242,6 +242,9 @@ TEST(Gpt, HoldsWhatTheMemoryLabEstimates) {
   // before each residual add (2 sbh, unfused), the scores before softmax
   // (as^2b), and each layer norm's mean and 1/std (4 sb).
   EXPECT_EQ(per_layer, 4 * (values + 2 * sbh + a * s * s * b + 4 * s * b));
+  // And the memory lab's llm.c layout counts every buffer, to the byte.
+  EXPECT_EQ(llmc_activation_bytes(architecture_of(gpt.config()), T, B), gpt.activation_bytes());
+  EXPECT_EQ(llmc_activation_bytes(architecture_of(three.config()), T, B), three.activation_bytes());
 }
 
 // A run saved after 3 steps and loaded into a fresh model and optimizer takes

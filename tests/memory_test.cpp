@@ -220,6 +220,33 @@ TEST(Estimate, OverheadsAreSeparateLinesAndShardingHelps) {
   EXPECT_TRUE(estimate(m, p, h100).fits());
 }
 
+// ZeRO-3 holds FSDP's root unit (LLaMA-2 7B: the embeddings and the untied
+// head, 2 x 32000 x 4096, and the final norm) and one layer (4 x 4096^2 for
+// attention, 3 x 4096 x 11008 for SwiGLU, two norms) whole while they compute,
+// and their gradients until reduce-scattered; ZeRO-2 only the gradients.
+TEST(Estimate, ZeroThreeHoldsTheRootAndOneLayerWhole) {
+  const double root = 2.0 * 32000 * 4096 + 4096, layer = 4.0 * 4096 * 4096 + 3.0 * 4096 * 11008 + 2 * 4096;
+  Plan p;
+  p.dp = 8;
+  auto line = [&](const Breakdown& b, std::string_view name) {
+    for (const Line& l : b.lines)
+      if (l.component == name) return l.bytes;
+    return -1.0;
+  };
+  const Architecture m = model_preset("llama2-7b");
+  const double N = count_parameters(m).total;
+  for (p.zero = 0; p.zero <= 3; ++p.zero) {
+    const Breakdown b = estimate(m, p, gpu_preset("h100-80g"));
+    const double shard = p.zero >= 2 ? N / 8 : N;
+    EXPECT_DOUBLE_EQ(line(b, "gradients"), 2 * (shard + (p.zero >= 2 ? root + layer : 0))) << "ZeRO-" << p.zero;
+    EXPECT_DOUBLE_EQ(line(b, "gathered weights"), p.zero == 3 ? 2 * (root + layer) : -1) << "ZeRO-" << p.zero;
+  }
+  p.prefetch = true;
+  EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "gathered weights"), 2 * (root + 2 * layer));
+  p.reshard_after_forward = false;
+  EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "gathered weights"), 2 * N);
+}
+
 TEST(Recommend, FollowsTheDecisionFramework) {
   const Gpu h100 = gpu_preset("h100-80g");
   EXPECT_EQ(recommend(model_preset("gpt2"), Plan{}, h100, 8, 8).strategy, "DDP (data parallelism)");

@@ -51,6 +51,12 @@ Precision parse_precision(std::string_view name) {
       fmt::format("unknown precision '{}' (fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4)", name));
 }
 
+ActivationLayout parse_activation_layout(std::string_view name) {
+  if (name == "megatron") return ActivationLayout::megatron;
+  if (name == "llmc") return ActivationLayout::llmc;
+  throw std::invalid_argument(fmt::format("unknown activation layout '{}' (megatron, llmc)", name));
+}
+
 Recompute parse_recompute(std::string_view name) {
   if (name == "none") return Recompute::none;
   if (name == "selective") return Recompute::selective;
@@ -189,6 +195,13 @@ Gpu gpu_preset(std::string_view name) {
                                           "rtx4090-24g)", name));
 }
 
+double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch) {
+  const double sb = seq * micro_batch, sbh = sb * a.hidden;
+  const double layer = 18 * sbh + 4 * sb + 2 * a.heads * seq * sb;
+  const double outside = sbh + (sbh + 2 * sb) + 2 * sb * a.vocab + sb;
+  return 2 * (a.layers * layer + outside) * sizeof(float);
+}
+
 // ---- the breakdown ------------------------------------------------------------
 
 namespace {
@@ -201,6 +214,22 @@ double kv_cache(const Architecture& a, const Plan& p) {
   if (a.latent)  // MLA caches the compressed latent and the rope key, shared by all heads
     return p.batch * p.seq * a.layers * (a.latent->kv_rank + a.latent->qk_rope_dim) * bytes_per_element(p.kv_dtype);
   return kv_cache_bytes({p.batch, p.seq, double(a.layers), double(a.kv_heads), double(a.head_dim()), p.kv_dtype});
+}
+
+// FSDP's units, in parameters per GPU: the root (all but the layers) and the largest layer.
+struct Units {
+  double root = 0, layer = 0;
+};
+Units fsdp_units(const Architecture& a, double local_parameters) {
+  double layers = 0, largest = 0;
+  for (int l = 0; l < a.layers; ++l) {
+    double count = 0;
+    for (const WeightTensor& t : layer_tensors(a, l)) count += t.count;
+    layers += count;
+    largest = std::max(largest, count);
+  }
+  const double scale = local_parameters / count_parameters(a).total;  // a round "7B", or split by tp x pp
+  return {(count_parameters(a).total - layers) * scale, largest * scale};
 }
 
 void add_overheads(Breakdown& b, bool distributed) {
@@ -239,7 +268,19 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   const std::string sharded = p.zero ? fmt::format(" (ZeRO-{} over {})", p.zero, shard) : "";
   b.lines.push_back({"weights", state.weights, fmt::format("{}{}{}", name_of(p.precision), split,
                                                            p.zero >= 3 ? sharded : "")});
-  b.lines.push_back({"gradients", state.grads, fmt::format("{}{}", name_of(precision.grads), p.zero >= 2 ? sharded : "")});
+  const Units units = fsdp_units(model, local);
+  const double grad_bytes = bytes_per_element(precision.grads), weight_bytes = bytes_per_element(p.precision);
+  const bool whole_grads = p.zero >= 2, whole_weights = p.zero >= 3;
+  b.lines.push_back({"gradients", state.grads + (whole_grads ? (units.root + units.layer) * grad_bytes : 0),
+                     fmt::format("{}{}{}", name_of(precision.grads), p.zero >= 2 ? sharded : "",
+                                 whole_grads ? ", + whole: the root's and a layer's until reduce-scattered" : "")});
+  if (whole_weights)
+    b.lines.push_back(
+        {"gathered weights",
+         (p.reshard_after_forward ? units.root + units.layer * (p.prefetch ? 2 : 1) : local) * weight_bytes,
+         !p.reshard_after_forward ? "every layer whole from its forward to its backward"
+         : p.prefetch             ? "whole while computing: the root (embeddings, final norm), a layer and the next"
+                                  : "whole while computing: the root (embeddings, final norm) and a layer"});
   if (precision.master_weights) b.lines.push_back({"master weights", state.master, "fp32 copy" + sharded});
   b.lines.push_back({"optimizer states", state.optimizer,
                      fmt::format("{}: {:g} x {}{}", p.optimizer, find_optimizer(p.optimizer).states,
@@ -249,6 +290,11 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   if (p.activations) {
     activations = *p.activations;
     note = "given";
+  } else if (p.activation_layout == ActivationLayout::llmc) {
+    if (p.tp > 1 || p.pp > 1 || p.sequence_parallel || p.recompute != Recompute::none)
+      throw std::invalid_argument("llm.c's activation layout has no tensor or pipeline split and no recomputation");
+    activations = llmc_activation_bytes(model, p.seq, p.micro_batch);
+    note = fmt::format("llm.c's fp32 buffers and their gradients, s {:g} x b {:g}", p.seq, p.micro_batch);
   } else {
     // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its
     // layers/pp layers: as much as one micro-batch through every layer.
@@ -273,9 +319,9 @@ std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
     return 0.0;
   };
   const double persistent = find("weights") + find("master weights") + find("optimizer states");
-  const double grads = find("gradients"), acts = find("activations");
-  return {{"forward", persistent + acts, "weights + optimizer states + activations"},
-          {"backward (peak)", persistent + acts + grads, "+ gradients, while activations are still needed"},
+  const double grads = find("gradients"), acts = find("activations"), gathered = find("gathered weights");
+  return {{"forward", persistent + gathered + acts, "weights + optimizer states + activations"},
+          {"backward (peak)", persistent + gathered + acts + grads, "+ gradients, while activations are still needed"},
           {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"}};
 }
 

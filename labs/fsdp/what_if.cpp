@@ -54,6 +54,7 @@ memory::Plan plan_for(const Options& o, int stage, int ranks) {
   plan.dp = stage > 0 && o.hsdp > 0 ? std::min(o.hsdp, ranks) : ranks;  // HSDP shards over its group
   plan.seq = o.seq;
   plan.recompute = memory::parse_recompute(o.recompute);
+  plan.prefetch = o.prefetch != "none";
   return plan;
 }
 
@@ -94,8 +95,8 @@ int what_if(const Options& o, RunOptions run_options) {
              run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
              o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
   std::fflush(stdout);
-  fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gradients", "optimizer",
-             "activations", "total", "fits", "T_step", "exposed");
+  fmt::print("{:<5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gathered",
+             "gradients", "optimizer", "activations", "total", "fits", "T_step", "exposed");
   nlohmann::json rows = nlohmann::json::array();
   for (int stage : o.stages) {
     const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
@@ -106,17 +107,22 @@ int what_if(const Options& o, RunOptions run_options) {
     };
     const double optimizer = line("master weights") + line("optimizer states");
     const double step = shaped_step_seconds(o, run_options, arch, stage);
-    fmt::print("{:<5} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
-               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gradients"))),
+    fmt::print("{:<5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
+               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gathered weights"))),
+               format_bytes(std::uint64_t(line("gradients"))),
                format_bytes(std::uint64_t(optimizer)), format_bytes(std::uint64_t(line("activations"))),
                format_bytes(std::uint64_t(b.total)), b.fits() ? "yes" : "no", format_seconds(step),
                format_seconds(step - o.step_seconds));
-    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gradients", line("gradients")},
+    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gathered", line("gathered weights")},
+                    {"gradients", line("gradients")},
                     {"optimizer", optimizer}, {"activations", line("activations")}, {"total", b.total},
                     {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
   }
-  fmt::print("(total: with the framework, communication buffers and a 20% margin, as the memory lab counts them; "
-             "exposed: T_step less the {} of compute)\n", format_seconds(o.step_seconds));
+  fmt::print("(gathered: whole while they compute, FSDP's root unit (embeddings, final norm, head) and a layer{}; "
+             "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: with "
+             "the framework, communication buffers and a 20% margin, as the memory lab counts them; exposed: T_step "
+             "less the {} of compute)\n", o.prefetch == "none" ? "" : " and the next, prefetched",
+             format_seconds(o.step_seconds));
   // ZeRO's Figure 1: 7.5B parameters, K = 12, Nd = 64.
   std::string figure;
   for (int stage = 0; stage <= 3; ++stage)
@@ -125,11 +131,14 @@ int what_if(const Options& o, RunOptions run_options) {
   fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
              "31.4, 16.6, 1.9)\n", figure);
   print_reading_zero_table();
-  double largest_layer = 0;
-  for (const memory::WeightTensor& t : memory::layer_tensors(arch, 0)) largest_layer += t.count;
-  fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers one "
-             "layer at a time: 16N/P + two layers in bf16 (one computing, the next prefetched) = {}\n",
-             format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + 2 * 2 * largest_layer)));
+  memory::Plan prefetched = plan_for(o, 3, p);
+  prefetched.prefetch = true;
+  double gathered = 0;
+  for (const memory::Line& l : memory::estimate(arch, prefetched, gpu).lines)
+    gathered += l.component == "gathered weights" ? l.bytes : 0;
+  fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
+             "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
+             format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
   return 0;
 }

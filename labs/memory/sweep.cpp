@@ -2,6 +2,7 @@
 // by side; --plot draws the stages as stacked bars (gnuplot).
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -15,11 +16,12 @@ namespace memory_lab {
 
 namespace {
 constexpr double GB = 1e9;
-const char* kParts[] = {"weights", "gradients", "master weights", "optimizer states", "activations"};
+const char* kParts[] = {"weights", "gathered weights", "gradients", "master weights", "optimizer states", "activations"};
+constexpr int kPartCount = std::size(kParts);
 
 struct Row {
   std::string label;
-  double parts[5] = {};
+  double parts[kPartCount] = {};
   double overheads = 0, total = 0;
   bool fits = false;
 };
@@ -28,7 +30,7 @@ Row row(const std::string& label, const Breakdown& b) {
   Row r{label};
   for (const Line& l : b.lines) {
     if (l.overhead) r.overheads += l.bytes;
-    for (int i = 0; i < 5; ++i)
+    for (int i = 0; i < kPartCount; ++i)
       if (l.component == kParts[i]) r.parts[i] = l.bytes;
   }
   r.total = b.total;
@@ -41,7 +43,7 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
   const std::string data = path + ".dat";
   {
     std::ofstream out = labkit::create_file(data);
-    out << "stage weights gradients master optimizer activations overheads\n";
+    out << "stage weights gathered gradients master optimizer activations overheads\n";
     for (const Row& r : rows) {
       out << '"' << r.label << '"';
       for (double p : r.parts) out << ' ' << p / GB;
@@ -56,7 +58,7 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
       "set boxwidth 0.6\nset ylabel 'GB per GPU'\nset key outside right top\nset grid ytics\nset yrange [0:*]\n"
       "set arrow from graph 0, first {limit} to graph 1, first {limit} nohead dashtype 2 linewidth 2\n"
       "set label 'GPU memory' at graph 0.99, first {limit} right offset 0,0.7\n"
-      "plot for [i=2:7] '{data}' using i:xtic(1) title columnheader(i)\n",
+      "plot for [i=2:8] '{data}' using i:xtic(1) title columnheader(i)\n",
       fmt::arg("terminal", labkit::gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("model", model.name),
       fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp), fmt::arg("gpu", gpu.name),
       fmt::arg("limit", gpu.bytes / GB), fmt::arg("data", data));
@@ -76,15 +78,16 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
     if (p.zero == 0) p.zero = 3;
     for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
   }
-  fmt::print("\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}  {}\n", what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero),
-             "weights", "grads", "master", "optimizer", "activations", "overhead", "total", "(GB per GPU)");
+  fmt::print("\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}  {}\n",
+             what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero), "weights", "gathered", "grads", "master",
+             "optimizer", "activations", "overhead", "total", "(GB per GPU)");
   nlohmann::json out = nlohmann::json::array();
   for (const Row& r : rows) {
-    fmt::print("{:<10} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}  {}\n", r.label, r.parts[0] / GB,
-               r.parts[1] / GB, r.parts[2] / GB, r.parts[3] / GB, r.parts[4] / GB, r.overheads / GB, r.total / GB,
-               r.fits ? "fits" : "does not fit");
-    out.push_back({{"label", r.label}, {"weights", r.parts[0]}, {"gradients", r.parts[1]}, {"master", r.parts[2]},
-                   {"optimizer", r.parts[3]}, {"activations", r.parts[4]}, {"overheads", r.overheads},
+    fmt::print("{:<10} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}  {}\n", r.label,
+               r.parts[0] / GB, r.parts[1] / GB, r.parts[2] / GB, r.parts[3] / GB, r.parts[4] / GB, r.parts[5] / GB,
+               r.overheads / GB, r.total / GB, r.fits ? "fits" : "does not fit");
+    out.push_back({{"label", r.label}, {"weights", r.parts[0]}, {"gathered", r.parts[1]}, {"gradients", r.parts[2]},
+                   {"master", r.parts[3]}, {"optimizer", r.parts[4]}, {"activations", r.parts[5]}, {"overheads", r.overheads},
                    {"total", r.total}, {"fits", r.fits}});
   }
   if (!plot.empty()) plot_stages(rows, plot, model, base, gpu);

@@ -102,6 +102,19 @@ struct ActivationShape {
 // (Korthikanti et al. 2022, Table 2): sbh(34 + 5as/h), and its t, SP and recompute forms.
 double activation_bytes_per_layer(const ActivationShape& shape);
 
+// Which tensors an implementation keeps for backward, and in what format.
+enum class ActivationLayout {
+  megatron,  // Korthikanti et al.'s count: 16-bit, autograd's saved tensors, dropout masks
+  llmc,      // llm.c's (the tiny GPT's): every forward buffer in fp32, each with a gradient buffer beside it
+};
+ActivationLayout parse_activation_layout(std::string_view name);  // "megatron", "llmc"
+// llm.c's buffers for micro-batch b of s tokens, in bytes: per layer 18sbh + 4sb
+// + 2as^2b floats (each layer norm's output, mean and 1/std; q, k, v; the scores
+// before and after softmax; the attention, MLP and residual outputs; the MLP's
+// 4h input and GELU), then the embeddings' output, the final norm, the logits
+// and probabilities (sbV each) and the losses; all twice (their gradients), 4 bytes each.
+double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch);
+
 struct KvShape {
   double batch, seq, layers, kv_heads, head_dim;
   Precision dtype = Precision::bf16;
@@ -127,6 +140,9 @@ struct Plan {
   int shard_group = 0;   // HSDP: ZeRO-3 inside groups of this many ranks, replicas across them
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  ActivationLayout activation_layout = ActivationLayout::megatron;
+  bool reshard_after_forward = true;  // ZeRO-3: free each layer after its forward (else it stays whole until backward)
+  bool prefetch = false;              // ZeRO-3: the next layer gathered while the current one computes
   double micro_batch = 1, seq = 2048;
   double batch = 1;      // inference: concurrent sequences
   Precision kv_dtype = Precision::bf16;
@@ -147,6 +163,12 @@ struct Breakdown {
   double gpu_bytes = 0;
   bool fits() const { return total <= gpu_bytes; }
 };
+// Training at ZeRO-2 and 3 also holds what FSDP holds whole for a while (Zhao
+// et al. 2023, one unit per layer and a root of the embeddings, final norm and
+// head): the root's gradients through backward and one layer's until its
+// reduce-scatter; at ZeRO-3 the root's weights through the step and one layer's
+// while it computes (and the next one's, prefetched; every layer's, forward to
+// backward, when not resharded).
 Breakdown estimate(const Architecture& model, const Plan& plan, const Gpu& gpu);
 
 // Memory at the end of forward, the peak of backward, and the optimizer step.
