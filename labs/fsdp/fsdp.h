@@ -4,7 +4,8 @@
 //   main.cpp     each stage trains the tiny GPT, equal to one rank; what it keeps and sends
 //   train.cpp    the training loop over FullyShardedGpt, and one rank's run to compare
 //   memory.cpp   rank 0's memory by use, measured, beside the memory lab's estimate
-//   what_if.cpp  --what-if, --sweep: each stage's memory and a payload-free step of a real model
+//   what_if.cpp  --what-if, --sweep ranks: each stage's memory and a payload-free step of a real model
+//   prefetch.cpp --sweep hidden: the layer size from which prefetching hides the all-gather
 //   bench.cpp    --bench: what the sharded simulation costs in wall time
 #pragma once
 
@@ -41,9 +42,9 @@ struct Options {
   double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
   std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
-  cli::Sweep sweep;
+  cli::Sweep sweep;  // ranks=A..B: the what-if on A, 2A, ... B GPUs of every topology; hidden=A..B: prefetch's boundary
   bool bench = false;             // what the simulation costs in wall time
-  std::string plot;               // each stage's memory at its peak, stacked by use               // ranks=A..B: the what-if over A, 2A, ... B GPUs of every topology
+  std::string plot;               // each stage's memory at its peak, stacked by use
 };
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
@@ -91,6 +92,8 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs);
 
 int what_if(const Options& o, RunOptions run_options);
 int sweep(const Options& o, RunOptions run_options);
+// --sweep hidden=A..B: where the prefetched all-gather hides under a layer's forward, measured and by alpha-beta.
+int prefetch_sweep(const Options& o, RunOptions run_options);
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 }  // namespace fsdp_lab

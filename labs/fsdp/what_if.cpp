@@ -151,12 +151,19 @@ int sweep(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(name);
   const memory::Gpu gpu = memory::gpu_preset(o.gpu);
   std::vector<int> counts;
-  for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) counts.push_back(p);
+  for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) {
+    if (o.hsdp > 0 && p > o.hsdp && p % o.hsdp != 0)
+      throw Error(fmt::format("--hsdp {}: does not divide {} ranks of --sweep {}={:g}..{:g} into equal groups", o.hsdp,
+                              p, o.sweep.over, o.sweep.from, o.sweep.to));
+    counts.push_back(p);
+  }
   const std::vector<std::string_view> topologies = topology_presets();
-  fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {} of compute per step, stages {}, {} "
+  fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {} of compute per step, stages {}{}, {} "
              "topologies; per GPU, mixed-precision AdamW, one sequence of {:g} tokens, {} recomputation ...\n",
              o.sweep.from, o.sweep.to, name, memory::count_parameters(arch).total / 1e9, format_seconds(o.step_seconds),
-             fmt::join(o.stages, " "), topologies.size(), o.seq, o.recompute);
+             fmt::join(o.stages, " "),
+             o.hsdp > 0 ? fmt::format(" (HSDP: sharded within groups of {}, replicated across them)", o.hsdp) : "",
+             topologies.size(), o.seq, o.recompute);
   std::fflush(stdout);
   const auto stage_columns = [&](const char* first, const char* second) {
     std::string header = fmt::format("{:<10} {:>6}", first, second);

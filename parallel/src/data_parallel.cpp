@@ -101,6 +101,19 @@ std::size_t ShapedModel::parameters() const {
   return n;
 }
 
+namespace {
+// The parameters a token's forward computes with: a tied table computes as the
+// head and the embedding both, and a routed expert's tensor sees active_experts
+// / experts of the tokens (count_parameters' active).
+double computing_parameters(const memory::Architecture& arch) {
+  return memory::count_parameters(arch).active + (arch.tied_embeddings ? double(arch.vocab) * arch.hidden : 0);
+}
+}  // namespace
+
+double compute_seconds(const memory::Architecture& arch, double tokens, double flops_per_second) {
+  return 6 * tokens * computing_parameters(arch) / flops_per_second;
+}
+
 ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) {
   memory::Architecture no_layers = arch;
   no_layers.layers = 0;
@@ -108,11 +121,9 @@ ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) 
   const double embedding = double(arch.vocab + arch.positions) * arch.hidden;
   const double head_and_norm = outside - embedding;  // the untied head (if any) and the final norm
   // 6N FLOPs per token: the forward a third of the step, the backward two
-  // thirds, each piece's share that of the parameters it computes with: a tied
-  // table computes as the head and the embedding both, and a routed expert's
-  // tensor sees active_experts / experts of the tokens.
+  // thirds, each piece's share that of the parameters it computes with.
   const double tied_head = arch.tied_embeddings ? double(arch.vocab) * arch.hidden : 0;
-  const double computing = memory::count_parameters(arch).active + tied_head;
+  const double computing = computing_parameters(arch);
   auto backward_seconds = [&](double computed_with) { return step_seconds * 2 / 3 * computed_with / computing; };
   ShapedModel m;
   m.forward_seconds = step_seconds / 3;

@@ -101,6 +101,10 @@ struct ShapedModel {
 // backward, each piece's share in proportion to the parameters it computes with
 // (6N FLOPs per token: Kaplan et al. 2020).
 ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds);
+// The step_seconds that give `tokens` per step at `flops_per_second`, in the
+// same 6N accounting: each layer's forward then takes 2 x tokens x its
+// parameters / flops_per_second.
+double compute_seconds(const memory::Architecture& arch, double tokens, double flops_per_second);
 void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps = {});
 
 // The overhead model of overlapped buckets (chapter 5 derives it). One

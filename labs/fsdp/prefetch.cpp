@@ -1,0 +1,168 @@
+// Lab 6, --sweep hidden=A..B: where prefetching hides a layer's all-gather.
+//
+// Stage 3 gathers each layer before it computes. Prefetched, the next layer's
+// all-gather runs under the current layer's forward, so a layer takes
+// max(T_f, T_g) instead of T_f + T_g. Both grow with the layer's parameters,
+// but the gather also pays a latency per step of its algorithm: small layers
+// are latency-bound and exposed, large ones hidden, if the compute per
+// parameter (2 x tokens / FLOP/s) beats the bytes per parameter over the
+// link's bandwidth at all. The alpha-beta model (cost_model.h) puts the
+// boundary where T_g(h) = T_f(h); the sweep measures it from the executed,
+// payload-free step.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "fsdp.h"
+#include "labkit/cost_model.h"
+#include "labkit/error.h"
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/fully_sharded.h"
+#include "labkit/topology.h"
+#include "labkit/units.h"
+
+namespace fsdp_lab {
+
+namespace {
+
+// The model's shape at hidden size h: heads of the same width, the FFN the same
+// multiple of h.
+memory::Architecture at_hidden(memory::Architecture a, int h) {
+  const double scale = double(h) / a.hidden;
+  a.heads = std::max(1, int(std::lround(a.heads * scale)));
+  a.kv_heads = std::max(1, int(std::lround(a.kv_heads * scale)));
+  a.ffn = std::max(1, int(std::lround(a.ffn * scale)));
+  a.hidden = h;
+  a.name += fmt::format(" at hidden {}", h);
+  return a;
+}
+
+std::string format_parameters(double n) {
+  return n >= 1e9 ? fmt::format("{:.3g}B", n / 1e9) : n >= 1e6 ? fmt::format("{:.3g}M", n / 1e6)
+                                                    : fmt::format("{:.3g}K", n / 1e3);
+}
+
+double layer_parameters(const memory::Architecture& a) {
+  double count = 0;
+  for (const memory::WeightTensor& t : memory::layer_tensors(a, 0)) count += t.count;
+  return count;
+}
+
+// Rank 0's forward: one region per layer, then the root's. In the steady state
+// a layer starts every max(T_f, T_g) prefetched, every T_f + T_g not; the
+// median gap between layer starts, less the layer's compute, is what the
+// gather exposed.
+struct Walk {
+  double compute = 0, exposed = 0;  // per layer
+};
+Walk measure_forward(const Trace& trace, int layers) {
+  std::vector<const TraceEvent*> forward;
+  for (const TraceEvent& e : trace.tracks()[0].events)
+    if (e.kind == TraceEvent::Kind::compute && e.name == "forward" && int(forward.size()) < layers)
+      forward.push_back(&e);
+  std::vector<double> gaps;
+  for (std::size_t i = 1; i + 1 < forward.size(); ++i) gaps.push_back(forward[i + 1]->start - forward[i]->start);
+  std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
+  const double compute = forward[1]->end - forward[1]->start, exposed = gaps[gaps.size() / 2] - compute;
+  return {compute, exposed > 1e-9 * compute ? exposed : 0};  // the subtraction's rounding is no exposure
+}
+
+}  // namespace
+
+int prefetch_sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const memory::Architecture base = memory::model_preset(name);
+  const Topology topology = find_topology(run_options.topology);
+  const int p = run_options.ranks;
+  const double flops = topology.device.peak_flops * run_options.efficiency;
+  const std::size_t dtype_bytes = 2;  // bf16 weights, as the shaped step gathers them
+  run_options.payload_free = true;
+  run_options.keep_trace = true;
+  if (base.layers < 4) throw Error(fmt::format("--sweep hidden: {} has {} layers; the walk needs 4", name, base.layers));
+
+  // One stage-3 step of the model at hidden h, prefetched or not: what rank 0's forward measured.
+  std::string algorithm = "native";
+  auto walk = [&](const memory::Architecture& arch, Prefetch prefetch) {
+    const double step = compute_seconds(arch, o.seq, flops);
+    const RunResult r = run(run_options, [&](Comm& comm) {
+      if (comm.rank() == 0) algorithm = std::string(comm.algorithm(Collective::all_gather));
+      sharded_shaped_step(comm, arch, step, 3, prefetch);
+    });
+    return measure_forward(*r.trace, arch.layers);
+  };
+  // The alpha-beta side: a layer's forward, and the all-gather of its padded bf16 parameters.
+  auto forward_seconds = [&](const memory::Architecture& a) { return 2 * o.seq * layer_parameters(a) / flops; };
+  auto gather_seconds = [&](const memory::Architecture& a) {
+    const std::size_t shard = (std::size_t(layer_parameters(a)) + std::size_t(p) - 1) / std::size_t(p);
+    return predict(Collective::all_gather, algorithm, shard * std::size_t(p) * dtype_bytes, p, topology);
+  };
+
+  fmt::print("fsdp --sweep hidden={:g}..{:g}: {}'s layer at each hidden size, stage 3 on {} ranks of {}, {:g} tokens "
+             "per GPU, compute at {:.0f}% of {}'s peak; per layer of the forward ...\n",
+             o.sweep.from, o.sweep.to, name, p, topology.name, o.seq, 100 * run_options.efficiency,
+             topology.device.name);
+  std::fflush(stdout);
+  fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>13}\n", "hidden", "parameters", "T_f", "T_g", "T_g (a-b)",
+             "exposed", "exposed (a-b)");
+  nlohmann::json rows = nlohmann::json::array();
+  std::optional<int> last_exposed, first_hidden;
+  for (int h = int(o.sweep.from); h <= o.sweep.to; h *= 2) {
+    const memory::Architecture arch = at_hidden(base, h);
+    const Walk plain = walk(arch, Prefetch::none), prefetched = walk(arch, Prefetch::forward);
+    const double predicted_gather = gather_seconds(arch), predicted_exposed = std::max(0.0, predicted_gather -
+                                                                                              forward_seconds(arch));
+    const bool hidden = prefetched.exposed <= 0.01 * plain.exposed;
+    if (hidden && !first_hidden) first_hidden = h;
+    if (!hidden) last_exposed = h;
+    fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>13}  {}\n", h, format_parameters(layer_parameters(arch)),
+               format_seconds(plain.compute), format_seconds(plain.exposed), format_seconds(predicted_gather),
+               format_seconds(prefetched.exposed), format_seconds(predicted_exposed), hidden ? "hidden" : "exposed");
+    std::fflush(stdout);
+    rows.push_back({{"hidden", h}, {"layer_parameters", layer_parameters(arch)}, {"t_forward", plain.compute},
+                    {"t_gather", plain.exposed}, {"t_gather_alpha_beta", predicted_gather},
+                    {"exposed_prefetched", prefetched.exposed}, {"exposed_alpha_beta", predicted_exposed},
+                    {"hidden", hidden}});
+  }
+  fmt::print("(T_f: a layer's forward, 2 x tokens x its parameters at {}; T_g: its all-gather ({}), measured as the "
+             "gap between layer starts less T_f without prefetch; exposed: the same with the next layer prefetched; "
+             "(a-b): by the alpha-beta model, exposed = max(T_f, T_g) - T_f)\n",
+             fmt::format("{:.0f} TFLOP/s", flops / 1e12), algorithm);
+
+  // The boundary by alpha-beta: the smallest h whose gather fits under its forward.
+  auto hides = [&](int h) {
+    const memory::Architecture a = at_hidden(base, h);
+    return gather_seconds(a) <= forward_seconds(a);
+  };
+  std::optional<int> boundary;
+  const int top = 1 << 17;
+  if (hides(top)) {
+    int lo = 1, hi = top;  // hides(hi); not hides(lo - 1) once lo > 1
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (hides(mid)) hi = mid;
+      else lo = mid + 1;
+    }
+    boundary = lo;
+    fmt::print("alpha-beta: the gather hides from hidden {} (T_g = T_f there)\n", lo);
+  } else {
+    const memory::Architecture a = at_hidden(base, top);
+    fmt::print("alpha-beta: no hidden size hides the gather: per parameter it takes {:.3g} s of bandwidth against "
+               "{:.3g} s of compute; it takes {:.0f} tokens per GPU or more (--seq)\n",
+               gather_seconds(a) / layer_parameters(a), forward_seconds(a) / layer_parameters(a),
+               o.seq * gather_seconds(a) / forward_seconds(a));
+  }
+  const bool agrees = (!first_hidden || (boundary && *boundary <= *first_hidden)) &&
+                      (!last_exposed || !boundary || *boundary > *last_exposed);
+  fmt::print("measured: {}, {}: {} alpha-beta\n",
+             last_exposed ? fmt::format("exposed up to hidden {}", *last_exposed) : "exposed at no size swept",
+             first_hidden ? fmt::format("hidden from {}", *first_hidden) : "hidden at none",
+             agrees ? "agrees with" : "DISAGREES with");
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+}  // namespace fsdp_lab
