@@ -132,6 +132,51 @@ TEST(FullyShardedGpt, KeepingBlocksWholeUntilBackwardTrainsTheSame) {
   }
 }
 
+// Stage 3 prefetching the next block, in either pass or both, trains to the
+// same weights bit for bit, since only the time of each gather changes; the
+// next block's all-gather is on the stream before the current block computes,
+// and the tracker holds one block prefetched.
+TEST(FullyShardedGpt, PrefetchingTrainsTheSameWithTheNextBlockInFlight) {
+  const std::vector<float> want = one_rank_weights();
+  for (int ranks : {2, 3, 4}) {
+    const ShardedRun plain = train_sharded(ranks, 3);
+    for (Prefetch prefetch : {Prefetch::forward, Prefetch::backward, Prefetch::both})
+      for (bool reshard : {true, false}) {
+        const ShardedRun run = train_sharded(ranks, 3, {.reshard_after_forward = reshard, .prefetch = prefetch});
+        EXPECT_EQ(run.weights[0], plain.weights[0]) << ranks << " ranks, prefetch " << int(prefetch);
+        EXPECT_LE(relative_difference(run.weights[0], want), 1e-6) << ranks << " ranks";
+      }
+  }
+  std::int64_t block = 0, prefetched = 0;
+  const auto run = simulate(4, [&](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, 3, {.prefetch = Prefetch::both});
+    const int rows = kBatch / 4;
+    zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
+                          rows, kConfig.max_seq);
+    if (c.rank() != 0) return;
+    block = std::int64_t(zero.units()[1].range.count * sizeof(float));
+    prefetched = c.memory().peak[std::size_t(MemoryUse::prefetched)];
+    EXPECT_EQ(c.memory().current[std::size_t(MemoryUse::prefetched)], 0);
+  });
+  EXPECT_EQ(prefetched, block);
+  const std::vector<TraceEvent>& events = run.trace->tracks()[0].events;
+  const auto computing = std::find_if(events.begin(), events.end(), [](const TraceEvent& e) {
+    return e.kind == TraceEvent::Kind::compute && e.name == "forward block 0";
+  });
+  ASSERT_NE(computing, events.end());
+  // The embeddings, the final norm, block 0 and block 1 gathered: block 1's is in flight as block 0 computes.
+  int gathers_before = 0;
+  bool in_flight = false;
+  for (const TraceEvent& e : events)
+    if (e.kind == TraceEvent::Kind::collective && e.name == "all_gather" && e.start <= computing->start) {
+      ++gathers_before;
+      in_flight = in_flight || (e.on_stream && e.end > computing->start);
+    }
+  EXPECT_EQ(gathers_before, 4);
+  EXPECT_TRUE(in_flight);
+}
+
 TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {
   EXPECT_EQ(memory::count_parameters(architecture_of(kConfig)).total, double(Gpt(kConfig, 1).parameter_count()));
 }

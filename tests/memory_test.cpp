@@ -242,7 +242,8 @@ TEST(Estimate, ZeroThreeHoldsTheRootAndOneLayerWhole) {
     EXPECT_DOUBLE_EQ(line(b, "gathered weights"), p.zero == 3 ? 2 * (root + layer) : -1) << "ZeRO-" << p.zero;
   }
   p.prefetch = true;
-  EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "gathered weights"), 2 * (root + 2 * layer));
+  EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "gathered weights"), 2 * (root + layer));
+  EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "prefetched weights"), 2 * layer);
   p.reshard_after_forward = false;
   EXPECT_DOUBLE_EQ(line(estimate(m, p, gpu_preset("h100-80g")), "gathered weights"), 2 * N);
 }

@@ -274,13 +274,13 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   b.lines.push_back({"gradients", state.grads + (whole_grads ? (units.root + units.layer) * grad_bytes : 0),
                      fmt::format("{}{}{}", name_of(precision.grads), p.zero >= 2 ? sharded : "",
                                  whole_grads ? ", + whole: the root's and a layer's until reduce-scattered" : "")});
-  if (whole_weights)
-    b.lines.push_back(
-        {"gathered weights",
-         (p.reshard_after_forward ? units.root + units.layer * (p.prefetch ? 2 : 1) : local) * weight_bytes,
-         !p.reshard_after_forward ? "every layer whole from its forward to its backward"
-         : p.prefetch             ? "whole while computing: the root (embeddings, final norm), a layer and the next"
-                                  : "whole while computing: the root (embeddings, final norm) and a layer"});
+  if (whole_weights) {
+    b.lines.push_back({"gathered weights", (p.reshard_after_forward ? units.root + units.layer : local) * weight_bytes,
+                       p.reshard_after_forward ? "whole while computing: the root (embeddings, final norm) and a layer"
+                                               : "every layer whole from its forward to its backward"});
+    if (p.prefetch)
+      b.lines.push_back({"prefetched weights", units.layer * weight_bytes, "the next layer, gathering under this one"});
+  }
   if (precision.master_weights) b.lines.push_back({"master weights", state.master, "fp32 copy" + sharded});
   b.lines.push_back({"optimizer states", state.optimizer,
                      fmt::format("{}: {:g} x {}{}", p.optimizer, find_optimizer(p.optimizer).states,
@@ -319,7 +319,8 @@ std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
     return 0.0;
   };
   const double persistent = find("weights") + find("master weights") + find("optimizer states");
-  const double grads = find("gradients"), acts = find("activations"), gathered = find("gathered weights");
+  const double grads = find("gradients"), acts = find("activations");
+  const double gathered = find("gathered weights") + find("prefetched weights");
   return {{"forward", persistent + gathered + acts, "weights + optimizer states + activations"},
           {"backward (peak)", persistent + gathered + acts + grads, "+ gradients, while activations are still needed"},
           {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"}};

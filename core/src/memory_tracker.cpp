@@ -8,7 +8,7 @@
 namespace labkit {
 
 std::string_view name_of(MemoryUse use) {
-  constexpr std::array names = {"weights", "gradients", "optimizer", "activations", "gathered"};
+  constexpr std::array names = {"weights", "gradients", "optimizer", "activations", "gathered", "prefetched"};
   return names[std::size_t(use)];
 }
 

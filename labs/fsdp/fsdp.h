@@ -41,7 +41,7 @@ struct Options {
   std::string gpu = "h100-80g";
   double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
-  std::string prefetch = "none";  // --what-if, stage 3: which pass gathers the next layer under the current one
+  std::string prefetch = "none";  // stage 3: which pass gathers the next block under the current one
   cli::Sweep sweep;  // ranks=A..B: the what-if on A, 2A, ... B GPUs of every topology; hidden=A..B: prefetch's boundary
   bool bench = false;             // what the simulation costs in wall time
   std::string plot;               // each stage's memory at its peak, stacked by use

@@ -92,8 +92,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(1.0));
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
-  app.add_option("--prefetch", o.prefetch, "--what-if, stage 3: gather the next layer under the current one's "
-                                           "compute in the forward pass, the backward, or both (none: in front of it)")
+  app.add_option("--prefetch", o.prefetch, "stage 3: gather the next block under the current one's compute in the "
+                                           "forward pass, the backward, or both (none: in front of it)")
       ->capture_default_str()->check(cli::one_of("prefetch", {"none", "forward", "backward", "both"}));
   app.add_option_function<std::string>(
          "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
@@ -124,9 +124,9 @@ int main(int argc, char** argv) {
       if (o.sweep.over == "hidden")
         throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
     }
-    if (o.prefetch != "none" && (o.what_if.empty() || std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end()))
-      throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute, "
-                              "and only --what-if runs it prefetched (for now)", o.prefetch));
+    if (o.prefetch != "none" && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
+      throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
+                              o.prefetch));
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);
     if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);

@@ -1,5 +1,6 @@
 // Lab 6's memory table: what rank 0's tracker measured, by use, beside the
 // memory lab's estimate for the same configuration.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include "fsdp.h"
 #include "labkit/memory.h"
+#include "labkit/parallel/fully_sharded.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 
@@ -27,6 +29,8 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   plan.seq = config.max_seq;
   plan.activation_layout = memory::ActivationLayout::llmc;  // the tiny GPT keeps llm.c's buffers
   plan.reshard_after_forward = o.reshard_after_forward;
+  const Prefetch prefetch = parse_prefetch(o.prefetch);  // a pass prefetches where it gathers
+  plan.prefetch = prefetches_forward(prefetch) || (prefetches_backward(prefetch) && o.reshard_after_forward);
   const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
   auto estimated = [&](const std::string& component) {
     for (const memory::Line& l : estimate.lines)
@@ -39,13 +43,14 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     const char* estimator;
     std::string why;  // what the estimate leaves out, where it does
   };
-  const Row rows[] = {
+  std::vector<Row> rows = {
       {MemoryUse::weights, "weights", r.stage == 3 && r.padding ? padded : ""},
       {MemoryUse::gradients, "gradients", r.stage >= 2 && r.padding ? padded : ""},
       {MemoryUse::optimizer, "optimizer states", r.stage >= 1 && r.padding ? padded : ""},
       {MemoryUse::activations, "activations", ""},
       {MemoryUse::gathered, "gathered weights", ""},
   };
+  if (plan.prefetch && r.stage == 3) rows.push_back({MemoryUse::prefetched, "prefetched weights", ""});
   fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.stage);
   fmt::print("  {:<12} {:>10} {:>10} {:>10}\n", "use", "measured", "estimate", "off by");
   nlohmann::json out = nlohmann::json::array();
@@ -77,26 +82,35 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs) {
   if (!three) return;
   for (const StageRun& r : runs) {
     if (r.stage == 3 || r.stage == 0 || r.memory.peak_total >= three->memory.peak_total) continue;
-    const auto weights = std::size_t(MemoryUse::weights), gathered = std::size_t(MemoryUse::gathered);
+    const auto weights = std::size_t(MemoryUse::weights);
+    const std::int64_t whole = three->memory.peak[std::size_t(MemoryUse::gathered)] +
+                               three->memory.peak[std::size_t(MemoryUse::prefetched)];
     const std::int64_t saved = r.memory.peak[weights] - three->memory.peak[weights];
     fmt::print("stage 3 peaks above stage {} here ({} against {}): sharding the weights saves {} of them, but what "
-               "stage 3 holds whole at once, gathered, comes to {}; with few ranks or large layers (or blocks kept "
-               "whole from forward to backward) the most sharded stage is not the smallest\n",
+               "stage 3 holds whole at once, {}, comes to {}; with few ranks or large layers (or blocks kept whole "
+               "from forward to backward) the most sharded stage is not the smallest\n",
                r.stage, format_bytes(std::uint64_t(three->memory.peak_total)), format_bytes(std::uint64_t(r.memory.peak_total)),
-               format_bytes(std::uint64_t(saved)), format_bytes(std::uint64_t(three->memory.peak[gathered])));
+               format_bytes(std::uint64_t(saved)),
+               three->memory.peak[std::size_t(MemoryUse::prefetched)] ? "gathered and prefetched" : "gathered",
+               format_bytes(std::uint64_t(whole)));
     return;
   }
 }
 
 void plot_memory(const std::vector<StageRun>& runs, const std::string& path) {
   const std::string data = path + ".dat";
-  std::vector<std::string> uses;
-  for (const auto& [use, bytes] : runs.front().at_peak) uses.push_back(use);
+  std::vector<std::string> uses;  // those some stage holds at its peak
+  std::vector<std::size_t> held;
+  for (std::size_t i = 0; i < runs.front().at_peak.size(); ++i)
+    if (std::any_of(runs.begin(), runs.end(), [&](const StageRun& r) { return r.at_peak[i].second > 0; })) {
+      uses.push_back(runs.front().at_peak[i].first);
+      held.push_back(i);
+    }
   {
     std::ofstream out = create_file(data);
     for (const StageRun& r : runs) {
       out << '"' << fmt::format("stage {}\\n{}", r.stage, r.peak_during) << '"';
-      for (const auto& [use, bytes] : r.at_peak) out << ' ' << bytes / (1 << 20);
+      for (std::size_t i : held) out << ' ' << r.at_peak[i].second / (1 << 20);
       out << '\n';
     }
   }

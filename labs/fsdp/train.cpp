@@ -47,7 +47,10 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
            o.batch, comm.size());
     const int b = o.batch / comm.size();
     Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
-    FullyShardedGpt sharded(comm, model, stage, {.shard_group = o.hsdp, .reshard_after_forward = o.reshard_after_forward});
+    FullyShardedGpt sharded(comm, model, stage,
+                            {.shard_group = o.hsdp,
+                             .reshard_after_forward = o.reshard_after_forward,
+                             .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none});
     Optimizer optimizer(o);
     const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;

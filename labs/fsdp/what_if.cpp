@@ -106,14 +106,15 @@ int what_if(const Options& o, RunOptions run_options) {
       return 0.0;
     };
     const double optimizer = line("master weights") + line("optimizer states");
+    const double gathered = line("gathered weights") + line("prefetched weights");
     const double step = shaped_step_seconds(o, run_options, arch, stage);
     fmt::print("{:<5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
-               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(line("gathered weights"))),
+               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(gathered)),
                format_bytes(std::uint64_t(line("gradients"))),
                format_bytes(std::uint64_t(optimizer)), format_bytes(std::uint64_t(line("activations"))),
                format_bytes(std::uint64_t(b.total)), b.fits() ? "yes" : "no", format_seconds(step),
                format_seconds(step - o.step_seconds));
-    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gathered", line("gathered weights")},
+    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gathered", gathered},
                     {"gradients", line("gradients")},
                     {"optimizer", optimizer}, {"activations", line("activations")}, {"total", b.total},
                     {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
@@ -135,7 +136,7 @@ int what_if(const Options& o, RunOptions run_options) {
   prefetched.prefetch = true;
   double gathered = 0;
   for (const memory::Line& l : memory::estimate(arch, prefetched, gpu).lines)
-    gathered += l.component == "gathered weights" ? l.bytes : 0;
+    gathered += l.component == "gathered weights" || l.component == "prefetched weights" ? l.bytes : 0;
   fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
              "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
              format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));

@@ -29,9 +29,12 @@ View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r
 
 FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)
     : comm_(comm), model_(model), stage_(stage), reshard_after_forward_(options.reshard_after_forward),
-      shard_comm_(&comm) {
+      prefetch_policy_(options.prefetch), shard_comm_(&comm) {
   const int shard_group = options.shard_group;
   if (stage < 0 || stage > 3) fail(comm.who(), "FullyShardedGpt", "stage={} is not one of 0, 1, 2, 3", stage);
+  if (options.prefetch != Prefetch::none && stage != 3)
+    fail(comm.who(), "FullyShardedGpt", "prefetch at stage={}: only stage 3 gathers parameters before they compute",
+         stage);
   if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
     fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
          comm.size());
@@ -64,6 +67,7 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
     largest = std::max(largest, u.layout.padded());
   }
   flat_.resize(largest);
+  if (options.prefetch != Prefetch::none) prefetch_.resize(largest);
   param_shard_.resize(offset);
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
@@ -168,21 +172,14 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
     track(MemoryUse::gathered, *kept, +1);
   }
   model_.embed(tokens);
-  for (int l = 0; l < layers; ++l) {
-    const Unit& unit = units_[1 + l];
-    const auto forward = [&] {
-      const double started = comm_.now();
-      model_.forward_layers(l, l + 1);
-      comm_.computed(fmt::format("forward block {}", l), started, block);
-    };
-    if (reshard_after_forward_) {
-      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), forward);
-    } else {  // gathered once: whole until its backward
-      gather(unit, params);
-      track(MemoryUse::gathered, unit, +1);
-      forward();
-    }
-  }
+  std::vector<int> blocks(layers);
+  for (int l = 0; l < layers; ++l) blocks[l] = l;
+  const auto nothing = [](int) {};
+  pass(blocks, true, prefetches_forward(prefetch_policy_), reshard_after_forward_, [&](int l) {
+    const double started = comm_.now();
+    model_.forward_layers(l, l + 1);
+    comm_.computed(fmt::format("forward block {}", l), started, block);
+  }, nothing);
   double started = comm_.now();
   const float loss = model_.head(targets);
   comm_.computed("forward head", started, head);
@@ -190,24 +187,19 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   started = comm_.now();
   model_.backward_head();
   comm_.computed("backward head", started, 2 * head);
-  for (int l = layers - 1; l >= 0; --l) {
-    const Unit& unit = units_[1 + l];
-    track(MemoryUse::gradients, unit, +1);
-    const auto backward = [&] {
-      const double started = comm_.now();
-      model_.backward_layers(l, l + 1);
-      comm_.computed(fmt::format("backward block {}", l), started, 2 * block);
-    };
-    if (reshard_after_forward_) {
-      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range), backward);
-    } else {
-      backward();
-      mark_freed(run_of(params, unit.range));
-      track(MemoryUse::gathered, unit, -1);
-    }
-    reduce_scatter_gradients(unit);
-    free_gradients(unit);
-  }
+  // Backward, from the last block: each block's gradients whole from its
+  // backward to its reduce-scatter. Kept whole since forward, a block is not gathered again.
+  pass({blocks.rbegin(), blocks.rend()}, reshard_after_forward_, prefetches_backward(prefetch_policy_), true,
+       [&](int l) {
+         track(MemoryUse::gradients, units_[1 + l], +1);
+         const double started = comm_.now();
+         model_.backward_layers(l, l + 1);
+         comm_.computed(fmt::format("backward block {}", l), started, 2 * block);
+       },
+       [&](int l) {
+         reduce_scatter_gradients(units_[1 + l]);
+         free_gradients(units_[1 + l]);
+       });
   model_.backward_embed();
   for (const Unit* kept : {&embeddings, &final_norm}) {
     reduce_scatter_gradients(*kept);
@@ -216,6 +208,49 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
     track(MemoryUse::gathered, *kept, -1);
   }
   return loss;
+}
+
+// Each block: gathered unless `gather_each` is false (kept whole since
+// forward), compute(l), freed if `free_each`, then after(l). Without prefetch
+// a gathered and freed block is exercise 6.3's gather_compute_free.
+// Prefetched, block i + 1's all-gather is issued as block i starts, into
+// prefetch_, and copied into its run of the parameters when it is needed.
+void FullyShardedGpt::pass(const std::vector<int>& blocks, bool gather_each, bool prefetched, bool free_each,
+                           const std::function<void(int)>& compute, const std::function<void(int)>& after) {
+  Tensor& params = model_.parameters();
+  prefetched = prefetched && gather_each;
+  const auto start_gather = [&](int l) {
+    const Unit& unit = units_[1 + l];
+    track(MemoryUse::prefetched, unit, +1);
+    return shard_comm_->i_all_gather(shard_of_unit(param_shard_, unit), view_of(prefetch_.data(), unit.layout.padded()));
+  };
+  Request next;
+  if (prefetched && !blocks.empty()) next = start_gather(blocks.front());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const int l = blocks[i];
+    const Unit& unit = units_[1 + l];
+    if (gather_each && free_each && !prefetched) {
+      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range),
+                          [&] { compute(l); });
+    } else {
+      if (prefetched) {
+        next.wait();
+        std::copy_n(prefetch_.begin(), unit.range.count, params.data() + unit.range.offset);
+        track(MemoryUse::prefetched, unit, -1);
+        track(MemoryUse::gathered, unit, +1);
+        if (i + 1 < blocks.size()) next = start_gather(blocks[i + 1]);
+      } else if (gather_each) {
+        gather(unit, params);
+        track(MemoryUse::gathered, unit, +1);
+      }
+      compute(l);
+      if (free_each) {
+        mark_freed(run_of(params, unit.range));
+        track(MemoryUse::gathered, unit, -1);
+      }
+    }
+    after(l);
+  }
 }
 
 void FullyShardedGpt::step(const ShardUpdate& update) {
@@ -248,6 +283,9 @@ std::vector<float> FullyShardedGpt::gather_parameters() {
   for (const Unit& unit : units_) gather(unit, full);
   return full.to_host();
 }
+
+bool prefetches_forward(Prefetch p) { return p == Prefetch::forward || p == Prefetch::both; }
+bool prefetches_backward(Prefetch p) { return p == Prefetch::backward || p == Prefetch::both; }
 
 Prefetch parse_prefetch(std::string_view name) {
   if (name == "none") return Prefetch::none;
@@ -312,12 +350,12 @@ void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double s
   if (stage == 3) gather(root.count).wait();  // the root stays gathered through the step
   std::vector<const ShapedUnit*> forward_order;
   for (const ShapedUnit& u : layers) forward_order.push_back(&u);
-  walk(forward_order, prefetch == Prefetch::forward || prefetch == Prefetch::both, "forward", 0.5, nullptr);
+  walk(forward_order, prefetches_forward(prefetch), "forward", 0.5, nullptr);
   comm.compute_for("forward", root.backward / 2);
   comm.compute_for("backward", root.backward);
   std::vector<Request> reducing;
   walk(std::vector<const ShapedUnit*>(forward_order.rbegin(), forward_order.rend()),
-       prefetch == Prefetch::backward || prefetch == Prefetch::both, "backward", 1, &reducing);
+       prefetches_backward(prefetch), "backward", 1, &reducing);
   const std::size_t all = model.parameters();
   reducing.push_back(stage >= 2 ? reduce_scatter(root.count) : reduce_scatter(all));
   for (Request& r : reducing) r.wait();

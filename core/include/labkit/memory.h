@@ -142,7 +142,7 @@ struct Plan {
   Recompute recompute = Recompute::none;
   ActivationLayout activation_layout = ActivationLayout::megatron;
   bool reshard_after_forward = true;  // ZeRO-3: free each layer after its forward (else it stays whole until backward)
-  bool prefetch = false;              // ZeRO-3: the next layer gathered while the current one computes
+  bool prefetch = false;              // ZeRO-3: the next layer gathering while the current one computes
   double micro_batch = 1, seq = 2048;
   double batch = 1;      // inference: concurrent sequences
   Precision kv_dtype = Precision::bf16;

@@ -9,10 +9,11 @@
 namespace labkit {
 
 // gathered: parameters a sharded rank holds whole only while they compute (a
-// ZeRO-3 / FSDP unit between its all-gather and its free).
-enum class MemoryUse { weights, gradients, optimizer, activations, gathered };
-inline constexpr std::array kMemoryUses = {MemoryUse::weights, MemoryUse::gradients, MemoryUse::optimizer,
-                                           MemoryUse::activations, MemoryUse::gathered};
+// ZeRO-3 / FSDP unit between its all-gather and its free); prefetched: a unit
+// whose all-gather was issued early, from then until it computes.
+enum class MemoryUse { weights, gradients, optimizer, activations, gathered, prefetched };
+inline constexpr std::array kMemoryUses = {MemoryUse::weights,     MemoryUse::gradients, MemoryUse::optimizer,
+                                           MemoryUse::activations, MemoryUse::gathered,  MemoryUse::prefetched};
 std::string_view name_of(MemoryUse use);
 
 struct MemoryTracker {

@@ -73,6 +73,14 @@ ShardLayout shard_layout(std::size_t count, int ranks);
 // What an optimizer does to the parameters a rank updates, given their gradients.
 using ShardUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
 
+// Stage 3's prefetch (FSDP's forward_prefetch, backward_prefetch=BACKWARD_PRE):
+// in the forward pass, the backward, or both, the next unit's all-gather is
+// issued before the current unit computes, so that it runs under that compute.
+enum class Prefetch { none, forward, backward, both };
+Prefetch parse_prefetch(std::string_view name);  // "none", "forward", "backward", "both"; throws naming them
+bool prefetches_forward(Prefetch p);
+bool prefetches_backward(Prefetch p);
+
 // How FullyShardedGpt shards, beyond its stage.
 struct ShardingOptions {
   int shard_group = 0;  // HSDP: shard within groups of this many ranks (0, or the rank count: over all ranks)
@@ -81,6 +89,9 @@ struct ShardingOptions {
   // its forward to its backward, gathering once: 2N per step instead of 3N, for
   // the memory of the whole model at the turn of the step.
   bool reshard_after_forward = true;
+  // Stage 3: gather the next block while this one computes, into a buffer of
+  // its own (MemoryUse::prefetched until it computes).
+  Prefetch prefetch = Prefetch::none;
 };
 
 class FullyShardedGpt {
@@ -129,17 +140,24 @@ class FullyShardedGpt {
   float forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
                                             int T);
   void track(MemoryUse use, const Unit& unit, int sign);  // +1: the unit's whole tensor allocated, -1: freed
+  // Stage 3's pass over `blocks` in order: each whole while compute(l) runs,
+  // then after(l). Prefetched, the next block's all-gather runs into prefetch_
+  // while this one computes.
+  void pass(const std::vector<int>& blocks, bool gather_each, bool prefetched, bool free_each,
+            const std::function<void(int)>& compute, const std::function<void(int)>& after);
 
   Comm& comm_;
   Gpt& model_;
   int stage_;
   bool reshard_after_forward_;
+  Prefetch prefetch_policy_;
   std::unique_ptr<Mesh> mesh_;     // HSDP's ("replicate", "shard") groups; null when sharding over all ranks
   Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
   Comm* replicate_comm_ = nullptr;  // HSDP: the same shard in every other group
   std::vector<Unit> units_;
   std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
   std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
+  std::vector<float> prefetch_;                  // the next block's parameters, padded, as its all-gather lands
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
 
@@ -180,8 +198,7 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // forward_prefetch, backward_prefetch=BACKWARD_PRE) in the forward or the
 // backward pass (or both), the next unit's all-gather is issued before the
 // current unit computes and runs under it, two units whole at a time.
-enum class Prefetch { none, forward, backward, both };
-Prefetch parse_prefetch(std::string_view name);  // "none", "forward", "backward", "both"; throws naming them
+//
 // shard_group G: HSDP, the state sharded within groups of G neighbouring ranks
 // and each gradient shard allreduced across the groups after backward.
 void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
