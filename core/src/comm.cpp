@@ -1,5 +1,7 @@
 #include "labkit/comm.h"
 
+#include <algorithm>
+
 #include <cstring>
 #include <numeric>
 
@@ -187,9 +189,20 @@ void Comm::trace_collective(const CollectiveCall& c, double start, std::string_v
   if (has_reduce_op(c.op)) args.emplace_back("op", name_of(c.reduce_op));
   if (has_root(c.op)) args.emplace_back("root", std::to_string(c.root));
   if (!error.empty()) args.emplace_back("error", error);
+  args.emplace_back("nodes", std::to_string(nodes_spanned()));
   const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
   record({TraceEvent::Kind::collective, std::string(name_of(c.op)), start, end < 0 ? now() : end, -1, 0, bytes, 0,
           std::move(args), {}, on_stream});
+}
+
+int Comm::nodes_spanned() const {
+  if (nodes_spanned_ == 0) {
+    std::vector<int> nodes(size_);
+    for (int r = 0; r < size_; ++r) nodes[r] = node_of(r);
+    std::sort(nodes.begin(), nodes.end());
+    nodes_spanned_ = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  }
+  return nodes_spanned_;
 }
 
 void Comm::divide_if_avg(const CollectiveCall& call) {

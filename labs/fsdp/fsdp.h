@@ -65,6 +65,7 @@ struct StageRun {
   int stage = 0, ranks = 0, shard_group = 0;  // shard_group: the ranks that share the state (HSDP's G, else P)
   std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
   double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
+  double across_nodes = 0;      // the part of it in collectives whose ranks span nodes
   double formula = 0;           // ZeRO's: 2N, or 3N less the second gathers of the units kept whole
   double step_seconds = 0;
   std::vector<float> losses;    // the global batch's mean loss per step

@@ -153,24 +153,27 @@ int main(int argc, char** argv) {
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format(" (HSDP: sharded in {} groups of {}, replicated across them)",
                                                              r0.ranks / o.hsdp, o.hsdp) : "",
                o.batch, o.steps, o.optimizer);
-    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}\n", "stage", "each rank keeps",
-               "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1", "ranks agree");
+    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage",
+               "each rank keeps", "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1",
+               "ranks agree", "across nodes");
     nlohmann::json rows = nlohmann::json::array();
     bool all_equal = true;
     for (const StageRun& r : runs) {
       const double weights = relative_difference(r.weights, one_rank);
       all_equal = all_equal && weights <= limit && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
-      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {}\n", r.stage,
-                 kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard, r.stage == 0 ? 0 : r.padding, r.volume,
-                 r.formula, r.volume / double(r.parameters), format_seconds(r.step_seconds), r.losses.back(),
-                 weights, r.ranks_agree ? "yes" : "NO");
+      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}x\n",
+                 r.stage, kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard,
+                 r.stage == 0 ? 0 : r.padding, r.volume, r.formula, r.volume / double(r.parameters),
+                 format_seconds(r.step_seconds), r.losses.back(), weights, r.ranks_agree ? "yes" : "NO",
+                 r.across_nodes / double(r.parameters));
       rows.push_back({{"stage", r.stage}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
-                      {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume}, {"formula", r.formula},
+                      {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume},
+                      {"across_nodes_parameters_per_step", r.across_nodes}, {"formula", r.formula},
                       {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
                       {"ranks_agree", r.ranks_agree}});
     }
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
-               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{})\n",
+               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; across nodes: x N of it in collectives whose ranks span nodes)\n",
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp) : "");
     nlohmann::json memory_rows = nlohmann::json::array();
     for (const StageRun& r : runs)

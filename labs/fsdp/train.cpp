@@ -17,6 +17,13 @@ double parameters_moved(const TraceEvent& e) {
   return double(e.bytes) / sizeof(float) * (e.name == "all_reduce" ? 2 : 1);
 }
 
+// Whether a collective's ranks span nodes, so that what it moves crosses the network.
+bool crosses_nodes(const TraceEvent& e) {
+  for (const auto& [key, value] : e.args)
+    if (key == "nodes") return value != "1";
+  return false;
+}
+
 // Rank 0's memory when it first reached its peak, by use, and the compute
 // region running then (or the next to start, when the peak falls between
 // regions): "backward block 1".
@@ -100,9 +107,12 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
   });
   if (result.trace && !out.weights.empty()) {
     for (const TraceEvent& e : result.trace->tracks()[0].events)
-      if (e.kind == TraceEvent::Kind::collective && e.start >= first && e.start < last)  // not the final gather
+      if (e.kind == TraceEvent::Kind::collective && e.start >= first && e.start < last) {  // not the final gather
         out.volume += parameters_moved(e);
+        if (crosses_nodes(e)) out.across_nodes += parameters_moved(e);
+      }
     out.volume /= o.steps;
+    out.across_nodes /= o.steps;
     out.step_seconds = (last - first) / o.steps;
     find_peak(result.trace->tracks()[0].events, out);
   }

@@ -90,6 +90,8 @@ class Comm {
   int global_rank(int group_rank) const { return global_ranks_->at(group_rank); }
   // The node (host) a rank of this group runs on, for topology-aware algorithms.
   int node_of(int group_rank) const { return node_of_global(global_rank(group_rank)); }
+  // How many nodes this group's ranks run on: its collectives cross the network when more than one.
+  int nodes_spanned() const;
 
   // ---- point-to-point. A blocking send returns once the message is delivered
   // (rendezvous, like MPI_Ssend), so two ranks that both send first deadlock:
@@ -235,6 +237,7 @@ class Comm {
   int comm_id_;
   int rank_;
   int size_;
+  mutable int nodes_spanned_ = 0;  // 0: not counted yet
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::array<const Algorithm*, kCollectives.size()> algorithms_{};  // null: native
