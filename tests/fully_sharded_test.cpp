@@ -177,6 +177,50 @@ TEST(FullyShardedGpt, PrefetchingTrainsTheSameWithTheNextBlockInFlight) {
   EXPECT_TRUE(in_flight);
 }
 
+// ZeRO++'s hpZ: backward gathers each block from secondary shards within
+// groups of G ranks, the same values as the primary shards hold, so the weights
+// are the same bit for bit; each rank holds 1/G of every block from forward to
+// backward on top of its shard; and no backward gather leaves its group.
+TEST(FullyShardedGpt, HierarchicalPartitioningTrainsTheSameAndGathersWithinItsGroup) {
+  const ShardedRun plain = train_sharded(8, 3);
+  for (int group : {1, 2, 4})
+    for (Prefetch prefetch : {Prefetch::none, Prefetch::both}) {
+      const ShardedRun run = train_sharded(8, 3, {.prefetch = prefetch, .hpz_group = group});
+      EXPECT_EQ(run.weights[0], plain.weights[0]) << "hpz_group " << group;
+    }
+  std::size_t block = 0;
+  const auto run = simulate(8, [&](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, 3, {.hpz_group = 4});
+    const int rows = kBatch / 8;
+    zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
+                          rows, kConfig.max_seq);
+    if (c.rank() != 0) return;
+    block = zero.units()[1].range.count;
+    std::size_t secondary = 0;
+    for (const FullyShardedGpt::Unit& u : zero.units()) secondary += u.secondary.shard;
+    EXPECT_EQ(secondary, 2 * ((zero.units()[1].range.count + 3) / 4));  // two blocks, a quarter each
+    const std::int64_t shard = std::int64_t(zero.shard_parameters().size() * sizeof(float));
+    EXPECT_EQ(c.memory().peak[std::size_t(MemoryUse::weights)], shard + std::int64_t(secondary * sizeof(float)));
+    EXPECT_EQ(c.memory().current[std::size_t(MemoryUse::weights)], shard);
+  });
+  // Rank 0's all-gathers: the root's and each block's in forward over all 8
+  // ranks, the blocks' again in backward over its group of 4 (send_count).
+  std::vector<std::string> groups;
+  for (const TraceEvent& e : run.trace->tracks()[0].events)
+    if (e.kind == TraceEvent::Kind::collective && e.name == "all_gather")
+      for (const auto& [key, value] : e.args)
+        if (key == "send_count") groups.push_back(value);
+  ASSERT_EQ(groups.size(), 6u);  // embeddings, final norm, block 0, block 1; block 1, block 0 again
+  for (int i : {2, 3}) EXPECT_EQ(std::stoul(groups[i]), (block + 7) / 8) << "forward: a shard over all 8";
+  for (int i : {4, 5}) EXPECT_EQ(std::stoul(groups[i]), (block + 3) / 4) << "backward: a secondary shard over 4";
+  const std::string refused = labkit::test::error_of(4, [&](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, 2, {.hpz_group = 2});
+  });
+  EXPECT_NE(refused.find("hpz_group=2 at stage 2"), std::string::npos) << refused;
+}
+
 TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {
   EXPECT_EQ(memory::count_parameters(architecture_of(kConfig)).total, double(Gpt(kConfig, 1).parameter_count()));
 }

@@ -266,9 +266,12 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   precision.weights = p.precision;
   const ModelStateBytes state = model_state_bytes(local, precision, find_optimizer(p.optimizer), p.zero, shard);
   const std::string sharded = p.zero ? fmt::format(" (ZeRO-{} over {})", p.zero, shard) : "";
-  b.lines.push_back({"weights", state.weights, fmt::format("{}{}{}", name_of(p.precision), split,
-                                                           p.zero >= 3 ? sharded : "")});
   const Units units = fsdp_units(model, local);
+  const double secondary = p.zero >= 3 && p.hpz > 0 ? (local - units.root) / p.hpz * bytes_per_element(p.precision) : 0;
+  b.lines.push_back({"weights", state.weights + secondary,
+                     fmt::format("{}{}{}{}", name_of(p.precision), split, p.zero >= 3 ? sharded : "",
+                                 secondary ? fmt::format(", + hpZ's secondary shard of the layers over {}", p.hpz)
+                                           : "")});
   const double grad_bytes = bytes_per_element(precision.grads), weight_bytes = bytes_per_element(p.precision);
   const bool whole_grads = p.zero >= 2, whole_weights = p.zero >= 3;
   b.lines.push_back({"gradients", state.grads + (whole_grads ? (units.root + units.layer) * grad_bytes : 0),

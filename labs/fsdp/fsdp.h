@@ -31,6 +31,7 @@ struct Options {
   std::vector<int> stages = {0, 1, 2, 3};
   int hsdp = 0;  // HSDP: shard within groups of this many ranks, replicate across them (0: shard over all)
   bool reshard_after_forward = true;  // stage 3: free each block after its forward (else keep it to its backward)
+  int hpz = 0;  // stage 3, ZeRO++'s hpZ: a secondary shard of each block within groups of this many ranks (0: none)
   int steps = 10, batch = 16;
   std::string optimizer = "sgd";
   float lr = 0.05f;

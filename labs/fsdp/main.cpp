@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
   CLI::Option* stages = app.add_option("--stage", o.stages, "ZeRO stage: 0 (DDP), 1 (optimizer state), 2 (and gradients), 3 (and "
                                       "parameters: FSDP); several: a row each")
       ->capture_default_str()->check(cli::in_range(0, 3));
+  app.add_option("--hpz", o.hpz, "stage 3, ZeRO++'s hierarchical partitioning: keep a secondary shard of each "
+                                 "block within groups of G neighbouring ranks (a node's) for backward's gathers")
+      ->check(cli::at_least(1));
   app.add_option("--hsdp", o.hsdp, "HSDP: shard within groups of G neighbouring ranks (a node's), replicate across "
                                    "the groups")
       ->check(cli::at_least(1));
@@ -124,6 +127,19 @@ int main(int argc, char** argv) {
       if (o.sweep.over == "hidden")
         throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
     }
+    if (o.hpz > 0) {
+      if (run_options.backend == "sim" && run_options.ranks % o.hpz != 0)
+        throw Error(fmt::format("--hpz {}: does not divide --ranks {} into equal groups", o.hpz, run_options.ranks));
+      if (o.hsdp > 0) throw Error(fmt::format("--hpz {} with --hsdp {}: HSDP already gathers within its groups", o.hpz, o.hsdp));
+      if (!o.reshard_after_forward)
+        throw Error(fmt::format("--hpz {} with --reshard-after-forward off: nothing is gathered again for backward",
+                                o.hpz));
+      if (stages->count() == 0) o.stages = {3};
+      if (o.stages != std::vector<int>{3})
+        throw Error(fmt::format("--hpz {}: a stage-3 technique; drop --stage or give --stage 3", o.hpz));
+      if (!o.what_if.empty() || !o.sweep.over.empty())
+        throw Error(fmt::format("--hpz {}: the tiny GPT's run, not --what-if or --sweep (for now)", o.hpz));
+    }
     if (o.prefetch != "none" && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
                               o.prefetch));
@@ -151,7 +167,9 @@ int main(int argc, char** argv) {
     fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks{}, global batch {}, {} steps, {}; per step, rank 0\n",
                r0.parameters, r0.ranks,
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format(" (HSDP: sharded in {} groups of {}, replicated across them)",
-                                                             r0.ranks / o.hsdp, o.hsdp) : "",
+                                                             r0.ranks / o.hsdp, o.hsdp)
+               : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} groups of {})", r0.ranks / o.hpz, o.hpz)
+                           : "",
                o.batch, o.steps, o.optimizer);
     fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage",
                "each rank keeps", "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1",

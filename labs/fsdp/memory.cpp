@@ -31,6 +31,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   plan.reshard_after_forward = o.reshard_after_forward;
   const Prefetch prefetch = parse_prefetch(o.prefetch);  // a pass prefetches where it gathers
   plan.prefetch = prefetches_forward(prefetch) || (prefetches_backward(prefetch) && o.reshard_after_forward);
+  plan.hpz = o.hpz;
   const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
   auto estimated = [&](const std::string& component) {
     for (const memory::Line& l : estimate.lines)

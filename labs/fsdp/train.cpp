@@ -57,7 +57,8 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     FullyShardedGpt sharded(comm, model, stage,
                             {.shard_group = o.hsdp,
                              .reshard_after_forward = o.reshard_after_forward,
-                             .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none});
+                             .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none,
+                             .hpz_group = stage == 3 ? o.hpz : 0});
     Optimizer optimizer(o);
     const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
@@ -90,11 +91,14 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
       out.largest_block = std::max(out.largest_block, units[u].layout.count);
     out.kept = units.front().layout.count + units.back().layout.count;
     out.memory = comm.memory();
-    const double kept = double(units.front().layout.padded() + units.back().layout.padded());
     const double padded = double(out.parameters + out.padding);
-    // Stage 3 gathers each block twice, unless it keeps them whole from forward to backward.
-    const bool twice = stage == 3 && o.reshard_after_forward;
-    out.formula = stage == 0 ? 2.0 * double(out.parameters) : twice ? 3 * padded - kept : 2 * padded;
+    // Stage 3 gathers each block twice, unless it keeps them whole from forward
+    // to backward; the second time from hpZ's secondary shards, padded for its group.
+    double regathered = 0;
+    if (stage == 3 && o.reshard_after_forward)
+      for (std::size_t u = 1; u + 1 < units.size(); ++u)
+        regathered += double(o.hpz > 0 ? units[u].secondary.padded() : units[u].layout.padded());
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : 2 * padded + regathered;
     if (out.shard_group < out.ranks) out.formula += 2.0 * double(out.shard);  // HSDP: the shards' allreduce across groups
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),

@@ -38,6 +38,20 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
   if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
     fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
          comm.size());
+  const int hpz = options.hpz_group;
+  if (hpz < 0 || (hpz > 0 && comm.size() % hpz != 0))
+    fail(comm.who(), "FullyShardedGpt", "hpz_group={} does not divide the {} ranks into equal groups", hpz, comm.size());
+  if (hpz > 0 && (stage != 3 || !options.reshard_after_forward))
+    fail(comm.who(), "FullyShardedGpt", "hpz_group={} at stage {}{}: hpZ keeps a secondary shard for backward's "
+         "second gather, which only stage 3 resharding after forward makes", hpz, stage,
+         options.reshard_after_forward ? "" : " without resharding after forward");
+  if (hpz > 0 && shard_group > 0 && shard_group < comm.size())
+    fail(comm.who(), "FullyShardedGpt", "hpz_group={} with shard_group={}: HSDP already gathers within its group", hpz,
+         shard_group);
+  if (hpz > 0) {
+    mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / hpz}, {"node", hpz}});
+    hpz_comm_ = &mesh_->group("node");
+  }
   if (shard_group > 0 && shard_group < comm.size()) {
     if (stage == 0) fail(comm.who(), "FullyShardedGpt", "shard_group={} at stage 0: nothing is sharded", shard_group);
     mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"replicate", comm.size() / shard_group},
@@ -59,15 +73,26 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
     for (int l = 0; l < model.config().layers; ++l) units_.push_back({model.layer_range(l), {}, 0});
     units_.push_back({order.front(), {}, 0});
   }
-  std::size_t offset = 0, largest = 0;
-  for (Unit& u : units_) {
+  std::size_t offset = 0, secondary = 0, largest = 0;
+  for (std::size_t i = 0; i < units_.size(); ++i) {
+    Unit& u = units_[i];
     u.layout = shard_layout(u.range.count, shard_comm_->size());
     u.shard_offset = offset;
     offset += u.layout.shard;
     largest = std::max(largest, u.layout.padded());
+    if (hpz_comm_ && i > 0 && i + 1 < units_.size()) {  // a block
+      u.secondary = shard_layout(u.range.count, hpz_comm_->size());
+      u.secondary_offset = secondary;
+      secondary += u.secondary.shard;
+    }
   }
   flat_.resize(largest);
-  if (options.prefetch != Prefetch::none) prefetch_.resize(largest);
+  secondary_.resize(secondary);
+  if (options.prefetch != Prefetch::none) {
+    std::size_t buffer = largest;
+    for (const Unit& u : units_) buffer = std::max(buffer, u.secondary.padded());
+    prefetch_.resize(buffer);
+  }
   param_shard_.resize(offset);
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
@@ -175,10 +200,11 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   std::vector<int> blocks(layers);
   for (int l = 0; l < layers; ++l) blocks[l] = l;
   const auto nothing = [](int) {};
-  pass(blocks, true, prefetches_forward(prefetch_policy_), reshard_after_forward_, [&](int l) {
+  pass(blocks, {.prefetch = prefetches_forward(prefetch_policy_), .free = reshard_after_forward_}, [&](int l) {
     const double started = comm_.now();
     model_.forward_layers(l, l + 1);
     comm_.computed(fmt::format("forward block {}", l), started, block);
+    if (hpz_comm_) keep_secondary(units_[1 + l]);
   }, nothing);
   double started = comm_.now();
   const float loss = model_.head(targets);
@@ -188,8 +214,11 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   model_.backward_head();
   comm_.computed("backward head", started, 2 * head);
   // Backward, from the last block: each block's gradients whole from its
-  // backward to its reduce-scatter. Kept whole since forward, a block is not gathered again.
-  pass({blocks.rbegin(), blocks.rend()}, reshard_after_forward_, prefetches_backward(prefetch_policy_), true,
+  // backward to its reduce-scatter. Kept whole since forward, a block is not
+  // gathered again; with hpZ, it is gathered from the secondary shards.
+  pass({blocks.rbegin(), blocks.rend()},
+       {.gather = reshard_after_forward_, .prefetch = prefetches_backward(prefetch_policy_),
+        .from_secondary = hpz_comm_ != nullptr},
        [&](int l) {
          track(MemoryUse::gradients, units_[1 + l], +1);
          const double started = comm_.now();
@@ -199,6 +228,8 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
        [&](int l) {
          reduce_scatter_gradients(units_[1 + l]);
          free_gradients(units_[1 + l]);
+         if (hpz_comm_)
+           comm_.track_memory(MemoryUse::weights, -std::int64_t(units_[1 + l].secondary.shard * sizeof(float)));
        });
   model_.backward_embed();
   for (const Unit* kept : {&embeddings, &final_norm}) {
@@ -210,28 +241,33 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   return loss;
 }
 
-// Each block: gathered unless `gather_each` is false (kept whole since
-// forward), compute(l), freed if `free_each`, then after(l). Without prefetch
-// a gathered and freed block is exercise 6.3's gather_compute_free.
-// Prefetched, block i + 1's all-gather is issued as block i starts, into
-// prefetch_, and copied into its run of the parameters when it is needed.
-void FullyShardedGpt::pass(const std::vector<int>& blocks, bool gather_each, bool prefetched, bool free_each,
-                           const std::function<void(int)>& compute, const std::function<void(int)>& after) {
+// Each block: gathered unless kept whole since forward, compute(l), freed
+// unless kept for backward, then after(l). Without prefetch a gathered and
+// freed block is exercise 6.3's gather_compute_free. Prefetched, block i + 1's
+// all-gather is issued as block i starts, into prefetch_, and copied into its
+// run of the parameters when it is needed.
+void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::function<void(int)>& compute,
+                           const std::function<void(int)>& after) {
   Tensor& params = model_.parameters();
-  prefetched = prefetched && gather_each;
+  Comm& group = how.from_secondary ? *hpz_comm_ : *shard_comm_;
+  const auto shard = [&](const Unit& u) {
+    return how.from_secondary ? view_of(secondary_.data() + u.secondary_offset, u.secondary.shard)
+                              : shard_of_unit(param_shard_, u);
+  };
+  const bool prefetched = how.prefetch && how.gather;
   const auto start_gather = [&](int l) {
     const Unit& unit = units_[1 + l];
     track(MemoryUse::prefetched, unit, +1);
-    return shard_comm_->i_all_gather(shard_of_unit(param_shard_, unit), view_of(prefetch_.data(), unit.layout.padded()));
+    const std::size_t padded = (how.from_secondary ? unit.secondary : unit.layout).padded();
+    return group.i_all_gather(shard(unit), view_of(prefetch_.data(), padded));
   };
   Request next;
   if (prefetched && !blocks.empty()) next = start_gather(blocks.front());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const int l = blocks[i];
     const Unit& unit = units_[1 + l];
-    if (gather_each && free_each && !prefetched) {
-      gather_compute_free(*shard_comm_, shard_of_unit(param_shard_, unit), run_of(params, unit.range),
-                          [&] { compute(l); });
+    if (how.gather && how.free && !prefetched) {
+      gather_compute_free(group, shard(unit), run_of(params, unit.range), [&] { compute(l); });
     } else {
       if (prefetched) {
         next.wait();
@@ -239,18 +275,26 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, bool gather_each, boo
         track(MemoryUse::prefetched, unit, -1);
         track(MemoryUse::gathered, unit, +1);
         if (i + 1 < blocks.size()) next = start_gather(blocks[i + 1]);
-      } else if (gather_each) {
-        gather(unit, params);
+      } else if (how.gather) {
+        unshard(group, shard(unit), run_of(params, unit.range));
         track(MemoryUse::gathered, unit, +1);
       }
       compute(l);
-      if (free_each) {
+      if (how.free) {
         mark_freed(run_of(params, unit.range));
         track(MemoryUse::gathered, unit, -1);
       }
     }
     after(l);
   }
+}
+
+// hpZ: while a block is whole after its forward, this rank keeps its slice of
+// it over the hpZ group; backward gathers the block from those slices.
+void FullyShardedGpt::keep_secondary(const Unit& unit) {
+  shard_of(run_of(model_.parameters(), unit.range), view_of(secondary_.data() + unit.secondary_offset,
+                                                            unit.secondary.shard), hpz_comm_->rank());
+  comm_.track_memory(MemoryUse::weights, std::int64_t(unit.secondary.shard * sizeof(float)));
 }
 
 void FullyShardedGpt::step(const ShardUpdate& update) {

@@ -143,6 +143,7 @@ struct Plan {
   ActivationLayout activation_layout = ActivationLayout::megatron;
   bool reshard_after_forward = true;  // ZeRO-3: free each layer after its forward (else it stays whole until backward)
   bool prefetch = false;              // ZeRO-3: the next layer gathering while the current one computes
+  int hpz = 0;  // ZeRO-3, ZeRO++'s hpZ: every layer's secondary shard over this many GPUs, forward to backward
   double micro_batch = 1, seq = 2048;
   double batch = 1;      // inference: concurrent sequences
   Precision kv_dtype = Precision::bf16;

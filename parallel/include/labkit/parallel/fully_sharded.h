@@ -92,6 +92,13 @@ struct ShardingOptions {
   // Stage 3: gather the next block while this one computes, into a buffer of
   // its own (MemoryUse::prefetched until it computes).
   Prefetch prefetch = Prefetch::none;
+  // Stage 3, ZeRO++'s hierarchical partitioning (hpZ; Wang et al. 2023,
+  // DeepSpeed's zero_hpz_partition_size): once a block is gathered for its
+  // forward, each rank keeps a secondary shard of it over its group of this
+  // many neighbouring ranks (a node's), and backward gathers the block from
+  // those, inside the group: N/G more weights held from forward to backward,
+  // and backward's gathers off the network. 0: none.
+  int hpz_group = 0;
 };
 
 class FullyShardedGpt {
@@ -102,6 +109,8 @@ class FullyShardedGpt {
     ParameterRange range;
     ShardLayout layout;
     std::size_t shard_offset;
+    ShardLayout secondary = {};  // hpZ: over the group (blocks only)
+    std::size_t secondary_offset = 0;
   };
 
   // Every rank's `model` starts from the same weights (the same seed); each
@@ -140,11 +149,16 @@ class FullyShardedGpt {
   float forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
                                             int T);
   void track(MemoryUse use, const Unit& unit, int sign);  // +1: the unit's whole tensor allocated, -1: freed
-  // Stage 3's pass over `blocks` in order: each whole while compute(l) runs,
-  // then after(l). Prefetched, the next block's all-gather runs into prefetch_
-  // while this one computes.
-  void pass(const std::vector<int>& blocks, bool gather_each, bool prefetched, bool free_each,
-            const std::function<void(int)>& compute, const std::function<void(int)>& after);
+  // How stage 3 passes over the blocks: gather each (else it is whole since
+  // forward), prefetched or not, from the primary shards or hpZ's secondary,
+  // and free each after it computes (else it stays whole for backward).
+  struct Pass {
+    bool gather = true, prefetch = false, from_secondary = false, free = true;
+  };
+  // Each block in order whole while compute(l) runs, then after(l).
+  void pass(const std::vector<int>& blocks, Pass how, const std::function<void(int)>& compute,
+            const std::function<void(int)>& after);
+  void keep_secondary(const Unit& unit);  // hpZ: this rank's slice of a whole block, over its group
 
   Comm& comm_;
   Gpt& model_;
@@ -154,8 +168,10 @@ class FullyShardedGpt {
   std::unique_ptr<Mesh> mesh_;     // HSDP's ("replicate", "shard") groups; null when sharding over all ranks
   Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
   Comm* replicate_comm_ = nullptr;  // HSDP: the same shard in every other group
+  Comm* hpz_comm_ = nullptr;        // hpZ: the group a block's secondary shards are spread over
   std::vector<Unit> units_;
   std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
+  std::vector<float> secondary_;                 // hpZ: this rank's secondary shard of every block
   std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
   std::vector<float> prefetch_;                  // the next block's parameters, padded, as its all-gather lands
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
