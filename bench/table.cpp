@@ -17,6 +17,7 @@ std::string_view type_name(DType dtype) {
     case DType::f64: return "double";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::u8: return "uint8";
     case DType::bf16: return "bfloat16";
   }
   return "?";

@@ -39,6 +39,7 @@ MPI_Datatype mpi_type(DType dtype) {
     case DType::f64: return MPI_DOUBLE;
     case DType::i32: return MPI_INT32_T;
     case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
     case DType::bf16: return MPI_UINT16_T;  // MPI has no bf16: 2-byte elements, reduced by bf16_op
   }
   return MPI_BYTE;

@@ -348,6 +348,7 @@ std::vector<std::vector<double>> Comm::inspect(View buf) {
         case DType::f64: { double v; std::memcpy(&v, p, 8); row[i] = v; break; }
         case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); row[i] = v; break; }
         case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); row[i] = double(v); break; }
+        case DType::u8: row[i] = double(std::to_integer<std::uint8_t>(*p)); break;
         case DType::bf16: { bfloat16 v; std::memcpy(&v, p, 2); row[i] = to_float(v); break; }
       }
     }

@@ -10,7 +10,7 @@
 namespace labkit {
 
 namespace {
-constexpr std::array kDTypeNames = {"f32", "f64", "i32", "i64", "bf16"};
+constexpr std::array kDTypeNames = {"f32", "f64", "i32", "i64", "bf16", "u8"};
 constexpr std::array kOpNames = {"sum", "prod", "min", "max", "avg"};
 
 template <class T>
@@ -67,6 +67,7 @@ void divide_bf16(bfloat16* inout, std::size_t n, int divisor) {
 
 std::size_t size_of(DType dtype) {
   switch (dtype) {
+    case DType::u8: return 1;
     case DType::bf16: return 2;
     case DType::f32: case DType::i32: return 4;
     case DType::f64: case DType::i64: return 8;
@@ -80,7 +81,7 @@ std::string_view name_of(ReduceOp op) { return kOpNames[static_cast<int>(op)]; }
 DType parse_dtype(std::string_view name) {
   for (std::size_t i = 0; i < kDTypeNames.size(); ++i)
     if (name == kDTypeNames[i]) return static_cast<DType>(i);
-  throw std::invalid_argument("unknown dtype '" + std::string(name) + "' (f32, f64, i32, i64, bf16)");
+  throw std::invalid_argument("unknown dtype '" + std::string(name) + "' (f32, f64, i32, i64, bf16, u8)");
 }
 
 ReduceOp parse_reduce_op(std::string_view name) {
@@ -98,6 +99,7 @@ void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::si
     case DType::i32: return reduce_typed(op, static_cast<const std::int32_t*>(in), static_cast<std::int32_t*>(inout), count);
     case DType::i64: return reduce_typed(op, static_cast<const std::int64_t*>(in), static_cast<std::int64_t*>(inout), count);
     case DType::bf16: return reduce_bf16(op, static_cast<const bfloat16*>(in), static_cast<bfloat16*>(inout), count);
+    case DType::u8: return reduce_typed(op, static_cast<const std::uint8_t*>(in), static_cast<std::uint8_t*>(inout), count);
   }
 }
 
@@ -110,6 +112,7 @@ void divide_local(DType dtype, void* inout, std::size_t count, int divisor) {
     case DType::i32: return divide_typed(static_cast<std::int32_t*>(inout), count, divisor);
     case DType::i64: return divide_typed(static_cast<std::int64_t*>(inout), count, divisor);
     case DType::bf16: return divide_bf16(static_cast<bfloat16*>(inout), count, divisor);
+    case DType::u8: return divide_typed(static_cast<std::uint8_t*>(inout), count, divisor);
   }
 }
 
@@ -120,6 +123,7 @@ double load_element(DType dtype, const void* data, std::size_t i) {
     case DType::i32: return static_cast<const std::int32_t*>(data)[i];
     case DType::i64: return double(static_cast<const std::int64_t*>(data)[i]);
     case DType::bf16: return to_float(static_cast<const bfloat16*>(data)[i]);
+    case DType::u8: return static_cast<const std::uint8_t*>(data)[i];
   }
   return 0;
 }
@@ -131,6 +135,7 @@ void store_element(DType dtype, void* data, std::size_t i, double value) {
     case DType::i32: static_cast<std::int32_t*>(data)[i] = std::int32_t(value); return;
     case DType::i64: static_cast<std::int64_t*>(data)[i] = std::int64_t(value); return;
     case DType::bf16: static_cast<bfloat16*>(data)[i] = to_bf16(float(value)); return;
+    case DType::u8: static_cast<std::uint8_t*>(data)[i] = std::uint8_t(value); return;
   }
 }
 

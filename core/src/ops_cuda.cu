@@ -408,6 +408,7 @@ void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size
     case DType::i64:
       reduce_kernel<<<grid, 256>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
       break;
+    case DType::u8: reduce_kernel<<<grid, 256>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
     case DType::bf16:
       reduce_kernel<__nv_bfloat16, float><<<grid, 256>>>(op, static_cast<const __nv_bfloat16*>(in),
                                                           static_cast<__nv_bfloat16*>(inout), n);
@@ -425,6 +426,7 @@ void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
     case DType::i32: divide_kernel<<<grid, 256>>>(static_cast<int*>(inout), n, divisor); break;
     case DType::i64: divide_kernel<<<grid, 256>>>(static_cast<long long*>(inout), n, divisor); break;
     case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, 256>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
+    case DType::u8: divide_kernel<<<grid, 256>>>(static_cast<unsigned char*>(inout), n, divisor); break;
   }
   check(cudaStreamSynchronize(0), "divide_local on the GPU");
 }

@@ -32,6 +32,7 @@ struct Options {
   int hsdp = 0;  // HSDP: shard within groups of this many ranks, replicate across them (0: shard over all)
   bool reshard_after_forward = true;  // stage 3: free each block after its forward (else keep it to its backward)
   int hpz = 0;  // stage 3, ZeRO++'s hpZ: a secondary shard of each block within groups of this many ranks (0: none)
+  bool qwz = false;  // stage 3, ZeRO++'s qwZ: int8 forward gathers, run beside exact stage 3
   int steps = 10, batch = 16;
   std::string optimizer = "sgd";
   float lr = 0.05f;
@@ -64,6 +65,7 @@ struct Optimizer {
 
 struct StageRun {
   int stage = 0, ranks = 0, shard_group = 0;  // shard_group: the ranks that share the state (HSDP's G, else P)
+  bool quantized = false;                      // ZeRO++'s int8 weight gathers: not equal to one rank, by design
   std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
   double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
   double across_nodes = 0;      // the part of it in collectives whose ranks span nodes
@@ -79,7 +81,9 @@ struct StageRun {
 };
 
 // Trains `o.steps` steps at ZeRO `stage` and measures them.
-StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config);
+// quantized: with ZeRO++'s int8 weight gathers (stage 3).
+StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
+               bool quantized = false);
 
 // One rank, no communication, on the whole global batch of every step: what
 // every stage must equal.

@@ -34,11 +34,30 @@
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/quantize.h"
 #include "labkit/units.h"
 
 using namespace fsdp_lab;
 
 namespace {
+
+// Each lossy run's loss, step by step, beside the exact run of its stage (the
+// one before it): what ZeRO++'s quantization costs in training.
+nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (std::size_t i = 1; i < runs.size(); ++i) {
+    if (!runs[i].quantized) continue;
+    const StageRun &exact = runs[i - 1], &lossy = runs[i];
+    fmt::print("stage {}: the global batch's loss, exact beside qwZ (int8 weight gathers)\n", lossy.stage);
+    fmt::print("  {:>5} {:>10} {:>10} {:>11}\n", "step", "exact", "qwZ", "difference");
+    for (std::size_t s = 0; s < lossy.losses.size(); ++s) {
+      fmt::print("  {:>5} {:>10.5f} {:>10.5f} {:>+11.2e}\n", s + 1, exact.losses[s], lossy.losses[s],
+                 double(lossy.losses[s]) - exact.losses[s]);
+      out.push_back({{"stage", lossy.stage}, {"step", s + 1}, {"exact", exact.losses[s]}, {"qwz", lossy.losses[s]}});
+    }
+  }
+  return out;
+}
 
 cli::Sweep parse_sweep(const std::string& text) {
   return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}, {"hidden", 64, 65536, true, ""}});
@@ -67,6 +86,8 @@ int main(int argc, char** argv) {
   app.add_option("--hpz", o.hpz, "stage 3, ZeRO++'s hierarchical partitioning: keep a secondary shard of each "
                                  "block within groups of G neighbouring ranks (a node's) for backward's gathers")
       ->check(cli::at_least(1));
+  app.add_flag("--qwz", o.qwz, "stage 3, ZeRO++'s quantized weights: the forward's all-gathers in int8 blocks, "
+                             "trained beside exact stage 3, loss by loss");
   app.add_option("--hsdp", o.hsdp, "HSDP: shard within groups of G neighbouring ranks (a node's), replicate across "
                                    "the groups")
       ->check(cli::at_least(1));
@@ -127,6 +148,13 @@ int main(int argc, char** argv) {
       if (o.sweep.over == "hidden")
         throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
     }
+    if (o.qwz) {
+      if (stages->count() == 0) o.stages = {3};
+      if (o.stages != std::vector<int>{3})
+        throw Error("--qwz: a stage-3 technique (int8 weight gathers); drop --stage or give --stage 3");
+      if (!o.what_if.empty() || !o.sweep.over.empty())
+        throw Error("--qwz: the tiny GPT's run, not --what-if or --sweep (for now)");
+    }
     if (o.hpz > 0) {
       if (run_options.backend == "sim" && run_options.ranks % o.hpz != 0)
         throw Error(fmt::format("--hpz {}: does not divide --ranks {} into equal groups", o.hpz, run_options.ranks));
@@ -155,7 +183,10 @@ int main(int argc, char** argv) {
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     if (o.bench) return bench(o, run_options, data, config);
     std::vector<StageRun> runs;
-    for (int stage : o.stages) runs.push_back(train(o, run_options, stage, data, config));
+    for (int stage : o.stages) {
+      runs.push_back(train(o, run_options, stage, data, config));
+      if (o.qwz) runs.push_back(train(o, run_options, stage, data, config, true));
+    }
     if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
     const std::vector<float> one_rank = train_one_rank(o, data, config);
@@ -178,13 +209,14 @@ int main(int argc, char** argv) {
     bool all_equal = true;
     for (const StageRun& r : runs) {
       const double weights = relative_difference(r.weights, one_rank);
-      all_equal = all_equal && weights <= limit && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
+      all_equal = all_equal && (r.quantized || weights <= limit) && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
       fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}x\n",
-                 r.stage, kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard,
+                 r.quantized ? fmt::format("{} qwZ", r.stage) : fmt::format("{}", r.stage),
+                 kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard,
                  r.stage == 0 ? 0 : r.padding, r.volume, r.formula, r.volume / double(r.parameters),
                  format_seconds(r.step_seconds), r.losses.back(), weights, r.ranks_agree ? "yes" : "NO",
                  r.across_nodes / double(r.parameters));
-      rows.push_back({{"stage", r.stage}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
+      rows.push_back({{"stage", r.stage}, {"quantized_weights", r.quantized}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
                       {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume},
                       {"across_nodes_parameters_per_step", r.across_nodes}, {"formula", r.formula},
                       {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
@@ -192,19 +224,24 @@ int main(int argc, char** argv) {
     }
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
                "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; across nodes: x N of it in collectives whose ranks span nodes)\n",
-               o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp) : "");
+               o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp)
+               : o.qwz ? fmt::format("; qwZ: the forward's gathers as int8 blocks of {} and an fp32 scale each, "
+                                     "their bytes / 4; its weights leave one rank's by design", kQuantBlock)
+                       : "");
     nlohmann::json memory_rows = nlohmann::json::array();
     for (const StageRun& r : runs)
       for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);
     explain_stage_three_peak(runs);
+    const nlohmann::json losses = print_losses_beside_exact(runs);
     if (!o.plot.empty()) plot_memory(runs, o.plot);
     if (all_equal)
-      fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula\n",
-                 limit, o.optimizer);
+      fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula{}\n",
+                 limit, o.optimizer, o.qwz ? " (qwZ: its weights apart by design, its loss above)" : "");
     else
       fmt::print("MISMATCH: weights past {:g}, ranks that differ, or bytes off the formula\n", limit);
     if (!o.json.empty())
-      create_file(o.json) << nlohmann::json{{"stages", rows}, {"memory", memory_rows}}.dump(2) << '\n';
+      create_file(o.json) << nlohmann::json{{"stages", rows}, {"memory", memory_rows}, {"losses", losses}}.dump(2)
+                          << '\n';
     return all_equal ? 0 : 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);

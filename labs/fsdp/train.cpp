@@ -5,6 +5,7 @@
 #include "fsdp.h"
 #include "labkit/error.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/quantize.h"
 #include "labkit/parallel/sampler.h"
 
 namespace fsdp_lab {
@@ -43,9 +44,11 @@ void find_peak(const std::vector<TraceEvent>& events, StageRun& out) {
 
 }  // namespace
 
-StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config) {
+StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
+               bool quantized) {
   StageRun out;
   out.stage = stage;
+  out.quantized = quantized;
   run_options.keep_trace = true;
   double first = 0, last = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
@@ -58,7 +61,8 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
                             {.shard_group = o.hsdp,
                              .reshard_after_forward = o.reshard_after_forward,
                              .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none,
-                             .hpz_group = stage == 3 ? o.hpz : 0});
+                             .hpz_group = stage == 3 ? o.hpz : 0,
+                             .quantize_weights = quantized});
     Optimizer optimizer(o);
     const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
@@ -98,7 +102,14 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     if (stage == 3 && o.reshard_after_forward)
       for (std::size_t u = 1; u + 1 < units.size(); ++u)
         regathered += double(o.hpz > 0 ? units[u].secondary.padded() : units[u].layout.padded());
-    out.formula = stage == 0 ? 2.0 * double(out.parameters) : 2 * padded + regathered;
+    // qwZ: the forward's gathers send every rank's shard as int8 blocks and their scales.
+    double forward = padded;
+    if (quantized) {
+      forward = 0;
+      for (const FullyShardedGpt::Unit& u : units)
+        forward += double(quantized_bytes(u.layout.shard) * std::size_t(out.ranks)) / sizeof(float);
+    }
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : forward + padded + regathered;
     if (out.shard_group < out.ranks) out.formula += 2.0 * double(out.shard);  // HSDP: the shards' allreduce across groups
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),

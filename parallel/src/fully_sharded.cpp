@@ -9,6 +9,7 @@
 
 #include "labkit/error.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/quantize.h"
 
 namespace labkit {
 
@@ -88,11 +89,19 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
   }
   flat_.resize(largest);
   secondary_.resize(secondary);
-  if (options.prefetch != Prefetch::none) {
+  if (options.prefetch != Prefetch::none || options.quantize_weights) {
     std::size_t buffer = largest;
     for (const Unit& u : units_) buffer = std::max(buffer, u.secondary.padded());
     prefetch_.resize(buffer);
   }
+  if (options.quantize_weights) {
+    if (stage != 3) fail(comm.who(), "FullyShardedGpt", "quantize_weights at stage {}: only stage 3 gathers weights", stage);
+    std::size_t shard = 0;
+    for (const Unit& u : units_) shard = std::max(shard, u.layout.shard);
+    quantized_shard_.resize(quantized_bytes(shard));
+    quantized_gathered_.resize(quantized_bytes(shard) * std::size_t(shard_comm_->size()));
+  }
+  quantize_weights_ = options.quantize_weights;
   param_shard_.resize(offset);
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
@@ -193,14 +202,22 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
   Tensor& params = model_.parameters();
   const Unit &embeddings = units_.front(), &final_norm = units_.back();
   for (const Unit* kept : {&embeddings, &final_norm}) {
-    gather(*kept, params);
+    if (quantize_weights_) {
+      start_gather(*shard_comm_, shard_of_unit(param_shard_, *kept), true).wait();
+      land(*shard_comm_, *kept, kept->layout.shard, true);
+    } else {
+      gather(*kept, params);
+    }
     track(MemoryUse::gathered, *kept, +1);
   }
   model_.embed(tokens);
   std::vector<int> blocks(layers);
   for (int l = 0; l < layers; ++l) blocks[l] = l;
   const auto nothing = [](int) {};
-  pass(blocks, {.prefetch = prefetches_forward(prefetch_policy_), .free = reshard_after_forward_}, [&](int l) {
+  pass(blocks,
+       {.prefetch = prefetches_forward(prefetch_policy_), .free = reshard_after_forward_,
+        .quantized = quantize_weights_},
+       [&](int l) {
     const double started = comm_.now();
     model_.forward_layers(l, l + 1);
     comm_.computed(fmt::format("forward block {}", l), started, block);
@@ -242,10 +259,10 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
 }
 
 // Each block: gathered unless kept whole since forward, compute(l), freed
-// unless kept for backward, then after(l). Without prefetch a gathered and
-// freed block is exercise 6.3's gather_compute_free. Prefetched, block i + 1's
-// all-gather is issued as block i starts, into prefetch_, and copied into its
-// run of the parameters when it is needed.
+// unless kept for backward, then after(l). Without prefetch or quantization a
+// gathered and freed block is exercise 6.3's gather_compute_free. Prefetched,
+// block i + 1's all-gather is issued as block i starts and lands when block
+// i + 1 is needed.
 void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::function<void(int)>& compute,
                            const std::function<void(int)>& after) {
   Tensor& params = model_.parameters();
@@ -255,29 +272,31 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
                               : shard_of_unit(param_shard_, u);
   };
   const bool prefetched = how.prefetch && how.gather;
-  const auto start_gather = [&](int l) {
-    const Unit& unit = units_[1 + l];
-    track(MemoryUse::prefetched, unit, +1);
-    const std::size_t padded = (how.from_secondary ? unit.secondary : unit.layout).padded();
-    return group.i_all_gather(shard(unit), view_of(prefetch_.data(), padded));
-  };
   Request next;
-  if (prefetched && !blocks.empty()) next = start_gather(blocks.front());
+  const auto prefetch = [&](int l) {
+    track(MemoryUse::prefetched, units_[1 + l], +1);
+    next = start_gather(group, shard(units_[1 + l]), how.quantized);
+  };
+  if (prefetched && !blocks.empty()) prefetch(blocks.front());
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const int l = blocks[i];
     const Unit& unit = units_[1 + l];
-    if (how.gather && how.free && !prefetched) {
+    if (how.gather && how.free && !prefetched && !how.quantized) {
       gather_compute_free(group, shard(unit), run_of(params, unit.range), [&] { compute(l); });
     } else {
-      if (prefetched) {
-        next.wait();
-        std::copy_n(prefetch_.begin(), unit.range.count, params.data() + unit.range.offset);
-        track(MemoryUse::prefetched, unit, -1);
+      if (how.gather) {
+        if (prefetched) {
+          next.wait();
+          track(MemoryUse::prefetched, unit, -1);
+          land(group, unit, shard(unit).count, how.quantized);
+        } else if (how.quantized) {
+          start_gather(group, shard(unit), true).wait();
+          land(group, unit, shard(unit).count, true);
+        } else {
+          unshard(group, shard(unit), run_of(params, unit.range));
+        }
         track(MemoryUse::gathered, unit, +1);
-        if (i + 1 < blocks.size()) next = start_gather(blocks[i + 1]);
-      } else if (how.gather) {
-        unshard(group, shard(unit), run_of(params, unit.range));
-        track(MemoryUse::gathered, unit, +1);
+        if (prefetched && i + 1 < blocks.size()) prefetch(blocks[i + 1]);
       }
       compute(l);
       if (how.free) {
@@ -287,6 +306,23 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
     }
     after(l);
   }
+}
+
+Request FullyShardedGpt::start_gather(Comm& group, View shard, bool quantized) {
+  const auto p = std::size_t(group.size());
+  if (!quantized) return group.i_all_gather(shard, view_of(prefetch_.data(), shard.count * p));
+  const std::size_t bytes = quantized_bytes(shard.count);
+  quantize_int8({static_cast<const float*>(shard.data), shard.count}, {quantized_shard_.data(), bytes});
+  return group.i_all_gather({quantized_shard_.data(), bytes, DType::u8}, {quantized_gathered_.data(), bytes * p, DType::u8});
+}
+
+void FullyShardedGpt::land(Comm& group, const Unit& unit, std::size_t shard, bool quantized) {
+  if (quantized) {
+    const std::size_t bytes = quantized_bytes(shard);
+    for (std::size_t r = 0; r < std::size_t(group.size()); ++r)
+      dequantize_int8({quantized_gathered_.data() + r * bytes, bytes}, {prefetch_.data() + r * shard, shard});
+  }
+  std::copy_n(prefetch_.begin(), unit.range.count, model_.parameters().data() + unit.range.offset);
 }
 
 // hpZ: while a block is whole after its forward, this rank keeps its slice of

@@ -8,7 +8,7 @@
 
 namespace labkit {
 
-enum class DType { f32, f64, i32, i64, bf16 };
+enum class DType { f32, f64, i32, i64, bf16, u8 };  // u8: raw bytes (quantized payloads)
 enum class ReduceOp { sum, prod, min, max, avg };
 
 std::size_t size_of(DType dtype);
@@ -52,6 +52,7 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 // inout[i] = op(inout[i], in[i]) for i < count. avg is not an elementwise operator:
 // the Comm runs an avg collective as sum and then calls divide_local (as NCCL does).

@@ -99,6 +99,11 @@ struct ShardingOptions {
   // those, inside the group: N/G more weights held from forward to backward,
   // and backward's gathers off the network. 0: none.
   int hpz_group = 0;
+  // Stage 3, ZeRO++'s quantized weights (qwZ): every forward all-gather sends
+  // int8 blocks (quantize.h) instead of fp32, a quarter of the bytes and some
+  // precision; backward's gathers stay exact (or come from hpZ's shards, which
+  // keep what the forward gathered).
+  bool quantize_weights = false;
 };
 
 class FullyShardedGpt {
@@ -144,6 +149,10 @@ class FullyShardedGpt {
  private:
   View shard_of_unit(std::vector<float>& shards, const Unit& unit);
   void gather(const Unit& unit, Tensor& into);  // this unit's parameters, whole, into its run of `into`
+  // A unit's all-gather from `shard` over `group` into prefetch_, fp32 or
+  // (quantized) int8 blocks; land() puts it, dequantized, into its run of the parameters.
+  Request start_gather(Comm& group, View shard, bool quantized);
+  void land(Comm& group, const Unit& unit, std::size_t shard, bool quantized);
   void reduce_scatter_gradients(const Unit& unit);
   void free_gradients(const Unit& unit);  // after the reduce-scatter: the whole gradients freed
   float forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
@@ -153,7 +162,7 @@ class FullyShardedGpt {
   // forward), prefetched or not, from the primary shards or hpZ's secondary,
   // and free each after it computes (else it stays whole for backward).
   struct Pass {
-    bool gather = true, prefetch = false, from_secondary = false, free = true;
+    bool gather = true, prefetch = false, from_secondary = false, free = true, quantized = false;
   };
   // Each block in order whole while compute(l) runs, then after(l).
   void pass(const std::vector<int>& blocks, Pass how, const std::function<void(int)>& compute,
@@ -164,6 +173,7 @@ class FullyShardedGpt {
   Gpt& model_;
   int stage_;
   bool reshard_after_forward_;
+  bool quantize_weights_ = false;
   Prefetch prefetch_policy_;
   std::unique_ptr<Mesh> mesh_;     // HSDP's ("replicate", "shard") groups; null when sharding over all ranks
   Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
@@ -174,6 +184,7 @@ class FullyShardedGpt {
   std::vector<float> secondary_;                 // hpZ: this rank's secondary shard of every block
   std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
   std::vector<float> prefetch_;                  // the next block's parameters, padded, as its all-gather lands
+  std::vector<std::uint8_t> quantized_shard_, quantized_gathered_;  // qwZ's wire format, this rank's and all
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
 
