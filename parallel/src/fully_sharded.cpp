@@ -194,7 +194,9 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
 
 // Stage 3: gather each block just before it computes, forward and again
 // backward, and free it right after (gather_compute_free); the embeddings and
-// the final norm stay gathered for the step.
+// the final norm stay gathered for the step. The options change how (pass):
+// prefetched, quantized (qwZ), backward from secondary shards (hpZ), or kept
+// whole from forward to backward.
 float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int>& tokens,
                                                            const std::vector<int>& targets, int B, int T) {
   const int layers = model_.config().layers;
@@ -218,11 +220,12 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
        {.prefetch = prefetches_forward(prefetch_policy_), .free = reshard_after_forward_,
         .quantized = quantize_weights_},
        [&](int l) {
-    const double started = comm_.now();
-    model_.forward_layers(l, l + 1);
-    comm_.computed(fmt::format("forward block {}", l), started, block);
-    if (hpz_comm_) keep_secondary(units_[1 + l]);
-  }, nothing);
+         const double started = comm_.now();
+         model_.forward_layers(l, l + 1);
+         comm_.computed(fmt::format("forward block {}", l), started, block);
+         if (hpz_comm_) keep_secondary(units_[1 + l]);
+       },
+       nothing);
   double started = comm_.now();
   const float loss = model_.head(targets);
   comm_.computed("forward head", started, head);

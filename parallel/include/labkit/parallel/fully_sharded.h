@@ -35,6 +35,11 @@
 // sends the same 2N or 3N in its group plus 2N/G across groups, and keeps
 // 1/G of the state instead of 1/P.
 //
+// Stage 3's options (ShardingOptions): prefetch the next block under the
+// current one's compute; ZeRO++ (Wang et al. 2023) cuts what crosses nodes:
+// hpZ keeps a secondary shard of each block within a node so that backward
+// gathers there, and qwZ sends the forward's gathers as int8 blocks.
+//
 // What a rank does not keep, it does not have: the model's buffers outside
 // what this rank holds are filled with NaN (mark_freed), so computing with a
 // parameter or gradient that was freed and not gathered again poisons the
