@@ -125,8 +125,8 @@ int main(int argc, char** argv) {
          "each stage's memory per GPU and exposed communication; hidden=A..B: its layer at hidden A, 2A, ... B, "
          "stage 3 on --ranks: where prefetching hides the all-gather, measured and by alpha-beta")
       ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
-  app.add_option("--plot", o.plot, "draw each stage's memory at rank 0's peak, stacked by use, to this SVG or PNG "
-                                   "(gnuplot)");
+  app.add_option("--plot", o.plot, "draw each stage's memory at rank 0's peak, stacked by use (with --sweep "
+                                   "hidden: T_f and T_g over the hidden sizes), to this SVG or PNG (gnuplot)");
   app.add_flag("--bench", o.bench, "time the simulation itself: stage 3 against stage 0 on the tiny GPT, and a "
                                    "payload-free 70B stage-3 step on 1024 ranks");
   add_run_options(app, run_options);

@@ -11,6 +11,8 @@
 // payload-free step.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
 #include <optional>
 
 #include <fmt/format.h>
@@ -69,6 +71,32 @@ Walk measure_forward(const Trace& trace, int layers) {
   std::nth_element(gaps.begin(), gaps.begin() + gaps.size() / 2, gaps.end());
   const double compute = forward[1]->end - forward[1]->start, exposed = gaps[gaps.size() / 2] - compute;
   return {compute, exposed > 1e-9 * compute ? exposed : 0};  // the subtraction's rounding is no exposure
+}
+
+// T_f and T_g over the hidden sizes, log-log: two lines that cross at the
+// boundary, T_g's latency floor on the left (gnuplot).
+void plot_boundary(const nlohmann::json& rows, std::optional<int> boundary, const std::string& title,
+                   const std::string& path) {
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out = create_file(data);
+    for (const nlohmann::json& r : rows)
+      out << r["hidden"] << ' ' << double(r["t_forward"]) * 1e6 << ' ' << double(r["t_gather"]) * 1e6 << ' '
+          << double(r["t_gather_alpha_beta"]) * 1e6 << '\n';
+  }
+  run_gnuplot(fmt::format(
+      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+      "set title \"{}\"\nset logscale x 2\nset logscale y 10\nset format y '%g'\nset xlabel 'hidden size'\nset ylabel 'us per layer'\n"
+      "set grid\nset key bottom right\n{}"
+      "plot '{}' using 1:2 with linespoints linewidth 2 title 'T_f: the layer forward', "
+      "'' using 1:3 with linespoints linewidth 2 title 'T_g: its all-gather, measured', "
+      "'' using 1:4 with lines dashtype 2 title 'T_g by alpha-beta'\n",
+      gnuplot_terminal(path), path, title,
+      boundary ? fmt::format("set arrow from {0}, graph 0 to {0}, graph 1 nohead dashtype 3\n"
+                             "set label 'alpha-beta boundary: hidden {0}' at {0}, graph 0.92 offset 1,0\n", *boundary)
+               : "",
+      data));
+  std::remove(data.c_str());
 }
 
 }  // namespace
@@ -161,6 +189,10 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
              last_exposed ? fmt::format("exposed up to hidden {}", *last_exposed) : "exposed at no size swept",
              first_hidden ? fmt::format("hidden from {}", *first_hidden) : "hidden at none",
              agrees ? "agrees with" : "DISAGREES with");
+  if (!o.plot.empty())
+    plot_boundary(rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {:g} tokens "
+                                              "per GPU", name, p, topology.name, o.seq),
+                  o.plot);
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
   return 0;
 }
