@@ -202,28 +202,30 @@ int main(int argc, char** argv) {
                : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} groups of {})", r0.ranks / o.hpz, o.hpz)
                            : "",
                o.batch, o.steps, o.optimizer);
-    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage",
-               "each rank keeps", "shard", "padding", "sent", "formula", "x N", "T_step", "loss", "weights vs 1",
-               "ranks agree", "across nodes");
+    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage",
+               "each rank keeps", "shard", "padding", "sent", "bytes", "formula", "x N", "T_step", "loss",
+               "weights vs 1", "ranks agree", "across nodes");
     nlohmann::json rows = nlohmann::json::array();
     bool all_equal = true;
     for (const StageRun& r : runs) {
       const double weights = relative_difference(r.weights, one_rank);
       all_equal = all_equal && (r.quantized || weights <= limit) && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
-      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}x\n",
+      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}x\n",
                  r.quantized ? fmt::format("{} qwZ", r.stage) : fmt::format("{}", r.stage),
                  kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard,
-                 r.stage == 0 ? 0 : r.padding, r.volume, r.formula, r.volume / double(r.parameters),
+                 r.stage == 0 ? 0 : r.padding, r.volume, format_bytes(std::uint64_t(r.volume * sizeof(float))),
+                 r.formula, r.volume / double(r.parameters),
                  format_seconds(r.step_seconds), r.losses.back(), weights, r.ranks_agree ? "yes" : "NO",
                  r.across_nodes / double(r.parameters));
       rows.push_back({{"stage", r.stage}, {"quantized_weights", r.quantized}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
                       {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume},
+                      {"sent_bytes_per_step", r.volume * sizeof(float)},
                       {"across_nodes_parameters_per_step", r.across_nodes}, {"formula", r.formula},
                       {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
                       {"ranks_agree", r.ranks_agree}});
     }
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
-               "per step, an allreduce counting 2N; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; across nodes: x N of it in collectives whose ranks span nodes)\n",
+               "per step, an allreduce counting 2N; bytes: what that is on the wire, 4 per fp32 parameter; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; across nodes: x N of it in collectives whose ranks span nodes)\n",
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp)
                : o.qwz ? fmt::format("; qwZ: the forward's gathers as int8 blocks of {} and an fp32 scale each, "
                                      "their bytes / 4; its weights leave one rank's by design", kQuantBlock)
