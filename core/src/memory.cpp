@@ -314,13 +314,15 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   return b;
 }
 
+double Breakdown::bytes_of(std::string_view component) const {
+  for (const Line& l : lines)
+    if (l.component == component) return l.bytes;
+  return 0;
+}
+
 std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
   const Breakdown b = estimate(model, plan, {"any", 0});
-  auto find = [&](std::string_view name) {
-    for (const Line& l : b.lines)
-      if (l.component == name) return l.bytes;
-    return 0.0;
-  };
+  auto find = [&](std::string_view name) { return b.bytes_of(name); };
   const double persistent = find("weights") + find("master weights") + find("optimizer states");
   const double grads = find("gradients"), acts = find("activations");
   const double gathered = find("gathered weights") + find("prefetched weights");

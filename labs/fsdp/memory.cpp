@@ -33,11 +33,6 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   plan.prefetch = prefetches_forward(prefetch) || (prefetches_backward(prefetch) && o.reshard_after_forward);
   plan.hpz = o.hpz;
   const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
-  auto estimated = [&](const std::string& component) {
-    for (const memory::Line& l : estimate.lines)
-      if (l.component == component) return l.bytes;
-    return 0.0;
-  };
   const std::string padded = fmt::format("the shard is padded to a multiple of P ({} elements in all)", r.padding);
   struct Row {
     MemoryUse use;
@@ -58,7 +53,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   nlohmann::json out = nlohmann::json::array();
   int off = 0;  // uses further than 5% from the estimate
   for (const Row& row : rows) {
-    const double measured = double(r.memory.peak[std::size_t(row.use)]), want = estimated(row.estimator);
+    const double measured = double(r.memory.peak[std::size_t(row.use)]), want = estimate.bytes_of(row.estimator);
     const double error = want > 0 ? (measured - want) / want : measured > 0 ? 1 : 0;
     off += std::abs(error) > 0.05;
     fmt::print("  {:<12} {:>10} {:>10} {:>10}{}\n", name_of(row.use), format_bytes(std::uint64_t(measured)),

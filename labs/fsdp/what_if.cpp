@@ -100,11 +100,7 @@ int what_if(const Options& o, RunOptions run_options) {
   nlohmann::json rows = nlohmann::json::array();
   for (int stage : o.stages) {
     const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
-    auto line = [&](const char* component) {
-      for (const memory::Line& l : b.lines)
-        if (l.component == component) return l.bytes;
-      return 0.0;
-    };
+    auto line = [&](const char* component) { return b.bytes_of(component); };
     const double optimizer = line("master weights") + line("optimizer states");
     const double gathered = line("gathered weights") + line("prefetched weights");
     const double step = shaped_step_seconds(o, run_options, arch, stage);
@@ -134,9 +130,8 @@ int what_if(const Options& o, RunOptions run_options) {
   print_reading_zero_table();
   memory::Plan prefetched = plan_for(o, 3, p);
   prefetched.prefetch = true;
-  double gathered = 0;
-  for (const memory::Line& l : memory::estimate(arch, prefetched, gpu).lines)
-    gathered += l.component == "gathered weights" || l.component == "prefetched weights" ? l.bytes : 0;
+  const memory::Breakdown whole = memory::estimate(arch, prefetched, gpu);
+  const double gathered = whole.bytes_of("gathered weights") + whole.bytes_of("prefetched weights");
   fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
              "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
              format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));

@@ -163,6 +163,7 @@ struct Breakdown {
   double total = 0;
   double gpu_bytes = 0;
   bool fits() const { return total <= gpu_bytes; }
+  double bytes_of(std::string_view component) const;  // a component's line, 0 if the plan has none
 };
 // Training at ZeRO-2 and 3 also holds what FSDP holds whole for a while (Zhao
 // et al. 2023, one unit per layer and a root of the embeddings, final norm and
