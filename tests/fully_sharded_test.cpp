@@ -14,8 +14,11 @@
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/parallel/quantize.h"
+#include "labkit/parallel/quantized_reduce_scatter.h"
+#include "labkit/parallel/mesh.h"
 
 using namespace labkit;
+using labkit::test::SimRun;
 using labkit::test::simulate;
 
 namespace {
@@ -56,7 +59,7 @@ struct ShardedRun {
   std::vector<std::vector<float>> weights;
   std::size_t padding = 0;
 };
-ShardedRun train_sharded(int ranks, int stage, ShardingOptions options = {}) {
+ShardedRun train_sharded(int ranks, int stage, ShardingOptions options = {}, const std::string& topology = "dgx-h100") {
   ShardedRun out{std::vector<std::vector<float>>(ranks)};
   simulate(ranks, [&](Comm& c) {
     Gpt model(kConfig, 5);
@@ -71,7 +74,7 @@ ShardedRun train_sharded(int ranks, int stage, ShardingOptions options = {}) {
     out.weights[c.rank()] = zero.gather_parameters();
     if (c.rank() == 0)
       for (const FullyShardedGpt::Unit& u : zero.units()) out.padding += u.layout.padding();
-  });
+  }, topology);
   return out;
 }
 
@@ -222,23 +225,28 @@ TEST(FullyShardedGpt, HierarchicalPartitioningTrainsTheSameAndGathersWithinItsGr
   EXPECT_NE(refused.find("hpz_group=2 at stage 2"), std::string::npos) << refused;
 }
 
-// qwZ's wire format: int8 blocks with a scale each round-trip every value
-// within half a step of its block's scale, and a block of zeros stays zeros.
-TEST(Quantize, Int8BlocksRoundTripWithinHalfAStep) {
+// ZeRO++'s wire formats: int8 (qwZ) and int4 (qgZ) blocks with a scale each
+// round-trip every value within half a step of its block's scale, an odd count
+// packs its last int4 value alone, and a block of zeros stays zeros.
+TEST(Quantize, BlocksRoundTripWithinHalfAStep) {
   std::vector<float> x(3 * kQuantBlock + 5);
   for (std::size_t i = 0; i < x.size(); ++i) x[i] = i < kQuantBlock ? 0.0f : std::sin(float(i)) * float(i % 7 + 1);
-  std::vector<std::uint8_t> wire(quantized_bytes(x.size()));
-  EXPECT_EQ(wire.size(), 4 * sizeof(float) + x.size());  // four blocks' scales, a byte a value
-  quantize_int8(x, wire);
-  std::vector<float> back(x.size());
-  dequantize_int8(wire, back);
-  for (std::size_t b = 0; b * kQuantBlock < x.size(); ++b) {
-    const std::size_t begin = b * kQuantBlock, end = std::min(x.size(), begin + kQuantBlock);
-    float largest = 0;
-    for (std::size_t i = begin; i < end; ++i) largest = std::max(largest, std::abs(x[i]));
-    for (std::size_t i = begin; i < end; ++i) EXPECT_LE(std::abs(back[i] - x[i]), largest / 127 / 2 * 1.0001f) << i;
+  for (const int bits : {8, 4}) {
+    std::vector<std::uint8_t> wire(quantized_bytes(x.size(), bits));
+    EXPECT_EQ(wire.size(), 4 * sizeof(float) + (x.size() * bits + 7) / 8);  // four blocks' scales, then the values
+    quantize(x, wire, bits);
+    std::vector<float> back(x.size());
+    dequantize(wire, back, bits);
+    const float levels = bits == 8 ? 127 : 7;
+    for (std::size_t b = 0; b * kQuantBlock < x.size(); ++b) {
+      const std::size_t begin = b * kQuantBlock, end = std::min(x.size(), begin + kQuantBlock);
+      float largest = 0;
+      for (std::size_t i = begin; i < end; ++i) largest = std::max(largest, std::abs(x[i]));
+      for (std::size_t i = begin; i < end; ++i)
+        EXPECT_LE(std::abs(back[i] - x[i]), largest / levels / 2 * 1.0001f) << bits << " bits, value " << i;
+    }
+    for (std::size_t i = 0; i < kQuantBlock; ++i) EXPECT_EQ(back[i], 0.0f);
   }
-  for (std::size_t i = 0; i < kQuantBlock; ++i) EXPECT_EQ(back[i], 0.0f);
 }
 
 // Stage 3 with qwZ trains on int8-gathered weights: every rank still agrees
@@ -249,6 +257,77 @@ TEST(FullyShardedGpt, QuantizedWeightGathersTrainNearExact) {
   const double apart = relative_difference(quantized.weights[0], exact.weights[0]);
   EXPECT_GT(apart, 0);
   EXPECT_LT(apart, 1e-2);
+}
+
+// qgZ on 2 nodes of 4 ranks ("pcie"): each rank gets its shard of the mean.
+// Values an int4 block holds exactly (integers up to 7 with a 7 in every
+// block, the same on every rank) come back exactly, so every shard went to
+// its owner; values that differ on every rank come back within the two hops'
+// rounding; and what leaves the nodes is hop 2's int4 blocks alone, against
+// the ring reduce-scatter's fp32 where the ring leaves each node.
+TEST(QuantizedReduceScatter, EachRankGetsItsShardOfTheMeanInFourBits) {
+  constexpr int kRanks = 8, kPerNode = 4;
+  constexpr std::size_t kShard = 3 * kQuantBlock;
+  const auto value = [](std::size_t i, int rank) {
+    return rank < 0 ? float(i % kQuantBlock == 5 ? 7 : int(i % 15) - 7) : std::sin(float(i) * 0.37f + float(rank));
+  };
+  for (const bool exact : {true, false}) {
+    const SimRun run = simulate(kRanks, [&](Comm& c) {
+      Mesh mesh(c, {{"across", kRanks / kPerNode}, {"node", kPerNode}});
+      std::vector<float> full(kRanks * kShard), shard(kShard);
+      for (std::size_t i = 0; i < full.size(); ++i) full[i] = value(i, exact ? -1 : c.rank());
+      quantized_reduce_scatter(mesh.group("node"), mesh.group("across"), view_of(full), view_of(shard));
+      float largest_error = 0;
+      for (std::size_t i = 0; i < kShard; ++i) {
+        double mean = 0;
+        for (int r = 0; r < kRanks; ++r) mean += value(c.rank() * kShard + i, exact ? -1 : r) / kRanks;
+        largest_error = std::max(largest_error, float(std::abs(shard[i] - mean)));
+      }
+      if (exact) {
+        EXPECT_EQ(largest_error, 0.0f) << "rank " << c.rank();
+      } else {
+        EXPECT_GT(largest_error, 0.0f) << "rank " << c.rank();  // four bits do not carry sines exactly
+        EXPECT_LT(largest_error, 0.15f) << "rank " << c.rank();  // a step is 1/7 of a block's largest |value|
+      }
+      c.reduce_scatter(view_of(full), view_of(shard), ReduceOp::avg);  // the ring, for the bytes below
+    }, "pcie");
+    std::uint64_t quantized = 0, ring = 0;
+    for (const TraceTrack& track : run.trace->tracks())
+      for (const TraceEvent& e : track.events)
+        for (const auto& [key, bytes] : e.args)
+          if (key == "off_node_bytes") (e.name == "reduce_scatter" ? ring : quantized) += std::stoull(bytes);
+    EXPECT_EQ(quantized, kRanks * quantized_bytes(kShard, 4));  // each rank sends its peer on the other node
+    EXPECT_EQ(ring, 2 * (kRanks - 1) * kShard * sizeof(float));  // ranks 3 and 7, where the ring leaves a node
+  }
+}
+
+// Stage 3 with qgZ on 2 nodes of 4 trains on int4-reduced gradients: every
+// rank still agrees bit for bit, near exact stage 3's weights but not on them.
+TEST(FullyShardedGpt, QuantizedGradientReducesTrainNearExact) {
+  const ShardedRun exact = train_sharded(8, 3, {}, "pcie"),
+                   quantized = train_sharded(8, 3, {.quantize_gradients = true}, "pcie");
+  for (const std::vector<float>& w : quantized.weights) EXPECT_EQ(w, quantized.weights[0]);
+  const double apart = relative_difference(quantized.weights[0], exact.weights[0]);
+  EXPECT_GT(apart, 0);
+  EXPECT_LT(apart, 1e-2);
+}
+
+TEST(FullyShardedGpt, QuantizedGradientsNeedEvenlyFilledNodes) {
+  const std::string refused = labkit::test::error_of(6, [](Comm& c) {
+    Gpt model(kConfig, 5);
+    FullyShardedGpt zero(c, model, 3, {.quantize_gradients = true});
+  });
+  EXPECT_EQ(refused, "no error");  // 6 ranks on one node of 8: one node, evenly filled
+  std::string uneven;
+  try {
+    simulate(6, [](Comm& c) {
+      Gpt model(kConfig, 5);
+      FullyShardedGpt zero(c, model, 3, {.quantize_gradients = true});
+    }, "pcie");
+  } catch (const Error& e) {
+    uneven = e.what();
+  }
+  EXPECT_NE(uneven.find("do not fill their nodes evenly, 4 to a node"), std::string::npos) << uneven;
 }
 
 TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {

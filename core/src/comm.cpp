@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "labkit/cost_model.h"
 #include "labkit/error.h"
 
 namespace labkit {
@@ -120,6 +121,7 @@ void Comm::finish(Request& r, std::string_view error) {
     } else {
       e.flow = is_send ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_);
     }
+    if (is_send && node_of(r.peer_) != node_of(rank_)) e.args.emplace_back("off_node_bytes", std::to_string(e.bytes));
     record(std::move(e));
   }
   r.comm_ = nullptr;  // a second wait is a no-op
@@ -190,17 +192,25 @@ void Comm::trace_collective(const CollectiveCall& c, double start, std::string_v
   if (has_root(c.op)) args.emplace_back("root", std::to_string(c.root));
   if (!error.empty()) args.emplace_back("error", error);
   args.emplace_back("nodes", std::to_string(nodes_spanned()));
+  // A labkit algorithm's messages carry their own; the library's are modelled.
+  if (!native_algo.empty() && error.empty() && nodes_spanned() > 1)
+    args.emplace_back("off_node_bytes", std::to_string(native_off_node_bytes(c, native_algo, rank_, nodes())));
   const std::uint64_t bytes = std::max(c.send.bytes(), c.recv.bytes());
   record({TraceEvent::Kind::collective, std::string(name_of(c.op)), start, end < 0 ? now() : end, -1, 0, bytes, 0,
           std::move(args), {}, on_stream});
 }
 
+const std::vector<int>& Comm::nodes() const {
+  if (nodes_.empty())
+    for (int r = 0; r < size_; ++r) nodes_.push_back(node_of(r));
+  return nodes_;
+}
+
 int Comm::nodes_spanned() const {
   if (nodes_spanned_ == 0) {
-    std::vector<int> nodes(size_);
-    for (int r = 0; r < size_; ++r) nodes[r] = node_of(r);
-    std::sort(nodes.begin(), nodes.end());
-    nodes_spanned_ = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+    std::vector<int> distinct = nodes();
+    std::sort(distinct.begin(), distinct.end());
+    nodes_spanned_ = int(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
   }
   return nodes_spanned_;
 }

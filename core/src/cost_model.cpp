@@ -34,6 +34,42 @@ CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link
   return {0.0, "none"};
 }
 
+std::uint64_t native_off_node_bytes(const CollectiveCall& call, std::string_view algorithm, int rank,
+                                    std::span<const int> nodes) {
+  const int p = int(nodes.size());
+  const auto off = [&](int peer) { return nodes[std::size_t(peer)] != nodes[std::size_t(rank)]; };
+  const int next = (rank + 1) % p;
+  const std::uint64_t n = std::max(call.send.bytes(), call.recv.bytes());
+  std::uint64_t bytes = 0;
+  switch (call.op) {
+    case Collective::all_reduce:
+      if (algorithm != "tree") return off(next) ? 2 * (std::uint64_t(p) - 1) * n / std::uint64_t(p) : 0;
+      if (rank > 0 && off((rank - 1) / 2)) bytes += n;  // reduced up to the parent
+      for (int child : {2 * rank + 1, 2 * rank + 2})
+        if (child < p && off(child)) bytes += n;  // broadcast down
+      return bytes;
+    case Collective::broadcast:  // a chain from the root, ending at the rank before it
+      return next != call.root && off(next) ? n : 0;
+    case Collective::reduce:  // a chain from the rank after the root, ending at the root
+      return rank != call.root && off(next) ? n : 0;
+    case Collective::gather: return rank != call.root && off(call.root) ? call.send.bytes() : 0;
+    case Collective::scatter:
+      if (rank == call.root)
+        for (int r = 0; r < p; ++r) bytes += off(r) ? call.recv.bytes() : 0;
+      return bytes;
+    case Collective::all_gather: return off(next) ? (std::uint64_t(p) - 1) * call.send.bytes() : 0;
+    case Collective::reduce_scatter: return off(next) ? (std::uint64_t(p) - 1) * call.recv.bytes() : 0;
+    case Collective::all_to_all:
+      for (int r = 0; r < p; ++r) bytes += off(r) ? call.send.bytes() / std::uint64_t(p) : 0;
+      return bytes;
+    case Collective::all_to_allv:
+      for (int r = 0; r < p; ++r) bytes += off(r) ? call.send_counts[std::size_t(r)] * size_of(call.send.dtype) : 0;
+      return bytes;
+    case Collective::barrier: return 0;
+  }
+  return 0;
+}
+
 namespace {
 
 using Pairs = std::vector<std::pair<int, int>>;  // (sender, receiver) in one step

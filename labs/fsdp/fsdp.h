@@ -33,6 +33,7 @@ struct Options {
   bool reshard_after_forward = true;  // stage 3: free each block after its forward (else keep it to its backward)
   int hpz = 0;  // stage 3, ZeRO++'s hpZ: a secondary shard of each block within groups of this many ranks (0: none)
   bool qwz = false;  // stage 3, ZeRO++'s qwZ: int8 forward gathers, run beside exact stage 3
+  bool qgz = false;  // stage 3, ZeRO++'s qgZ: int4 gradient reduces in two all-to-all hops, likewise
   int steps = 10, batch = 16;
   std::string optimizer = "sgd";
   float lr = 0.05f;
@@ -65,10 +66,12 @@ struct Optimizer {
 
 struct StageRun {
   int stage = 0, ranks = 0, shard_group = 0;  // shard_group: the ranks that share the state (HSDP's G, else P)
-  bool quantized = false;                      // ZeRO++'s int8 weight gathers: not equal to one rank, by design
+  int nodes = 1;                               // the nodes the ranks run on
+  bool quantized = false;  // with ZeRO++'s quantization (--qwz, --qgz): not equal to one rank, by design
+  std::string name;        // the row's: "3", "3 qwZ qgZ"
   std::size_t parameters = 0, shard = 0, padding = 0;  // elements: the model's, one rank's shard, all the padding
   double volume = 0;            // parameters' worth sent per step by rank 0, from its trace
-  double across_nodes = 0;      // the part of it in collectives whose ranks span nodes
+  double off_node = 0;          // parameters' worth each node sent to other nodes per step, from every rank's trace
   double formula = 0;           // ZeRO's: 2N, or 3N less the second gathers of the units kept whole
   double step_seconds = 0;
   std::vector<float> losses;    // the global batch's mean loss per step
@@ -81,7 +84,7 @@ struct StageRun {
 };
 
 // Trains `o.steps` steps at ZeRO `stage` and measures them.
-// quantized: with ZeRO++'s int8 weight gathers (stage 3).
+// quantized: with ZeRO++'s quantization that o.qwz and o.qgz ask for (stage 3).
 StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
                bool quantized = false);
 

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -35,6 +36,7 @@
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/quantize.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 
 using namespace fsdp_lab;
@@ -43,17 +45,20 @@ namespace {
 
 // Each lossy run's loss, step by step, beside the exact run of its stage (the
 // one before it): what ZeRO++'s quantization costs in training.
-nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs) {
+nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs, const Options& o) {
   nlohmann::json out = nlohmann::json::array();
   for (std::size_t i = 1; i < runs.size(); ++i) {
     if (!runs[i].quantized) continue;
     const StageRun &exact = runs[i - 1], &lossy = runs[i];
-    fmt::print("stage {}: the global batch's loss, exact beside qwZ (int8 weight gathers)\n", lossy.stage);
-    fmt::print("  {:>5} {:>10} {:>10} {:>11}\n", "step", "exact", "qwZ", "difference");
+    const std::string what = lossy.name.substr(lossy.name.find(' ') + 1);  // "qwZ qgZ"
+    fmt::print("stage {}: the global batch's loss, exact beside {} ({}{}{})\n", lossy.stage, what,
+               o.qwz ? "int8 weight gathers" : "", o.qwz && o.qgz ? ", " : "", o.qgz ? "int4 gradient reduces" : "");
+    fmt::print("  {:>5} {:>10} {:>10} {:>11}\n", "step", "exact", what, "difference");
     for (std::size_t s = 0; s < lossy.losses.size(); ++s) {
       fmt::print("  {:>5} {:>10.5f} {:>10.5f} {:>+11.2e}\n", s + 1, exact.losses[s], lossy.losses[s],
                  double(lossy.losses[s]) - exact.losses[s]);
-      out.push_back({{"stage", lossy.stage}, {"step", s + 1}, {"exact", exact.losses[s]}, {"qwz", lossy.losses[s]}});
+      out.push_back({{"stage", lossy.stage}, {"step", s + 1}, {"exact", exact.losses[s]}, {"quantized", lossy.losses[s]},
+                     {"qwz", o.qwz}, {"qgz", o.qgz}});
     }
   }
   return out;
@@ -88,6 +93,8 @@ int main(int argc, char** argv) {
       ->check(cli::at_least(1));
   app.add_flag("--qwz", o.qwz, "stage 3, ZeRO++'s quantized weights: the forward's all-gathers in int8 blocks, "
                              "trained beside exact stage 3, loss by loss");
+  app.add_flag("--qgz", o.qgz, "stage 3, ZeRO++'s quantized gradients: each reduce-scatter as int4 blocks in an "
+                             "all-to-all within each node, then one across the nodes; trained beside exact stage 3");
   app.add_option("--hsdp", o.hsdp, "HSDP: shard within groups of G neighbouring ranks (a node's), replicate across "
                                    "the groups")
       ->check(cli::at_least(1));
@@ -148,12 +155,23 @@ int main(int argc, char** argv) {
       if (o.sweep.over == "hidden")
         throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
     }
-    if (o.qwz) {
+    for (const auto& [flag, on, what] : {std::tuple{"--qwz", o.qwz, "int8 weight gathers"},
+                                         std::tuple{"--qgz", o.qgz, "int4 gradient reduces"}}) {
+      if (!on) continue;
       if (stages->count() == 0) o.stages = {3};
       if (o.stages != std::vector<int>{3})
-        throw Error("--qwz: a stage-3 technique (int8 weight gathers); drop --stage or give --stage 3");
+        throw Error(fmt::format("{}: a stage-3 technique ({}); drop --stage or give --stage 3", flag, what));
       if (!o.what_if.empty() || !o.sweep.over.empty())
-        throw Error("--qwz: the tiny GPT's run, not --what-if or --sweep (for now)");
+        throw Error(fmt::format("{}: the tiny GPT's run, not --what-if or --sweep (for now)", flag));
+    }
+    if (o.qgz && o.hsdp > 0)
+      throw Error(fmt::format("--qgz with --hsdp {}: qgZ reduces over all the ranks, node by node", o.hsdp));
+    if (o.qgz && run_options.backend == "sim") {
+      const int per_node = find_topology(run_options.topology).devices_per_node;
+      if (run_options.ranks > per_node && run_options.ranks % per_node != 0)
+        throw Error(fmt::format("--qgz on --ranks {}: {} puts {} ranks on a node, so the last node holds {}; qgZ's "
+                                "all-to-all hops need every node full (--ranks a multiple of {})", run_options.ranks,
+                                run_options.topology, per_node, run_options.ranks % per_node, per_node));
     }
     if (o.hpz > 0) {
       if (run_options.backend == "sim" && run_options.ranks % o.hpz != 0)
@@ -185,7 +203,7 @@ int main(int argc, char** argv) {
     std::vector<StageRun> runs;
     for (int stage : o.stages) {
       runs.push_back(train(o, run_options, stage, data, config));
-      if (o.qwz) runs.push_back(train(o, run_options, stage, data, config, true));
+      if (o.qwz || o.qgz) runs.push_back(train(o, run_options, stage, data, config, true));
     }
     if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
@@ -202,43 +220,55 @@ int main(int argc, char** argv) {
                : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} groups of {})", r0.ranks / o.hpz, o.hpz)
                            : "",
                o.batch, o.steps, o.optimizer);
-    fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage",
+    std::size_t name_width = 5;  // "stage", or the longest row's name: "3 qwZ qgZ"
+    for (const StageRun& r : runs) name_width = std::max(name_width, r.name.size());
+    fmt::print("{:<{}} {:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage", name_width,
                "each rank keeps", "shard", "padding", "sent", "bytes", "formula", "x N", "T_step", "loss",
-               "weights vs 1", "ranks agree", "across nodes");
+               "weights vs 1", "ranks agree", "off node");
     nlohmann::json rows = nlohmann::json::array();
     bool all_equal = true;
     for (const StageRun& r : runs) {
       const double weights = relative_difference(r.weights, one_rank);
       all_equal = all_equal && (r.quantized || weights <= limit) && r.ranks_agree && std::abs(r.volume - r.formula) < 0.5;
-      fmt::print("{:<5} {:<28} {:>10} {:>8} {:>10.0f} {:>10} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}x\n",
-                 r.quantized ? fmt::format("{} qwZ", r.stage) : fmt::format("{}", r.stage),
+      fmt::print("{:<{}} {:<28} {:>10} {:>8} {:>10.0f} {:>10} {:>10.0f} {:>6.2f}x {:>9} {:>8.4f} {:>13.1e}  {:<11}  {:.2f}N\n",
+                 r.name, name_width,
                  kept(r.stage, r.shard_group, r.ranks), r.stage == 0 ? r.parameters : r.shard,
                  r.stage == 0 ? 0 : r.padding, r.volume, format_bytes(std::uint64_t(r.volume * sizeof(float))),
                  r.formula, r.volume / double(r.parameters),
                  format_seconds(r.step_seconds), r.losses.back(), weights, r.ranks_agree ? "yes" : "NO",
-                 r.across_nodes / double(r.parameters));
-      rows.push_back({{"stage", r.stage}, {"quantized_weights", r.quantized}, {"ranks", r.ranks}, {"parameters", r.parameters}, {"shard", r.shard},
+                 r.off_node / double(r.parameters));
+      rows.push_back({{"stage", r.stage}, {"quantized_weights", r.quantized && o.qwz},
+                      {"quantized_gradients", r.quantized && o.qgz}, {"ranks", r.ranks}, {"nodes", r.nodes}, {"parameters", r.parameters}, {"shard", r.shard},
                       {"padding", r.padding}, {"shard_group", r.shard_group}, {"sent_parameters_per_step", r.volume},
                       {"sent_bytes_per_step", r.volume * sizeof(float)},
-                      {"across_nodes_parameters_per_step", r.across_nodes}, {"formula", r.formula},
+                      {"off_node_parameters_per_node_step", r.off_node}, {"formula", r.formula},
                       {"t_step", r.step_seconds}, {"loss", r.losses}, {"weights_vs_one_rank", weights},
                       {"ranks_agree", r.ranks_agree}});
     }
+    std::string zero_plus_plus;  // how the quantized row's formula counts
+    if (o.qwz) zero_plus_plus += "; qwZ: the forward's gathers as int8 blocks";
+    if (o.qgz) zero_plus_plus += "; qgZ: each reduce-scatter as two all-to-alls of int4 blocks, in the node, then across";
+    if (o.qwz || o.qgz)
+      zero_plus_plus += fmt::format(" (blocks of {} values and an fp32 scale, their bytes / 4); its weights leave one "
+                                    "rank's by design", kQuantBlock);
     fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
-               "per step, an allreduce counting 2N; bytes: what that is on the wire, 4 per fp32 parameter; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; across nodes: x N of it in collectives whose ranks span nodes)\n",
+               "per step, an allreduce counting 2N; bytes: what that is on the wire, 4 per fp32 parameter; formula: "
+               "2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; "
+               "off node: parameters' worth each of the {} node{} sends to the others per step, every rank's trace "
+               "summed, where a ring leaves a node once)\n",
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups", o.hsdp)
-               : o.qwz ? fmt::format("; qwZ: the forward's gathers as int8 blocks of {} and an fp32 scale each, "
-                                     "their bytes / 4; its weights leave one rank's by design", kQuantBlock)
-                       : "");
+                                               : zero_plus_plus,
+               r0.nodes, r0.nodes == 1 ? "" : "s");
     nlohmann::json memory_rows = nlohmann::json::array();
     for (const StageRun& r : runs)
       for (const nlohmann::json& row : print_memory(r, o, config)) memory_rows.push_back(row);
     explain_stage_three_peak(runs);
-    const nlohmann::json losses = print_losses_beside_exact(runs);
+    const nlohmann::json losses = print_losses_beside_exact(runs, o);
     if (!o.plot.empty()) plot_memory(runs, o.plot);
     if (all_equal)
       fmt::print("equal to one rank: weights within {:g} ({}), every rank bit for bit the same, sent = formula{}\n",
-                 limit, o.optimizer, o.qwz ? " (qwZ: its weights apart by design, its loss above)" : "");
+                 limit, o.optimizer,
+                 o.qwz || o.qgz ? " (ZeRO++'s quantized row: its weights apart by design, its loss above)" : "");
     else
       fmt::print("MISMATCH: weights past {:g}, ranks that differ, or bytes off the formula\n", limit);
     if (!o.json.empty())

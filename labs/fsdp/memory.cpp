@@ -47,8 +47,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
       {MemoryUse::gathered, "gathered weights", ""},
   };
   if (plan.prefetch && r.stage == 3) rows.push_back({MemoryUse::prefetched, "prefetched weights", ""});
-  fmt::print("stage {}{}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.stage,
-             r.quantized ? " qwZ" : "");
+  fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.name);
   fmt::print("  {:<12} {:>10} {:>10} {:>10}\n", "use", "measured", "estimate", "off by");
   nlohmann::json out = nlohmann::json::array();
   int off = 0;  // uses further than 5% from the estimate

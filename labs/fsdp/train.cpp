@@ -1,6 +1,9 @@
 // The training loop of lab 6: every rank builds the same tiny GPT, keeps its
 // shard through FullyShardedGpt, and trains on its part of each global batch.
 #include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "fsdp.h"
 #include "labkit/error.h"
@@ -18,11 +21,21 @@ double parameters_moved(const TraceEvent& e) {
   return double(e.bytes) / sizeof(float) * (e.name == "all_reduce" ? 2 : 1);
 }
 
-// Whether a collective's ranks span nodes, so that what it moves crosses the network.
-bool crosses_nodes(const TraceEvent& e) {
-  for (const auto& [key, value] : e.args)
-    if (key == "nodes") return value != "1";
-  return false;
+// Bytes every rank sent to ranks on other nodes (each collective's and
+// message's off_node_bytes) up to the end of its last step, each track
+// measured by its own clock: the final gather of the weights comes after.
+double off_node_bytes(const Trace& trace) {
+  double bytes = 0;
+  for (const TraceTrack& track : trace.tracks()) {
+    double last_step_end = 0;
+    for (const TraceEvent& e : track.events)
+      if (e.kind == TraceEvent::Kind::compute && e.name == "optimizer") last_step_end = std::max(last_step_end, e.end);
+    for (const TraceEvent& e : track.events)
+      if (e.end <= last_step_end)
+        for (const auto& [key, value] : e.args)
+          if (key == "off_node_bytes") bytes += std::stod(value);
+  }
+  return bytes;
 }
 
 // Rank 0's memory when it first reached its peak, by use, and the compute
@@ -49,6 +62,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
   StageRun out;
   out.stage = stage;
   out.quantized = quantized;
+  out.name = fmt::format("{}{}{}", stage, quantized && o.qwz ? " qwZ" : "", quantized && o.qgz ? " qgZ" : "");
   run_options.keep_trace = true;
   double first = 0, last = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
@@ -62,7 +76,8 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
                              .reshard_after_forward = o.reshard_after_forward,
                              .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none,
                              .hpz_group = stage == 3 ? o.hpz : 0,
-                             .quantize_weights = quantized});
+                             .quantize_weights = quantized && o.qwz,
+                             .quantize_gradients = quantized && o.qgz});
     Optimizer optimizer(o);
     const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
@@ -86,6 +101,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     first = start, last = end;
     out.ranks = comm.size();
     out.shard_group = sharded.shard_group();
+    out.nodes = comm.nodes_spanned();
     out.parameters = model.parameter_count();
     out.shard = sharded.shard_parameters().size();
     for (const FullyShardedGpt::Unit& u : sharded.units()) out.padding += u.layout.padding();
@@ -102,14 +118,20 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     if (stage == 3 && o.reshard_after_forward)
       for (std::size_t u = 1; u + 1 < units.size(); ++u)
         regathered += double(o.hpz > 0 ? units[u].secondary.padded() : units[u].layout.padded());
-    // qwZ: the forward's gathers send every rank's shard as int8 blocks and their scales.
-    double forward = padded;
-    if (quantized) {
-      forward = 0;
-      for (const FullyShardedGpt::Unit& u : units)
-        forward += double(quantized_bytes(u.layout.shard) * std::size_t(out.ranks)) / sizeof(float);
+    // qwZ: the forward's gathers send every rank's shard as int8 blocks and
+    // their scales. qgZ: each reduce-scatter is two all-to-alls of int4 blocks,
+    // the node's G ranks n shards each, then the n nodes a shard each.
+    const auto p = std::size_t(out.ranks), n = std::size_t(out.nodes), g = p / n;
+    double forward = padded, reduced = padded;
+    if (quantized && o.qwz) forward = 0;
+    if (quantized && o.qgz) reduced = 0;
+    for (const FullyShardedGpt::Unit& u : units) {
+      const std::size_t s = u.layout.shard;
+      if (quantized && o.qwz) forward += double(quantized_bytes(s, 8) * p) / sizeof(float);
+      if (quantized && o.qgz)
+        reduced += double(g * quantized_bytes(n * s, 4) + (n > 1 ? n * quantized_bytes(s, 4) : 0)) / sizeof(float);
     }
-    out.formula = stage == 0 ? 2.0 * double(out.parameters) : forward + padded + regathered;
+    out.formula = stage == 0 ? 2.0 * double(out.parameters) : forward + reduced + regathered;
     if (out.shard_group < out.ranks) out.formula += 2.0 * double(out.shard);  // HSDP: the shards' allreduce across groups
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
@@ -124,10 +146,9 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     for (const TraceEvent& e : result.trace->tracks()[0].events)
       if (e.kind == TraceEvent::Kind::collective && e.start >= first && e.start < last) {  // not the final gather
         out.volume += parameters_moved(e);
-        if (crosses_nodes(e)) out.across_nodes += parameters_moved(e);
       }
     out.volume /= o.steps;
-    out.across_nodes /= o.steps;
+    out.off_node = off_node_bytes(*result.trace) / sizeof(float) / out.nodes / o.steps;
     out.step_seconds = (last - first) / o.steps;
     find_peak(result.trace->tracks()[0].events, out);
   }

@@ -10,6 +10,7 @@
 #include "labkit/error.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/quantize.h"
+#include "labkit/parallel/quantized_reduce_scatter.h"
 
 namespace labkit {
 
@@ -25,6 +26,20 @@ namespace {
 
 View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
 View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
+
+// How many ranks each node holds, where every node holds as many, numbered
+// node by node (qgZ's two hops need it); else the error says what the nodes hold.
+int ranks_per_node(const Comm& comm) {
+  const std::vector<int>& nodes = comm.nodes();
+  const auto per_node = int(std::count(nodes.begin(), nodes.end(), nodes.front()));
+  for (int r = 0; r < comm.size(); ++r)
+    if (std::count(nodes.begin(), nodes.end(), nodes[std::size_t(r)]) != per_node ||
+        nodes[std::size_t(r)] != nodes[std::size_t(r - r % per_node)])
+      fail(comm.who(), "FullyShardedGpt", "quantize_gradients: the {} ranks do not fill their nodes evenly, {} to "
+           "a node (rank {} is on node {}); qgZ's all-to-all hops need the same count on every node", comm.size(),
+           per_node, r, nodes[std::size_t(r)]);
+  return per_node;
+}
 
 }  // namespace
 
@@ -98,10 +113,20 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
     if (stage != 3) fail(comm.who(), "FullyShardedGpt", "quantize_weights at stage {}: only stage 3 gathers weights", stage);
     std::size_t shard = 0;
     for (const Unit& u : units_) shard = std::max(shard, u.layout.shard);
-    quantized_shard_.resize(quantized_bytes(shard));
-    quantized_gathered_.resize(quantized_bytes(shard) * std::size_t(shard_comm_->size()));
+    quantized_shard_.resize(quantized_bytes(shard, 8));
+    quantized_gathered_.resize(quantized_bytes(shard, 8) * std::size_t(shard_comm_->size()));
   }
   quantize_weights_ = options.quantize_weights;
+  if (options.quantize_gradients) {
+    if (stage != 3)
+      fail(comm.who(), "FullyShardedGpt", "quantize_gradients at stage {}: ZeRO++'s qgZ is a stage-3 technique", stage);
+    if (replicate_comm_)
+      fail(comm.who(), "FullyShardedGpt", "quantize_gradients with shard_group={}: qgZ reduces over all the ranks",
+           shard_group);
+    const int per_node = ranks_per_node(comm);
+    node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
+                                                                   {"node", per_node}});
+  }
   param_shard_.resize(offset);
   grad_shard_.assign(offset, 0.0f);
   // This rank's shard of the starting weights, the same on every rank.
@@ -136,7 +161,12 @@ void FullyShardedGpt::reduce_scatter_gradients(const Unit& unit) {
   const float* grads = model_.gradients().data() + unit.range.offset;
   std::fill(std::copy_n(grads, unit.range.count, flat_.begin()), flat_.begin() + unit.layout.padded(), 0.0f);
   const View shard = shard_of_unit(grad_shard_, unit);
-  shard_comm_->reduce_scatter(view_of(flat_.data(), unit.layout.padded()), shard, ReduceOp::avg);
+  const View full = view_of(flat_.data(), unit.layout.padded());
+  if (node_mesh_) {
+    quantized_reduce_scatter(node_mesh_->group("node"), node_mesh_->group("across"), full, shard);
+  } else {
+    shard_comm_->reduce_scatter(full, shard, ReduceOp::avg);
+  }
   if (replicate_comm_) replicate_comm_->all_reduce(shard, ReduceOp::avg);
 }
 
@@ -314,16 +344,16 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
 Request FullyShardedGpt::start_gather(Comm& group, View shard, bool quantized) {
   const auto p = std::size_t(group.size());
   if (!quantized) return group.i_all_gather(shard, view_of(prefetch_.data(), shard.count * p));
-  const std::size_t bytes = quantized_bytes(shard.count);
-  quantize_int8({static_cast<const float*>(shard.data), shard.count}, {quantized_shard_.data(), bytes});
+  const std::size_t bytes = quantized_bytes(shard.count, 8);
+  quantize({static_cast<const float*>(shard.data), shard.count}, {quantized_shard_.data(), bytes}, 8);
   return group.i_all_gather({quantized_shard_.data(), bytes, DType::u8}, {quantized_gathered_.data(), bytes * p, DType::u8});
 }
 
 void FullyShardedGpt::land(Comm& group, const Unit& unit, std::size_t shard, bool quantized) {
   if (quantized) {
-    const std::size_t bytes = quantized_bytes(shard);
+    const std::size_t bytes = quantized_bytes(shard, 8);
     for (std::size_t r = 0; r < std::size_t(group.size()); ++r)
-      dequantize_int8({quantized_gathered_.data() + r * bytes, bytes}, {prefetch_.data() + r * shard, shard});
+      dequantize({quantized_gathered_.data() + r * bytes, bytes}, {prefetch_.data() + r * shard, shard}, 8);
   }
   std::copy_n(prefetch_.begin(), unit.range.count, model_.parameters().data() + unit.range.offset);
 }

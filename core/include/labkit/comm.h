@@ -92,6 +92,7 @@ class Comm {
   int node_of(int group_rank) const { return node_of_global(global_rank(group_rank)); }
   // How many nodes this group's ranks run on: its collectives cross the network when more than one.
   int nodes_spanned() const;
+  const std::vector<int>& nodes() const;  // node_of each rank of this group, in rank order
 
   // ---- point-to-point. A blocking send returns once the message is delivered
   // (rendezvous, like MPI_Ssend), so two ranks that both send first deadlock:
@@ -237,7 +238,8 @@ class Comm {
   int comm_id_;
   int rank_;
   int size_;
-  mutable int nodes_spanned_ = 0;  // 0: not counted yet
+  mutable std::vector<int> nodes_;  // node_of each rank, filled on first use
+  mutable int nodes_spanned_ = 0;   // 0: not counted yet
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::array<const Algorithm*, kCollectives.size()> algorithms_{};  // null: native

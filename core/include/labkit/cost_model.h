@@ -15,6 +15,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "labkit/collective.h"
@@ -28,6 +30,17 @@ struct CostEstimate {
 };
 
 CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link& link);
+
+// The bytes group rank `rank` sends to ranks on other nodes when the library
+// runs `call` as `algorithm` (native_cost's choice) over a group whose rank i
+// is on node nodes[i]. A ring hands each block to the next rank, so a rank
+// sends off its node only where the ring leaves the node: once per node, the
+// rest of the ring stays on NVLink (NCCL's channels are that ring several
+// times, the same bytes split). A tree sends the whole buffer up to each
+// parent and down to each child; a chain (broadcast, reduce) to the next rank;
+// gather and scatter to and from the root; all-to-all each peer its block.
+std::uint64_t native_off_node_bytes(const CollectiveCall& call, std::string_view algorithm, int rank,
+                                    std::span<const int> nodes);
 
 // Seconds for labkit's `algo` (a name from the registry) on ranks 0..ranks-1.
 double predict(Collective op, std::string_view algo, std::size_t bytes, int ranks, const Topology& topology);

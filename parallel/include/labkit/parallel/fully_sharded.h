@@ -38,7 +38,8 @@
 // Stage 3's options (ShardingOptions): prefetch the next block under the
 // current one's compute; ZeRO++ (Wang et al. 2023) cuts what crosses nodes:
 // hpZ keeps a secondary shard of each block within a node so that backward
-// gathers there, and qwZ sends the forward's gathers as int8 blocks.
+// gathers there, qwZ sends the forward's gathers as int8 blocks, and qgZ
+// reduces the gradients as int4 blocks, node first (quantized_reduce_scatter.h).
 //
 // What a rank does not keep, it does not have: the model's buffers outside
 // what this rank holds are filled with NaN (mark_freed), so computing with a
@@ -109,6 +110,10 @@ struct ShardingOptions {
   // precision; backward's gathers stay exact (or come from hpZ's shards, which
   // keep what the forward gathered).
   bool quantize_weights = false;
+  // Stage 3, ZeRO++'s quantized gradients (qgZ): every reduce-scatter runs as
+  // quantized_reduce_scatter, int4 blocks in an all-to-all inside each node
+  // and one across the nodes. The ranks must fill their nodes evenly.
+  bool quantize_gradients = false;
 };
 
 class FullyShardedGpt {
@@ -184,6 +189,7 @@ class FullyShardedGpt {
   Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
   Comm* replicate_comm_ = nullptr;  // HSDP: the same shard in every other group
   Comm* hpz_comm_ = nullptr;        // hpZ: the group a block's secondary shards are spread over
+  std::unique_ptr<Mesh> node_mesh_;  // qgZ: ("across", nodes) x ("node", ranks per node)
   std::vector<Unit> units_;
   std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
   std::vector<float> secondary_;                 // hpZ: this rank's secondary shard of every block

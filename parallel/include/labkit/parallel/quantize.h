@@ -1,8 +1,11 @@
-// Block-wise int8 quantization, the wire format of ZeRO++'s quantized weight
-// gathers (qwZ; Wang et al. 2023, section 3.1): a run of floats in blocks of
-// kQuantBlock, each block with one fp32 scale, its largest magnitude / 127,
-// and its values as round(x / scale) in [-127, 127]. A scale per block, not
-// per tensor, keeps one large value from flattening every small one to zero.
+// Block-wise quantization, the wire format of ZeRO++ (Wang et al. 2023): int8
+// for its quantized weight gathers (qwZ, section 3.1), int4 for its quantized
+// gradient reduce (qgZ, section 3.3). A run of floats goes in blocks of
+// kQuantBlock, each block with one fp32 scale, its largest magnitude / qmax,
+// and its values as round(x / scale) in [-qmax, qmax]: qmax 127 at 8 bits (a
+// byte each), 7 at 4 bits (two to a byte, the even index in the low nibble). A
+// scale per block, not per tensor, keeps one large value from flattening every
+// small one to zero.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +16,9 @@ namespace labkit {
 
 inline constexpr std::size_t kQuantBlock = 64;
 
-// The bytes `count` floats take quantized: the scales, then one byte per value.
-std::size_t quantized_bytes(std::size_t count);
-void quantize_int8(std::span<const float> x, std::span<std::uint8_t> out);
-void dequantize_int8(std::span<const std::uint8_t> in, std::span<float> x);
+// The bytes `count` floats take quantized to `bits` (8 or 4): the scales, then the values.
+std::size_t quantized_bytes(std::size_t count, int bits);
+void quantize(std::span<const float> x, std::span<std::uint8_t> out, int bits);
+void dequantize(std::span<const std::uint8_t> in, std::span<float> x, int bits);
 
 }  // namespace labkit
