@@ -438,7 +438,7 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
 TEST(ShardedShapedStep, PrefetchHidesTheGathersOfThePassThatPrefetches) {
   const memory::Architecture arch = memory::model_preset("gpt2-xl");
   auto step = [&](Prefetch prefetch) {
-    return simulate(16, [&](Comm& c) { sharded_shaped_step(c, arch, 1.0, 3, prefetch); }, "dgx-h100", false).elapsed;
+    return simulate(16, [&](Comm& c) { sharded_shaped_step(c, arch, 1.0, 3, {.prefetch = prefetch}); }, "dgx-h100", false).elapsed;
   };
   const double none = step(Prefetch::none), forward = step(Prefetch::forward), backward = step(Prefetch::backward),
                both = step(Prefetch::both);

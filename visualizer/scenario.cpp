@@ -78,7 +78,7 @@ TraceModel run_scenario(const Scenario& s) {
   if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");
     const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
-      labkit::sharded_shaped_step(comm, llama, 2.0, s.fsdp_stage, labkit::parse_prefetch(s.prefetch));
+      labkit::sharded_shaped_step(comm, llama, 2.0, s.fsdp_stage, {.prefetch = labkit::parse_prefetch(s.prefetch)});
     });
     return from_trace(*r.trace, fmt::format("ZeRO stage {} step of Llama-2 7B's shapes on {} ranks, {}, prefetch {}",
                                             s.fsdp_stage, s.ranks, s.topology, s.prefetch));

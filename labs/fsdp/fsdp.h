@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -87,6 +88,11 @@ struct StageRun {
 // quantized: with ZeRO++'s quantization that o.qwz and o.qgz ask for (stage 3).
 StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
                bool quantized = false);
+
+// Bytes every rank sent to ranks on other nodes (each collective's and
+// message's off_node_bytes, comm.h), up to the end of its last compute region
+// named `last_region` (empty: all of them), each track by its own clock.
+double off_node_bytes(const Trace& trace, std::string_view last_region = {});
 
 // One rank, no communication, on the whole global batch of every step: what
 // every stage must equal.

@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
       if (stages->count() == 0) o.stages = {3};
       if (o.stages != std::vector<int>{3})
         throw Error(fmt::format("{}: a stage-3 technique ({}); drop --stage or give --stage 3", flag, what));
-      if (!o.what_if.empty() || !o.sweep.over.empty())
-        throw Error(fmt::format("{}: the tiny GPT's run, not --what-if or --sweep (for now)", flag));
+      if (!o.sweep.over.empty())
+        throw Error(fmt::format("{}: the tiny GPT's run or --what-if, not --sweep (for now)", flag));
     }
     if (o.qgz && o.hsdp > 0)
       throw Error(fmt::format("--qgz with --hsdp {}: qgZ reduces over all the ranks, node by node", o.hsdp));
@@ -183,8 +183,8 @@ int main(int argc, char** argv) {
       if (stages->count() == 0) o.stages = {3};
       if (o.stages != std::vector<int>{3})
         throw Error(fmt::format("--hpz {}: a stage-3 technique; drop --stage or give --stage 3", o.hpz));
-      if (!o.what_if.empty() || !o.sweep.over.empty())
-        throw Error(fmt::format("--hpz {}: the tiny GPT's run, not --what-if or --sweep (for now)", o.hpz));
+      if (!o.sweep.over.empty())
+        throw Error(fmt::format("--hpz {}: the tiny GPT's run or --what-if, not --sweep (for now)", o.hpz));
     }
     if (o.prefetch != "none" && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",

@@ -118,7 +118,7 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
     const double step = compute_seconds(arch, o.seq, flops);
     const RunResult r = run(run_options, [&](Comm& comm) {
       if (comm.rank() == 0) algorithm = std::string(comm.algorithm(Collective::all_gather));
-      sharded_shaped_step(comm, arch, step, 3, prefetch);
+      sharded_shaped_step(comm, arch, step, 3, {.prefetch = prefetch});
     });
     return measure_forward(*r.trace, arch.layers);
   };

@@ -1,6 +1,7 @@
 // The training loop of lab 6: every rank builds the same tiny GPT, keeps its
 // shard through FullyShardedGpt, and trains on its part of each global batch.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -21,22 +22,6 @@ double parameters_moved(const TraceEvent& e) {
   return double(e.bytes) / sizeof(float) * (e.name == "all_reduce" ? 2 : 1);
 }
 
-// Bytes every rank sent to ranks on other nodes (each collective's and
-// message's off_node_bytes) up to the end of its last step, each track
-// measured by its own clock: the final gather of the weights comes after.
-double off_node_bytes(const Trace& trace) {
-  double bytes = 0;
-  for (const TraceTrack& track : trace.tracks()) {
-    double last_step_end = 0;
-    for (const TraceEvent& e : track.events)
-      if (e.kind == TraceEvent::Kind::compute && e.name == "optimizer") last_step_end = std::max(last_step_end, e.end);
-    for (const TraceEvent& e : track.events)
-      if (e.end <= last_step_end)
-        for (const auto& [key, value] : e.args)
-          if (key == "off_node_bytes") bytes += std::stod(value);
-  }
-  return bytes;
-}
 
 // Rank 0's memory when it first reached its peak, by use, and the compute
 // region running then (or the next to start, when the peak falls between
@@ -56,6 +41,20 @@ void find_peak(const std::vector<TraceEvent>& events, StageRun& out) {
 }
 
 }  // namespace
+
+double off_node_bytes(const Trace& trace, std::string_view last_region) {
+  double bytes = 0;
+  for (const TraceTrack& track : trace.tracks()) {
+    double until = last_region.empty() ? std::numeric_limits<double>::infinity() : 0;
+    for (const TraceEvent& e : track.events)
+      if (e.kind == TraceEvent::Kind::compute && e.name == last_region) until = std::max(until, e.end);
+    for (const TraceEvent& e : track.events)
+      if (e.end <= until)
+        for (const auto& [key, value] : e.args)
+          if (key == "off_node_bytes") bytes += std::stod(value);
+  }
+  return bytes;
+}
 
 StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
                bool quantized) {
@@ -148,7 +147,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
         out.volume += parameters_moved(e);
       }
     out.volume /= o.steps;
-    out.off_node = off_node_bytes(*result.trace) / sizeof(float) / out.nodes / o.steps;
+    out.off_node = off_node_bytes(*result.trace, "optimizer") / sizeof(float) / out.nodes / o.steps;
     out.step_seconds = (last - first) / o.steps;
     find_peak(result.trace->tracks()[0].events, out);
   }

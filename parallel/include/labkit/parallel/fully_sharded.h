@@ -237,9 +237,15 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // backward pass (or both), the next unit's all-gather is issued before the
 // current unit computes and runs under it, two units whole at a time.
 //
-// shard_group G: HSDP, the state sharded within groups of G neighbouring ranks
-// and each gradient shard allreduced across the groups after backward.
+// The options as FullyShardedGpt takes them. shard_group G: HSDP, the state
+// sharded within groups of G neighbouring ranks and each gradient shard
+// allreduced across the groups after backward. Stage 3's ZeRO++: hpZ's
+// backward gathers within its groups; qwZ's forward gathers as int8 blocks
+// (quantize.h, half the bytes of bf16); qgZ's reduce as two all-to-all hops
+// of int4 blocks, the second (across the nodes) issued at the first layer
+// boundary after the first (inside the node) is done, as a launch waiting on
+// an event would. The quantization kernels themselves are taken as free.
 void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
-                         Prefetch prefetch = Prefetch::none, int shard_group = 0);
+                         const ShardingOptions& options = {});
 
 }  // namespace labkit
