@@ -1,0 +1,279 @@
+#include "labkit/parallel/tensor_parallel_gpt.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+#include "labkit/ops.h"
+
+namespace labkit {
+
+TensorParallelGpt::BlockModules::BlockModules(Carver& params, int C, int t)
+    : ln1(params, C), qkv(params, C, 3 * C / t), proj(params, C / t, C), ln2(params, C), fc(params, C, 4 * C / t),
+      fc_proj(params, 4 * C / t, C) {}
+
+TensorParallelGpt::Modules::Modules(Carver& params, const GptConfig& c, int vocab_local, int t)
+    : wte(params.take(std::size_t(vocab_local) * c.channels)), wpe(params.take(std::size_t(c.max_seq) * c.channels)),
+      blocks([&] {
+        std::vector<BlockModules> b;
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(params, c.channels, t);
+        return b;
+      }()),
+      lnf(params, c.channels) {}
+
+TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t)
+    : ln1(acts, B * T, C), qkv(acts.take(std::size_t(B) * T * 3 * C / t)),
+      heads_out(acts.take(std::size_t(B) * T * C / t)), preatt(acts.take(std::size_t(B) * NH / t * T * T)),
+      att(acts.take(std::size_t(B) * NH / t * T * T)), attn_out(acts.take(std::size_t(B) * T * C)),
+      residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C), hidden(acts.take(std::size_t(B) * T * 4 * C / t)),
+      gelu(acts.take(std::size_t(B) * T * 4 * C / t)), mlp_out(acts.take(std::size_t(B) * T * C)),
+      out(acts.take(std::size_t(B) * T * C)) {}
+
+TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t)
+    : encoded(acts.take(std::size_t(B) * T * c.channels)),
+      blocks([&] {
+        std::vector<BlockActs> b;
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t);
+        return b;
+      }()),
+      lnf(acts, B * T, c.channels), logits(acts.take(std::size_t(B) * T * vocab_local)),
+      probs(acts.take(std::size_t(B) * T * vocab_local)), losses(acts.take(std::size_t(B) * T)) {}
+
+TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense) : tp_(tp), config_(dense.config()) {
+  const int t = tp.size();
+  if (config_.heads % t != 0)
+    fail(tp.who(), "TensorParallelGpt", "{} heads do not split over {} tensor-parallel ranks: each rank takes whole "
+         "heads, so the heads must divide by the group's size", config_.heads, t);
+  if (dense.device().kind != DeviceKind::cpu)
+    fail(tp.who(), "TensorParallelGpt", "the model is on {}: tensor parallelism works on a model in host memory",
+         dense.device().name);
+  vocab_local_ = (config_.vocab + t - 1) / t;
+  Carver counter(nullptr, nullptr);
+  const Modules sizes(counter, config_, vocab_local_, t);
+  params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.taken()}, DeviceKind::cpu);
+  grads_ = Tensor({counter.taken()});
+  Carver carver(params_.data(), grads_.data());
+  m_.emplace(carver, config_, vocab_local_, t);
+}
+
+// The dense model's tensors in order (Gpt::tensors), each cut as this rank
+// keeps it: the token table's rows of its vocabulary slice (zeros past V),
+// QKV's rows of its heads in each of q, k and v, the MLP's first rows of its
+// features, the projections' columns, and the rest whole.
+std::vector<float> TensorParallelGpt::slice_of_dense(std::span<const float> dense) const {
+  const int t = tp_.size(), r = tp_.rank(), C = config_.channels;
+  std::vector<float> out;
+  const auto rows = [&](const ParameterTensor& p, std::size_t first, std::size_t count) {
+    const auto begin = dense.begin() + std::ptrdiff_t(p.offset + first * std::size_t(p.cols));
+    out.insert(out.end(), begin, begin + std::ptrdiff_t(count * std::size_t(p.cols)));
+  };
+  const auto columns = [&](const ParameterTensor& p, std::size_t first, std::size_t count) {
+    for (std::size_t row = 0; row < std::size_t(p.rows); ++row) {
+      const auto begin = dense.begin() + std::ptrdiff_t(p.offset + row * std::size_t(p.cols) + first);
+      out.insert(out.end(), begin, begin + std::ptrdiff_t(count));
+    }
+  };
+  const auto ends_with = [](const std::string& name, std::string_view end) {
+    return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
+  };
+  Gpt shape(config_, 0);  // the dense layout's tensors
+  for (const ParameterTensor& p : shape.tensors()) {
+    const std::size_t cl = std::size_t(C / t), hl = std::size_t(4 * C / t);
+    if (p.name == "wte") {
+      const std::size_t first = std::size_t(r) * std::size_t(vocab_local_);
+      const std::size_t kept = std::min(std::size_t(vocab_local_), std::size_t(std::max(0, config_.vocab - int(first))));
+      rows(p, first, kept);
+      out.resize(out.size() + (std::size_t(vocab_local_) - kept) * std::size_t(C), 0.0f);
+    } else if (ends_with(p.name, "attn.c_attn.weight") || ends_with(p.name, "attn.c_attn.bias")) {
+      // A bias is one row: its columns are the features.
+      for (std::size_t part = 0; part < 3; ++part)
+        p.rows == 1 ? columns(p, part * std::size_t(C) + std::size_t(r) * cl, cl)
+                    : rows(p, part * std::size_t(C) + std::size_t(r) * cl, cl);
+    } else if (ends_with(p.name, "mlp.c_fc.weight")) {
+      rows(p, std::size_t(r) * hl, hl);
+    } else if (ends_with(p.name, "mlp.c_fc.bias")) {
+      columns(p, std::size_t(r) * hl, hl);
+    } else if (ends_with(p.name, "attn.c_proj.weight")) {
+      columns(p, std::size_t(r) * cl, cl);
+    } else if (ends_with(p.name, "mlp.c_proj.weight")) {
+      columns(p, std::size_t(r) * hl, hl);
+    } else {
+      rows(p, 0, std::size_t(p.rows));
+    }
+  }
+  return out;
+}
+
+void TensorParallelGpt::prepare(int B, int T) {
+  if (T > config_.max_seq)
+    fail(tp_.who(), "TensorParallelGpt", "sequence of {} tokens is longer than the model's context, {}", T,
+         config_.max_seq);
+  if (B != B_ || T != T_) {
+    Carver counter(nullptr, nullptr);
+    const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size());
+    acts_ = Tensor({counter.taken()});
+    grad_acts_ = Tensor({counter.taken()});
+    B_ = B, T_ = T;
+    Carver carver(acts_.data(), grad_acts_.data());
+    a_.emplace(carver, config_, B, T, vocab_local_, tp_.size());
+  } else {
+    grad_acts_.zero();
+  }
+}
+
+void TensorParallelGpt::all_reduce(float* x, std::size_t n, ReduceOp op) { tp_.all_reduce({x, n, DType::f32}, op); }
+
+float* TensorParallelGpt::stream(int layer) const { return layer < 0 ? a_->encoded.value : a_->blocks[layer].out.value; }
+float* TensorParallelGpt::stream_grad(int layer) const {
+  return layer < 0 ? a_->encoded.grad : a_->blocks[layer].out.grad;
+}
+
+float TensorParallelGpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+  prepare(B, T);
+  tokens_ = tokens;
+  const int C = config_.channels, N = B * T, first = tp_.rank() * vocab_local_;
+  // The vocabulary-parallel embedding: each rank its rows' tokens (zeros for
+  // the others), rank 0 the positions; one allreduce sums them.
+  double started = tp_.now();
+  float* x = a_->encoded.value;
+  std::fill_n(x, std::size_t(N) * C, 0.0f);
+  for (int i = 0; i < N; ++i) {
+    float* row = x + std::size_t(i) * C;
+    const int local = tokens[i] - first;
+    if (local >= 0 && local < vocab_local_)
+      for (int c = 0; c < C; ++c) row[c] = m_->wte.value[std::size_t(local) * C + c];
+    if (tp_.rank() == 0)
+      for (int c = 0; c < C; ++c) row[c] += m_->wpe.value[std::size_t(i % T) * C + c];
+  }
+  tp_.computed("forward embeddings", started, 0);
+  all_reduce(x, std::size_t(N) * C);
+  for (int l = 0; l < config_.layers; ++l) forward_block(l);
+  return vocab_parallel_cross_entropy(targets);
+}
+
+void TensorParallelGpt::forward_block(int l) {
+  const Device& d = params_.device();
+  const BlockModules& b = m_->blocks[l];
+  const BlockActs& a = a_->blocks[l];
+  const int t = tp_.size(), C = config_.channels, N = B_ * T_, n = N * C, cl = C / t, hl = 4 * C / t;
+  const float* x = stream(l - 1);
+  const double started = tp_.now();
+  b.ln1.forward(d, a.ln1, x, N);
+  b.qkv.forward(d, a.qkv.value, a.ln1.out.value, N);  // f: the replicated ln1 output enters as is
+  d.attention_forward(a.heads_out.value, a.preatt.value, a.att.value, a.qkv.value, B_, T_, cl, config_.heads / t);
+  // Row-parallel: a partial sum of the projection; the bias added once, by rank 0.
+  d.matmul_forward(a.attn_out.value, a.heads_out.value, b.proj.weight.value,
+                   tp_.rank() == 0 ? b.proj.bias.value : nullptr, N, cl, C);
+  tp_.computed(fmt::format("forward block {} attention", l), started,
+               ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C));
+  all_reduce(a.attn_out.value, std::size_t(n));  // g
+  const double mlp_started = tp_.now();
+  d.residual_forward(a.residual.value, x, a.attn_out.value, n);
+  b.ln2.forward(d, a.ln2, a.residual.value, N);
+  b.fc.forward(d, a.hidden.value, a.ln2.out.value, N);  // f
+  d.gelu_forward(a.gelu.value, a.hidden.value, N * hl);
+  d.matmul_forward(a.mlp_out.value, a.gelu.value, b.fc_proj.weight.value,
+                   tp_.rank() == 0 ? b.fc_proj.bias.value : nullptr, N, hl, C);
+  tp_.computed(fmt::format("forward block {} mlp", l), mlp_started, ops::matmul_flops(N, C, hl) * 2);
+  all_reduce(a.mlp_out.value, std::size_t(n));  // g
+  d.residual_forward(a.out.value, a.residual.value, a.mlp_out.value, n);
+}
+
+// The tied head gives this rank the logits of its vocabulary slice. The
+// softmax needs every rank's: the row's largest logit by an allreduce (max),
+// then the sum of exponentials and the target's logit by one allreduce (sum),
+// the target's from the rank whose slice holds it. Padding columns are -inf.
+float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& targets) {
+  const Device& d = params_.device();
+  const int C = config_.channels, N = B_ * T_, vl = vocab_local_, first = tp_.rank() * vl;
+  targets_ = targets;
+  const double started = tp_.now();
+  m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), N);
+  float* logits = a_->logits.value;
+  d.matmul_forward(logits, a_->lnf.out.value, m_->wte.value, nullptr, N, C, vl);
+  std::vector<float> largest(N, -std::numeric_limits<float>::infinity()), sums(2 * std::size_t(N), 0.0f);
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < vl; ++j) {
+      float& z = logits[std::size_t(i) * vl + j];
+      if (first + j >= config_.vocab) z = -std::numeric_limits<float>::infinity();  // padding
+      largest[i] = std::max(largest[i], z);
+    }
+  tp_.computed("forward head", started, ops::matmul_flops(N, C, vl));
+  all_reduce(largest.data(), largest.size(), ReduceOp::max);
+  for (int i = 0; i < N; ++i) {
+    const float* z = logits + std::size_t(i) * vl;
+    for (int j = 0; j < vl; ++j) sums[i] += std::exp(z[j] - largest[i]);
+    const int local = targets[i] - first;
+    if (local >= 0 && local < vl) sums[N + i] = z[local] - largest[i];
+  }
+  all_reduce(sums.data(), sums.size());
+  double mean = 0;
+  for (int i = 0; i < N; ++i) {
+    const float* z = logits + std::size_t(i) * vl;
+    float* p = a_->probs.value + std::size_t(i) * vl;
+    for (int j = 0; j < vl; ++j) p[j] = std::exp(z[j] - largest[i]) / sums[i];
+    a_->losses.value[i] = std::log(sums[i]) - sums[N + i];
+    mean += a_->losses.value[i];
+  }
+  return float(mean / N);
+}
+
+void TensorParallelGpt::backward() {
+  const Device& d = params_.device();
+  const int C = config_.channels, N = B_ * T_, vl = vocab_local_, first = tp_.rank() * vl, last = config_.layers - 1;
+  double started = tp_.now();
+  // d loss / d logit = (p - 1[target]) / N, on this rank's columns.
+  float* dlogits = a_->logits.grad;
+  for (int i = 0; i < N; ++i)
+    for (int j = 0; j < vl; ++j)
+      dlogits[std::size_t(i) * vl + j] = (a_->probs.value[std::size_t(i) * vl + j] - (first + j == targets_[i])) / N;
+  d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, dlogits, a_->lnf.out.value, m_->wte.value, N, C, vl);
+  tp_.computed("backward head", started, 2 * ops::matmul_flops(N, C, vl));
+  all_reduce(a_->lnf.out.grad, std::size_t(N) * C);  // f's backward: each rank held part of the head's input gradient
+  m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), N);
+  for (int l = last; l >= 0; --l) backward_block(l);
+  // The embedding: its rows' tokens to this rank's table, the positions to every rank's.
+  started = tp_.now();
+  const float* dx = a_->encoded.grad;
+  for (int i = 0; i < N; ++i) {
+    const float* row = dx + std::size_t(i) * C;
+    const int local = tokens_[i] - first;
+    if (local >= 0 && local < vl)
+      for (int c = 0; c < C; ++c) m_->wte.grad[std::size_t(local) * C + c] += row[c];
+    for (int c = 0; c < C; ++c) m_->wpe.grad[std::size_t(i % T_) * C + c] += row[c];
+  }
+  tp_.computed("backward embeddings", started, 0);
+}
+
+void TensorParallelGpt::backward_block(int l) {
+  const Device& d = params_.device();
+  const BlockModules& b = m_->blocks[l];
+  const BlockActs& a = a_->blocks[l];
+  const int t = tp_.size(), C = config_.channels, N = B_ * T_, n = N * C, cl = C / t, hl = 4 * C / t;
+  const float* x = stream(l - 1);
+  float* dx = stream_grad(l - 1);
+  double started = tp_.now();
+  d.residual_backward(a.residual.grad, a.mlp_out.grad, a.out.grad, n);  // g's backward: the identity
+  b.fc_proj.backward(d, a.gelu.grad, a.mlp_out.grad, a.gelu.value, N);
+  d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * hl);
+  b.fc.backward(d, a.ln2.out.grad, a.hidden.grad, a.ln2.out.value, N);
+  tp_.computed(fmt::format("backward block {} mlp", l), started, 4 * ops::matmul_flops(N, C, hl));
+  all_reduce(a.ln2.out.grad, std::size_t(n));  // f's backward
+  started = tp_.now();
+  b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);
+  d.residual_backward(dx, a.attn_out.grad, a.residual.grad, n);
+  b.proj.backward(d, a.heads_out.grad, a.attn_out.grad, a.heads_out.value, N);
+  d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B_, T_, cl,
+                       config_.heads / t);
+  b.qkv.backward(d, a.ln1.out.grad, a.qkv.grad, a.ln1.out.value, N);
+  tp_.computed(fmt::format("backward block {} attention", l), started,
+               2 * (ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
+  all_reduce(a.ln1.out.grad, std::size_t(n));  // f's backward
+  b.ln1.backward(d, dx, a.ln1, x, N);
+}
+
+}  // namespace labkit
