@@ -8,6 +8,7 @@
 
 #include "fsdp.h"
 #include "labkit/error.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/parallel/sampler.h"
@@ -155,19 +156,9 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
 }
 
 std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config) {
-  Gpt model(config, o.seed);
   Optimizer optimizer(o);
-  const DistributedSampler sampler(data.count, 1, 0, o.seed);
-  std::vector<int> x, y;
-  for (int s = 0; s < o.steps; ++s) {
-    fill_batch(data, batch_of(sampler, s, o.batch), x, y);
-    model.forward(x, y, o.batch, config.max_seq);
-    model.zero_grad();
-    model.backward();
-    optimizer.update({model.parameters().data(), model.parameter_count()},
-                     {model.gradients().data(), model.parameter_count()});
-  }
-  return model.parameters().to_host();
+  return labkit::train_one_rank(config, data, o.seed, o.steps, o.batch,
+                                [&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
 }
 
 }  // namespace fsdp_lab

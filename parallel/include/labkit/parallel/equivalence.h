@@ -4,7 +4,13 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
+
+#include "labkit/gpt.h"
+#include "labkit/parallel/sequences.h"
 
 namespace labkit {
 
@@ -17,5 +23,15 @@ inline double relative_difference(std::span<const float> a, std::span<const floa
   }
   return std::sqrt(diff / norm);
 }
+
+// What an optimizer does to the parameters it updates, given their gradients.
+using OptimizerUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
+
+// The reference: one rank, the whole tiny GPT (seeded), `steps` steps on
+// `batch` sequences each, drawn from `data` by a sampler over all of it with
+// the same seed (so a parallel run's global batches are the same). Returns
+// the weights at the end.
+std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
+                                  int batch, const OptimizerUpdate& update);
 
 }  // namespace labkit

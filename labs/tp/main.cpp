@@ -1,0 +1,203 @@
+// Lab 7: tensor parallelism. Megatron-LM's split of every layer over the
+// ranks (parallel/tensor_parallel_gpt.h): attention by heads, the MLP by its
+// hidden features, the vocabulary by rows; every rank sees the same batch.
+//
+//   ./labkit lab tp --ranks 4 --steps 10
+//
+// The ranks train the tiny GPT together and must end with the weights one rank
+// reaches alone, each rank's slice of them; the lab checks it. The table shows
+// what a rank keeps and what the layers send, read from rank 0's trace: per
+// layer two allreduces of the B x T x C activations forward (after attention's
+// and the MLP's row-parallel projections) and two backward (before each norm
+// gets its gradient), beside the formula, and the reading's GPT-3 example
+// computed from it.
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/cli.h"
+#include "labkit/error.h"
+#include "labkit/gpt.h"
+#include "labkit/optim.h"
+#include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/sampler.h"
+#include "labkit/parallel/sequences.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
+#include "labkit/run.h"
+#include "labkit/units.h"
+
+using namespace labkit;
+
+namespace {
+
+struct Options {
+  int steps = 10, batch = 4;
+  float lr = 0.05f;
+  std::uint64_t seed = 1337;
+  std::string json;
+};
+
+// Each step's batch: the same sequences on every rank, since tensor
+// parallelism splits the model, not the data.
+std::vector<std::size_t> step_batch(const Sequences& data, const Options& o, int step) {
+  return batch_of(DistributedSampler(data.count, 1, 0, o.seed), step, o.batch);
+}
+
+
+struct TpRun {
+  int ranks = 0;
+  std::size_t kept = 0;                // parameters rank 0 keeps
+  int padded_vocab = 0;
+  double step_seconds = 0, allreduces_per_layer = 0, bytes_per_layer = 0;  // rank 0's, per step
+  std::vector<float> losses;
+  double weights_vs_dense = 0;  // the largest over the ranks
+};
+
+// What a transformer layer's tensor parallelism sends per step, in bytes:
+// 4 allreduces (2 forward, 2 backward) of the b x s x h activations, each of
+// which a ring allreduce sends 2(t-1)/t of from every rank (the reading,
+// section 9.5).
+double ring_bytes_per_layer(double b, double s, double h, int t, double dtype_bytes) {
+  return 4 * 2.0 * (t - 1) / t * b * s * h * dtype_bytes;
+}
+
+// The reading's GPT-3 layer (section 9.5: b = 1, s = 2048, h = 12288, T = 8,
+// fp16), by its own formula, against what its comment and its case study say.
+void print_readings_example() {
+  const double per_layer = ring_bytes_per_layer(1, 2048, 12288, 8, 2);
+  const double message = 1.0 * 2048 * 12288 * 2;
+  fmt::print("the reading's GPT-3 layer (b = 1, s = 2048, h = 12288, T = 8, fp16): 4 x 2(T-1)/T x b s h x 2 bytes = "
+             "{:.1f} MB sent by each rank per layer, {:.1f} GB over 96 layers; its comment says ~175 MB and 16.8 GB, "
+             "half of what its own function returns (it drops the ring's factor 2). Its case study's ~400 MB per "
+             "layer counts the four messages at b = 2 (4 x {:.1f} MB x 2), not what a ring sends\n",
+             per_layer / 1e6, per_layer * 96 / 1e9, message / 1e6);
+}
+
+TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+            const std::vector<float>& dense) {
+  RunOptions traced = run_options;
+  traced.keep_trace = true;
+  TpRun out;
+  double first = 0, last = 0;
+  const RunResult result = run(traced, [&](Comm& comm) {
+    TensorParallelGpt model(comm, Gpt(config, o.seed));
+    SgdMomentum sgd{.lr = o.lr};
+    std::vector<int> x, y;
+    std::vector<float> losses;
+    const double start = comm.now();
+    for (int s = 0; s < o.steps; ++s) {
+      fill_batch(data, step_batch(data, o, s), x, y);
+      losses.push_back(model.forward(x, y, o.batch, config.max_seq));
+      model.zero_grad();
+      model.backward();
+      const double started = comm.now();
+      sgd.update({model.parameters().data(), model.parameter_count()},
+                 {model.gradients().data(), model.parameter_count()});
+      comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
+    }
+    const double end = comm.now();
+    std::vector<float> difference = {float(relative_difference(model.parameters().to_host(),
+                                                                model.slice_of_dense(dense)))};
+    const auto all = comm.inspect(view_of(difference));  // an instrument: untraced, free of virtual time
+    if (comm.rank() != 0) return;
+    for (const auto& d : all) out.weights_vs_dense = std::max(out.weights_vs_dense, d[0]);
+    out.ranks = comm.size();
+    out.kept = model.parameter_count();
+    out.padded_vocab = model.padded_vocab();
+    out.losses = losses;
+    first = start, last = end;
+  });
+  if (!result.trace || out.losses.empty()) return out;
+  const std::uint64_t activations = std::uint64_t(o.batch) * config.max_seq * config.channels * sizeof(float);
+  for (const TraceEvent& e : result.trace->tracks()[0].events)
+    if (e.kind == TraceEvent::Kind::collective && e.name == "all_reduce" && e.bytes == activations &&
+        e.start >= first && e.start < last)
+      out.allreduces_per_layer += 1;
+  // The embedding's allreduce and the head's input gradient are not a layer's.
+  out.allreduces_per_layer = (out.allreduces_per_layer / o.steps - 2) / config.layers;
+  out.bytes_per_layer = out.allreduces_per_layer * double(activations);
+  out.step_seconds = (last - first) / o.steps;
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab 7: tensor parallelism: Megatron's split of the tiny GPT's layers over the ranks"};
+  cli::one_line_errors(app);
+  Options o;
+  RunOptions run_options;
+  run_options.ranks = 4;
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--batch", o.batch, "sequences per step, the same on every rank")
+      ->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--lr", o.lr, "learning rate (SGD, momentum 0.9)")->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
+      ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  add_run_options(app, run_options);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
+    const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
+    if (run_options.backend == "nccl")
+      throw Error("--backend nccl: the tensor-parallel model keeps its slices in host memory (sim or mpi for now)");
+    if (run_options.backend == "sim" && config.heads % run_options.ranks != 0)
+      throw Error(fmt::format("--ranks {}: the tiny GPT's {} heads do not split over {} ranks (each rank takes whole "
+                              "heads: --ranks 1, 2 or 4)", run_options.ranks, config.heads, run_options.ranks));
+    SgdMomentum dense_sgd{.lr = o.lr};  // one rank, the whole model: the weights every rank's slice must equal
+    const std::vector<float> dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
+                                                    [&](std::span<float> w, std::span<const float> g) {
+                                                      dense_sgd.update(w, g);
+                                                    });
+    const TpRun r = train(o, run_options, data, config, dense);
+    if (r.losses.empty()) return 0;  // a process of mpirun that ran another rank than 0
+    const std::size_t n = Gpt(config, o.seed).parameter_count();
+    const std::uint64_t activations = std::uint64_t(o.batch) * config.max_seq * config.channels * sizeof(float);
+    const double limit = 1e-5;
+    fmt::print("tp: tiny-gpt ({} parameters, {} heads, vocabulary {}), {} ranks, batch {} x {} tokens on every rank, "
+               "{} steps, sgd; per step, rank 0\n", n, config.heads, config.vocab, r.ranks, o.batch, config.max_seq,
+               o.steps);
+    fmt::print("{:>3} {:>6} {:>16} {:>8} {:>17} {:>11} {:>11} {:>9} {:>8} {:>16}\n", "tp", "heads", "each rank keeps",
+               "padding", "allreduces/layer", "bytes/layer", "formula", "T_step", "loss", "weights vs dense");
+    fmt::print("{:>3} {:>6} {:>16} {:>8} {:>17.1f} {:>11} {:>11} {:>9} {:>8.4f} {:>16.1e}\n", r.ranks,
+               fmt::format("{}/{}", config.heads / r.ranks, config.heads),
+               fmt::format("{} ({:.0f}%)", r.kept, 100.0 * double(r.kept) / double(n)), r.padded_vocab - config.vocab,
+               r.allreduces_per_layer, format_bytes(std::uint64_t(r.bytes_per_layer)),
+               format_bytes(4 * activations), format_seconds(r.step_seconds), r.losses.back(), r.weights_vs_dense);
+    fmt::print("(heads: each rank's share of attention; padding: zero rows added to the vocabulary of {} so that "
+               "it splits over {} ranks; "
+               "allreduces/layer: of the b x s x h activations ({} x {} x {} fp32, {}), counted in rank 0's trace "
+               "less the embedding's and the head's; formula: Megatron's 4 b s h, two forward and two backward; a "
+               "ring allreduce sends 2(t-1)/t of each from every rank, {} per layer here)\n", config.vocab, r.ranks,
+               o.batch, config.max_seq, config.channels, format_bytes(activations),
+               format_bytes(std::uint64_t(ring_bytes_per_layer(o.batch, config.max_seq, config.channels, r.ranks, 4))));
+    print_readings_example();
+    const bool equal = r.weights_vs_dense <= limit && std::abs(r.allreduces_per_layer - 4) < 1e-9;
+    if (equal)
+      fmt::print("equal to one rank: every rank's slice within {:g} of the dense model's weights, 4 allreduces per "
+                 "layer\n", limit);
+    else
+      fmt::print("MISMATCH: weights past {:g} of the dense model's, or allreduces per layer not 4\n", limit);
+    if (!o.json.empty())
+      create_file(o.json) << nlohmann::json{{"tp", r.ranks}, {"parameters", n}, {"kept", r.kept},
+                                            {"padded_vocab", r.padded_vocab}, {"vocab", config.vocab},
+                                            {"allreduces_per_layer", r.allreduces_per_layer},
+                                            {"bytes_per_layer", r.bytes_per_layer}, {"formula_bytes", 4 * activations},
+                                            {"t_step", r.step_seconds}, {"losses", r.losses},
+                                            {"weights_vs_dense", r.weights_vs_dense}}
+                                 .dump(2)
+                          << '\n';
+    return equal ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}
