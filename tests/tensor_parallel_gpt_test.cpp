@@ -2,6 +2,7 @@
 // gradient it keeps equal the dense model's (sliced as the rank keeps it), and
 // so does a run of training steps.
 #include <cmath>
+#include <map>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -30,7 +31,7 @@ std::vector<int> tokens(int vocab, int seed) {
 struct Difference {
   double loss = 0, gradients = 0;
 };
-Difference one_step(int t, int vocab) {
+Difference one_step(int t, int vocab, bool sp) {
   const GptConfig config = gpt_preset("tiny-gpt", vocab);
   Gpt dense(config, 3);
   const std::vector<int> x = tokens(vocab, 1), y = tokens(vocab, 2);
@@ -40,7 +41,7 @@ Difference one_step(int t, int vocab) {
   const std::vector<float> dense_grads = dense.gradients().to_host();
   Difference out;
   simulate(t, [&](Comm& c) {
-    TensorParallelGpt model(c, Gpt(config, 3));
+    TensorParallelGpt model(c, Gpt(config, 3), sp);
     const float loss = model.forward(x, y, kB, kT);
     model.zero_grad();
     model.backward();
@@ -54,12 +55,13 @@ Difference one_step(int t, int vocab) {
 }  // namespace
 
 TEST(TensorParallelGpt, LossAndEveryGradientEqualTheDenseModel) {
-  for (const int t : {1, 2, 4})
-    for (const int vocab : {16, 15}) {  // 15: the last rank's slice padded with a zero row (t = 2, 4)
-      const Difference d = one_step(t, vocab);
-      EXPECT_LT(d.loss, 1e-5) << "t = " << t << ", vocab " << vocab;
-      EXPECT_LT(d.gradients, 1e-5) << "t = " << t << ", vocab " << vocab;
-    }
+  for (const bool sp : {false, true})
+    for (const int t : {1, 2, 4})
+      for (const int vocab : {16, 15}) {  // 15: the last rank's slice padded with a zero row (t = 2, 4)
+        const Difference d = one_step(t, vocab, sp);
+        EXPECT_LT(d.loss, 1e-5) << "t = " << t << ", vocab " << vocab << (sp ? ", sequence parallel" : "");
+        EXPECT_LT(d.gradients, 1e-5) << "t = " << t << ", vocab " << vocab << (sp ? ", sequence parallel" : "");
+      }
 }
 
 TEST(TensorParallelGpt, TrainsToTheDenseWeights) {
@@ -113,4 +115,32 @@ TEST(TensorParallelGpt, EachLayerAllreducesFourActivations) {
     if (e.kind == TraceEvent::Kind::collective) (e.name == "all_reduce" && e.bytes == btc ? activations : others)++;
   EXPECT_EQ(activations, 4u * config.layers + 2);  // + the embedding's and the head's input gradient
   EXPECT_EQ(others, 2u);                           // the softmax's max, and its sum with the target's logit
+}
+
+// Sequence parallelism: each allreduce becomes a reduce-scatter (g forward, f
+// backward) and an all-gather (f forward, g backward) of the same B x T x C,
+// plus the head's all-gather forward and the embedding's backward; and the
+// norms' gradients summed once. A rank sends what it sent before.
+TEST(TensorParallelGpt, SequenceParallelSplitsEachAllreduceInTwo) {
+  const GptConfig config = gpt_preset("tiny-gpt", 16);
+  const std::uint64_t btc = std::uint64_t(kB) * kT * config.channels * sizeof(float);
+  std::map<std::string, std::size_t> count;
+  const auto run = simulate(4, [&](Comm& c) {
+    TensorParallelGpt model(c, Gpt(config, 3), true);
+    model.forward(tokens(16, 1), tokens(16, 2), kB, kT);
+    model.backward();
+  });
+  for (const TraceEvent& e : run.trace->tracks()[0].events)
+    if (e.kind == TraceEvent::Kind::collective && e.bytes == btc) ++count[e.name];
+  EXPECT_EQ(count["all_gather"], 4u * config.layers + 2);      // + the head's input, the embedding's gradient
+  EXPECT_EQ(count["reduce_scatter"], 4u * config.layers + 2);  // + the embedding, the head's input gradient
+  EXPECT_EQ(count["all_reduce"], 0u);
+}
+
+TEST(TensorParallelGpt, SequenceParallelNeedsTheSequenceToSplit) {
+  const std::string refused = labkit::test::error_of(4, [](Comm& c) {
+    TensorParallelGpt model(c, Gpt(gpt_preset("tiny-gpt", 16), 3), true);
+    model.forward(std::vector<int>(2 * 6, 1), std::vector<int>(2 * 6, 2), 2, 6);
+  });
+  EXPECT_NE(refused.find("a sequence of 6 tokens does not split over 4 ranks"), std::string::npos) << refused;
 }

@@ -10,7 +10,8 @@
 // layer two allreduces of the B x T x C activations forward (after attention's
 // and the MLP's row-parallel projections) and two backward (before each norm
 // gets its gradient), beside the formula, and the reading's GPT-3 example
-// computed from it.
+// computed from it. With --sp (sequence parallelism) each allreduce is a
+// reduce-scatter and an all-gather, the same bytes.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -36,6 +37,7 @@ using namespace labkit;
 namespace {
 
 struct Options {
+  bool sp = false;  // sequence parallelism: norms and residuals on sequence shards
   int steps = 10, batch = 4;
   float lr = 0.05f;
   std::uint64_t seed = 1337;
@@ -53,7 +55,9 @@ struct TpRun {
   int ranks = 0;
   std::size_t kept = 0;                // parameters rank 0 keeps
   int padded_vocab = 0;
-  double step_seconds = 0, allreduces_per_layer = 0, bytes_per_layer = 0;  // rank 0's, per step
+  double step_seconds = 0;
+  // Rank 0's collectives of the B x T x C activations per layer, and the bytes a ring sends for them.
+  double allreduces_per_layer = 0, gathers_per_layer = 0, scatters_per_layer = 0, sent_per_layer = 0;
   std::vector<float> losses;
   double weights_vs_dense = 0;  // the largest over the ranks
 };
@@ -85,7 +89,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
   TpRun out;
   double first = 0, last = 0;
   const RunResult result = run(traced, [&](Comm& comm) {
-    TensorParallelGpt model(comm, Gpt(config, o.seed));
+    TensorParallelGpt model(comm, Gpt(config, o.seed), o.sp);
     SgdMomentum sgd{.lr = o.lr};
     std::vector<int> x, y;
     std::vector<float> losses;
@@ -113,14 +117,22 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
     first = start, last = end;
   });
   if (!result.trace || out.losses.empty()) return out;
+  // A ring allreduce sends 2(t-1)/t of its buffer from each rank, an
+  // all-gather or a reduce-scatter (t-1)/t of the larger one.
   const std::uint64_t activations = std::uint64_t(o.batch) * config.max_seq * config.channels * sizeof(float);
-  for (const TraceEvent& e : result.trace->tracks()[0].events)
-    if (e.kind == TraceEvent::Kind::collective && e.name == "all_reduce" && e.bytes == activations &&
-        e.start >= first && e.start < last)
-      out.allreduces_per_layer += 1;
-  // The embedding's allreduce and the head's input gradient are not a layer's.
-  out.allreduces_per_layer = (out.allreduces_per_layer / o.steps - 2) / config.layers;
-  out.bytes_per_layer = out.allreduces_per_layer * double(activations);
+  const double t = out.ranks, ring = (t - 1) / t;
+  for (const TraceEvent& e : result.trace->tracks()[0].events) {
+    if (e.kind != TraceEvent::Kind::collective || e.bytes != activations || e.start < first || e.start >= last) continue;
+    if (e.name == "all_reduce") out.allreduces_per_layer += 1, out.sent_per_layer += 2 * ring * double(e.bytes);
+    if (e.name == "all_gather") out.gathers_per_layer += 1, out.sent_per_layer += ring * double(e.bytes);
+    if (e.name == "reduce_scatter") out.scatters_per_layer += 1, out.sent_per_layer += ring * double(e.bytes);
+  }
+  // Not a layer's: the embedding's sum and the head's input (and their gradients).
+  const auto per_layer = [&](double& count, double outside) { count = (count / o.steps - outside) / config.layers; };
+  per_layer(out.allreduces_per_layer, o.sp ? 0 : 2);
+  per_layer(out.gathers_per_layer, o.sp ? 2 : 0);
+  per_layer(out.scatters_per_layer, o.sp ? 2 : 0);
+  out.sent_per_layer = (out.sent_per_layer / o.steps - 4 * ring * double(activations)) / config.layers;
   out.step_seconds = (last - first) / o.steps;
   return out;
 }
@@ -133,6 +145,8 @@ int main(int argc, char** argv) {
   Options o;
   RunOptions run_options;
   run_options.ranks = 4;
+  app.add_flag("--sp", o.sp, "sequence parallelism: the norms and residuals on shards of the sequence, each "
+                            "allreduce a reduce-scatter and an all-gather");
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--batch", o.batch, "sequences per step, the same on every rank")
       ->capture_default_str()->check(cli::at_least(1));
@@ -164,32 +178,45 @@ int main(int argc, char** argv) {
     fmt::print("tp: tiny-gpt ({} parameters, {} heads, vocabulary {}), {} ranks, batch {} x {} tokens on every rank, "
                "{} steps, sgd; per step, rank 0\n", n, config.heads, config.vocab, r.ranks, o.batch, config.max_seq,
                o.steps);
-    fmt::print("{:>3} {:>6} {:>16} {:>8} {:>17} {:>11} {:>11} {:>9} {:>8} {:>16}\n", "tp", "heads", "each rank keeps",
-               "padding", "allreduces/layer", "bytes/layer", "formula", "T_step", "loss", "weights vs dense");
-    fmt::print("{:>3} {:>6} {:>16} {:>8} {:>17.1f} {:>11} {:>11} {:>9} {:>8.4f} {:>16.1e}\n", r.ranks,
-               fmt::format("{}/{}", config.heads / r.ranks, config.heads),
+    const double formula = ring_bytes_per_layer(o.batch, config.max_seq, config.channels, r.ranks, sizeof(float));
+    const std::string collectives =
+        o.sp ? fmt::format("{:g} AG + {:g} RS", r.gathers_per_layer, r.scatters_per_layer)
+             : fmt::format("{:g} allreduces", r.allreduces_per_layer);
+    fmt::print("{:>5} {:>6} {:>16} {:>8} {:>17} {:>11} {:>11} {:>9} {:>8} {:>16}\n", "tp", "heads", "each rank keeps",
+               "padding", "per layer", "sent/layer", "formula", "T_step", "loss", "weights vs dense");
+    fmt::print("{:>5} {:>6} {:>16} {:>8} {:>17} {:>11} {:>11} {:>9} {:>8.4f} {:>16.1e}\n",
+               fmt::format("{}{}", r.ranks, o.sp ? " sp" : ""), fmt::format("{}/{}", config.heads / r.ranks, config.heads),
                fmt::format("{} ({:.0f}%)", r.kept, 100.0 * double(r.kept) / double(n)), r.padded_vocab - config.vocab,
-               r.allreduces_per_layer, format_bytes(std::uint64_t(r.bytes_per_layer)),
-               format_bytes(4 * activations), format_seconds(r.step_seconds), r.losses.back(), r.weights_vs_dense);
+               collectives, format_bytes(std::uint64_t(std::lround(r.sent_per_layer))),
+               format_bytes(std::uint64_t(std::lround(formula))), format_seconds(r.step_seconds), r.losses.back(),
+               r.weights_vs_dense);
     fmt::print("(heads: each rank's share of attention; padding: zero rows added to the vocabulary of {} so that "
-               "it splits over {} ranks; "
-               "allreduces/layer: of the b x s x h activations ({} x {} x {} fp32, {}), counted in rank 0's trace "
-               "less the embedding's and the head's; formula: Megatron's 4 b s h, two forward and two backward; a "
-               "ring allreduce sends 2(t-1)/t of each from every rank, {} per layer here)\n", config.vocab, r.ranks,
-               o.batch, config.max_seq, config.channels, format_bytes(activations),
-               format_bytes(std::uint64_t(ring_bytes_per_layer(o.batch, config.max_seq, config.channels, r.ranks, 4))));
+               "it splits over {} ranks; per layer: rank 0's collectives of the b x s x h activations ({} x {} x {} "
+               "fp32, {}), from its trace, less the embedding's and the head's{}; sent/layer: what a ring sends of "
+               "them from each rank, 2(t-1)/t of an allreduce's buffer, (t-1)/t of an all-gather's or a "
+               "reduce-scatter's; formula: Megatron's 4 allreduces of b s h, 4 x 2(t-1)/t x b s h x 4 bytes)\n",
+               config.vocab, r.ranks, o.batch, config.max_seq, config.channels, format_bytes(activations),
+               o.sp ? "; sequence parallelism turns each allreduce into a reduce-scatter and an all-gather (AG, RS), "
+                      "the same bytes" : "");
     print_readings_example();
-    const bool equal = r.weights_vs_dense <= limit && std::abs(r.allreduces_per_layer - 4) < 1e-9;
+    const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 4 && r.scatters_per_layer == 4
+                                              : r.allreduces_per_layer == 4;
+    const bool equal = r.weights_vs_dense <= limit && collectives_as_megatron &&
+                       std::abs(r.sent_per_layer - formula) <= 1e-6 * formula;
     if (equal)
-      fmt::print("equal to one rank: every rank's slice within {:g} of the dense model's weights, 4 allreduces per "
-                 "layer\n", limit);
+      fmt::print("equal to one rank: every rank's slice within {:g} of the dense model's weights, {} per layer, "
+                 "sent = formula\n", limit, collectives);
     else
-      fmt::print("MISMATCH: weights past {:g} of the dense model's, or allreduces per layer not 4\n", limit);
+      fmt::print("MISMATCH: weights past {:g} of the dense model's, or collectives off Megatron's 4 per layer\n",
+                 limit);
     if (!o.json.empty())
       create_file(o.json) << nlohmann::json{{"tp", r.ranks}, {"parameters", n}, {"kept", r.kept},
                                             {"padded_vocab", r.padded_vocab}, {"vocab", config.vocab},
+                                            {"sequence_parallel", o.sp},
                                             {"allreduces_per_layer", r.allreduces_per_layer},
-                                            {"bytes_per_layer", r.bytes_per_layer}, {"formula_bytes", 4 * activations},
+                                            {"all_gathers_per_layer", r.gathers_per_layer},
+                                            {"reduce_scatters_per_layer", r.scatters_per_layer},
+                                            {"sent_bytes_per_layer", r.sent_per_layer}, {"formula_bytes", formula},
                                             {"t_step", r.step_seconds}, {"losses", r.losses},
                                             {"weights_vs_dense", r.weights_vs_dense}}
                                  .dump(2)

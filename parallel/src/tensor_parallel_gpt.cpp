@@ -25,25 +25,44 @@ TensorParallelGpt::Modules::Modules(Carver& params, const GptConfig& c, int voca
       }()),
       lnf(params, c.channels) {}
 
-TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t)
-    : ln1(acts, B * T, C), qkv(acts.take(std::size_t(B) * T * 3 * C / t)),
-      heads_out(acts.take(std::size_t(B) * T * C / t)), preatt(acts.take(std::size_t(B) * NH / t * T * T)),
-      att(acts.take(std::size_t(B) * NH / t * T * T)), attn_out(acts.take(std::size_t(B) * T * C)),
-      residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C), hidden(acts.take(std::size_t(B) * T * 4 * C / t)),
-      gelu(acts.take(std::size_t(B) * T * 4 * C / t)), mlp_out(acts.take(std::size_t(B) * T * C)),
-      out(acts.take(std::size_t(B) * T * C)) {}
+namespace {
 
-TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t)
-    : encoded(acts.take(std::size_t(B) * T * c.channels)),
+// A slice of all B x T rows: its own with sequence parallelism, else the
+// rows' slice itself (the activations are whole on every rank already).
+Slice whole_or(Carver& acts, bool sp, std::size_t n, Slice rows) { return sp ? acts.take(n) : rows; }
+
+std::size_t rows_of(int B, int T, int t, bool sp) { return std::size_t(B) * std::size_t(T) / std::size_t(sp ? t : 1); }
+
+}  // namespace
+
+TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t, bool sp)
+    : ln1(acts, int(rows_of(B, T, t, sp)), C),
+      ln1_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * C, ln1.out)),
+      qkv(acts.take(rows_of(B, T, t, false) * 3 * C / t)), heads_out(acts.take(rows_of(B, T, t, false) * C / t)),
+      preatt(acts.take(std::size_t(B) * (NH / t) * T * T)), att(acts.take(std::size_t(B) * (NH / t) * T * T)),
+      attn_out(acts.take(rows_of(B, T, t, sp) * C)),
+      attn_partial(whole_or(acts, sp, rows_of(B, T, t, false) * C, attn_out)),
+      residual(acts.take(rows_of(B, T, t, sp) * C)), ln2(acts, int(rows_of(B, T, t, sp)), C),
+      ln2_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * C, ln2.out)),
+      hidden(acts.take(rows_of(B, T, t, false) * 4 * C / t)), gelu(acts.take(rows_of(B, T, t, false) * 4 * C / t)),
+      mlp_out(acts.take(rows_of(B, T, t, sp) * C)),
+      mlp_partial(whole_or(acts, sp, rows_of(B, T, t, false) * C, mlp_out)), out(acts.take(rows_of(B, T, t, sp) * C)) {}
+
+TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp)
+    : encoded(acts.take(rows_of(B, T, t, sp) * c.channels)),
+      embed_partial(whole_or(acts, sp, rows_of(B, T, t, false) * c.channels, encoded)),
       blocks([&] {
         std::vector<BlockActs> b;
-        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t);
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t, sp);
         return b;
       }()),
-      lnf(acts, B * T, c.channels), logits(acts.take(std::size_t(B) * T * vocab_local)),
-      probs(acts.take(std::size_t(B) * T * vocab_local)), losses(acts.take(std::size_t(B) * T)) {}
+      lnf(acts, int(rows_of(B, T, t, sp)), c.channels),
+      lnf_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * c.channels, lnf.out)),
+      logits(acts.take(rows_of(B, T, t, false) * vocab_local)), probs(acts.take(rows_of(B, T, t, false) * vocab_local)),
+      losses(acts.take(rows_of(B, T, t, false))) {}
 
-TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense) : tp_(tp), config_(dense.config()) {
+TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_parallel)
+    : tp_(tp), sequence_parallel_(sequence_parallel), config_(dense.config()) {
   const int t = tp.size();
   if (config_.heads % t != 0)
     fail(tp.who(), "TensorParallelGpt", "{} heads do not split over {} tensor-parallel ranks: each rank takes whole "
@@ -112,20 +131,64 @@ void TensorParallelGpt::prepare(int B, int T) {
   if (T > config_.max_seq)
     fail(tp_.who(), "TensorParallelGpt", "sequence of {} tokens is longer than the model's context, {}", T,
          config_.max_seq);
+  if (sequence_parallel_ && T % tp_.size() != 0)
+    fail(tp_.who(), "TensorParallelGpt", "sequence parallelism: a sequence of {} tokens does not split over {} ranks",
+         T, tp_.size());
   if (B != B_ || T != T_) {
     Carver counter(nullptr, nullptr);
-    const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size());
+    const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
     acts_ = Tensor({counter.taken()});
     grad_acts_ = Tensor({counter.taken()});
     B_ = B, T_ = T;
     Carver carver(acts_.data(), grad_acts_.data());
-    a_.emplace(carver, config_, B, T, vocab_local_, tp_.size());
+    a_.emplace(carver, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
+    shuffled_.resize(sequence_parallel_ ? std::size_t(B) * T * config_.channels : 0);
   } else {
     grad_acts_.zero();
   }
 }
 
 void TensorParallelGpt::all_reduce(float* x, std::size_t n, ReduceOp op) { tp_.all_reduce({x, n, DType::f32}, op); }
+
+// The collectives move rank r's rows as one block, (B, T/t, C) from each
+// sequence's positions r T/t ...; the model's activations are (B, T, C).
+// shuffled_ holds the blocks in rank order, so each position moves once each way.
+void TensorParallelGpt::gather_rows(const float* rows, float* whole) {
+  if (!sequence_parallel_) return;
+  const std::size_t t = std::size_t(tp_.size()), C = std::size_t(config_.channels), T = std::size_t(T_),
+                    per_rank = std::size_t(B_) * (T / t) * C;
+  tp_.all_gather({const_cast<float*>(rows), per_rank, DType::f32}, {shuffled_.data(), per_rank * t, DType::f32});
+  for (std::size_t r = 0; r < t; ++r)
+    for (std::size_t b = 0; b < std::size_t(B_); ++b)
+      std::copy_n(shuffled_.data() + r * per_rank + b * (T / t) * C, (T / t) * C, whole + (b * T + r * (T / t)) * C);
+}
+
+void TensorParallelGpt::sum_partials(float* whole, float* rows) {
+  const std::size_t C = std::size_t(config_.channels), T = std::size_t(T_);
+  if (!sequence_parallel_) return all_reduce(whole, std::size_t(B_) * T * C);  // whole and rows are one slice
+  const std::size_t t = std::size_t(tp_.size()), per_rank = std::size_t(B_) * (T / t) * C;
+  for (std::size_t r = 0; r < t; ++r)
+    for (std::size_t b = 0; b < std::size_t(B_); ++b)
+      std::copy_n(whole + (b * T + r * (T / t)) * C, (T / t) * C, shuffled_.data() + r * per_rank + b * (T / t) * C);
+  tp_.reduce_scatter({shuffled_.data(), per_rank * t, DType::f32}, {rows, per_rank, DType::f32}, ReduceOp::sum);
+}
+
+// Each norm's gain and bias got this rank's positions' share: one allreduce of them all.
+void TensorParallelGpt::sum_norm_gradients() {
+  std::vector<const LayerNorm*> norms;
+  for (const BlockModules& b : m_->blocks) norms.insert(norms.end(), {&b.ln1, &b.ln2});
+  norms.push_back(&m_->lnf);
+  std::vector<float> packed;
+  for (const LayerNorm* n : norms)
+    for (const Slice& s : {n->weight, n->bias}) packed.insert(packed.end(), s.grad, s.grad + n->C);
+  all_reduce(packed.data(), packed.size());
+  const float* next = packed.data();
+  for (const LayerNorm* n : norms)
+    for (const Slice& s : {n->weight, n->bias}) {
+      std::copy_n(next, n->C, s.grad);
+      next += n->C;
+    }
+}
 
 float* TensorParallelGpt::stream(int layer) const { return layer < 0 ? a_->encoded.value : a_->blocks[layer].out.value; }
 float* TensorParallelGpt::stream_grad(int layer) const {
@@ -137,9 +200,9 @@ float TensorParallelGpt::forward(const std::vector<int>& tokens, const std::vect
   tokens_ = tokens;
   const int C = config_.channels, N = B * T, first = tp_.rank() * vocab_local_;
   // The vocabulary-parallel embedding: each rank its rows' tokens (zeros for
-  // the others), rank 0 the positions; one allreduce sums them.
-  double started = tp_.now();
-  float* x = a_->encoded.value;
+  // the others), rank 0 the positions; summing them is the embedding.
+  const double started = tp_.now();
+  float* x = a_->embed_partial.value;
   std::fill_n(x, std::size_t(N) * C, 0.0f);
   for (int i = 0; i < N; ++i) {
     float* row = x + std::size_t(i) * C;
@@ -150,7 +213,7 @@ float TensorParallelGpt::forward(const std::vector<int>& tokens, const std::vect
       for (int c = 0; c < C; ++c) row[c] += m_->wpe.value[std::size_t(i % T) * C + c];
   }
   tp_.computed("forward embeddings", started, 0);
-  all_reduce(x, std::size_t(N) * C);
+  sum_partials(x, a_->encoded.value);
   for (int l = 0; l < config_.layers; ++l) forward_block(l);
   return vocab_parallel_cross_entropy(targets);
 }
@@ -159,28 +222,34 @@ void TensorParallelGpt::forward_block(int l) {
   const Device& d = params_.device();
   const BlockModules& b = m_->blocks[l];
   const BlockActs& a = a_->blocks[l];
-  const int t = tp_.size(), C = config_.channels, N = B_ * T_, n = N * C, cl = C / t, hl = 4 * C / t;
+  const int t = tp_.size(), C = config_.channels, N = B_ * T_, R = rows(), cl = C / t, hl = 4 * C / t;
   const float* x = stream(l - 1);
-  const double started = tp_.now();
-  b.ln1.forward(d, a.ln1, x, N);
-  b.qkv.forward(d, a.qkv.value, a.ln1.out.value, N);  // f: the replicated ln1 output enters as is
+  double started = tp_.now();
+  b.ln1.forward(d, a.ln1, x, R);
+  tp_.computed(fmt::format("forward block {} ln1", l), started, 0);
+  gather_rows(a.ln1.out.value, a.ln1_gathered.value);  // f
+  started = tp_.now();
+  b.qkv.forward(d, a.qkv.value, a.ln1_gathered.value, N);
   d.attention_forward(a.heads_out.value, a.preatt.value, a.att.value, a.qkv.value, B_, T_, cl, config_.heads / t);
   // Row-parallel: a partial sum of the projection; the bias added once, by rank 0.
-  d.matmul_forward(a.attn_out.value, a.heads_out.value, b.proj.weight.value,
+  d.matmul_forward(a.attn_partial.value, a.heads_out.value, b.proj.weight.value,
                    tp_.rank() == 0 ? b.proj.bias.value : nullptr, N, cl, C);
   tp_.computed(fmt::format("forward block {} attention", l), started,
                ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C));
-  all_reduce(a.attn_out.value, std::size_t(n));  // g
-  const double mlp_started = tp_.now();
-  d.residual_forward(a.residual.value, x, a.attn_out.value, n);
-  b.ln2.forward(d, a.ln2, a.residual.value, N);
-  b.fc.forward(d, a.hidden.value, a.ln2.out.value, N);  // f
+  sum_partials(a.attn_partial.value, a.attn_out.value);  // g
+  started = tp_.now();
+  d.residual_forward(a.residual.value, x, a.attn_out.value, R * C);
+  b.ln2.forward(d, a.ln2, a.residual.value, R);
+  tp_.computed(fmt::format("forward block {} ln2", l), started, 0);
+  gather_rows(a.ln2.out.value, a.ln2_gathered.value);  // f
+  started = tp_.now();
+  b.fc.forward(d, a.hidden.value, a.ln2_gathered.value, N);
   d.gelu_forward(a.gelu.value, a.hidden.value, N * hl);
-  d.matmul_forward(a.mlp_out.value, a.gelu.value, b.fc_proj.weight.value,
+  d.matmul_forward(a.mlp_partial.value, a.gelu.value, b.fc_proj.weight.value,
                    tp_.rank() == 0 ? b.fc_proj.bias.value : nullptr, N, hl, C);
-  tp_.computed(fmt::format("forward block {} mlp", l), mlp_started, ops::matmul_flops(N, C, hl) * 2);
-  all_reduce(a.mlp_out.value, std::size_t(n));  // g
-  d.residual_forward(a.out.value, a.residual.value, a.mlp_out.value, n);
+  tp_.computed(fmt::format("forward block {} mlp", l), started, ops::matmul_flops(N, C, hl) * 2);
+  sum_partials(a.mlp_partial.value, a.mlp_out.value);  // g
+  d.residual_forward(a.out.value, a.residual.value, a.mlp_out.value, R * C);
 }
 
 // The tied head gives this rank the logits of its vocabulary slice. The
@@ -191,10 +260,13 @@ float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& ta
   const Device& d = params_.device();
   const int C = config_.channels, N = B_ * T_, vl = vocab_local_, first = tp_.rank() * vl;
   targets_ = targets;
-  const double started = tp_.now();
-  m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), N);
+  double started = tp_.now();
+  m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), rows());
+  tp_.computed("forward lnf", started, 0);
+  gather_rows(a_->lnf.out.value, a_->lnf_gathered.value);  // f
+  started = tp_.now();
   float* logits = a_->logits.value;
-  d.matmul_forward(logits, a_->lnf.out.value, m_->wte.value, nullptr, N, C, vl);
+  d.matmul_forward(logits, a_->lnf_gathered.value, m_->wte.value, nullptr, N, C, vl);
   std::vector<float> largest(N, -std::numeric_limits<float>::infinity()), sums(2 * std::size_t(N), 0.0f);
   for (int i = 0; i < N; ++i)
     for (int j = 0; j < vl; ++j) {
@@ -231,14 +303,18 @@ void TensorParallelGpt::backward() {
   for (int i = 0; i < N; ++i)
     for (int j = 0; j < vl; ++j)
       dlogits[std::size_t(i) * vl + j] = (a_->probs.value[std::size_t(i) * vl + j] - (first + j == targets_[i])) / N;
-  d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, dlogits, a_->lnf.out.value, m_->wte.value, N, C, vl);
+  d.matmul_backward(a_->lnf_gathered.grad, m_->wte.grad, nullptr, dlogits, a_->lnf_gathered.value, m_->wte.value, N,
+                    C, vl);
   tp_.computed("backward head", started, 2 * ops::matmul_flops(N, C, vl));
-  all_reduce(a_->lnf.out.grad, std::size_t(N) * C);  // f's backward: each rank held part of the head's input gradient
-  m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), N);
+  sum_partials(a_->lnf_gathered.grad, a_->lnf.out.grad);  // f's backward: each rank held part of the head's input gradient
+  started = tp_.now();
+  m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), rows());
+  tp_.computed("backward lnf", started, 0);
   for (int l = last; l >= 0; --l) backward_block(l);
   // The embedding: its rows' tokens to this rank's table, the positions to every rank's.
+  gather_rows(a_->encoded.grad, a_->embed_partial.grad);
   started = tp_.now();
-  const float* dx = a_->encoded.grad;
+  const float* dx = a_->embed_partial.grad;
   for (int i = 0; i < N; ++i) {
     const float* row = dx + std::size_t(i) * C;
     const int local = tokens_[i] - first;
@@ -247,33 +323,40 @@ void TensorParallelGpt::backward() {
     for (int c = 0; c < C; ++c) m_->wpe.grad[std::size_t(i % T_) * C + c] += row[c];
   }
   tp_.computed("backward embeddings", started, 0);
+  if (sequence_parallel_) sum_norm_gradients();
 }
 
 void TensorParallelGpt::backward_block(int l) {
   const Device& d = params_.device();
   const BlockModules& b = m_->blocks[l];
   const BlockActs& a = a_->blocks[l];
-  const int t = tp_.size(), C = config_.channels, N = B_ * T_, n = N * C, cl = C / t, hl = 4 * C / t;
+  const int t = tp_.size(), C = config_.channels, N = B_ * T_, R = rows(), cl = C / t, hl = 4 * C / t;
   const float* x = stream(l - 1);
   float* dx = stream_grad(l - 1);
+  d.residual_backward(a.residual.grad, a.mlp_out.grad, a.out.grad, R * C);
+  gather_rows(a.mlp_out.grad, a.mlp_partial.grad);  // g's backward
   double started = tp_.now();
-  d.residual_backward(a.residual.grad, a.mlp_out.grad, a.out.grad, n);  // g's backward: the identity
-  b.fc_proj.backward(d, a.gelu.grad, a.mlp_out.grad, a.gelu.value, N);
+  b.fc_proj.backward(d, a.gelu.grad, a.mlp_partial.grad, a.gelu.value, N);
   d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * hl);
-  b.fc.backward(d, a.ln2.out.grad, a.hidden.grad, a.ln2.out.value, N);
+  b.fc.backward(d, a.ln2_gathered.grad, a.hidden.grad, a.ln2_gathered.value, N);
   tp_.computed(fmt::format("backward block {} mlp", l), started, 4 * ops::matmul_flops(N, C, hl));
-  all_reduce(a.ln2.out.grad, std::size_t(n));  // f's backward
+  sum_partials(a.ln2_gathered.grad, a.ln2.out.grad);  // f's backward
   started = tp_.now();
-  b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);
-  d.residual_backward(dx, a.attn_out.grad, a.residual.grad, n);
-  b.proj.backward(d, a.heads_out.grad, a.attn_out.grad, a.heads_out.value, N);
+  b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, R);
+  d.residual_backward(dx, a.attn_out.grad, a.residual.grad, R * C);
+  tp_.computed(fmt::format("backward block {} ln2", l), started, 0);
+  gather_rows(a.attn_out.grad, a.attn_partial.grad);  // g's backward
+  started = tp_.now();
+  b.proj.backward(d, a.heads_out.grad, a.attn_partial.grad, a.heads_out.value, N);
   d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B_, T_, cl,
                        config_.heads / t);
-  b.qkv.backward(d, a.ln1.out.grad, a.qkv.grad, a.ln1.out.value, N);
+  b.qkv.backward(d, a.ln1_gathered.grad, a.qkv.grad, a.ln1_gathered.value, N);
   tp_.computed(fmt::format("backward block {} attention", l), started,
                2 * (ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
-  all_reduce(a.ln1.out.grad, std::size_t(n));  // f's backward
-  b.ln1.backward(d, dx, a.ln1, x, N);
+  sum_partials(a.ln1_gathered.grad, a.ln1.out.grad);  // f's backward
+  started = tp_.now();
+  b.ln1.backward(d, dx, a.ln1, x, R);
+  tp_.computed(fmt::format("backward block {} ln1", l), started, 0);
 }
 
 }  // namespace labkit

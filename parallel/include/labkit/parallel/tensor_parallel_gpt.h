@@ -23,6 +23,16 @@
 // reading's 4 b s h per layer. The whole tensors get the same gradient on
 // every rank, since what flows into them is replicated.
 //
+// Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): what runs
+// between the tensor-parallel regions (the norms, the residual adds) runs on
+// a shard of the sequence, rank r positions [r T/t, (r+1) T/t) of every
+// sequence, so those activations take 1/t of the memory. f becomes an
+// all-gather of the shards forward (a reduce-scatter backward) and g a
+// reduce-scatter of the partial sums (an all-gather backward): the same
+// bytes as the allreduce they replace, which is a reduce-scatter and an
+// all-gather. The norms' gradients, each rank's from its positions, are
+// summed over the group after backward.
+//
 // Host memory only, for now: the vocabulary-parallel pieces are host loops.
 #pragma once
 
@@ -41,8 +51,8 @@ class TensorParallelGpt {
  public:
   // Every rank of `tp` built `dense` from the same seed; this rank keeps its
   // slice of it. Heads, and so channels and the MLP's width, must divide by
-  // the group's size.
-  TensorParallelGpt(Comm& tp, const Gpt& dense);
+  // the group's size; with sequence_parallel, the sequence too.
+  TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_parallel = false);
 
   // Mean cross-entropy over this group's B x T tokens (the same on every rank
   // of the group, as are tokens and targets).
@@ -74,22 +84,42 @@ class TensorParallelGpt {
     LayerNorm lnf;
     Modules(Carver& params, const GptConfig& c, int vocab_local, int t);
   };
+  // Rows: the B x T tokens, or with sequence parallelism this rank's shard of
+  // them ("rows" below). Without it, a gathered input is the norm's output
+  // itself and the partial sums are summed in place (the same slices).
   struct BlockActs {
-    LayerNorm::Acts ln1;
-    Slice qkv, heads_out, preatt, att, attn_out, residual;  // qkv, heads_out, preatt, att: this rank's heads
-    LayerNorm::Acts ln2;
-    Slice hidden, gelu, mlp_out, out;  // hidden, gelu: this rank's 4C/t features
-    BlockActs(Carver& acts, int B, int T, int C, int NH, int t);
+    LayerNorm::Acts ln1;                // rows
+    Slice ln1_gathered;                 // all B x T: the column-parallel QKV's input
+    Slice qkv, heads_out, preatt, att;  // this rank's heads
+    Slice attn_out;                     // rows
+    Slice attn_partial;                 // all B x T: the row-parallel projection's partial sums
+    Slice residual;                     // rows
+    LayerNorm::Acts ln2;                // rows
+    Slice ln2_gathered;                 // all B x T
+    Slice hidden, gelu;                 // this rank's 4C/t features
+    Slice mlp_out;                      // rows
+    Slice mlp_partial;                  // all B x T
+    Slice out;                          // rows
+    BlockActs(Carver& acts, int B, int T, int C, int NH, int t, bool sp);
   };
   struct Acts {
-    Slice encoded;
+    Slice encoded;                // rows
+    Slice embed_partial;          // all B x T: each rank's vocabulary rows' lookups
     std::vector<BlockActs> blocks;
-    LayerNorm::Acts lnf;
+    LayerNorm::Acts lnf;          // rows
+    Slice lnf_gathered;           // all B x T: the head's input
     Slice logits, probs, losses;  // logits, probs: this rank's V'/t columns
-    Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t);
+    Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp);
   };
   void prepare(int B, int T);
   void all_reduce(float* x, std::size_t n, ReduceOp op = ReduceOp::sum);
+  // f forward, g backward: rows of every rank, whole (with sequence parallelism; else nothing to do).
+  void gather_rows(const float* rows, float* whole);
+  // g forward, f backward: the ranks' partial sums over all B x T, summed into
+  // this rank's rows (allreduce in place, or with sequence parallelism reduce-scatter).
+  void sum_partials(float* whole, float* rows);
+  void sum_norm_gradients();  // sequence parallelism: each rank's positions' share, summed
+  int rows() const { return sequence_parallel_ ? B_ * T_ / tp_.size() : B_ * T_; }
   float* stream(int layer) const;  // layer l's output; -1: the embeddings
   float* stream_grad(int layer) const;
   void forward_block(int l);
@@ -97,12 +127,14 @@ class TensorParallelGpt {
   float vocab_parallel_cross_entropy(const std::vector<int>& targets);
 
   Comm& tp_;
+  bool sequence_parallel_;
   GptConfig config_;
   int vocab_local_;
   Tensor params_, grads_, acts_, grad_acts_;
   std::optional<Modules> m_;
   std::optional<Acts> a_;
   std::vector<int> tokens_, targets_;
+  std::vector<float> shuffled_;  // sequence parallelism: B x T x C in rank-major order, as the collectives move it
   int B_ = 0, T_ = 0;
 };
 
