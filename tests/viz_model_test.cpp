@@ -298,3 +298,27 @@ TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
   EXPECT_THROW(viz::parse_scenario("fsdp:8:4"), std::exception);
   EXPECT_THROW(viz::parse_scenario("fsdp:8:3:sideways"), std::exception);
 }
+
+// A tensor-parallel step: every rank computes its slice of each layer and
+// waits at each of its collectives; sequence parallelism doubles their count.
+TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {
+  const viz::Scenario s = viz::parse_scenario("tp:4:sp");
+  EXPECT_TRUE(s.tensor_parallel && s.sequence_parallel);
+  const auto collectives = [](const viz::TraceModel& m, const std::string& name) {  // rank 0's
+    std::size_t n = 0;
+    for (const viz::Track& track : m.tracks)
+      if (track.rank == 0 && !track.stream)
+        for (const viz::Span& span : track.spans) n += span.kind == viz::Kind::collective && span.name == name;
+    return n;
+  };
+  const viz::TraceModel sp = viz::run_scenario(s), plain = viz::run_scenario(viz::parse_scenario("tp:4"));
+  EXPECT_EQ(collectives(plain, "all_reduce"), 4u * 2 + 2 + 2);  // 4 a layer, the embedding and head's, softmax's 2
+  EXPECT_EQ(collectives(sp, "all_gather"), 4u * 2 + 2);
+  EXPECT_EQ(collectives(sp, "reduce_scatter"), 4u * 2 + 2);
+  const viz::Summary summary = viz::summarize(sp);
+  ASSERT_EQ(summary.ranks.size(), 4u);
+  EXPECT_GT(summary.ranks[0].computing, 0);
+  EXPECT_GT(summary.ranks[0].communicating, 0);
+  EXPECT_THROW(viz::parse_scenario("tp:3"), std::exception);
+  EXPECT_THROW(viz::parse_scenario("tp:4:sideways"), std::exception);
+}

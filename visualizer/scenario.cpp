@@ -12,6 +12,7 @@
 #include "labkit/memory.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/run.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
@@ -26,7 +27,8 @@ Scenario parse_scenario(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
-  if (parts.size() < 3 || parts.size() > 5)
+  const std::size_t fewest = !parts.empty() && parts[0] == "tp" ? 2 : 3;  // "tp:4"
+  if (parts.size() < fewest || parts.size() > 5)
     throw labkit::Error(fmt::format("'{}' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)", text));
   Scenario s;
   s.algorithm = parts[0];
@@ -53,6 +55,17 @@ Scenario parse_scenario(const std::string& text) {
     labkit::find_topology(s.topology);
     return s;
   }
+  if (s.algorithm == "tp") {
+    const bool heads_split = s.ranks == 1 || s.ranks == 2 || s.ranks == 4;  // the tiny GPT's 4 heads
+    if (parts.size() > 4 || !heads_split || (parts.size() > 2 && parts[2] != "sp" && parts[2] != "-"))
+      throw labkit::Error(fmt::format("'{}' is not tp:RANKS[:sp|-[:TOPOLOGY]] (ranks 1, 2 or 4: the tiny GPT's 4 "
+                                      "heads split whole)", text));
+    s.tensor_parallel = true;
+    s.sequence_parallel = parts.size() > 2 && parts[2] == "sp";
+    if (parts.size() > 3) s.topology = parts[3];
+    labkit::find_topology(s.topology);
+    return s;
+  }
   s.bytes = labkit::parse_bytes(parts[2]);
   if (parts.size() > 3) s.collective = parts[3];
   if (parts.size() > 4) s.topology = parts[4];
@@ -74,6 +87,20 @@ TraceModel run_scenario(const Scenario& s) {
     });
     return from_trace(*r.trace, fmt::format("DDP step ({}) of Llama-2 7B's shapes on {} ranks, {}", s.ddp_mode,
                                             s.ranks, s.topology));
+  }
+  if (s.tensor_parallel) {  // each layer's compute between its allreduces (SP: all-gathers and reduce-scatters)
+    o.payload_free = false;
+    const labkit::GptConfig config = labkit::gpt_preset("tiny-gpt", 32);
+    const int B = 4, T = config.max_seq;
+    std::vector<int> tokens(std::size_t(B) * T);
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = int(i * 7 % 32);
+    const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
+      labkit::TensorParallelGpt model(comm, labkit::Gpt(config, 1), s.sequence_parallel);
+      model.forward(tokens, tokens, B, T);
+      model.backward();
+    });
+    return from_trace(*r.trace, fmt::format("tensor-parallel step of the tiny GPT on {} ranks{}, {}", s.ranks,
+                                            s.sequence_parallel ? ", sequence parallel" : "", s.topology));
   }
   if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");

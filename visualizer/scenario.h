@@ -19,16 +19,21 @@ struct Scenario {
   std::string ddp_mode;  // a DDP step instead ("ddp:8:overlap"): naive, bucketed or overlap
   int fsdp_stage = -1;   // or a ZeRO step ("fsdp:16:3:both"): stage 0-3, and what stage 3 prefetches
   std::string prefetch = "none";
-  bool is_training_step() const { return !ddp_mode.empty() || fsdp_stage >= 0; }
+  bool tensor_parallel = false;    // or a tensor-parallel step of the tiny GPT ("tp:4:sp")
+  bool sequence_parallel = false;
+  bool is_training_step() const { return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel; }
 };
 
 // "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; or
 // "ddp:RANKS:MODE[:TOPOLOGY]", one data-parallel step of Llama-2 7B's shapes
 // (the DDP lab's --what-if), e.g. "ddp:8:overlap"; or
 // "fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]]", one sharded step of the same
-// (the FSDP lab's --what-if), e.g. "fsdp:16:3:both". Throws on junk.
+// (the FSDP lab's --what-if), e.g. "fsdp:16:3:both"; or "tp:RANKS[:sp[:TOPOLOGY]]",
+// one forward and backward of the tiny GPT with tensor parallelism over 1, 2 or
+// 4 ranks (the tp lab; sp: sequence parallel), e.g. "tp:4:sp". Throws on junk.
 Scenario parse_scenario(const std::string& text);
-// Runs it on the simulator (payload-free) and returns its trace.
+// Runs it on the simulator (payload-free, but the tiny GPT's step, which
+// computes) and returns its trace.
 TraceModel run_scenario(const Scenario& s);
 
 // Every rank's buffer, chunk by chunk, after every delivery. Rank r contributes
