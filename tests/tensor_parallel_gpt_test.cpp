@@ -9,6 +9,8 @@
 
 #include "harness.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
+#include "labkit/memory_tracker.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
@@ -135,6 +137,22 @@ TEST(TensorParallelGpt, SequenceParallelSplitsEachAllreduceInTwo) {
   EXPECT_EQ(count["all_gather"], 4u * config.layers + 2);      // + the head's input, the embedding's gradient
   EXPECT_EQ(count["reduce_scatter"], 4u * config.layers + 2);  // + the embedding, the head's input gradient
   EXPECT_EQ(count["all_reduce"], 0u);
+}
+
+// Each rank's activations, as its tracker was told, equal the memory lab's
+// llm.c layout split as this model splits it, to the byte: with and without
+// sequence parallelism, with a padded vocabulary.
+TEST(TensorParallelGpt, ActivationsEqualTheEstimateToTheByte) {
+  const GptConfig config = gpt_preset("tiny-gpt", 15);
+  for (const bool sp : {false, true})
+    for (const int t : {1, 2, 4})
+      simulate(t, [&](Comm& c) {
+        TensorParallelGpt model(c, Gpt(config, 3), sp);
+        model.forward(tokens(15, 1), tokens(15, 2), kB, kT);
+        const double estimate = memory::llmc_activation_bytes(architecture_of(config), kT, kB, t, sp);
+        EXPECT_EQ(double(model.activation_bytes()), estimate) << "t = " << t << (sp ? ", sequence parallel" : "");
+        EXPECT_EQ(double(c.memory().peak[std::size_t(MemoryUse::activations)]), estimate) << "rank " << c.rank();
+      });
 }
 
 TEST(TensorParallelGpt, SequenceParallelNeedsTheSequenceToSplit) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -195,10 +196,13 @@ Gpu gpu_preset(std::string_view name) {
                                           "rtx4090-24g)", name));
 }
 
-double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch) {
-  const double sb = seq * micro_batch, sbh = sb * a.hidden;
-  const double layer = 18 * sbh + 4 * sb + 2 * a.heads * seq * sb;
-  const double outside = sbh + (sbh + 2 * sb) + 2 * sb * a.vocab + sb;
+double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch, int tp, bool sequence_parallel) {
+  const double t = tp, sb = seq * micro_batch, sbh = sb * a.hidden;
+  const double kept = sequence_parallel ? sb / t : sb;  // rows of the norms and the residual stream
+  const double gathered = sequence_parallel ? sbh : 0;  // a whole B x T x h buffer, kept only with SP
+  const double layer = 6 * kept * a.hidden + 4 * kept + (12 * sbh + 2 * a.heads * seq * sb) / t + 4 * gathered;
+  const double vocab = std::ceil(a.vocab / t);  // each rank's rows of the padded vocabulary
+  const double outside = (kept * a.hidden + gathered) + (kept * a.hidden + 2 * kept + gathered) + 2 * sb * vocab + sb;
   return 2 * (a.layers * layer + outside) * sizeof(float);
 }
 
@@ -294,9 +298,9 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
     activations = *p.activations;
     note = "given";
   } else if (p.activation_layout == ActivationLayout::llmc) {
-    if (p.tp > 1 || p.pp > 1 || p.sequence_parallel || p.recompute != Recompute::none)
-      throw std::invalid_argument("llm.c's activation layout has no tensor or pipeline split and no recomputation");
-    activations = llmc_activation_bytes(model, p.seq, p.micro_batch);
+    if (p.pp > 1 || p.recompute != Recompute::none)
+      throw std::invalid_argument("llm.c's activation layout has no pipeline split and no recomputation");
+    activations = llmc_activation_bytes(model, p.seq, p.micro_batch, p.tp, p.sequence_parallel);
     note = fmt::format("llm.c's fp32 buffers and their gradients, s {:g} x b {:g}", p.seq, p.micro_batch);
   } else {
     // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its

@@ -23,6 +23,8 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
+#include "labkit/memory_tracker.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
@@ -60,6 +62,7 @@ struct TpRun {
   double allreduces_per_layer = 0, gathers_per_layer = 0, scatters_per_layer = 0, sent_per_layer = 0;
   std::vector<float> losses;
   double weights_vs_dense = 0;  // the largest over the ranks
+  double activations = 0;       // rank 0's peak, as its tracker was told
 };
 
 // What a transformer layer's tensor parallelism sends per step, in bytes:
@@ -72,6 +75,35 @@ double ring_bytes_per_layer(double b, double s, double h, int t, double dtype_by
 
 // The reading's GPT-3 layer (section 9.5: b = 1, s = 2048, h = 12288, T = 8,
 // fp16), by its own formula, against what its comment and its case study say.
+// Rank 0's activations beside the memory lab's llm.c layout split as the
+// model splits it, one rank's, and Korthikanti's 16-bit forms for the same
+// shapes (2022, Table 2: sbh(34 + 5as/h) a layer, sbh(10 + 24/t + 5as/ht)
+// with tensor parallelism, sbh(34/t + 5as/ht) with sequence parallelism too).
+nlohmann::json print_activations(const TpRun& r, const Options& o, const GptConfig& config) {
+  const memory::Architecture arch = architecture_of(config);
+  const double estimate = memory::llmc_activation_bytes(arch, config.max_seq, o.batch, r.ranks, o.sp);
+  const double one_rank = memory::llmc_activation_bytes(arch, config.max_seq, o.batch);
+  const auto korthikanti = [&](int t, bool sp) {
+    return memory::activation_bytes_per_layer({.seq = double(config.max_seq), .micro_batch = double(o.batch),
+                                               .hidden = double(config.channels), .heads = double(config.heads),
+                                               .tp = t, .sequence_parallel = sp});
+  };
+  const double ratio = korthikanti(r.ranks, o.sp) / korthikanti(1, false);
+  fmt::print("activations per rank: measured {} (rank 0's tracker), the memory lab's estimate {} ({:+.1f}%), one "
+             "rank {}: {:.2f}x; Korthikanti's 16-bit form for the same shapes gives {:.2f}x\n",
+             format_bytes(std::uint64_t(r.activations)), format_bytes(std::uint64_t(estimate)),
+             100 * (r.activations - estimate) / estimate, format_bytes(std::uint64_t(one_rank)),
+             r.activations / one_rank, ratio);
+  if (o.sp)
+    fmt::print("(sequence parallelism shrinks the norms and the residual stream to 1/t, but this model keeps four "
+               "whole B x T x h buffers a layer, each with its gradient: the norms' outputs gathered, which backward "
+               "needs, and the projections' partial sums, which it does not. Megatron keeps neither: the partial sums "
+               "are scratch, and each norm's output is all-gathered again in backward, one more all-gather per f; "
+               "that is how its form reaches 1/t)\n");
+  return {{"measured", r.activations}, {"estimate", estimate}, {"one_rank", one_rank},
+          {"korthikanti_ratio", ratio}};
+}
+
 void print_readings_example() {
   const double per_layer = ring_bytes_per_layer(1, 2048, 12288, 8, 2);
   const double message = 1.0 * 2048 * 12288 * 2;
@@ -82,8 +114,12 @@ void print_readings_example() {
              per_layer / 1e6, per_layer * 96 / 1e9, message / 1e6);
 }
 
-TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
-            const std::vector<float>& dense) {
+TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  // One rank, the whole model: the weights every rank's slice must equal.
+  // Trained once per process, by its first rank to finish (the simulator's
+  // ranks share the process), after the ranks have started: all of the lab's
+  // work runs inside its ranks.
+  std::vector<float> dense;
   RunOptions traced = run_options;
   traced.keep_trace = true;
   TpRun out;
@@ -105,6 +141,11 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
     }
     const double end = comm.now();
+    if (dense.empty()) {
+      SgdMomentum dense_sgd{.lr = o.lr};
+      dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
+                             [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
+    }
     std::vector<float> difference = {float(relative_difference(model.parameters().to_host(),
                                                                 model.slice_of_dense(dense)))};
     const auto all = comm.inspect(view_of(difference));  // an instrument: untraced, free of virtual time
@@ -113,6 +154,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
     out.ranks = comm.size();
     out.kept = model.parameter_count();
     out.padded_vocab = model.padded_vocab();
+    out.activations = double(comm.memory().peak[std::size_t(MemoryUse::activations)]);
     out.losses = losses;
     first = start, last = end;
   });
@@ -165,12 +207,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "sim" && config.heads % run_options.ranks != 0)
       throw Error(fmt::format("--ranks {}: the tiny GPT's {} heads do not split over {} ranks (each rank takes whole "
                               "heads: --ranks 1, 2 or 4)", run_options.ranks, config.heads, run_options.ranks));
-    SgdMomentum dense_sgd{.lr = o.lr};  // one rank, the whole model: the weights every rank's slice must equal
-    const std::vector<float> dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
-                                                    [&](std::span<float> w, std::span<const float> g) {
-                                                      dense_sgd.update(w, g);
-                                                    });
-    const TpRun r = train(o, run_options, data, config, dense);
+    const TpRun r = train(o, run_options, data, config);
     if (r.losses.empty()) return 0;  // a process of mpirun that ran another rank than 0
     const std::size_t n = Gpt(config, o.seed).parameter_count();
     const std::uint64_t activations = std::uint64_t(o.batch) * config.max_seq * config.channels * sizeof(float);
@@ -198,6 +235,7 @@ int main(int argc, char** argv) {
                config.vocab, r.ranks, o.batch, config.max_seq, config.channels, format_bytes(activations),
                o.sp ? "; sequence parallelism turns each allreduce into a reduce-scatter and an all-gather (AG, RS), "
                       "the same bytes" : "");
+    const nlohmann::json activation_memory = print_activations(r, o, config);
     print_readings_example();
     const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 4 && r.scatters_per_layer == 4
                                               : r.allreduces_per_layer == 4;
@@ -218,7 +256,8 @@ int main(int argc, char** argv) {
                                             {"reduce_scatters_per_layer", r.scatters_per_layer},
                                             {"sent_bytes_per_layer", r.sent_per_layer}, {"formula_bytes", formula},
                                             {"t_step", r.step_seconds}, {"losses", r.losses},
-                                            {"weights_vs_dense", r.weights_vs_dense}}
+                                            {"weights_vs_dense", r.weights_vs_dense},
+                                            {"activations", activation_memory}}
                                  .dump(2)
                           << '\n';
     return equal ? 0 : 1;

@@ -77,6 +77,8 @@ TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_p
   grads_ = Tensor({counter.taken()});
   Carver carver(params_.data(), grads_.data());
   m_.emplace(carver, config_, vocab_local_, t);
+  tp.track_memory(MemoryUse::weights, std::int64_t(params_.bytes()));
+  tp.track_memory(MemoryUse::gradients, std::int64_t(grads_.bytes()));
 }
 
 // The dense model's tensors in order (Gpt::tensors), each cut as this rank
@@ -137,8 +139,10 @@ void TensorParallelGpt::prepare(int B, int T) {
   if (B != B_ || T != T_) {
     Carver counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
+    tp_.track_memory(MemoryUse::activations, -std::int64_t(activation_bytes()));
     acts_ = Tensor({counter.taken()});
     grad_acts_ = Tensor({counter.taken()});
+    tp_.track_memory(MemoryUse::activations, std::int64_t(activation_bytes()));
     B_ = B, T_ = T;
     Carver carver(acts_.data(), grad_acts_.data());
     a_.emplace(carver, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);

@@ -113,7 +113,17 @@ ActivationLayout parse_activation_layout(std::string_view name);  // "megatron",
 // before and after softmax; the attention, MLP and residual outputs; the MLP's
 // 4h input and GELU), then the embeddings' output, the final norm, the logits
 // and probabilities (sbV each) and the losses; all twice (their gradients), 4 bytes each.
-double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch);
+//
+// Split t ways as labkit's tensor-parallel GPT splits it (Megatron's layout,
+// parallel/tensor_parallel_gpt.h): q, k, v, the scores, the MLP's 4h input and
+// GELU (12sbh + 2as^2b) and the logits and probabilities (the vocabulary padded
+// to a multiple of t) are 1/t on each rank; the rest (6sbh + 4sb: the norms,
+// the projections' outputs, the residual stream) whole. With sequence
+// parallelism that rest is 1/t too, and each layer keeps four B x T x h
+// buffers whole (the norms' outputs gathered, the projections' partial sums
+// before their reduce-scatter), as do the embedding and the final norm (one each).
+double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch, int tp = 1,
+                             bool sequence_parallel = false);
 
 struct KvShape {
   double batch, seq, layers, kv_heads, head_dim;

@@ -33,6 +33,9 @@
 // all-gather. The norms' gradients, each rank's from its positions, are
 // summed over the group after backward.
 //
+// What a rank allocates it tells its memory tracker (Comm::track_memory): its
+// weights and gradients, and its activations as a forward sizes them.
+//
 // Host memory only, for now: the vocabulary-parallel pieces are host loops.
 #pragma once
 
@@ -67,6 +70,9 @@ class TensorParallelGpt {
   Tensor& parameters() { return params_; }
   Tensor& gradients() { return grads_; }
   std::size_t parameter_count() const { return params_.size(); }
+  // Bytes of the activations and their gradients the last forward allocated
+  // (memory::llmc_activation_bytes with this split counts them).
+  std::size_t activation_bytes() const { return acts_.bytes() + grad_acts_.bytes(); }
   int padded_vocab() const { return vocab_local_ * tp_.size(); }
   const GptConfig& config() const { return config_; }
 
