@@ -11,9 +11,13 @@
 // and the MLP's row-parallel projections) and two backward (before each norm
 // gets its gradient), beside the formula, and the reading's GPT-3 example
 // computed from it. With --sp (sequence parallelism) each allreduce is a
-// reduce-scatter and an all-gather, the same bytes.
+// reduce-scatter and an all-gather, the same bytes. Below the table, rank 0's
+// activations beside the memory lab's estimate and Korthikanti's forms.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -44,6 +48,7 @@ struct Options {
   float lr = 0.05f;
   std::uint64_t seed = 1337;
   std::string json;
+  bool bench = false;  // what the simulation costs in wall time
 };
 
 // Each step's batch: the same sequences on every rank, since tensor
@@ -51,7 +56,6 @@ struct Options {
 std::vector<std::size_t> step_batch(const Sequences& data, const Options& o, int step) {
   return batch_of(DistributedSampler(data.count, 1, 0, o.seed), step, o.batch);
 }
-
 
 struct TpRun {
   int ranks = 0;
@@ -114,7 +118,9 @@ void print_readings_example() {
              per_layer / 1e6, per_layer * 96 / 1e9, message / 1e6);
 }
 
-TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+// compare: train the dense model too, and measure each rank's slice against it.
+TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+            bool compare = true) {
   // One rank, the whole model: the weights every rank's slice must equal.
   // Trained once per process, by its first rank to finish (the simulator's
   // ranks share the process), after the ranks have started: all of the lab's
@@ -141,13 +147,13 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
     }
     const double end = comm.now();
-    if (dense.empty()) {
+    if (compare && dense.empty()) {
       SgdMomentum dense_sgd{.lr = o.lr};
       dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
                              [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
     }
-    std::vector<float> difference = {float(relative_difference(model.parameters().to_host(),
-                                                                model.slice_of_dense(dense)))};
+    std::vector<float> difference = {
+        compare ? float(relative_difference(model.parameters().to_host(), model.slice_of_dense(dense))) : 0.0f};
     const auto all = comm.inspect(view_of(difference));  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
     for (const auto& d : all) out.weights_vs_dense = std::max(out.weights_vs_dense, d[0]);
@@ -179,6 +185,39 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
   return out;
 }
 
+// --bench, side by side in one run: --steps steps of the tiny GPT on one rank
+// (no simulator) against the same steps on --ranks simulated tensor-parallel
+// ranks, each computing its slice of every layer, the same batches.
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  using Clock = std::chrono::steady_clock;
+  const auto timed = [](const char* what, const std::function<void()>& work) {
+    fmt::print("timing {} ...\n", what);
+    std::fflush(stdout);
+    const Clock::time_point start = Clock::now();
+    work();
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+  SgdMomentum sgd{.lr = o.lr};
+  const double dense = timed("the dense model on one rank", [&] {
+    train_one_rank(config, data, o.seed, o.steps, o.batch,
+                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+  });
+  const double split = timed("the same steps on the simulated tensor-parallel ranks",
+                             [&] { train(o, run_options, data, config, false); });
+  fmt::print("{:<48} {:>10}\n", "run", "wall");
+  fmt::print("{:<48} {:>10}\n", fmt::format("dense, one rank, {} steps", o.steps), format_seconds(dense));
+  fmt::print("{:<48} {:>10}  {:.2f}x the dense steps' (target <= 1.5x)\n",
+             fmt::format("tensor parallel{}, {} ranks, {} steps", o.sp ? " + sp" : "", run_options.ranks, o.steps),
+             format_seconds(split), split / dense);
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"ranks", run_options.ranks}, {"steps", o.steps}, {"sequence_parallel", o.sp},
+                                          {"dense_seconds", dense}, {"tensor_parallel_seconds", split},
+                                          {"ratio", split / dense}}
+                               .dump(2)
+                        << '\n';
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -196,6 +235,8 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_flag("--bench", o.bench, "time the simulation itself: the tensor-parallel steps on --ranks simulated ranks "
+                                   "against the dense model's on one");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -207,6 +248,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "sim" && config.heads % run_options.ranks != 0)
       throw Error(fmt::format("--ranks {}: the tiny GPT's {} heads do not split over {} ranks (each rank takes whole "
                               "heads: --ranks 1, 2 or 4)", run_options.ranks, config.heads, run_options.ranks));
+    if (o.bench) return bench(o, run_options, data, config);
     const TpRun r = train(o, run_options, data, config);
     if (r.losses.empty()) return 0;  // a process of mpirun that ran another rank than 0
     const std::size_t n = Gpt(config, o.seed).parameter_count();
