@@ -13,6 +13,8 @@
 // computed from it. With --sp (sequence parallelism) each allreduce is a
 // reduce-scatter and an all-gather, the same bytes. Below the table, rank 0's
 // activations beside the memory lab's estimate and Korthikanti's forms.
+//
+//   --what-if gpt3-175b   a layer's time with its allreduces inside a node and across nodes
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,19 +39,11 @@
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
+#include "tp.h"
 
-using namespace labkit;
+using namespace tp_lab;
 
 namespace {
-
-struct Options {
-  bool sp = false;  // sequence parallelism: norms and residuals on sequence shards
-  int steps = 10, batch = 4;
-  float lr = 0.05f;
-  std::uint64_t seed = 1337;
-  std::string json;
-  bool bench = false;  // what the simulation costs in wall time
-};
 
 // Each step's batch: the same sequences on every rank, since tensor
 // parallelism splits the model, not the data.
@@ -235,6 +229,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor "
+                                         "parallelism inside a node and across nodes, payload-free")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_flag("--bench", o.bench, "time the simulation itself: the tensor-parallel steps on --ranks simulated ranks "
                                    "against the dense model's on one");
   add_run_options(app, run_options);
@@ -248,6 +245,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "sim" && config.heads % run_options.ranks != 0)
       throw Error(fmt::format("--ranks {}: the tiny GPT's {} heads do not split over {} ranks (each rank takes whole "
                               "heads: --ranks 1, 2 or 4)", run_options.ranks, config.heads, run_options.ranks));
+    if (!o.what_if.empty()) return what_if(o, run_options);
     if (o.bench) return bench(o, run_options, data, config);
     const TpRun r = train(o, run_options, data, config);
     if (r.losses.empty()) return 0;  // a process of mpirun that ran another rank than 0

@@ -1,0 +1,84 @@
+// Lab 7 at scale, payload-free: --what-if MODEL. One transformer layer of a
+// real model (one sequence of its context, bf16) with Megatron's tensor
+// parallelism, on t GPUs inside a node and on t GPUs across nodes: its
+// compute shrinks as 1/t, its 4 allreduces of b s h do not, and across nodes
+// they run at the network's bandwidth instead of NVLink's.
+#include <cstdio>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/memory.h"
+#include "labkit/output.h"
+#include "labkit/topology.h"
+#include "labkit/units.h"
+#include "tp.h"
+
+namespace tp_lab {
+
+namespace {
+
+// FLOPs of a layer's forward and backward on s x b tokens: its matmuls,
+// 2 x 12h^2 per token forward, and attention's two products, 2 x 2 s h per
+// token; backward twice the forward. 72 b s h^2 + 12 b s^2 h, Narayanan et
+// al.'s (2021) count without recomputation.
+double layer_flops(const memory::Architecture& a, double tokens, double seq) {
+  const double h = a.hidden;
+  return 3 * (24 * h * h * tokens + 4 * seq * h * tokens);
+}
+
+}  // namespace
+
+int what_if(const Options& o, RunOptions run_options) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const double seq = arch.positions, b = 1, bsh = seq * b * arch.hidden;
+  run_options.payload_free = true;
+  fmt::print("tp --what-if {}: one layer (h = {}, s = {:g}, b = {:g}, bf16) forward and backward, compute at {:.0f}% "
+             "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,
+             100 * run_options.efficiency, format_bytes(std::uint64_t(bsh * 2)));
+  std::fflush(stdout);
+  fmt::print("{:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>11}\n", "tp", "topology", "nodes", "compute", "allreduces",
+             "T_layer", "comm share");
+  struct Case {
+    int t;
+    const char* topology;
+  };
+  // Inside a node (DGX H100: NVLink), one node further (16 GPUs on two), and a
+  // GPU per node (every allreduce over InfiniBand).
+  const std::vector<Case> cases = {{2, "dgx-h100"}, {4, "dgx-h100"}, {8, "dgx-h100"}, {16, "dgx-h100"},
+                                   {2, "ib-ndr"},   {4, "ib-ndr"},   {8, "ib-ndr"}};
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Case& c : cases) {
+    run_options.ranks = c.t;
+    run_options.topology = c.topology;
+    const Topology topology = find_topology(c.topology);
+    const double compute = layer_flops(arch, seq * b, seq) / c.t / (topology.device.peak_flops * run_options.efficiency);
+    // Forward: attention then its allreduce (g), the MLP then its allreduce;
+    // backward: the MLP then f's allreduce, attention then f's. Each part
+    // computes half the layer's share (their FLOPs are near equal at h >> s).
+    const double elapsed = run(run_options, [&](Comm& comm) {
+                             const View activations = sizes_only(std::size_t(bsh), DType::bf16);
+                             for (const char* part : {"forward attention", "forward mlp"}) {
+                               comm.compute_for(part, compute / 3 / 2);
+                               comm.all_reduce(activations, ReduceOp::sum);
+                             }
+                             for (const char* part : {"backward mlp", "backward attention"}) {
+                               comm.compute_for(part, compute * 2 / 3 / 2);
+                               comm.all_reduce(activations, ReduceOp::sum);
+                             }
+                           }).elapsed;
+    const int nodes = (c.t + topology.devices_per_node - 1) / topology.devices_per_node;
+    fmt::print("{:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>10.0f}%\n", c.t, c.topology, nodes, format_seconds(compute),
+               format_seconds(elapsed - compute), format_seconds(elapsed), 100 * (elapsed - compute) / elapsed);
+    rows.push_back({{"tp", c.t}, {"topology", c.topology}, {"nodes", nodes}, {"compute", compute},
+                    {"allreduces", elapsed - compute}, {"t_layer", elapsed}});
+  }
+  fmt::print("(compute: the layer's 72 b s h^2 + 12 b s^2 h FLOPs over t GPUs; allreduces: the rest of the executed "
+             "step, for tensor parallelism's allreduces sit between the layer's parts and nothing overlaps them; "
+             "ib-ndr: one GPU per node, so every allreduce crosses InfiniBand)\n");
+  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  return 0;
+}
+
+}  // namespace tp_lab
