@@ -45,12 +45,6 @@ using namespace tp_lab;
 
 namespace {
 
-// Each step's batch: the same sequences on every rank, since tensor
-// parallelism splits the model, not the data.
-std::vector<std::size_t> step_batch(const Sequences& data, const Options& o, int step) {
-  return batch_of(DistributedSampler(data.count, 1, 0, o.seed), step, o.batch);
-}
-
 struct TpRun {
   int ranks = 0;
   std::size_t kept = 0;                // parameters rank 0 keeps
@@ -127,11 +121,13 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
   const RunResult result = run(traced, [&](Comm& comm) {
     TensorParallelGpt model(comm, Gpt(config, o.seed), o.sp);
     SgdMomentum sgd{.lr = o.lr};
+    // The same sequences on every rank, since tensor parallelism splits the model, not the data.
+    const DistributedSampler sampler(data.count, 1, 0, o.seed);
     std::vector<int> x, y;
     std::vector<float> losses;
     const double start = comm.now();
     for (int s = 0; s < o.steps; ++s) {
-      fill_batch(data, step_batch(data, o, s), x, y);
+      fill_batch(data, batch_of(sampler, s, o.batch), x, y);
       losses.push_back(model.forward(x, y, o.batch, config.max_seq));
       model.zero_grad();
       model.backward();

@@ -32,9 +32,12 @@ View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r
 int ranks_per_node(const Comm& comm, std::string_view op) {
   const std::vector<int>& nodes = comm.nodes();
   const auto per_node = int(std::count(nodes.begin(), nodes.end(), nodes.front()));
+  std::vector<int> firsts;  // each run of per_node ranks' node: all distinct when the nodes are filled evenly
+  for (int r = 0; r < comm.size(); r += per_node) firsts.push_back(nodes[std::size_t(r)]);
+  std::sort(firsts.begin(), firsts.end());
+  const bool distinct = std::adjacent_find(firsts.begin(), firsts.end()) == firsts.end();
   for (int r = 0; r < comm.size(); ++r)
-    if (std::count(nodes.begin(), nodes.end(), nodes[std::size_t(r)]) != per_node ||
-        nodes[std::size_t(r)] != nodes[std::size_t(r - r % per_node)])
+    if (!distinct || comm.size() % per_node != 0 || nodes[std::size_t(r)] != nodes[std::size_t(r - r % per_node)])
       fail(comm.who(), op, "quantize_gradients: the {} ranks do not fill their nodes evenly, {} to "
            "a node (rank {} is on node {}); qgZ's all-to-all hops need the same count on every node", comm.size(),
            per_node, r, nodes[std::size_t(r)]);
@@ -467,7 +470,12 @@ void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double s
   // qgZ: each first hop that has landed sends its node's partial sums across.
   auto send_landed_partial_sums = [&](bool wait) {
     for (Reducing& r : reducing) {
-      if (r.across || !(wait ? (r.request.wait(), true) : r.request.test())) continue;
+      if (r.across) continue;
+      if (wait) {
+        r.request.wait();
+      } else if (!r.request.test()) {
+        continue;
+      }
       Comm& across = nodes->group("across");
       const std::size_t bytes = quantized_bytes(r.shard, 4) * across.size();
       r = {across.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), r.shard, true};

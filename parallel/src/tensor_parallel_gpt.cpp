@@ -71,6 +71,7 @@ TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_p
     fail(tp.who(), "TensorParallelGpt", "the model is on {}: tensor parallelism works on a model in host memory",
          dense.device().name);
   vocab_local_ = (config_.vocab + t - 1) / t;
+  dense_tensors_ = dense.tensors();
   Carver counter(nullptr, nullptr);
   const Modules sizes(counter, config_, vocab_local_, t);
   params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.taken()}, DeviceKind::cpu);
@@ -101,8 +102,7 @@ std::vector<float> TensorParallelGpt::slice_of_dense(std::span<const float> dens
   const auto ends_with = [](const std::string& name, std::string_view end) {
     return name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0;
   };
-  Gpt shape(config_, 0);  // the dense layout's tensors
-  for (const ParameterTensor& p : shape.tensors()) {
+  for (const ParameterTensor& p : dense_tensors_) {
     const std::size_t cl = std::size_t(C / t), hl = std::size_t(4 * C / t);
     if (p.name == "wte") {
       const std::size_t first = std::size_t(r) * std::size_t(vocab_local_);

@@ -136,6 +136,7 @@ class TensorParallelGpt {
   bool sequence_parallel_;
   GptConfig config_;
   int vocab_local_;
+  std::vector<ParameterTensor> dense_tensors_;  // the dense model's layout, which slice_of_dense cuts
   Tensor params_, grads_, acts_, grad_acts_;
   std::optional<Modules> m_;
   std::optional<Acts> a_;
