@@ -322,3 +322,23 @@ TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {
   EXPECT_THROW(viz::parse_scenario("tp:3"), std::exception);
   EXPECT_THROW(viz::parse_scenario("tp:4:sideways"), std::exception);
 }
+
+// Ring attention: under a causal mask the contiguous layout's ranks compute
+// unequal shares, so the ring waits on the busiest; zig-zag evens them out.
+TEST(VizScenario, RingAttentionShowsTheContiguousLayoutsImbalance) {
+  const viz::Scenario s = viz::parse_scenario("cp:8:contiguous");
+  EXPECT_EQ(s.cp_layout, "contiguous");
+  const auto computing = [](const viz::TraceModel& m) {
+    std::vector<double> seconds;
+    for (const viz::RankShare& r : viz::summarize(m).ranks) seconds.push_back(r.computing);
+    return seconds;
+  };
+  const viz::TraceModel contiguous = viz::run_scenario(s), zigzag = viz::run_scenario(viz::parse_scenario("cp:8"));
+  const std::vector<double> uneven = computing(contiguous), even = computing(zigzag);
+  ASSERT_EQ(uneven.size(), 8u);
+  EXPECT_GT(uneven[7], 10 * uneven[0]);  // the last rank's queries see every key, the first's only its own
+  EXPECT_NEAR(even[7], even[0], 1e-9 * even[0]);
+  EXPECT_GT(contiguous.end, 1.5 * zigzag.end);
+  EXPECT_THROW(viz::parse_scenario("cp:3"), std::exception);
+  EXPECT_THROW(viz::parse_scenario("cp:8:sideways"), std::exception);
+}

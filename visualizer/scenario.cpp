@@ -12,6 +12,7 @@
 #include "labkit/memory.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/ring_attention.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/run.h"
 #include "labkit/topology.h"
@@ -21,13 +22,16 @@ namespace viz {
 
 namespace {
 constexpr int kMaxRanks = 1 << 20;  // as --ranks
+// A cp scenario's sequence: long enough that each rank's attention blocks
+// outlast the K/V messages, so that the contiguous layout's imbalance shows.
+constexpr int kContextSequence = 65536;
 }
 
 Scenario parse_scenario(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
-  const std::size_t fewest = !parts.empty() && parts[0] == "tp" ? 2 : 3;  // "tp:4"
+  const std::size_t fewest = !parts.empty() && (parts[0] == "tp" || parts[0] == "cp") ? 2 : 3;  // "tp:4", "cp:8"
   if (parts.size() < fewest || parts.size() > 5)
     throw labkit::Error(fmt::format("'{}' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)", text));
   Scenario s;
@@ -62,6 +66,17 @@ Scenario parse_scenario(const std::string& text) {
                                       "heads split whole)", text));
     s.tensor_parallel = true;
     s.sequence_parallel = parts.size() > 2 && parts[2] == "sp";
+    if (parts.size() > 3) s.topology = parts[3];
+    labkit::find_topology(s.topology);
+    return s;
+  }
+  if (s.algorithm == "cp") {
+    if (parts.size() > 4 || (parts.size() > 2 && parts[2] != "contiguous" && parts[2] != "zigzag") ||
+        kContextSequence % (2 * s.ranks) != 0)
+      throw labkit::Error(fmt::format("'{}' is not cp:RANKS[:contiguous|zigzag[:TOPOLOGY]] (ranks dividing {}: the "
+                                      "zig-zag layout cuts the sequence into 2 x RANKS chunks)", text,
+                                      kContextSequence / 2));
+    s.cp_layout = parts.size() > 2 ? parts[2] : "zigzag";
     if (parts.size() > 3) s.topology = parts[3];
     labkit::find_topology(s.topology);
     return s;
@@ -101,6 +116,18 @@ TraceModel run_scenario(const Scenario& s) {
     });
     return from_trace(*r.trace, fmt::format("tensor-parallel step of the tiny GPT on {} ranks{}, {}", s.ranks,
                                             s.sequence_parallel ? ", sequence parallel" : "", s.topology));
+  }
+  if (!s.cp_layout.empty()) {  // each step of the ring: a block's compute, the next block's message beside it
+    const labkit::SequenceLayout layout =
+        s.cp_layout == "zigzag" ? labkit::SequenceLayout::zigzag : labkit::SequenceLayout::contiguous;
+    const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
+      labkit::RingAttention ring(comm, layout, {.B = 4, .T = kContextSequence, .C = 64, .NH = 4});
+      ring.forward(nullptr, nullptr);
+      ring.backward(nullptr, nullptr);
+    });
+    return from_trace(*r.trace, fmt::format("ring attention over {} positions of the tiny GPT's heads on {} ranks, "
+                                            "{} layout, {}", kContextSequence, s.ranks, labkit::name_of(layout),
+                                            s.topology));
   }
   if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");

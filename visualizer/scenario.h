@@ -21,7 +21,10 @@ struct Scenario {
   std::string prefetch = "none";
   bool tensor_parallel = false;    // or a tensor-parallel step of the tiny GPT ("tp:4:sp")
   bool sequence_parallel = false;
-  bool is_training_step() const { return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel; }
+  std::string cp_layout;  // or ring attention over the ranks ("cp:8:zigzag"): contiguous or zigzag
+  bool is_training_step() const {
+    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty();
+  }
 };
 
 // "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; or
@@ -30,7 +33,10 @@ struct Scenario {
 // "fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]]", one sharded step of the same
 // (the FSDP lab's --what-if), e.g. "fsdp:16:3:both"; or "tp:RANKS[:sp[:TOPOLOGY]]",
 // one forward and backward of the tiny GPT with tensor parallelism over 1, 2 or
-// 4 ranks (the tp lab; sp: sequence parallel), e.g. "tp:4:sp". Throws on junk.
+// 4 ranks (the tp lab; sp: sequence parallel), e.g. "tp:4:sp"; or
+// "cp:RANKS[:contiguous|zigzag[:TOPOLOGY]]", ring attention's forward and
+// backward over a sequence of 65536 split across the ranks (the tp lab's --cp,
+// payload-free), e.g. "cp:8:contiguous". Throws on junk.
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free, but the tiny GPT's step, which
 // computes) and returns its trace.

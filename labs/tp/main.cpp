@@ -15,6 +15,7 @@
 // activations beside the memory lab's estimate and Korthikanti's forms.
 //
 //   --what-if gpt3-175b   a layer's time with its allreduces inside a node and across nodes
+//   --cp 4                context parallelism: attention over sequence shards (context_parallel.cpp)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -208,7 +209,68 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   return 0;
 }
 
+// What the command line asks that cannot be, before any rank starts: the
+// options that belong to another mode, and splits that do not divide. Under
+// mpirun, where -np gives the ranks, the rank counts are checked inside.
+void check_options(const Options& o, const RunOptions& run_options, const GptConfig& config) {
+  const bool ranks_known = run_options.backend == "sim";
+  const int ranks = run_options.ranks;
+  if (o.cp == 0) {
+    if (o.tp) throw Error("--tp goes with --cp; without it every rank is in the one tensor-parallel group: --ranks");
+    if (!o.plot.empty()) throw Error("--plot goes with --cp: it draws the layouts of the sequence over the ranks");
+    if (o.seq) throw Error("--seq goes with --cp; the tensor-parallel GPT trains on its context of " +
+                           std::to_string(config.max_seq));
+    if (!ranks_known) return;
+    if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
+      throw Error(fmt::format("--ranks {}: {}", ranks, no));
+    if (o.sp && config.max_seq % ranks != 0)
+      throw Error(fmt::format("--sp --ranks {}: the sequence of {} does not split into {} equal shards",
+                              ranks, config.max_seq, ranks));
+    return;
+  }
+  if (o.sp || !o.what_if.empty())
+    throw Error(fmt::format("--cp {} runs attention alone; {} belongs to the tensor-parallel GPT's run", o.cp,
+                            o.sp ? "--sp" : "--what-if"));
+  const int seq = o.seq ? o.seq : config.max_seq;
+  if (seq % (2 * o.cp) != 0)
+    throw Error(fmt::format("--cp {}: the zig-zag layout cuts the sequence into 2 x cp = {} chunks, two to a rank, and "
+                            "a sequence of {} does not divide into them (--seq)", o.cp, 2 * o.cp, seq));
+  if (!run_options.payload_free && seq > 4096)
+    throw Error(fmt::format("--seq {}: dense attention to check against holds B x heads x {}^2 scores; above 4096 "
+                            "add --payload-free", seq, seq));
+  if (!ranks_known) return;
+  if (o.cp > ranks) throw Error(fmt::format("--cp {} is more ranks than --ranks {}", o.cp, ranks));
+  const int tp = o.tp ? o.tp : ranks / o.cp;
+  if (std::int64_t(tp) * o.cp > ranks)
+    throw Error(fmt::format("--tp {} x --cp {} = {} ranks, more than --ranks {}", tp, o.cp, tp * o.cp, ranks));
+  if (ranks % (tp * o.cp) != 0)
+    throw Error(fmt::format("--ranks {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp "
+                            "grid are data-parallel copies of it)", ranks, tp, o.cp, tp * o.cp));
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
+    throw Error(fmt::format("--tp {}: {}", tp, no));
+  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
+    throw Error(fmt::format("--batch {}: the {} data-parallel copies (--ranks {} over tp {} x cp {}) each take an "
+                            "equal share of it", o.batch, dp, ranks, tp, o.cp));
+}
+
 }  // namespace
+
+namespace tp_lab {
+
+std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
+  const std::string model = a.name == "tiny-gpt" ? "the tiny GPT's" : a.name + "'s";
+  const auto split = [&](int n, const char* what, const char* why) {
+    return n % t == 0 ? std::string()
+                      : fmt::format("{} {} {} do not split over {} tensor-parallel ranks ({})", model, n, what, t, why);
+  };
+  for (const std::string& no : {split(a.heads, "heads", "each rank takes whole heads"),
+                                split(a.kv_heads, "kv heads", "each rank takes whole key-value groups"),
+                                split(a.ffn, "MLP features", "the column-parallel layer's width")})
+    if (!no.empty()) return no;
+  return "";
+}
+
+}  // namespace tp_lab
 
 int main(int argc, char** argv) {
   CLI::App app{"Lab 7: tensor parallelism: Megatron's split of the tiny GPT's layers over the ranks"};
@@ -230,6 +292,15 @@ int main(int argc, char** argv) {
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_flag("--bench", o.bench, "time the simulation itself: the tensor-parallel steps on --ranks simulated ranks "
                                    "against the dense model's on one");
+  app.add_option("--cp", o.cp, "context parallelism: the tiny GPT's attention over this many shards of the sequence "
+                              "(ring attention), contiguous and zig-zag side by side")
+      ->check(cli::at_least(1));
+  app.add_option("--tp", o.tp, "with --cp: ranks that split the heads (default: --ranks over --cp)")
+      ->check(cli::at_least(1));
+  app.add_option("--plot", o.plot, "with --cp: draw the two layouts' attention matrices, coloured by the rank that "
+                                  "computes each block, to this file (.svg or .png)");
+  app.add_option("--seq", o.seq, "with --cp: the sequence length (default: the tiny GPT's context)")
+      ->check(cli::at_least(1));
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -238,9 +309,11 @@ int main(int argc, char** argv) {
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     if (run_options.backend == "nccl")
       throw Error("--backend nccl: the tensor-parallel model keeps its slices in host memory (sim or mpi for now)");
-    if (run_options.backend == "sim" && config.heads % run_options.ranks != 0)
-      throw Error(fmt::format("--ranks {}: the tiny GPT's {} heads do not split over {} ranks (each rank takes whole "
-                              "heads: --ranks 1, 2 or 4)", run_options.ranks, config.heads, run_options.ranks));
+    check_options(o, run_options, config);
+    if (o.cp)
+      return context_parallel(o, run_options,
+                              {.batch = o.batch, .seq = o.seq ? o.seq : config.max_seq, .channels = config.channels,
+                               .heads = config.heads});
     if (!o.what_if.empty()) return what_if(o, run_options);
     if (o.bench) return bench(o, run_options, data, config);
     const TpRun r = train(o, run_options, data, config);

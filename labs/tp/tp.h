@@ -1,11 +1,13 @@
 // Lab 7: tensor parallelism. One file per view of it:
 //   main.cpp     the tiny GPT split over the ranks, equal to one rank; what it keeps, sends and holds
 //   what_if.cpp  --what-if: a real model's layer with its allreduces inside a node and across nodes
+//   context_parallel.cpp  --cp: attention over sequence shards, ring attention in two layouts
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "labkit/memory.h"
 #include "labkit/run.h"
 
 namespace tp_lab {
@@ -20,8 +22,21 @@ struct Options {
   std::string json;
   std::string what_if;  // a model preset: its layer, payload-free, instead of the tiny GPT
   bool bench = false;   // what the simulation costs in wall time
+  int cp = 0;           // context parallelism: attention over this many sequence shards (0: off)
+  int tp = 0;           // with --cp: ranks per head group (0: the ranks over cp)
+  int seq = 0;          // with --cp: the sequence length (0: the tiny GPT's context)
+  std::string plot;     // with --cp: the layouts' attention matrices, by rank (.svg or .png)
+};
+
+// The attention --cp splits: the tiny GPT's heads and channels over a batch of sequences.
+struct ContextShape {
+  int batch = 0, seq = 0, channels = 0, heads = 0;
 };
 
 int what_if(const Options& o, RunOptions run_options);
+// Why t tensor-parallel ranks cannot split a model's layer ("" if they can):
+// heads, kv heads or the MLP's width that t does not divide.
+std::string tensor_parallel_refusal(const memory::Architecture& a, int t);
+int context_parallel(const Options& o, const RunOptions& run_options, const ContextShape& shape);
 
 }  // namespace tp_lab

@@ -50,6 +50,10 @@ int what_if(const Options& o, RunOptions run_options) {
                                    {2, "ib-ndr"},   {4, "ib-ndr"},   {8, "ib-ndr"}};
   nlohmann::json rows = nlohmann::json::array();
   for (const Case& c : cases) {
+    if (const std::string no = tensor_parallel_refusal(arch, c.t); !no.empty()) {
+      fmt::print("{:>4} {:<10} refused: {}\n", c.t, c.topology, no);
+      continue;
+    }
     run_options.ranks = c.t;
     run_options.topology = c.topology;
     const Topology topology = find_topology(c.topology);

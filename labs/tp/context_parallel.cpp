@@ -1,0 +1,272 @@
+// Lab 7, context parallelism: --cp C. The tiny GPT's causal attention over
+// its sequence split across C ranks, with ring attention
+// (parallel/ring_attention.h): each rank keeps the queries of its positions
+// and the K/V blocks travel the ring. Run under both layouts side by side:
+// contiguous chunks, where the last rank's queries see every key and the
+// first rank's only its own, and zig-zag, which evens the work out.
+//
+//   ./labkit lab tp --ranks 4 --cp 4
+//   ./labkit lab tp --ranks 8 --cp 4 --tp 2     heads over tp, positions over cp
+//   ./labkit lab tp --ranks 8 --cp 8 --seq 4096 --payload-free
+//   --plot FILE   the two layouts' attention matrices, coloured by rank
+//
+// The ranks form a mesh dp x cp x tp: each rank takes its share of the batch
+// (dp), of the heads (tp) and of the positions (cp). Every rank's output and
+// gradients are checked against dense causal attention on the whole; the
+// work each rank did, and the K/V bytes it sent, are read from the trace.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/error.h"
+#include "labkit/ops.h"
+#include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/mesh.h"
+#include "labkit/parallel/ring_attention.h"
+#include "labkit/units.h"
+#include "tp.h"
+
+namespace tp_lab {
+
+namespace {
+
+struct LayoutRun {
+  SequenceLayout layout;
+  std::vector<double> forward_seconds, backward_seconds;  // each rank's attention compute, from the trace
+  double elapsed = 0;                                     // forward and backward, the slowest rank's
+  double kv_forward = 0, kv_backward = 0, grads_backward = 0;  // rank 0's sends, bytes
+  double out_vs_dense = 0, grads_vs_dense = 0;                 // the largest over the ranks
+  std::string positions;                                       // rank 0's
+  int ranks = 0, tp = 0, dp = 0;                               // the mesh, as the ranks built it
+};
+
+std::vector<float> normal_floats(std::size_t n, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(gen);
+  return v;
+}
+
+// Rows [first, first + rows) of a (B, T, width) buffer, and of each row the
+// columns [column, column + columns) of every one of its `parts` parts
+// (q, k and v: parts = 3): a rank's batch rows and heads.
+std::vector<float> slice(const std::vector<float>& whole, int T, int width, int first, int rows, int parts, int column,
+                         int columns) {
+  std::vector<float> out;
+  const int part = width / parts;
+  for (std::size_t row = std::size_t(first) * T; row < std::size_t(first + rows) * T; ++row)
+    for (int p = 0; p < parts; ++p) {
+      const auto at = whole.begin() + row * width + p * part + column;
+      out.insert(out.end(), at, at + columns);
+    }
+  return out;
+}
+
+std::string describe(const std::vector<PositionRange>& ranges) {
+  std::string out;
+  for (const PositionRange& r : ranges)
+    out += fmt::format("{}{}-{}", out.empty() ? "" : ", ", r.first, r.first + r.count - 1);
+  return out;
+}
+
+double busiest_over_mean(const std::vector<double>& v) {
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+  return mean > 0 ? *std::max_element(v.begin(), v.end()) / mean : 1.0;
+}
+
+LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const ContextShape& s) {
+  run_options.keep_trace = true;
+  LayoutRun out;
+  out.layout = layout;
+  const bool payload = !run_options.payload_free;
+  // Dense attention on the whole batch: what every rank's rows must equal.
+  // Computed once per process, inside the ranks (the simulator's share it).
+  std::vector<float> qkv, dout, dense_out, dense_grads;
+  double backward_started = 0;
+  const RunResult result = run(run_options, [&](Comm& comm) {
+    const int tp = o.tp ? o.tp : comm.size() / o.cp;
+    Mesh mesh(comm, {{"dp", comm.size() / (tp * o.cp)}, {"cp", o.cp}, {"tp", tp}});
+    const MeshCoord at = mesh.coord();
+    const AttentionShape mine{.B = s.batch / mesh.size("dp"), .T = s.seq, .C = s.channels / tp, .NH = s.heads / tp};
+    RingAttention ring(mesh.group("cp"), layout, mine);
+    // This rank's batch rows, heads and positions of a (B, T, width) buffer of `parts` parts.
+    const auto mine_of = [&](const std::vector<float>& whole, int parts) {
+      const std::vector<float> rows_and_heads =
+          slice(whole, s.seq, parts * s.channels, at["dp"] * mine.B, mine.B, parts, at["tp"] * mine.C, mine.C);
+      return shard_sequence(rows_and_heads, mine.B, s.seq, parts * mine.C, layout, at["cp"], o.cp);
+    };
+    std::vector<float> my_qkv, my_dout, my_out, my_grads;
+    if (payload) {
+      const std::size_t BT = std::size_t(s.batch) * s.seq;
+      if (qkv.empty()) {
+        qkv = normal_floats(BT * 3 * s.channels, o.seed), dout = normal_floats(BT * s.channels, o.seed + 1);
+        dense_out.resize(BT * s.channels), dense_grads.assign(qkv.size(), 0.0f);
+        std::vector<float> preatt(BT * s.heads * s.seq), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
+        ops::attention_forward(dense_out.data(), preatt.data(), att.data(), qkv.data(), s.batch, s.seq, s.channels,
+                               s.heads);
+        ops::attention_backward(dense_grads.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(),
+                                s.batch, s.seq, s.channels, s.heads);
+      }
+      my_qkv = mine_of(qkv, 3), my_dout = mine_of(dout, 1);
+      my_out.resize(my_dout.size()), my_grads.resize(my_qkv.size());
+    }
+    const double start = comm.now();
+    ring.forward(payload ? my_qkv.data() : nullptr, payload ? my_out.data() : nullptr);
+    if (comm.rank() == 0) backward_started = comm.now();
+    ring.backward(payload ? my_dout.data() : nullptr, payload ? my_grads.data() : nullptr);
+    std::vector<double> mine_measured = {comm.now() - start, 0, 0};
+    if (payload) {
+      mine_measured[1] = relative_difference(my_out, mine_of(dense_out, 1));
+      mine_measured[2] = relative_difference(my_grads, mine_of(dense_grads, 3));
+    }
+    const auto all = comm.inspect(view_of(mine_measured));  // an instrument: untraced, free of virtual time
+    if (comm.rank() != 0) return;
+    for (const auto& m : all) {
+      out.elapsed = std::max(out.elapsed, m[0]);
+      out.out_vs_dense = std::max(out.out_vs_dense, m[1]);
+      out.grads_vs_dense = std::max(out.grads_vs_dense, m[2]);
+    }
+    out.positions = describe(positions_of(layout, 0, o.cp, s.seq));
+    out.ranks = comm.size(), out.tp = tp, out.dp = mesh.size("dp");
+  });
+  if (!result.trace) return out;
+  for (const TraceTrack& track : result.trace->tracks()) {
+    double forward = 0, backward = 0;
+    for (const TraceEvent& e : track.events) {
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention forward") forward += e.end - e.start;
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention backward") backward += e.end - e.start;
+      if (track.rank != 0 || e.kind != TraceEvent::Kind::send) continue;
+      if (e.tag == RingAttention::kTag) (e.start < backward_started ? out.kv_forward : out.kv_backward) += double(e.bytes);
+      if (e.tag == RingAttention::kTag + 1) out.grads_backward += double(e.bytes);
+    }
+    out.forward_seconds.push_back(forward);
+    out.backward_seconds.push_back(backward);
+  }
+  return out;
+}
+
+// The zig-zag picture: the causal attention matrix in 2cp x 2cp chunks of
+// the sequence (queries down, keys across; the upper triangle is masked), each
+// cell coloured by the rank whose queries it is, one panel per layout.
+void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string& path) {
+  const std::string data = path + ".dat";
+  {
+    std::ofstream out = create_file(data);
+    for (const LayoutRun& r : runs) {
+      for (int q = 0; q < 2 * cp; ++q) {
+        const int owner = r.layout == SequenceLayout::contiguous ? q / 2 : std::min(q, 2 * cp - 1 - q);
+        for (int k = 0; k <= q; ++k) out << k << ' ' << q << ' ' << owner << '\n';
+      }
+      out << "\n\n";  // a gnuplot index per layout
+    }
+  }
+  // One colour a rank (repeating past eight): a palette of exactly cp colours over the ranks.
+  const char* colours[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"};
+  std::string palette;
+  for (int r = 0; r < std::max(cp, 2); ++r) palette += fmt::format("{}{} '{}'", r ? ", " : "", r, colours[r % 8]);
+  std::string panels;
+  for (std::size_t i = 0; i < runs.size(); ++i)
+    panels += fmt::format("set title '{}: the busiest rank does {:.2f}x the mean'\n"
+                          "plot '{}' index {} using 1:2:(0.5):(0.5):3 with boxxyerror fs solid 0.9 border rgb "
+                          "'#ffffff' lc palette notitle\n",
+                          name_of(runs[i].layout), busiest_over_mean(runs[i].forward_seconds), data, i);
+  run_gnuplot(fmt::format(
+      "set terminal {} size 1000,500 font 'sans,10' background '#ffffff'\n"
+      "set output '{}'\nset termoption noenhanced\n"
+      "set multiplot layout 1,2 title 'causal attention over {} ranks, in 2 x {} chunks of the sequence: the rank "
+      "that computes each block (upper triangle masked)'\n"
+      "set size ratio -1\nset xrange [-0.5:{}]\nset yrange [{}:-0.5]\nset xlabel 'key chunk'\n"
+      "set ylabel 'query chunk'\nset xtics 1\nset ytics 1\nset cbrange [-0.5:{}]\nset cbtics 1\n"
+      "set cblabel 'rank'\nset palette maxcolors {}\nset palette defined ({})\n{}unset multiplot\n",
+      gnuplot_terminal(path), path, cp, cp, 2 * cp - 0.5, 2 * cp - 0.5, cp - 0.5, std::max(cp, 2), palette, panels));
+  std::remove(data.c_str());
+}
+
+}  // namespace
+
+int context_parallel(const Options& o, const RunOptions& run_options, const ContextShape& s) {
+  const bool payload = !run_options.payload_free;
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point started = Clock::now();
+  std::vector<LayoutRun> runs;
+  for (const SequenceLayout layout : {SequenceLayout::contiguous, SequenceLayout::zigzag}) {
+    if (o.bench) fmt::print("running the {} layout ...\n", name_of(layout)), std::fflush(stdout);
+    runs.push_back(run_layout(layout, o, run_options, s));
+  }
+  const double wall = std::chrono::duration<double>(Clock::now() - started).count();
+  if (runs[0].forward_seconds.empty()) return 0;  // a process of mpirun that ran another rank than 0
+  const int tp = runs[0].tp, dp = runs[0].dp;
+  fmt::print("tp --cp {}: ring attention over the tiny GPT's causal attention ({} heads of {} channels; batch {} x {} "
+             "positions), {} ranks as dp {} x cp {} x tp {}: each rank its share of the batch, its heads and its "
+             "positions; forward and backward{}\n",
+             o.cp, s.heads, s.channels / s.heads, s.batch, s.seq, runs[0].ranks, dp, o.cp, tp,
+             payload ? ", against dense attention" : ", payload-free (sizes only: nothing to compare)");
+
+  // A rank's K/V block: 2 b (s/cp) (h/tp) floats. Forward passes it cp - 1
+  // times; backward passes it cp - 1 times and its gradients cp times.
+  const double block = 2.0 * (s.batch / dp) * (s.seq / o.cp) * (s.channels / tp) * sizeof(float);
+  const double forward_formula = (o.cp - 1) * block, backward_formula = (2 * o.cp - 1) * block;
+  const double contiguous_formula = (2.0 * o.cp - 1) / o.cp;
+  fmt::print("{:<11} {:>20} {:>22} {:>9} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}\n", "layout",
+             "rank 0 holds", "fwd work/rank min..max", "busiest", "formula", "T_attn", "K/V fwd", "formula",
+             "K/V+dK/dV bwd", "formula", "out", "grads");
+  nlohmann::json rows = nlohmann::json::array();
+  bool ok = true;
+  for (const LayoutRun& r : runs) {
+    const auto [least, most] = std::minmax_element(r.forward_seconds.begin(), r.forward_seconds.end());
+    const double busiest = busiest_over_mean(r.forward_seconds);
+    const double formula = r.layout == SequenceLayout::contiguous ? contiguous_formula : 1.0;
+    const double backward = r.kv_backward + r.grads_backward;
+    fmt::print("{:<11} {:>20} {:>22} {:>9.2f} {:>8.2f} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}\n",
+               name_of(r.layout), r.positions, format_seconds(*least) + " .. " + format_seconds(*most), busiest,
+               formula, format_seconds(r.elapsed), format_bytes(std::uint64_t(r.kv_forward)),
+               format_bytes(std::uint64_t(forward_formula)), format_bytes(std::uint64_t(backward)),
+               format_bytes(std::uint64_t(backward_formula)),
+               payload ? fmt::format("{:.1e}", r.out_vs_dense) : "-", payload ? fmt::format("{:.1e}", r.grads_vs_dense) : "-");
+    ok = ok && r.kv_forward == forward_formula && backward == backward_formula &&
+         (!payload || (r.out_vs_dense <= 1e-5 && r.grads_vs_dense <= 1e-5));
+    rows.push_back({{"layout", name_of(r.layout)}, {"rank0_positions", r.positions},
+                    {"forward_seconds_per_rank", r.forward_seconds}, {"backward_seconds_per_rank", r.backward_seconds},
+                    {"busiest_over_mean", busiest}, {"busiest_formula", formula}, {"t_attention", r.elapsed},
+                    {"kv_forward_bytes", r.kv_forward}, {"kv_forward_formula", forward_formula},
+                    {"backward_bytes", backward}, {"backward_formula", backward_formula},
+                    {"out_vs_dense", payload ? nlohmann::json(r.out_vs_dense) : nlohmann::json()},
+                    {"grads_vs_dense", payload ? nlohmann::json(r.grads_vs_dense) : nlohmann::json()}});
+  }
+  fmt::print("(fwd work/rank: each rank's time in its attention blocks, from the trace; busiest: the busiest rank's "
+             "over the mean, the wait every step of the ring pays; formula: contiguous (2cp - 1)/cp, the last rank's "
+             "cp - 1/2 chunks of pairs against the mean's cp/2, zig-zag 1; T_attn: forward and backward, the "
+             "slowest rank, paced by the ring's messages or, where the blocks outlast them (a long --seq), by the "
+             "busiest rank; K/V fwd: rank 0's ring messages, (cp - 1) x 2 b (s/cp) (h/tp) x 4 bytes; bwd: K/V again "
+             "and their gradients, which take one more hop home, (2cp - 1) x the block; out, grads: against dense "
+             "causal attention, relative, 1e-5 passes)\n");
+  if (o.bench)
+    fmt::print("simulated both layouts in {} wall (target for cp 8 at s = 4096 payload-free: < 5 s)\n",
+               format_seconds(wall));
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.seq}, {"batch", s.batch},
+                                          {"payload_free", !payload}, {"layouts", rows},
+                                          {"wall_seconds", wall}}
+                               .dump(2)
+                        << '\n';
+  if (ok)
+    fmt::print("{}both layouts send K/V bytes = formula\n",
+               payload ? "equal to dense attention: every rank's output and gradients within 1e-05 under both layouts; "
+                       : "");
+  else
+    fmt::print("MISMATCH: a layout's output or gradients past 1e-5 of dense attention, or bytes off the formula\n");
+  if (!o.plot.empty()) plot_layouts(runs, o.cp, o.plot), fmt::print("wrote {}\n", o.plot);
+  return ok ? 0 : 1;
+}
+
+}  // namespace tp_lab
