@@ -154,27 +154,21 @@ void TensorParallelGpt::prepare(int B, int T) {
 
 void TensorParallelGpt::all_reduce(float* x, std::size_t n, ReduceOp op) { tp_.all_reduce({x, n, DType::f32}, op); }
 
-// The collectives move rank r's rows as one block, (B, T/t, C) from each
-// sequence's positions r T/t ...; the model's activations are (B, T, C).
-// shuffled_ holds the blocks in rank order, so each position moves once each way.
+// f and g with sequence parallelism are exercise 7.3's pair
+// (solutions/sequence_parallel_collectives.cpp); without it, f forward is
+// nothing and g an allreduce in place.
 void TensorParallelGpt::gather_rows(const float* rows, float* whole) {
   if (!sequence_parallel_) return;
-  const std::size_t t = std::size_t(tp_.size()), C = std::size_t(config_.channels), T = std::size_t(T_),
-                    per_rank = std::size_t(B_) * (T / t) * C;
-  tp_.all_gather({const_cast<float*>(rows), per_rank, DType::f32}, {shuffled_.data(), per_rank * t, DType::f32});
-  for (std::size_t r = 0; r < t; ++r)
-    for (std::size_t b = 0; b < std::size_t(B_); ++b)
-      std::copy_n(shuffled_.data() + r * per_rank + b * (T / t) * C, (T / t) * C, whole + (b * T + r * (T / t)) * C);
+  const std::size_t n = std::size_t(B_) * T_ * config_.channels;
+  all_gather_sequence(tp_, {const_cast<float*>(rows), n / tp_.size(), DType::f32}, {whole, n, DType::f32},
+                      view_of(shuffled_), B_, T_, config_.channels);
 }
 
 void TensorParallelGpt::sum_partials(float* whole, float* rows) {
-  const std::size_t C = std::size_t(config_.channels), T = std::size_t(T_);
-  if (!sequence_parallel_) return all_reduce(whole, std::size_t(B_) * T * C);  // whole and rows are one slice
-  const std::size_t t = std::size_t(tp_.size()), per_rank = std::size_t(B_) * (T / t) * C;
-  for (std::size_t r = 0; r < t; ++r)
-    for (std::size_t b = 0; b < std::size_t(B_); ++b)
-      std::copy_n(whole + (b * T + r * (T / t)) * C, (T / t) * C, shuffled_.data() + r * per_rank + b * (T / t) * C);
-  tp_.reduce_scatter({shuffled_.data(), per_rank * t, DType::f32}, {rows, per_rank, DType::f32}, ReduceOp::sum);
+  const std::size_t n = std::size_t(B_) * T_ * config_.channels;
+  if (!sequence_parallel_) return all_reduce(whole, n);  // whole and rows are one slice
+  reduce_scatter_sequence(tp_, {whole, n, DType::f32}, {rows, n / tp_.size(), DType::f32}, view_of(shuffled_), B_, T_,
+                          config_.channels);
 }
 
 // Each norm's gain and bias got this rank's positions' share: one allreduce of them all.
@@ -231,28 +225,20 @@ void TensorParallelGpt::forward_block(int l) {
   double started = tp_.now();
   b.ln1.forward(d, a.ln1, x, R);
   tp_.computed(fmt::format("forward block {} ln1", l), started, 0);
-  gather_rows(a.ln1.out.value, a.ln1_gathered.value);  // f
+  column_parallel_forward(group(), b.qkv, a.qkv.value, a.ln1.out.value, a.ln1_gathered.value);  // f, this rank's heads
   started = tp_.now();
-  b.qkv.forward(d, a.qkv.value, a.ln1_gathered.value, N);
   d.attention_forward(a.heads_out.value, a.preatt.value, a.att.value, a.qkv.value, B_, T_, cl, config_.heads / t);
-  // Row-parallel: a partial sum of the projection; the bias added once, by rank 0.
-  d.matmul_forward(a.attn_partial.value, a.heads_out.value, b.proj.weight.value,
-                   tp_.rank() == 0 ? b.proj.bias.value : nullptr, N, cl, C);
-  tp_.computed(fmt::format("forward block {} attention", l), started,
-               ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C));
-  sum_partials(a.attn_partial.value, a.attn_out.value);  // g
+  tp_.computed(fmt::format("forward block {} attention", l), started, ops::attention_flops(B_, T_, cl));
+  row_parallel_forward(group(), b.proj, a.attn_partial.value, a.attn_out.value, a.heads_out.value);  // then g
   started = tp_.now();
   d.residual_forward(a.residual.value, x, a.attn_out.value, R * C);
   b.ln2.forward(d, a.ln2, a.residual.value, R);
   tp_.computed(fmt::format("forward block {} ln2", l), started, 0);
-  gather_rows(a.ln2.out.value, a.ln2_gathered.value);  // f
+  column_parallel_forward(group(), b.fc, a.hidden.value, a.ln2.out.value, a.ln2_gathered.value);  // f, 4C/t features
   started = tp_.now();
-  b.fc.forward(d, a.hidden.value, a.ln2_gathered.value, N);
   d.gelu_forward(a.gelu.value, a.hidden.value, N * hl);
-  d.matmul_forward(a.mlp_partial.value, a.gelu.value, b.fc_proj.weight.value,
-                   tp_.rank() == 0 ? b.fc_proj.bias.value : nullptr, N, hl, C);
-  tp_.computed(fmt::format("forward block {} mlp", l), started, ops::matmul_flops(N, C, hl) * 2);
-  sum_partials(a.mlp_partial.value, a.mlp_out.value);  // g
+  tp_.computed(fmt::format("forward block {} gelu", l), started, 0);
+  row_parallel_forward(group(), b.fc_proj, a.mlp_partial.value, a.mlp_out.value, a.gelu.value);  // then g
   d.residual_forward(a.out.value, a.residual.value, a.mlp_out.value, R * C);
 }
 
@@ -342,9 +328,9 @@ void TensorParallelGpt::backward_block(int l) {
   double started = tp_.now();
   b.fc_proj.backward(d, a.gelu.grad, a.mlp_partial.grad, a.gelu.value, N);
   d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * hl);
-  b.fc.backward(d, a.ln2_gathered.grad, a.hidden.grad, a.ln2_gathered.value, N);
-  tp_.computed(fmt::format("backward block {} mlp", l), started, 4 * ops::matmul_flops(N, C, hl));
-  sum_partials(a.ln2_gathered.grad, a.ln2.out.grad);  // f's backward
+  tp_.computed(fmt::format("backward block {} mlp", l), started, 2 * ops::matmul_flops(N, hl, C));
+  column_parallel_backward(group(), b.fc, a.ln2_gathered.grad, a.ln2.out.grad, a.hidden.grad,
+                           a.ln2_gathered.value);  // then f's backward
   started = tp_.now();
   b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, R);
   d.residual_backward(dx, a.attn_out.grad, a.residual.grad, R * C);
@@ -354,10 +340,10 @@ void TensorParallelGpt::backward_block(int l) {
   b.proj.backward(d, a.heads_out.grad, a.attn_partial.grad, a.heads_out.value, N);
   d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B_, T_, cl,
                        config_.heads / t);
-  b.qkv.backward(d, a.ln1_gathered.grad, a.qkv.grad, a.ln1_gathered.value, N);
   tp_.computed(fmt::format("backward block {} attention", l), started,
-               2 * (ops::matmul_flops(N, C, 3 * cl) + ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
-  sum_partials(a.ln1_gathered.grad, a.ln1.out.grad);  // f's backward
+               2 * (ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
+  column_parallel_backward(group(), b.qkv, a.ln1_gathered.grad, a.ln1.out.grad, a.qkv.grad,
+                           a.ln1_gathered.value);  // then f's backward
   started = tp_.now();
   b.ln1.backward(d, dx, a.ln1, x, R);
   tp_.computed(fmt::format("backward block {} ln1", l), started, 0);

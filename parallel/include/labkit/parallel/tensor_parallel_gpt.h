@@ -50,6 +50,43 @@
 
 namespace labkit {
 
+// The tensor-parallel group as its layers see it: B sequences of T
+// positions, whole on every rank, or with sequence parallelism each rank's
+// T/t positions of each ("rows") between the layers; scratch (B T C floats)
+// for exercise 7.3's pair.
+struct TensorParallelGroup {
+  Comm& comm;
+  const Device& device;
+  int B = 0, T = 0;
+  bool sequence_parallel = false;
+  View scratch;
+};
+
+// Exercise 7.1, Megatron's column-parallel Linear (this rank's layer.out of
+// the output features, whole input). Forward: f, then out (B T, out) =
+// input W_r^T + b_r; f is the identity (rows is whole), or with sequence
+// parallelism the all-gather of every rank's rows into whole. Backward: the
+// weight and bias gradients, dwhole = dout W_r, and f's backward into drows:
+// an allreduce in place (drows is dwhole), or the reduce-scatter.
+void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* out, const float* rows,
+                             float* whole);
+void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
+                              const float* dout, const float* whole);
+// Exercise 7.2, Megatron's row-parallel Linear forward (this rank's layer.in
+// of the input features, bias whole): partial (B T, out) = input_r W_r^T, the
+// bias added once; then g sums the ranks' partials into rows: an allreduce in
+// place (rows is partial), or with sequence parallelism the reduce-scatter.
+void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* partial, float* rows,
+                          const float* input);
+
+// Exercise 7.3, sequence parallelism's f and g: rows (B, T/t, C), this
+// rank's positions [r T/t, (r+1) T/t) of each sequence, gathered from every
+// rank of `comm` into whole (B, T, C); and whole's partial sums summed over
+// the ranks into each rank's rows. scratch: B T C floats, the collectives'
+// rank-major order.
+void all_gather_sequence(Comm& comm, View rows, View whole, View scratch, int B, int T, int C);
+void reduce_scatter_sequence(Comm& comm, View whole, View rows, View scratch, int B, int T, int C);
+
 class TensorParallelGpt {
  public:
   // Every rank of `tp` built `dense` from the same seed; this rank keeps its
@@ -118,6 +155,7 @@ class TensorParallelGpt {
     Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp);
   };
   void prepare(int B, int T);
+  TensorParallelGroup group() { return {tp_, params_.device(), B_, T_, sequence_parallel_, view_of(shuffled_)}; }
   void all_reduce(float* x, std::size_t n, ReduceOp op = ReduceOp::sum);
   // f forward, g backward: rows of every rank, whole (with sequence parallelism; else nothing to do).
   void gather_rows(const float* rows, float* whole);
@@ -141,7 +179,7 @@ class TensorParallelGpt {
   std::optional<Modules> m_;
   std::optional<Acts> a_;
   std::vector<int> tokens_, targets_;
-  std::vector<float> shuffled_;  // sequence parallelism: B x T x C in rank-major order, as the collectives move it
+  std::vector<float> shuffled_;  // sequence parallelism: the pair's scratch, B x T x C
   int B_ = 0, T_ = 0;
 };
 

@@ -1,0 +1,47 @@
+// EXERCISE 7.1
+// Megatron-LM's column-parallel Linear (Shoeybi et al. 2019, section 3): rank
+// r keeps rows [r OC/t, (r+1) OC/t) of W (OC x C) and of b, so from the whole
+// input it computes its slice of the output features, in full.
+//
+//   forward   f: whole = every rank's rows        (the identity; sequence parallel: all-gather)
+//             out (N, OC/t) = whole W_r^T + b_r   no communication: each rank's features are its own
+//   backward  dW_r, db_r from dout and whole      layer.backward does these and dwhole
+//             dwhole (N, C) = dout W_r            only this rank's features' share of x's gradient,
+//             f's backward: the sum over ranks    so sum it (allreduce; sequence parallel: reduce-scatter)
+//
+// N = B T. The column-parallel layers are attention's QKV (each rank its
+// heads) and the MLP's fc (its 4C/t hidden features).
+//
+// You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
+// (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair.
+// Grade it: ./labkit grade tp
+#include "labkit/ops.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
+
+namespace labkit {
+
+void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* out, const float* rows,
+                             float* whole) {
+  const int N = g.B * g.T;
+  // TODO: f: with sequence parallelism, all_gather_sequence the rows into whole
+  //       (without it, rows is whole already).
+  (void)rows;
+  const double started = g.comm.now();
+  // TODO: this rank's output features from the whole input.
+  (void)out, (void)whole;
+  g.comm.computed("column-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
+}
+
+void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
+                              const float* dout, const float* whole) {
+  const int N = g.B * g.T;
+  const double started = g.comm.now();
+  // TODO: the weight and bias gradients, and this rank's share of dwhole.
+  (void)dout, (void)whole;
+  g.comm.computed("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
+  // TODO: f's backward: sum dwhole over the ranks: all_reduce in place, or with
+  //       sequence parallelism reduce_scatter_sequence into drows.
+  (void)dwhole, (void)drows;
+}
+
+}  // namespace labkit

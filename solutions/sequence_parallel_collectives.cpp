@@ -1,0 +1,56 @@
+// STUB: // EXERCISE 7.3
+// Sequence parallelism's f and g (Korthikanti et al. 2022, section 4.2.2).
+// Between the tensor-parallel regions each rank of the group keeps a shard of
+// the sequence: positions [r T/t, (r+1) T/t) of each of the B sequences, its
+// "rows", (B, T/t, C). A column-parallel layer needs the whole (B, T, C), and
+// a row-parallel layer leaves partial sums of the whole that belong summed in
+// the rows:
+//
+//   all_gather_sequence       rows (B, T/t, C) of every rank ──> whole (B, T, C)       f forward, g backward
+//   reduce_scatter_sequence   whole (B, T, C) partial sums  ──> rows, summed over ranks   g forward, f backward
+//
+// The collectives move a rank's block as one contiguous run, rank r's block
+// at r x (B T/t C), but in (B, T, C) rank r's rows are B runs of T/t C, one in
+// each sequence. So each function moves the data between the model's order
+// and rank-major order in `scratch` (B T C floats): after the all-gather, and
+// before the reduce-scatter. The pair moves what one allreduce moves, which is
+// a reduce-scatter and an all-gather.
+// STUB: //
+// STUB: // comm.all_gather(send, recv), comm.reduce_scatter(send, recv, ReduceOp::sum);
+// STUB: // views: {pointer, count, DType::f32}, or whole.slice(offset, count).
+// STUB: // Grade it: ./labkit grade tp
+#include <algorithm>
+
+#include "labkit/parallel/tensor_parallel_gpt.h"
+
+namespace labkit {
+
+void all_gather_sequence(Comm& comm, View rows, View whole, View scratch, int B, int T, int C) {
+  // BEGIN EXERCISE: all-gather rows into scratch (rank r's rows at r x rows.count); then copy
+  //       rank r's rows of sequence b to positions [r T/t, (r+1) T/t) of sequence b in whole.
+  // STUB: (void)comm, (void)rows, (void)whole, (void)scratch, (void)B, (void)T, (void)C;
+  const std::size_t t = std::size_t(comm.size()), run = std::size_t(T) / t * C;
+  comm.all_gather(rows, scratch);
+  const float* from = static_cast<const float*>(scratch.data);
+  float* to = static_cast<float*>(whole.data);
+  for (std::size_t r = 0; r < t; ++r)
+    for (std::size_t b = 0; b < std::size_t(B); ++b)
+      std::copy_n(from + (r * B + b) * run, run, to + (b * t + r) * run);
+  // END EXERCISE
+}
+
+void reduce_scatter_sequence(Comm& comm, View whole, View rows, View scratch, int B, int T, int C) {
+  // BEGIN EXERCISE: copy each rank's rows of whole into rank-major order in scratch;
+  //       then reduce-scatter scratch (sum) into rows.
+  // STUB: (void)comm, (void)whole, (void)rows, (void)scratch, (void)B, (void)T, (void)C;
+  const std::size_t t = std::size_t(comm.size()), run = std::size_t(T) / t * C;
+  const float* from = static_cast<const float*>(whole.data);
+  float* to = static_cast<float*>(scratch.data);
+  for (std::size_t r = 0; r < t; ++r)
+    for (std::size_t b = 0; b < std::size_t(B); ++b)
+      std::copy_n(from + (b * t + r) * run, run, to + (r * B + b) * run);
+  comm.reduce_scatter(scratch, rows, ReduceOp::sum);
+  // END EXERCISE
+}
+
+}  // namespace labkit
