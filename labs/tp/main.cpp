@@ -56,6 +56,7 @@ struct TpRun {
   std::vector<float> losses;
   double weights_vs_dense = 0;  // the largest over the ranks
   double activations = 0;       // rank 0's peak, as its tracker was told
+  LayerTraffic layer;             // layer 0's f and g in the first step
 };
 
 // What a transformer layer's tensor parallelism sends per step, in bytes:
@@ -173,6 +174,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
   per_layer(out.scatters_per_layer, o.sp ? 2 : 0);
   out.sent_per_layer = (out.sent_per_layer / o.steps - 4 * ring * double(activations)) / config.layers;
   out.step_seconds = (last - first) / o.steps;
+  out.layer = layer_traffic(result.trace->tracks()[0], o.sp, first);
   return out;
 }
 
@@ -217,7 +219,6 @@ void check_options(const Options& o, const RunOptions& run_options, const GptCon
   const int ranks = run_options.ranks;
   if (o.cp == 0) {
     if (o.tp) throw Error("--tp goes with --cp; without it every rank is in the one tensor-parallel group: --ranks");
-    if (!o.plot.empty()) throw Error("--plot goes with --cp: it draws the layouts of the sequence over the ranks");
     if (o.seq) throw Error("--seq goes with --cp; the tensor-parallel GPT trains on its context of " +
                            std::to_string(config.max_seq));
     if (!ranks_known) return;
@@ -297,8 +298,9 @@ int main(int argc, char** argv) {
       ->check(cli::at_least(1));
   app.add_option("--tp", o.tp, "with --cp: ranks that split the heads (default: --ranks over --cp)")
       ->check(cli::at_least(1));
-  app.add_option("--plot", o.plot, "with --cp: draw the two layouts' attention matrices, coloured by the rank that "
-                                  "computes each block, to this file (.svg or .png)");
+  app.add_option("--plot", o.plot, "draw layer 0's timeline on rank 0 with Megatron's f and g (with --cp, the two "
+                                  "layouts' attention matrices coloured by the rank that computes each block) to this "
+                                  "file (.svg or .png)");
   app.add_option("--seq", o.seq, "with --cp: the sequence length (default: the tiny GPT's context)")
       ->check(cli::at_least(1));
   add_run_options(app, run_options);
@@ -322,8 +324,8 @@ int main(int argc, char** argv) {
     const std::uint64_t activations = std::uint64_t(o.batch) * config.max_seq * config.channels * sizeof(float);
     const double limit = 1e-5;
     fmt::print("tp: tiny-gpt ({} parameters, {} heads, vocabulary {}), {} ranks, batch {} x {} tokens on every rank, "
-               "{} steps, sgd; per step, rank 0\n", n, config.heads, config.vocab, r.ranks, o.batch, config.max_seq,
-               o.steps);
+               "{} step{}, sgd; per step, rank 0\n", n, config.heads, config.vocab, r.ranks, o.batch, config.max_seq,
+               o.steps, o.steps == 1 ? "" : "s");
     const double formula = ring_bytes_per_layer(o.batch, config.max_seq, config.channels, r.ranks, sizeof(float));
     const std::string collectives =
         o.sp ? fmt::format("{:g} AG + {:g} RS", r.gathers_per_layer, r.scatters_per_layer)
@@ -344,6 +346,10 @@ int main(int argc, char** argv) {
                config.vocab, r.ranks, o.batch, config.max_seq, config.channels, format_bytes(activations),
                o.sp ? "; sequence parallelism turns each allreduce into a reduce-scatter and an all-gather (AG, RS), "
                       "the same bytes" : "");
+    const nlohmann::json layer_traffic = print_layer_traffic(r.layer.places);
+    fmt::print("(f: the identity forward, the sum of the input's gradient backward; g: the sum of the partial outputs "
+               "forward, the identity backward. Sequence parallelism makes each sum a reduce-scatter into the "
+               "rows and each identity an all-gather of them)\n");
     const nlohmann::json activation_memory = print_activations(r, o, config);
     print_readings_example();
     const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 4 && r.scatters_per_layer == 4
@@ -356,6 +362,7 @@ int main(int argc, char** argv) {
     else
       fmt::print("MISMATCH: weights past {:g} of the dense model's, or collectives off Megatron's 4 per layer\n",
                  limit);
+    if (!o.plot.empty()) plot_layer(r.layer, r.ranks, o.sp, o.plot), fmt::print("wrote {}\n", o.plot);
     if (!o.json.empty())
       create_file(o.json) << nlohmann::json{{"tp", r.ranks}, {"parameters", n}, {"kept", r.kept},
                                             {"padded_vocab", r.padded_vocab}, {"vocab", config.vocab},
@@ -366,7 +373,7 @@ int main(int argc, char** argv) {
                                             {"sent_bytes_per_layer", r.sent_per_layer}, {"formula_bytes", formula},
                                             {"t_step", r.step_seconds}, {"losses", r.losses},
                                             {"weights_vs_dense", r.weights_vs_dense},
-                                            {"activations", activation_memory}}
+                                            {"activations", activation_memory}, {"layer_traffic", layer_traffic}}
                                  .dump(2)
                           << '\n';
     return equal ? 0 : 1;

@@ -1,14 +1,19 @@
 // Lab 7: tensor parallelism. One file per view of it:
 //   main.cpp     the tiny GPT split over the ranks, equal to one rank; what it keeps, sends and holds
 //   what_if.cpp  --what-if: a real model's layer with its allreduces inside a node and across nodes
+//   traffic.cpp  one layer's f and g, from the trace
 //   context_parallel.cpp  --cp: attention over sequence shards, ring attention in two layouts
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "labkit/memory.h"
 #include "labkit/run.h"
+#include "labkit/trace.h"
 
 namespace tp_lab {
 
@@ -25,8 +30,27 @@ struct Options {
   int cp = 0;           // context parallelism: attention over this many sequence shards (0: off)
   int tp = 0;           // with --cp: ranks per head group (0: the ranks over cp)
   int seq = 0;          // with --cp: the sequence length (0: the tiny GPT's context)
-  std::string plot;     // with --cp: the layouts' attention matrices, by rank (.svg or .png)
+  std::string plot;     // layer 0's timeline with f and g; with --cp the layouts' attention matrices (.svg or .png)
 };
+
+// One of a layer's f and g as the run executed it: its collective (empty:
+// the identity) with its bytes and time, from rank 0's trace.
+struct LayerPlace {
+  std::string pass, op, where, collective;
+  double bytes = 0, seconds = 0;
+};
+// A step of the layer on rank 0, in the order it ran: a compute region (op
+// empty) or one of its f and g (label "f: all_reduce", or "f: identity").
+struct LayerStep {
+  std::string pass, label, op;
+};
+struct LayerTraffic {
+  std::vector<LayerPlace> places;
+  std::vector<LayerStep> steps;
+};
+LayerTraffic layer_traffic(const TraceTrack& rank0, bool sp, double step_start);
+nlohmann::json print_layer_traffic(const std::vector<LayerPlace>& places);
+void plot_layer(const LayerTraffic& layer, int ranks, bool sp, const std::string& path);  // the f and g picture
 
 // The attention --cp splits: the tiny GPT's heads and channels over a batch of sequences.
 struct ContextShape {
