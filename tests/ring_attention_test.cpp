@@ -181,3 +181,11 @@ TEST(RingAttention, BackwardBeforeForwardIsAnError) {
   });
   EXPECT_NE(error.find("backward without a forward"), std::string::npos) << error;
 }
+
+TEST(RingAttention, ASequenceThatDoesNotSplitIsRefusedNamingTheRank) {
+  const std::string error = labkit::test::error_of(4, [](Comm& c) {
+    RingAttention ring(c, SequenceLayout::zigzag, {.B = 1, .T = 12, .C = 4, .NH = 2});
+  });
+  EXPECT_NE(error.find("rank 0: ring attention: a sequence of 12 does not split into 8 equal chunks"),
+            std::string::npos) << error;
+}

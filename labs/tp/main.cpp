@@ -219,8 +219,15 @@ void check_options(const Options& o, const RunOptions& run_options, const GptCon
   const int ranks = run_options.ranks;
   if (o.cp == 0) {
     if (o.tp) throw Error("--tp goes with --cp; without it every rank is in the one tensor-parallel group: --ranks");
-    if (o.seq) throw Error("--seq goes with --cp; the tensor-parallel GPT trains on its context of " +
-                           std::to_string(config.max_seq));
+    if (o.seq && o.what_if.empty())
+      throw Error("--seq goes with --cp or --what-if; the tensor-parallel GPT trains on its context of " +
+                  std::to_string(config.max_seq));
+    if (!o.what_if.empty() && !o.seq && memory::model_preset(o.what_if).positions == 0)
+      throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
+                              o.what_if));
+    if (run_options.payload_free && o.what_if.empty())
+      throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
+                  "and --what-if's)");
     if (!ranks_known) return;
     if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
       throw Error(fmt::format("--ranks {}: {}", ranks, no));
@@ -301,7 +308,8 @@ int main(int argc, char** argv) {
   app.add_option("--plot", o.plot, "draw layer 0's timeline on rank 0 with Megatron's f and g (with --cp, the two "
                                   "layouts' attention matrices coloured by the rank that computes each block) to this "
                                   "file (.svg or .png)");
-  app.add_option("--seq", o.seq, "with --cp: the sequence length (default: the tiny GPT's context)")
+  app.add_option("--seq", o.seq, "with --cp: the sequence length (default: the tiny GPT's context); with --what-if: "
+                                "the layer's (default: the model's learned context)")
       ->check(cli::at_least(1));
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);

@@ -29,7 +29,7 @@ struct Options {
   bool bench = false;   // what the simulation costs in wall time
   int cp = 0;           // context parallelism: attention over this many sequence shards (0: off)
   int tp = 0;           // with --cp: ranks per head group (0: the ranks over cp)
-  int seq = 0;          // with --cp: the sequence length (0: the tiny GPT's context)
+  int seq = 0;          // with --cp or --what-if: the sequence length (0: the model's context)
   std::string plot;     // layer 0's timeline with f and g; with --cp the layouts' attention matrices (.svg or .png)
 };
 

@@ -19,20 +19,23 @@ namespace tp_lab {
 
 namespace {
 
-// FLOPs of a layer's forward and backward on s x b tokens: its matmuls,
-// 2 x 12h^2 per token forward, and attention's two products, 2 x 2 s h per
-// token; backward twice the forward. 72 b s h^2 + 12 b s^2 h, Narayanan et
-// al.'s (2021) count without recomputation.
+// FLOPs of a layer's forward and backward on `tokens` tokens: 2 per weight
+// a token meets (the layer's matrices, as the memory lab lists them: GQA's
+// smaller k and v, a gated FFN's third matrix, a routed expert's share) and
+// attention's two products, 2 x 2 s h per token; backward twice the forward.
+// For GPT-3's layer that is Narayanan et al.'s (2021) 72 b s h^2 + 12 b s^2 h.
 double layer_flops(const memory::Architecture& a, double tokens, double seq) {
-  const double h = a.hidden;
-  return 3 * (24 * h * h * tokens + 4 * seq * h * tokens);
+  double weights = 0;  // per token
+  for (const memory::WeightTensor& w : memory::layer_tensors(a, a.layers - 1))
+    weights += w.routed ? w.count * a.active_experts / a.experts : w.count;
+  return 3 * (2 * weights * tokens + 4 * seq * a.hidden * tokens);
 }
 
 }  // namespace
 
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = arch.positions, b = 1, bsh = seq * b * arch.hidden;
+  const double seq = o.seq ? o.seq : arch.positions, b = 1, bsh = seq * b * arch.hidden;
   run_options.payload_free = true;
   fmt::print("tp --what-if {}: one layer (h = {}, s = {:g}, b = {:g}, bf16) forward and backward, compute at {:.0f}% "
              "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,
@@ -78,7 +81,7 @@ int what_if(const Options& o, RunOptions run_options) {
     rows.push_back({{"tp", c.t}, {"topology", c.topology}, {"nodes", nodes}, {"compute", compute},
                     {"allreduces", elapsed - compute}, {"t_layer", elapsed}});
   }
-  fmt::print("(compute: the layer's 72 b s h^2 + 12 b s^2 h FLOPs over t GPUs; allreduces: the rest of the executed "
+  fmt::print("(compute: the layer's FLOPs, 6 per weight a token meets and 12 s h per token for attention, over t GPUs; allreduces: the rest of the executed "
              "step, for tensor parallelism's allreduces sit between the layer's parts and nothing overlaps them; "
              "ib-ndr: one GPU per node, so every allreduce crosses InfiniBand)\n");
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';

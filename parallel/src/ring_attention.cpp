@@ -75,9 +75,14 @@ float dot(const float* a, const float* b, int n) {
 }  // namespace
 
 RingAttention::RingAttention(Comm& cp, SequenceLayout layout, AttentionShape shape)
-    : cp_(cp), layout_(layout), shape_(shape), mine_(positions_of(layout, cp.rank(), cp.size(), shape.T)) {
+    : cp_(cp), layout_(layout), shape_(shape) {
   if (shape.NH < 1 || shape.C % shape.NH != 0)
     throw Error(fmt::format("{}: ring attention: {} channels do not split into {} heads", cp.who(), shape.C, shape.NH));
+  try {
+    mine_ = positions_of(layout, cp.rank(), cp.size(), shape.T);
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}: ring attention: {}", cp.who(), e.what()));
+  }
 }
 
 void RingAttention::charge(std::string_view what, double started, double flops, bool payload) {
