@@ -5,12 +5,15 @@
 //
 //   forward   f: whole = every rank's rows        (the identity; sequence parallel: all-gather)
 //             out (N, OC/t) = whole W_r^T + b_r   no communication: each rank's features are its own
-//   backward  dW_r, db_r from dout and whole      layer.backward does these and dwhole
+//   backward  (sequence parallel: whole again)    the rows all-gathered once more: whole was not kept
+//             dW_r, db_r from dout and whole      layer.backward does these and dwhole
 //             dwhole (N, C) = dout W_r            only this rank's features' share of x's gradient,
 //             f's backward: the sum over ranks    so sum it (allreduce; sequence parallel: reduce-scatter)
 //
 // N = B T. The column-parallel layers are attention's QKV (each rank its
-// heads) and the MLP's fc (its 4C/t hidden features).
+// heads) and the MLP's fc (its 4C/t hidden features). With sequence
+// parallelism a rank keeps only its rows of their input, 1/t of it, and pays
+// one more all-gather in backward for that (Korthikanti et al. 2022, 4.2.2).
 //
 // You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
 // (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair.
@@ -33,8 +36,10 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
 }
 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
-                              const float* dout, const float* whole) {
+                              const float* dout, const float* rows, float* whole) {
   const int N = g.B * g.T;
+  // TODO: with sequence parallelism, all_gather_sequence the rows into whole again.
+  (void)rows;
   const double started = g.comm.now();
   // TODO: the weight and bias gradients, and this rank's share of dwhole.
   (void)dout, (void)whole;

@@ -5,12 +5,15 @@
 //
 //   forward   f: whole = every rank's rows        (the identity; sequence parallel: all-gather)
 //             out (N, OC/t) = whole W_r^T + b_r   no communication: each rank's features are its own
-//   backward  dW_r, db_r from dout and whole      layer.backward does these and dwhole
+//   backward  (sequence parallel: whole again)    the rows all-gathered once more: whole was not kept
+//             dW_r, db_r from dout and whole      layer.backward does these and dwhole
 //             dwhole (N, C) = dout W_r            only this rank's features' share of x's gradient,
 //             f's backward: the sum over ranks    so sum it (allreduce; sequence parallel: reduce-scatter)
 //
 // N = B T. The column-parallel layers are attention's QKV (each rank its
-// heads) and the MLP's fc (its 4C/t hidden features).
+// heads) and the MLP's fc (its 4C/t hidden features). With sequence
+// parallelism a rank keeps only its rows of their input, 1/t of it, and pays
+// one more all-gather in backward for that (Korthikanti et al. 2022, 4.2.2).
 // STUB: //
 // STUB: // You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
 // STUB: // (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair.
@@ -41,8 +44,16 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
 }
 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
-                              const float* dout, const float* whole) {
+                              const float* dout, const float* rows, float* whole) {
   const int N = g.B * g.T;
+  // BEGIN EXERCISE: with sequence parallelism, all_gather_sequence the rows into whole again.
+  // STUB: (void)rows;
+  if (g.sequence_parallel) {
+    const std::size_t n = std::size_t(N) * layer.in;
+    all_gather_sequence(g.comm, {const_cast<float*>(rows), n / g.comm.size(), DType::f32}, {whole, n, DType::f32},
+                        g.scratch, g.B, g.T, layer.in);
+  }
+  // END EXERCISE
   const double started = g.comm.now();
   // BEGIN EXERCISE: the weight and bias gradients, and this rank's share of dwhole.
   // STUB: (void)dout, (void)whole;

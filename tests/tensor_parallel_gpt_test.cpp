@@ -121,8 +121,9 @@ TEST(TensorParallelGpt, EachLayerAllreducesFourActivations) {
 
 // Sequence parallelism: each allreduce becomes a reduce-scatter (g forward, f
 // backward) and an all-gather (f forward, g backward) of the same B x T x C,
-// plus the head's all-gather forward and the embedding's backward; and the
-// norms' gradients summed once. A rank sends what it sent before.
+// plus the head's all-gather forward and the embedding's backward; the norms'
+// outputs gathered again in backward for the column-parallel layers (two a
+// layer), since they are not kept; and the norms' gradients summed once.
 TEST(TensorParallelGpt, SequenceParallelSplitsEachAllreduceInTwo) {
   const GptConfig config = gpt_preset("tiny-gpt", 16);
   const std::uint64_t btc = std::uint64_t(kB) * kT * config.channels * sizeof(float);
@@ -134,7 +135,7 @@ TEST(TensorParallelGpt, SequenceParallelSplitsEachAllreduceInTwo) {
   });
   for (const TraceEvent& e : run.trace->tracks()[0].events)
     if (e.kind == TraceEvent::Kind::collective && e.bytes == btc) ++count[e.name];
-  EXPECT_EQ(count["all_gather"], 4u * config.layers + 2);      // + the head's input, the embedding's gradient
+  EXPECT_EQ(count["all_gather"], 6u * config.layers + 2);      // + the head's input, the embedding's gradient
   EXPECT_EQ(count["reduce_scatter"], 4u * config.layers + 2);  // + the embedding, the head's input gradient
   EXPECT_EQ(count["all_reduce"], 0u);
 }

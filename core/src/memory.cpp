@@ -199,10 +199,10 @@ Gpu gpu_preset(std::string_view name) {
 double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch, int tp, bool sequence_parallel) {
   const double t = tp, sb = seq * micro_batch, sbh = sb * a.hidden;
   const double kept = sequence_parallel ? sb / t : sb;  // rows of the norms and the residual stream
-  const double gathered = sequence_parallel ? sbh : 0;  // a whole B x T x h buffer, kept only with SP
-  const double layer = 6 * kept * a.hidden + 4 * kept + (12 * sbh + 2 * a.heads * seq * sb) / t + 4 * gathered;
+  const double scratch = sequence_parallel ? sbh : 0;   // SP: one whole B x T x h buffer, every layer's f and g
+  const double layer = 6 * kept * a.hidden + 4 * kept + (12 * sbh + 2 * a.heads * seq * sb) / t;
   const double vocab = std::ceil(a.vocab / t);  // each rank's rows of the padded vocabulary
-  const double outside = (kept * a.hidden + gathered) + (kept * a.hidden + 2 * kept + gathered) + 2 * sb * vocab + sb;
+  const double outside = scratch + kept * a.hidden + (kept * a.hidden + 2 * kept) + 2 * sb * vocab + sb;
   return 2 * (a.layers * layer + outside) * sizeof(float);
 }
 

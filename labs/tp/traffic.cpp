@@ -27,15 +27,19 @@ struct Place {
   const char* before; // the compute region it runs right before, in layer 0
 };
 
-// A layer's f and g in the order they run: forward, then backward (the MLP's first).
+// A layer's f and g in the order they run: forward, then backward (the MLP's
+// first). Without sequence parallelism the column-parallel layers keep their
+// whole input for backward; with it they keep their rows and gather again.
 constexpr Place kPlaces[] = {
     {"forward", "f", "before QKV (column-parallel)", nullptr, "all_gather", "column-parallel forward"},
     {"forward", "g", "after attention's projection (row-parallel)", "all_reduce", "reduce_scatter", "forward block 0 ln2"},
     {"forward", "f", "before the MLP's fc (column-parallel)", nullptr, "all_gather", "column-parallel forward"},
     {"forward", "g", "after the MLP's proj (row-parallel)", "all_reduce", "reduce_scatter", nullptr},
     {"backward", "g", "into the MLP's proj", nullptr, "all_gather", "backward block 0 mlp"},
+    {"backward", "f", "fc's input again, for its weight gradient", nullptr, "all_gather", "column-parallel backward"},
     {"backward", "f", "out of fc, the input's gradient", "all_reduce", "reduce_scatter", "backward block 0 ln2"},
     {"backward", "g", "into attention's projection", nullptr, "all_gather", "backward block 0 attention"},
+    {"backward", "f", "QKV's input again, for its weight gradient", nullptr, "all_gather", "column-parallel backward"},
     {"backward", "f", "out of QKV, the input's gradient", "all_reduce", "reduce_scatter", nullptr},
 };
 
@@ -103,7 +107,7 @@ LayerTraffic layer_traffic(const TraceTrack& track, bool sp, double step_start) 
     columns += e.name.starts_with("column-parallel");
     rows += e.name.starts_with("row-parallel");
   }
-  if (next != std::size(kPlaces)) throw Error("tp: layer 0 ran fewer f and g than Megatron's four a pass");
+  if (next != std::size(kPlaces)) throw Error("tp: layer 0 ran fewer f and g than Megatron's");
   return out;
 }
 

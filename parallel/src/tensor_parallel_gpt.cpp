@@ -27,37 +27,33 @@ TensorParallelGpt::Modules::Modules(Carver& params, const GptConfig& c, int voca
 
 namespace {
 
-// A slice of all B x T rows: its own with sequence parallelism, else the
+// A slice of all B x T rows: the scratch with sequence parallelism, else the
 // rows' slice itself (the activations are whole on every rank already).
-Slice whole_or(Carver& acts, bool sp, std::size_t n, Slice rows) { return sp ? acts.take(n) : rows; }
+Slice whole_or(const Slice* whole, Slice rows) { return whole ? *whole : rows; }
 
 std::size_t rows_of(int B, int T, int t, bool sp) { return std::size_t(B) * std::size_t(T) / std::size_t(sp ? t : 1); }
 
 }  // namespace
 
-TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t, bool sp)
-    : ln1(acts, int(rows_of(B, T, t, sp)), C),
-      ln1_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * C, ln1.out)),
+TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t, const Slice* whole)
+    : ln1(acts, int(rows_of(B, T, t, whole != nullptr)), C), ln1_gathered(whole_or(whole, ln1.out)),
       qkv(acts.take(rows_of(B, T, t, false) * 3 * C / t)), heads_out(acts.take(rows_of(B, T, t, false) * C / t)),
       preatt(acts.take(std::size_t(B) * (NH / t) * T * T)), att(acts.take(std::size_t(B) * (NH / t) * T * T)),
-      attn_out(acts.take(rows_of(B, T, t, sp) * C)),
-      attn_partial(whole_or(acts, sp, rows_of(B, T, t, false) * C, attn_out)),
-      residual(acts.take(rows_of(B, T, t, sp) * C)), ln2(acts, int(rows_of(B, T, t, sp)), C),
-      ln2_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * C, ln2.out)),
-      hidden(acts.take(rows_of(B, T, t, false) * 4 * C / t)), gelu(acts.take(rows_of(B, T, t, false) * 4 * C / t)),
-      mlp_out(acts.take(rows_of(B, T, t, sp) * C)),
-      mlp_partial(whole_or(acts, sp, rows_of(B, T, t, false) * C, mlp_out)), out(acts.take(rows_of(B, T, t, sp) * C)) {}
+      attn_out(acts.take(rows_of(B, T, t, whole != nullptr) * C)), attn_partial(whole_or(whole, attn_out)),
+      residual(acts.take(rows_of(B, T, t, whole != nullptr) * C)), ln2(acts, int(rows_of(B, T, t, whole != nullptr)), C),
+      ln2_gathered(whole_or(whole, ln2.out)), hidden(acts.take(rows_of(B, T, t, false) * 4 * C / t)),
+      gelu(acts.take(rows_of(B, T, t, false) * 4 * C / t)), mlp_out(acts.take(rows_of(B, T, t, whole != nullptr) * C)),
+      mlp_partial(whole_or(whole, mlp_out)), out(acts.take(rows_of(B, T, t, whole != nullptr) * C)) {}
 
 TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp)
-    : encoded(acts.take(rows_of(B, T, t, sp) * c.channels)),
-      embed_partial(whole_or(acts, sp, rows_of(B, T, t, false) * c.channels, encoded)),
+    : whole(sp ? acts.take(rows_of(B, T, t, false) * c.channels) : Slice{}),
+      encoded(acts.take(rows_of(B, T, t, sp) * c.channels)), embed_partial(whole_or(sp ? &whole : nullptr, encoded)),
       blocks([&] {
         std::vector<BlockActs> b;
-        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t, sp);
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t, sp ? &whole : nullptr);
         return b;
       }()),
-      lnf(acts, int(rows_of(B, T, t, sp)), c.channels),
-      lnf_gathered(whole_or(acts, sp, rows_of(B, T, t, false) * c.channels, lnf.out)),
+      lnf(acts, int(rows_of(B, T, t, sp)), c.channels), lnf_gathered(whole_or(sp ? &whole : nullptr, lnf.out)),
       logits(acts.take(rows_of(B, T, t, false) * vocab_local)), probs(acts.take(rows_of(B, T, t, false) * vocab_local)),
       losses(acts.take(rows_of(B, T, t, false))) {}
 
@@ -169,6 +165,12 @@ void TensorParallelGpt::sum_partials(float* whole, float* rows) {
   if (!sequence_parallel_) return all_reduce(whole, n);  // whole and rows are one slice
   reduce_scatter_sequence(tp_, {whole, n, DType::f32}, {rows, n / tp_.size(), DType::f32}, view_of(shuffled_), B_, T_,
                           config_.channels);
+}
+
+// With sequence parallelism the column-parallel layers' input gradients share
+// one scratch buffer, and their backward adds into it: clear what the last use left.
+void TensorParallelGpt::clear_whole_gradient() {
+  if (sequence_parallel_) std::fill_n(a_->whole.grad, std::size_t(B_) * T_ * config_.channels, 0.0f);
 }
 
 // Each norm's gain and bias got this rank's positions' share: one allreduce of them all.
@@ -293,6 +295,8 @@ void TensorParallelGpt::backward() {
   for (int i = 0; i < N; ++i)
     for (int j = 0; j < vl; ++j)
       dlogits[std::size_t(i) * vl + j] = (a_->probs.value[std::size_t(i) * vl + j] - (first + j == targets_[i])) / N;
+  // The head's input is still whole: with sequence parallelism nothing has used the scratch since the forward
+  // gathered it, and the gradient's scratch is as the forward cleared it.
   d.matmul_backward(a_->lnf_gathered.grad, m_->wte.grad, nullptr, dlogits, a_->lnf_gathered.value, m_->wte.value, N,
                     C, vl);
   tp_.computed("backward head", started, 2 * ops::matmul_flops(N, C, vl));
@@ -329,8 +333,9 @@ void TensorParallelGpt::backward_block(int l) {
   b.fc_proj.backward(d, a.gelu.grad, a.mlp_partial.grad, a.gelu.value, N);
   d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * hl);
   tp_.computed(fmt::format("backward block {} mlp", l), started, 2 * ops::matmul_flops(N, hl, C));
-  column_parallel_backward(group(), b.fc, a.ln2_gathered.grad, a.ln2.out.grad, a.hidden.grad,
-                           a.ln2_gathered.value);  // then f's backward
+  clear_whole_gradient();
+  column_parallel_backward(group(), b.fc, a.ln2_gathered.grad, a.ln2.out.grad, a.hidden.grad, a.ln2.out.value,
+                           a.ln2_gathered.value);  // ln2's output again, then f's backward
   started = tp_.now();
   b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, R);
   d.residual_backward(dx, a.attn_out.grad, a.residual.grad, R * C);
@@ -342,8 +347,9 @@ void TensorParallelGpt::backward_block(int l) {
                        config_.heads / t);
   tp_.computed(fmt::format("backward block {} attention", l), started,
                2 * (ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
-  column_parallel_backward(group(), b.qkv, a.ln1_gathered.grad, a.ln1.out.grad, a.qkv.grad,
-                           a.ln1_gathered.value);  // then f's backward
+  clear_whole_gradient();
+  column_parallel_backward(group(), b.qkv, a.ln1_gathered.grad, a.ln1.out.grad, a.qkv.grad, a.ln1.out.value,
+                           a.ln1_gathered.value);  // ln1's output again, then f's backward
   started = tp_.now();
   b.ln1.backward(d, dx, a.ln1, x, R);
   tp_.computed(fmt::format("backward block {} ln1", l), started, 0);

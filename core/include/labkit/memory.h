@@ -119,9 +119,9 @@ ActivationLayout parse_activation_layout(std::string_view name);  // "megatron",
 // GELU (12sbh + 2as^2b) and the logits and probabilities (the vocabulary padded
 // to a multiple of t) are 1/t on each rank; the rest (6sbh + 4sb: the norms,
 // the projections' outputs, the residual stream) whole. With sequence
-// parallelism that rest is 1/t too, and each layer keeps four B x T x h
-// buffers whole (the norms' outputs gathered, the projections' partial sums
-// before their reduce-scatter), as do the embedding and the final norm (one each).
+// parallelism that rest is 1/t too, and one B x T x h scratch buffer serves
+// every gathered input and partial sum (Megatron's: backward gathers the
+// norms' outputs again).
 double llmc_activation_bytes(const Architecture& a, double seq, double micro_batch, int tp = 1,
                              bool sequence_parallel = false);
 

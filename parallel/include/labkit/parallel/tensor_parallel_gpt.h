@@ -65,13 +65,15 @@ struct TensorParallelGroup {
 // Exercise 7.1, Megatron's column-parallel Linear (this rank's layer.out of
 // the output features, whole input). Forward: f, then out (B T, out) =
 // input W_r^T + b_r; f is the identity (rows is whole), or with sequence
-// parallelism the all-gather of every rank's rows into whole. Backward: the
-// weight and bias gradients, dwhole = dout W_r, and f's backward into drows:
-// an allreduce in place (drows is dwhole), or the reduce-scatter.
+// parallelism the all-gather of every rank's rows into whole. Backward: with
+// sequence parallelism whole was not kept, so the rows are gathered into it
+// again; then the weight and bias gradients, dwhole = dout W_r (dwhole starts
+// at zero), and f's backward into drows: an allreduce in place (drows is
+// dwhole), or the reduce-scatter.
 void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* out, const float* rows,
                              float* whole);
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
-                              const float* dout, const float* whole);
+                              const float* dout, const float* rows, float* whole);
 // Exercise 7.2, Megatron's row-parallel Linear forward (this rank's layer.in
 // of the input features, bias whole): partial (B T, out) = input_r W_r^T, the
 // bias added once; then g sums the ranks' partials into rows: an allreduce in
@@ -129,7 +131,11 @@ class TensorParallelGpt {
   };
   // Rows: the B x T tokens, or with sequence parallelism this rank's shard of
   // them ("rows" below). Without it, a gathered input is the norm's output
-  // itself and the partial sums are summed in place (the same slices).
+  // itself and the partial sums are summed in place (the same slices). With
+  // it, every "all B x T" slice is one scratch buffer, Acts::whole, as in
+  // Megatron: a partial sum lives only until its reduce-scatter, and a
+  // gathered input until its column-parallel layer has used it (backward
+  // gathers it again), so a rank keeps no whole B x T x C activation.
   struct BlockActs {
     LayerNorm::Acts ln1;                // rows
     Slice ln1_gathered;                 // all B x T: the column-parallel QKV's input
@@ -143,9 +149,10 @@ class TensorParallelGpt {
     Slice mlp_out;                      // rows
     Slice mlp_partial;                  // all B x T
     Slice out;                          // rows
-    BlockActs(Carver& acts, int B, int T, int C, int NH, int t, bool sp);
+    BlockActs(Carver& acts, int B, int T, int C, int NH, int t, const Slice* whole);
   };
   struct Acts {
+    Slice whole;                  // sequence parallelism: the all B x T scratch (none without it)
     Slice encoded;                // rows
     Slice embed_partial;          // all B x T: each rank's vocabulary rows' lookups
     std::vector<BlockActs> blocks;
@@ -162,6 +169,7 @@ class TensorParallelGpt {
   // g forward, f backward: the ranks' partial sums over all B x T, summed into
   // this rank's rows (allreduce in place, or with sequence parallelism reduce-scatter).
   void sum_partials(float* whole, float* rows);
+  void clear_whole_gradient();
   void sum_norm_gradients();  // sequence parallelism: each rank's positions' share, summed
   int rows() const { return sequence_parallel_ ? B_ * T_ / tp_.size() : B_ * T_; }
   float* stream(int layer) const;  // layer l's output; -1: the embeddings
