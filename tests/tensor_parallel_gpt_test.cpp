@@ -33,8 +33,9 @@ std::vector<int> tokens(int vocab, int seed) {
 struct Difference {
   double loss = 0, gradients = 0;
 };
-Difference one_step(int t, int vocab, bool sp) {
-  const GptConfig config = gpt_preset("tiny-gpt", vocab);
+Difference one_step(int t, int vocab, bool sp, int heads = 4) {
+  GptConfig config = gpt_preset("tiny-gpt", vocab);
+  config.heads = heads;
   Gpt dense(config, 3);
   const std::vector<int> x = tokens(vocab, 1), y = tokens(vocab, 2);
   const float dense_loss = dense.forward(x, y, kB, kT);
@@ -64,6 +65,15 @@ TEST(TensorParallelGpt, LossAndEveryGradientEqualTheDenseModel) {
         EXPECT_LT(d.loss, 1e-5) << "t = " << t << ", vocab " << vocab << (sp ? ", sequence parallel" : "");
         EXPECT_LT(d.gradients, 1e-5) << "t = " << t << ", vocab " << vocab << (sp ? ", sequence parallel" : "");
       }
+}
+
+// t = 8 where the heads allow it: the tiny GPT with 8 heads of 8 channels.
+TEST(TensorParallelGpt, EightRanksEqualTheDenseModelWithEightHeads) {
+  for (const bool sp : {false, true}) {
+    const Difference d = one_step(8, 15, sp, 8);
+    EXPECT_LT(d.loss, 1e-5) << (sp ? "sequence parallel" : "");
+    EXPECT_LT(d.gradients, 1e-5) << (sp ? "sequence parallel" : "");
+  }
 }
 
 TEST(TensorParallelGpt, TrainsToTheDenseWeights) {

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
   int frames = 3, width = 1280, height = 800;
   cli.add_option("trace", trace, "a Chrome trace (--trace of any lab, any backend)");
   cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M, a DDP step: ddp:8:overlap, or a "
-                 "ZeRO step: fsdp:16:3:both, or a tensor-parallel step of the tiny GPT: tp:4:sp")
+                 "ZeRO step: fsdp:16:3:both, a tensor-parallel step of the tiny GPT: tp:4:sp, or ring attention: "
+                 "cp:8:contiguous")
       ->check(labkit::cli::parsed_by(viz::parse_scenario));
   cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
   cli.add_option("--frames", frames, "--headless: frames to draw")
