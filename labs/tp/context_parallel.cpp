@@ -95,6 +95,11 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
   double backward_started = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
+    // Under mpirun -np gives the ranks, so the checks the command line made on the simulator happen here.
+    if (tp < 1 || comm.size() % (tp * o.cp) != 0 || s.heads % tp != 0 || s.batch % (comm.size() / (tp * o.cp)) != 0)
+      throw Error(fmt::format("{}: tp --cp {}: {} ranks do not split into tp {} x cp {} groups of whole heads ({}) "
+                              "and equal shares of the batch ({})", comm.who(), o.cp, comm.size(), tp, o.cp, s.heads,
+                              s.batch));
     Mesh mesh(comm, {{"dp", comm.size() / (tp * o.cp)}, {"cp", o.cp}, {"tp", tp}});
     const MeshCoord at = mesh.coord();
     const AttentionShape mine{.B = s.batch / mesh.size("dp"), .T = s.seq, .C = s.channels / tp, .NH = s.heads / tp};
