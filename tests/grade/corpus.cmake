@@ -49,3 +49,11 @@ labkit_grade_corpus(fsdp zero_step sums_instead_of_averaging SCORE 0.0
   SAYS "fails at P = 2, 3, 4, 8; passes at P = 1" "P=2, count=7: rank 0, element 0: expected -250, got -1500")
 labkit_grade_corpus(fsdp gather_compute_free keeps_the_unit SCORE 5.0
   SAYS "rank 0 still holds 28 bytes gathered after gather_compute_free returned, 28 too many")
+labkit_grade_corpus(tp column_parallel_linear forgets_the_input_gradient_sum SCORE 0.0
+  SAYS "t=2: rank 0's input gradient: off the dense layer's")
+labkit_grade_corpus(tp row_parallel_linear bias_on_every_rank SCORE 0.0
+  SAYS "t=2: rank 0's output: off the dense layer's" "is the bias added on one rank only")
+labkit_grade_corpus(tp sequence_parallel_collectives gathers_without_reordering SCORE 3.3
+  SAYS "t=2, B=3, T=4, C=1: rank 0: sequence 0, position 2, channel 0: expected")
+labkit_grade_corpus(tp merge_attention log_of_sum_of_exps SCORE 5.0
+  SAYS "lse = inf: a log-sum-exp taken as log")
