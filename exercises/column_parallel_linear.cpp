@@ -16,7 +16,8 @@
 // one more all-gather in backward for that (Korthikanti et al. 2022, 4.2.2).
 //
 // You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
-// (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair.
+// (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair as
+// all_gather_rows and reduce_scatter_rows (tensor_parallel_gpt.h).
 // Grade it: ./labkit grade tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
@@ -26,7 +27,7 @@ namespace labkit {
 void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* out, const float* rows,
                              float* whole) {
   const int N = g.B * g.T;
-  // TODO: f: with sequence parallelism, all_gather_sequence the rows into whole
+  // TODO: f: with sequence parallelism, all_gather_rows the rows into whole
   //       (without it, rows is whole already).
   (void)rows;
   const double started = g.comm.now();
@@ -38,14 +39,14 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
                               const float* dout, const float* rows, float* whole) {
   const int N = g.B * g.T;
-  // TODO: with sequence parallelism, all_gather_sequence the rows into whole again.
+  // TODO: with sequence parallelism, all_gather_rows the rows into whole again.
   (void)rows;
   const double started = g.comm.now();
   // TODO: the weight and bias gradients, and this rank's share of dwhole.
   (void)dout, (void)whole;
   g.comm.computed("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
   // TODO: f's backward: sum dwhole over the ranks: all_reduce in place, or with
-  //       sequence parallelism reduce_scatter_sequence into drows.
+  //       sequence parallelism reduce_scatter_rows into drows.
   (void)dwhole, (void)drows;
 }
 

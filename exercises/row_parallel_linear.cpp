@@ -13,7 +13,8 @@
 // QKV, the MLP's proj after fc. N = B T.
 //
 // You have g.device.matmul_forward(out, inp, weight, bias or nullptr, N, in, out),
-// layer.weight.value, layer.bias.value, g.comm.all_reduce and 7.3's pair.
+// layer.weight.value, layer.bias.value, g.comm.all_reduce and 7.3's pair as
+// reduce_scatter_rows (tensor_parallel_gpt.h).
 // Grade it: ./labkit grade tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
@@ -28,7 +29,7 @@ void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, flo
   (void)partial, (void)input;
   g.comm.computed("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
   // TODO: g: sum the partials over the ranks: all_reduce in place, or with sequence
-  //       parallelism reduce_scatter_sequence into rows.
+  //       parallelism reduce_scatter_rows into rows.
   (void)rows;
 }
 

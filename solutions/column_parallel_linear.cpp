@@ -16,7 +16,8 @@
 // one more all-gather in backward for that (Korthikanti et al. 2022, 4.2.2).
 // STUB: //
 // STUB: // You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
-// STUB: // (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair.
+// STUB: // (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair as
+// STUB: // all_gather_rows and reduce_scatter_rows (tensor_parallel_gpt.h).
 // STUB: // Grade it: ./labkit grade tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
@@ -26,14 +27,10 @@ namespace labkit {
 void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, float* out, const float* rows,
                              float* whole) {
   const int N = g.B * g.T;
-  // BEGIN EXERCISE: f: with sequence parallelism, all_gather_sequence the rows into whole
+  // BEGIN EXERCISE: f: with sequence parallelism, all_gather_rows the rows into whole
   //       (without it, rows is whole already).
   // STUB: (void)rows;
-  if (g.sequence_parallel) {
-    const std::size_t n = std::size_t(N) * layer.in;
-    all_gather_sequence(g.comm, {const_cast<float*>(rows), n / g.comm.size(), DType::f32}, {whole, n, DType::f32},
-                        g.scratch, g.B, g.T, layer.in);
-  }
+  if (g.sequence_parallel) all_gather_rows(g, layer.in, rows, whole);
   // END EXERCISE
   const double started = g.comm.now();
   // BEGIN EXERCISE: this rank's output features from the whole input.
@@ -46,13 +43,9 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
                               const float* dout, const float* rows, float* whole) {
   const int N = g.B * g.T;
-  // BEGIN EXERCISE: with sequence parallelism, all_gather_sequence the rows into whole again.
+  // BEGIN EXERCISE: with sequence parallelism, all_gather_rows the rows into whole again.
   // STUB: (void)rows;
-  if (g.sequence_parallel) {
-    const std::size_t n = std::size_t(N) * layer.in;
-    all_gather_sequence(g.comm, {const_cast<float*>(rows), n / g.comm.size(), DType::f32}, {whole, n, DType::f32},
-                        g.scratch, g.B, g.T, layer.in);
-  }
+  if (g.sequence_parallel) all_gather_rows(g, layer.in, rows, whole);
   // END EXERCISE
   const double started = g.comm.now();
   // BEGIN EXERCISE: the weight and bias gradients, and this rank's share of dwhole.
@@ -61,14 +54,12 @@ void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer,
   // END EXERCISE
   g.comm.computed("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
   // BEGIN EXERCISE: f's backward: sum dwhole over the ranks: all_reduce in place, or with
-  //       sequence parallelism reduce_scatter_sequence into drows.
+  //       sequence parallelism reduce_scatter_rows into drows.
   // STUB: (void)dwhole, (void)drows;
-  const std::size_t n = std::size_t(N) * layer.in;
   if (g.sequence_parallel)
-    reduce_scatter_sequence(g.comm, {dwhole, n, DType::f32}, {drows, n / g.comm.size(), DType::f32}, g.scratch, g.B,
-                            g.T, layer.in);
+    reduce_scatter_rows(g, layer.in, dwhole, drows);
   else
-    g.comm.all_reduce({dwhole, n, DType::f32}, ReduceOp::sum);
+    g.comm.all_reduce({dwhole, std::size_t(N) * layer.in, DType::f32}, ReduceOp::sum);
   // END EXERCISE
 }
 

@@ -13,7 +13,8 @@
 // QKV, the MLP's proj after fc. N = B T.
 // STUB: //
 // STUB: // You have g.device.matmul_forward(out, inp, weight, bias or nullptr, N, in, out),
-// STUB: // layer.weight.value, layer.bias.value, g.comm.all_reduce and 7.3's pair.
+// STUB: // layer.weight.value, layer.bias.value, g.comm.all_reduce and 7.3's pair as
+// STUB: // reduce_scatter_rows (tensor_parallel_gpt.h).
 // STUB: // Grade it: ./labkit grade tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
@@ -31,14 +32,12 @@ void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, flo
   // END EXERCISE
   g.comm.computed("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
   // BEGIN EXERCISE: g: sum the partials over the ranks: all_reduce in place, or with sequence
-  //       parallelism reduce_scatter_sequence into rows.
+  //       parallelism reduce_scatter_rows into rows.
   // STUB: (void)rows;
-  const std::size_t n = std::size_t(N) * layer.out;
   if (g.sequence_parallel)
-    reduce_scatter_sequence(g.comm, {partial, n, DType::f32}, {rows, n / g.comm.size(), DType::f32}, g.scratch, g.B,
-                            g.T, layer.out);
+    reduce_scatter_rows(g, layer.out, partial, rows);
   else
-    g.comm.all_reduce({partial, n, DType::f32}, ReduceOp::sum);
+    g.comm.all_reduce({partial, std::size_t(N) * layer.out, DType::f32}, ReduceOp::sum);
   // END EXERCISE
 }
 

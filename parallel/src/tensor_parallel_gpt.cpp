@@ -153,18 +153,25 @@ void TensorParallelGpt::all_reduce(float* x, std::size_t n, ReduceOp op) { tp_.a
 // f and g with sequence parallelism are exercise 7.3's pair
 // (solutions/sequence_parallel_collectives.cpp); without it, f forward is
 // nothing and g an allreduce in place.
+void all_gather_rows(const TensorParallelGroup& g, int width, const float* rows, float* whole) {
+  const std::size_t n = std::size_t(g.B) * g.T * width;
+  all_gather_sequence(g.comm, {const_cast<float*>(rows), n / g.comm.size(), DType::f32}, {whole, n, DType::f32},
+                      g.scratch, g.B, g.T, width);
+}
+
+void reduce_scatter_rows(const TensorParallelGroup& g, int width, float* whole, float* rows) {
+  const std::size_t n = std::size_t(g.B) * g.T * width;
+  reduce_scatter_sequence(g.comm, {whole, n, DType::f32}, {rows, n / g.comm.size(), DType::f32}, g.scratch, g.B, g.T,
+                          width);
+}
+
 void TensorParallelGpt::gather_rows(const float* rows, float* whole) {
-  if (!sequence_parallel_) return;
-  const std::size_t n = std::size_t(B_) * T_ * config_.channels;
-  all_gather_sequence(tp_, {const_cast<float*>(rows), n / tp_.size(), DType::f32}, {whole, n, DType::f32},
-                      view_of(shuffled_), B_, T_, config_.channels);
+  if (sequence_parallel_) all_gather_rows(group(), config_.channels, rows, whole);
 }
 
 void TensorParallelGpt::sum_partials(float* whole, float* rows) {
-  const std::size_t n = std::size_t(B_) * T_ * config_.channels;
-  if (!sequence_parallel_) return all_reduce(whole, n);  // whole and rows are one slice
-  reduce_scatter_sequence(tp_, {whole, n, DType::f32}, {rows, n / tp_.size(), DType::f32}, view_of(shuffled_), B_, T_,
-                          config_.channels);
+  if (!sequence_parallel_) return all_reduce(whole, std::size_t(B_) * T_ * config_.channels);  // whole is rows
+  reduce_scatter_rows(group(), config_.channels, whole, rows);
 }
 
 // With sequence parallelism the column-parallel layers' input gradients share

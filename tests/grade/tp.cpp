@@ -225,7 +225,7 @@ TEST(column_parallel_linear, EachRankComputesItsOutputFeaturesAndSumsTheInputGra
                   });
   sweep.report("forward needs no collective (with sequence parallelism, the all-gather of the rows first); backward, "
                "dwhole = dout W_r holds only this rank's features' share of x's gradient: one allreduce (sum) of it, "
-               "or with sequence parallelism the rows gathered into whole again first and reduce_scatter_sequence "
+               "or with sequence parallelism the rows gathered into whole again first and reduce_scatter_rows "
                "into the rows after.");
 }
 
@@ -262,7 +262,7 @@ TEST(row_parallel_linear, ThePartialSumsAddUpToTheDenseOutputWithTheBiasOnce) {
                     return collectives_were(run, t, {{sp ? "reduce_scatter" : "all_reduce", activations}});
                   });
   sweep.report("partial = input_r W_r^T with the bias on rank 0 alone, then one allreduce (sum) of it, or "
-               "reduce_scatter_sequence into the rows.");
+               "reduce_scatter_rows into the rows.");
 }
 
 TEST(row_parallel_linear, TheTinyGptEqualsTheDenseModel) {

@@ -62,6 +62,12 @@ struct TensorParallelGroup {
   View scratch;
 };
 
+// Exercise 7.3's pair on a group's (B T, width) activations, as the layers
+// call it with sequence parallelism: every rank's rows all-gathered into
+// whole, and whole's partial sums reduce-scattered into this rank's rows.
+void all_gather_rows(const TensorParallelGroup& g, int width, const float* rows, float* whole);
+void reduce_scatter_rows(const TensorParallelGroup& g, int width, float* whole, float* rows);
+
 // Exercise 7.1, Megatron's column-parallel Linear (this rank's layer.out of
 // the output features, whole input). Forward: f, then out (B T, out) =
 // input W_r^T + b_r; f is the identity (rows is whole), or with sequence
