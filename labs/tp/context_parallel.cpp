@@ -84,7 +84,7 @@ double busiest_over_mean(const std::vector<double>& v) {
   return mean > 0 ? *std::max_element(v.begin(), v.end()) / mean : 1.0;
 }
 
-LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const ContextShape& s) {
+LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const AttentionShape& s) {
   run_options.keep_trace = true;
   LayoutRun out;
   out.layout = layout;
@@ -96,31 +96,31 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
   const RunResult result = run(run_options, [&](Comm& comm) {
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
     // Under mpirun -np gives the ranks, so the checks the command line made on the simulator happen here.
-    if (tp < 1 || comm.size() % (tp * o.cp) != 0 || s.heads % tp != 0 || s.batch % (comm.size() / (tp * o.cp)) != 0)
+    if (tp < 1 || comm.size() % (tp * o.cp) != 0 || s.NH % tp != 0 || s.B % (comm.size() / (tp * o.cp)) != 0)
       throw Error(fmt::format("{}: tp --cp {}: {} ranks do not split into tp {} x cp {} groups of whole heads ({}) "
-                              "and equal shares of the batch ({})", comm.who(), o.cp, comm.size(), tp, o.cp, s.heads,
-                              s.batch));
+                              "and equal shares of the batch ({})", comm.who(), o.cp, comm.size(), tp, o.cp, s.NH,
+                              s.B));
     Mesh mesh(comm, {{"dp", comm.size() / (tp * o.cp)}, {"cp", o.cp}, {"tp", tp}});
     const MeshCoord at = mesh.coord();
-    const AttentionShape mine{.B = s.batch / mesh.size("dp"), .T = s.seq, .C = s.channels / tp, .NH = s.heads / tp};
+    const AttentionShape mine{.B = s.B / mesh.size("dp"), .T = s.T, .C = s.C / tp, .NH = s.NH / tp};
     RingAttention ring(mesh.group("cp"), layout, mine);
     // This rank's batch rows, heads and positions of a (B, T, width) buffer of `parts` parts.
     const auto mine_of = [&](const std::vector<float>& whole, int parts) {
       const std::vector<float> rows_and_heads =
-          slice(whole, s.seq, parts * s.channels, at["dp"] * mine.B, mine.B, parts, at["tp"] * mine.C, mine.C);
-      return shard_sequence(rows_and_heads, mine.B, s.seq, parts * mine.C, layout, at["cp"], o.cp);
+          slice(whole, s.T, parts * s.C, at["dp"] * mine.B, mine.B, parts, at["tp"] * mine.C, mine.C);
+      return shard_sequence(rows_and_heads, mine.B, s.T, parts * mine.C, layout, at["cp"], o.cp);
     };
     std::vector<float> my_qkv, my_dout, my_out, my_grads;
     if (payload) {
-      const std::size_t BT = std::size_t(s.batch) * s.seq;
+      const std::size_t BT = std::size_t(s.B) * s.T;
       if (qkv.empty()) {
-        qkv = normal_floats(BT * 3 * s.channels, o.seed), dout = normal_floats(BT * s.channels, o.seed + 1);
-        dense_out.resize(BT * s.channels), dense_grads.assign(qkv.size(), 0.0f);
-        std::vector<float> preatt(BT * s.heads * s.seq), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
-        ops::attention_forward(dense_out.data(), preatt.data(), att.data(), qkv.data(), s.batch, s.seq, s.channels,
-                               s.heads);
+        qkv = normal_floats(BT * 3 * s.C, o.seed), dout = normal_floats(BT * s.C, o.seed + 1);
+        dense_out.resize(BT * s.C), dense_grads.assign(qkv.size(), 0.0f);
+        std::vector<float> preatt(BT * s.NH * s.T), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
+        ops::attention_forward(dense_out.data(), preatt.data(), att.data(), qkv.data(), s.B, s.T, s.C,
+                               s.NH);
         ops::attention_backward(dense_grads.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(),
-                                s.batch, s.seq, s.channels, s.heads);
+                                s.B, s.T, s.C, s.NH);
       }
       my_qkv = mine_of(qkv, 3), my_dout = mine_of(dout, 1);
       my_out.resize(my_dout.size()), my_grads.resize(my_qkv.size());
@@ -141,7 +141,7 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
       out.out_vs_dense = std::max(out.out_vs_dense, m[1]);
       out.grads_vs_dense = std::max(out.grads_vs_dense, m[2]);
     }
-    out.positions = describe(positions_of(layout, 0, o.cp, s.seq));
+    out.positions = describe(positions_of(layout, 0, o.cp, s.T));
     out.ranks = comm.size(), out.tp = tp, out.dp = mesh.size("dp");
   });
   if (!result.trace) return out;
@@ -199,7 +199,7 @@ void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string&
 
 }  // namespace
 
-int context_parallel(const Options& o, const RunOptions& run_options, const ContextShape& s) {
+int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& s) {
   const bool payload = !run_options.payload_free;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();
@@ -214,12 +214,12 @@ int context_parallel(const Options& o, const RunOptions& run_options, const Cont
   fmt::print("tp --cp {}: ring attention over the tiny GPT's causal attention ({} heads of {} channels; batch {} x {} "
              "positions), {} ranks as dp {} x cp {} x tp {}: each rank its share of the batch, its heads and its "
              "positions; forward and backward{}\n",
-             o.cp, s.heads, s.channels / s.heads, s.batch, s.seq, runs[0].ranks, dp, o.cp, tp,
+             o.cp, s.NH, s.C / s.NH, s.B, s.T, runs[0].ranks, dp, o.cp, tp,
              payload ? ", against dense attention" : ", payload-free (sizes only: nothing to compare)");
 
   // A rank's K/V block: 2 b (s/cp) (h/tp) floats. Forward passes it cp - 1
   // times; backward passes it cp - 1 times and its gradients cp times.
-  const double block = 2.0 * (s.batch / dp) * (s.seq / o.cp) * (s.channels / tp) * sizeof(float);
+  const double block = 2.0 * (s.B / dp) * (s.T / o.cp) * (s.C / tp) * sizeof(float);
   const double forward_formula = (o.cp - 1) * block, backward_formula = (2 * o.cp - 1) * block;
   const double contiguous_formula = (2.0 * o.cp - 1) / o.cp;
   fmt::print("{:<11} {:>20} {:>22} {:>9} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}\n", "layout",
@@ -259,7 +259,7 @@ int context_parallel(const Options& o, const RunOptions& run_options, const Cont
     fmt::print("simulated both layouts in {} wall (target for cp 8 at s = 4096 payload-free: < 5 s)\n",
                format_seconds(wall));
   if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.seq}, {"batch", s.batch},
+    create_file(o.json) << nlohmann::json{{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.T}, {"batch", s.B},
                                           {"payload_free", !payload}, {"layouts", rows},
                                           {"wall_seconds", wall}}
                                .dump(2)

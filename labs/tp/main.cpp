@@ -323,8 +323,8 @@ int main(int argc, char** argv) {
     check_options(o, run_options, config);
     if (o.cp)
       return context_parallel(o, run_options,
-                              {.batch = o.batch, .seq = o.seq ? o.seq : config.max_seq, .channels = config.channels,
-                               .heads = config.heads});
+                              {.B = o.batch, .T = o.seq ? o.seq : config.max_seq, .C = config.channels,
+                               .NH = config.heads});
     if (!o.what_if.empty()) return what_if(o, run_options);
     if (o.bench) return bench(o, run_options, data, config);
     const TpRun r = train(o, run_options, data, config);

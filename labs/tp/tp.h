@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/memory.h"
+#include "labkit/parallel/ring_attention.h"
 #include "labkit/run.h"
 #include "labkit/trace.h"
 
@@ -52,15 +53,11 @@ LayerTraffic layer_traffic(const TraceTrack& rank0, bool sp, double step_start);
 nlohmann::json print_layer_traffic(const std::vector<LayerPlace>& places);
 void plot_layer(const LayerTraffic& layer, int ranks, bool sp, const std::string& path);  // the f and g picture
 
-// The attention --cp splits: the tiny GPT's heads and channels over a batch of sequences.
-struct ContextShape {
-  int batch = 0, seq = 0, channels = 0, heads = 0;
-};
-
 int what_if(const Options& o, RunOptions run_options);
 // Why t tensor-parallel ranks cannot split a model's layer ("" if they can):
 // heads, kv heads or the MLP's width that t does not divide.
 std::string tensor_parallel_refusal(const memory::Architecture& a, int t);
-int context_parallel(const Options& o, const RunOptions& run_options, const ContextShape& shape);
+// The tiny GPT's attention (`whole`: all its heads over the whole batch and sequence) over --cp ranks.
+int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& whole);
 
 }  // namespace tp_lab
