@@ -1,7 +1,7 @@
 // Pipeline schedules as data: each generated schedule passes the validator
-// for many P and M, its bubble is the formula's, and its activations in flight
-// are GPipe's M or 1F1B's P - s; broken schedules are refused with the action
-// that breaks them.
+// for many P and M, its bubble is the formula's, and what it keeps in flight
+// is GPipe's M, 1F1B's P - s, or the zero-bubble schedules' bound; broken
+// schedules are refused with the action that breaks them.
 #include <gtest/gtest.h>
 
 #include "labkit/error.h"
@@ -20,34 +20,78 @@ std::string error_of(const Schedule& s) {
   return "no error";
 }
 
+// A chunk's times when a stage's layers are cut into V chunks: 1 forward, 1 + 1 backward per stage.
+PipeTimes per_chunk(int V) { return {1.0 / V, 1.0 / V, 1.0 / V, 0}; }
+
 }  // namespace
 
 TEST(PipelineSchedule, EveryScheduleRunsForManyStagesAndMicrobatches) {
-  for (const char* name : {"naive", "gpipe", "1f1b"})
-    for (int P = 1; P <= 8; ++P)
-      for (int M = 1; M <= 12; ++M) EXPECT_NO_THROW(validate(make_schedule(name, P, M))) << name << " P=" << P << " M=" << M;
+  for (int P = 1; P <= 8; ++P)
+    for (int M = 1; M <= 12; ++M) {
+      for (const char* name : {"naive", "gpipe", "1f1b", "zb-h1"})
+        EXPECT_NO_THROW(validate(make_schedule(name, P, M))) << name << " P=" << P << " M=" << M;
+      EXPECT_NO_THROW(validate(make_schedule("zbv", P, M, 2))) << "zbv P=" << P << " M=" << M;
+      for (int V = 2; V <= 3 && M % P == 0; ++V)
+        EXPECT_NO_THROW(validate(make_schedule("interleaved", P, M, V))) << "interleaved P=" << P << " M=" << M;
+    }
 }
 
-// With a backward twice a forward: naive (P-1)/P, GPipe and 1F1B (P-1)/(M+P-1).
+// With a backward twice a forward: naive (P-1)/P, GPipe and 1F1B (P-1)/(M+P-1);
+// interleaved over V chunks the bubble's time is 1F1B's over V: (P-1)/(VM) of the ideal.
 TEST(PipelineSchedule, TheBubbleIsTheFormulas) {
   for (const int M : {4, 8, 32}) {
     const int P = 4;
     EXPECT_NEAR(validate(naive_schedule(P, M)).bubble, (P - 1.0) / P, 1e-12) << "M=" << M;
     EXPECT_NEAR(validate(gpipe_schedule(P, M)).bubble, (P - 1.0) / (M + P - 1), 1e-12) << "M=" << M;
     EXPECT_NEAR(validate(one_f_one_b_schedule(P, M)).bubble, (P - 1.0) / (M + P - 1), 1e-12) << "M=" << M;
+    for (const int V : {2, 4}) {
+      const ScheduleRun r = validate(interleaved_schedule(P, M, V), per_chunk(V));
+      const double ideal = 3.0 * M;
+      EXPECT_NEAR((r.makespan - ideal) / ideal, (P - 1.0) / (V * M), 1e-12) << "M=" << M << " V=" << V;
+    }
   }
   EXPECT_NEAR(validate(gpipe_schedule(4, 4)).bubble, 3.0 / 7, 1e-12);  // the 42.9%
   EXPECT_DOUBLE_EQ(validate(gpipe_schedule(4, 4)).makespan, 7 * 3.0);  // (M + P - 1)(F + B)
 }
 
-TEST(PipelineSchedule, GpipeHoldsEveryMicrobatchAndOneFOneBAtMostPMinusS) {
+// Qi et al. 2024: ZB-H1's bubble is (P-1)(F + B - W) against 1F1B's (P-1)(F + B + W),
+// a third at equal times; ZB-V's is near zero.
+TEST(PipelineSchedule, ZeroBubbleSchedulesShrinkTheBubble) {
+  for (const int P : {2, 4, 8}) {
+    const int M = 4 * P;
+    const double ideal = 3.0 * M;
+    const double one_f_one_b = validate(one_f_one_b_schedule(P, M)).makespan - ideal;
+    const double h1 = validate(zb_h1_schedule(P, M)).makespan - ideal;
+    EXPECT_NEAR(one_f_one_b, 3.0 * (P - 1), 1e-12) << "P=" << P;
+    EXPECT_NEAR(h1, P - 1.0, 1e-12) << "P=" << P;
+    const ScheduleRun v = validate(zbv_schedule(P, M), per_chunk(2));
+    EXPECT_LT(v.bubble, 0.05) << "P=" << P;
+  }
+}
+
+TEST(PipelineSchedule, WhatEachScheduleKeepsInFlight) {
   const int P = 4, M = 8;
   const ScheduleRun gpipe = validate(gpipe_schedule(P, M)), ofob = validate(one_f_one_b_schedule(P, M));
+  const ScheduleRun h1 = validate(zb_h1_schedule(P, M)), v = validate(zbv_schedule(P, M), per_chunk(2));
   for (int s = 0; s < P; ++s) {
     EXPECT_EQ(gpipe.peak_in_flight[std::size_t(s)], M) << "stage " << s;
     EXPECT_EQ(ofob.peak_in_flight[std::size_t(s)], P - s) << "stage " << s;
+    EXPECT_EQ(h1.peak_in_flight[std::size_t(s)], P) << "stage " << s;  // 1F1B's first stage's, on every stage
+    EXPECT_LE(v.peak_in_flight[std::size_t(s)], 2 * P) << "stage " << s;  // chunks of half a stage
   }
   EXPECT_EQ(validate(naive_schedule(P, M)).peak_in_flight[0], 1);
+  // Megatron's interleaving keeps more: the first stage holds (V - 1) P + 2P - 1 chunks at most.
+  EXPECT_EQ(validate(interleaved_schedule(P, M, 2)).peak_in_flight[0], P + 2 * P - 1);
+}
+
+TEST(PipelineSchedule, ChunksAndTheirStages) {
+  const Schedule interleaved = interleaved_schedule(4, 8, 2);
+  EXPECT_EQ(interleaved.stage_of_chunk, (std::vector<int>{0, 1, 2, 3, 0, 1, 2, 3}));
+  const Schedule v = zbv_schedule(4, 8);
+  EXPECT_EQ(v.stage_of_chunk, (std::vector<int>{0, 1, 2, 3, 3, 2, 1, 0}));
+  // At the V's turn, chunks 3 and 4 share stage 3: nothing travels between them.
+  for (const PipeAction& a : v.actions[3])
+    EXPECT_FALSE((a.op == PipeOp::send_activation && a.chunk == 3) || (a.op == PipeOp::receive_activation && a.chunk == 4));
 }
 
 TEST(PipelineSchedule, ABrokenScheduleIsRefusedWithTheActionThatBreaksIt) {
@@ -61,19 +105,26 @@ TEST(PipelineSchedule, ABrokenScheduleIsRefusedWithTheActionThatBreaksIt) {
             std::string::npos) << error_of(deadlock);
 
   Schedule early = gpipe_schedule(2, 2);
-  std::swap(early.actions[1][0], early.actions[1][1]);  // forward before its activation arrives
-  EXPECT_NE(error_of(early).find("stage 1, action 0 (forward of micro-batch 0): its activation has not been received"),
+  std::swap(early.actions[1][0], early.actions[1][2]);  // receives micro-batch 1 first, then forwards 0
+  EXPECT_NE(error_of(early).find("stage 1, action 1 (forward of micro-batch 0): its activation has not been received"),
             std::string::npos) << error_of(early);
-
-  Schedule crossed = gpipe_schedule(2, 2);
-  std::swap(crossed.actions[1][0], crossed.actions[1][2]);  // receives micro-batch 1 first
-  EXPECT_NE(error_of(crossed).find("the previous stage's next message is micro-batch 0: receives must match sends"),
-            std::string::npos) << error_of(crossed);
 
   Schedule missing = naive_schedule(1, 2);
   missing.actions[0].pop_back();  // micro-batch 1's backward
   EXPECT_NE(error_of(missing).find("stage 0 never runs the backward of micro-batch 1"), std::string::npos)
       << error_of(missing);
 
+  Schedule unsplit = zb_h1_schedule(2, 2);
+  for (PipeAction& a : unsplit.actions[0])
+    if (a.op == PipeOp::backward_input && a.microbatch == 1) a.op = PipeOp::backward;  // then its weights' part again
+  EXPECT_NE(error_of(unsplit).find("not right after a backward for the input alone"), std::string::npos)
+      << error_of(unsplit);
+
+  Schedule wrong_stage = interleaved_schedule(2, 2, 2);
+  wrong_stage.actions[0][0].chunk = 1;
+  EXPECT_NE(error_of(wrong_stage).find("chunk 1 runs on stage 1"), std::string::npos) << error_of(wrong_stage);
+
   EXPECT_THROW(make_schedule("zigzag", 4, 4), Error);
+  EXPECT_THROW(make_schedule("interleaved", 4, 6, 2), Error);  // M not a multiple of P
+  EXPECT_THROW(make_schedule("1f1b", 4, 4, 2), Error);
 }

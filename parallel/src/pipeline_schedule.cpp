@@ -1,7 +1,10 @@
 #include "labkit/parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <deque>
+#include <limits>
+#include <map>
+#include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -13,6 +16,8 @@ std::string_view name_of(PipeOp op) {
   switch (op) {
     case PipeOp::forward: return "forward";
     case PipeOp::backward: return "backward";
+    case PipeOp::backward_input: return "backward for the input";
+    case PipeOp::backward_weight: return "backward for the weights";
     case PipeOp::send_activation: return "send activation";
     case PipeOp::receive_activation: return "receive activation";
     case PipeOp::send_gradient: return "send gradient";
@@ -21,46 +26,196 @@ std::string_view name_of(PipeOp op) {
   return "?";
 }
 
+bool is_compute(PipeOp op) {
+  return op == PipeOp::forward || op == PipeOp::backward || op == PipeOp::backward_input ||
+         op == PipeOp::backward_weight;
+}
+
 namespace {
 
-Schedule empty(std::string name, int stages, int microbatches) {
+// Megatron's placement: chunk c on stage c mod P, so each stage holds chunks s, s + P, ...
+std::vector<int> looped(int stages, int virtual_stages) {
+  std::vector<int> stage_of(std::size_t(stages) * virtual_stages);
+  for (std::size_t c = 0; c < stage_of.size(); ++c) stage_of[c] = int(c) % stages;
+  return stage_of;
+}
+
+// ZB-V's: down the stages and back up, so stage s holds chunks s and 2P - 1 - s
+// and the first stage holds both ends (the loss is computed where the data enters).
+std::vector<int> v_shaped(int stages) {
+  std::vector<int> stage_of(2 * std::size_t(stages));
+  for (int c = 0; c < 2 * stages; ++c) stage_of[std::size_t(c)] = c < stages ? c : 2 * stages - 1 - c;
+  return stage_of;
+}
+
+Schedule empty(std::string name, int stages, int microbatches, int virtual_stages, std::vector<int> stage_of_chunk) {
   if (stages < 1 || microbatches < 1)
     throw Error(fmt::format("{} schedule: {} stages and {} micro-batches (each at least 1)", name, stages,
                             microbatches));
-  return {std::move(name), stages, microbatches, std::vector<std::vector<PipeAction>>(std::size_t(stages))};
+  return {std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk),
+          std::vector<std::vector<PipeAction>>(std::size_t(stages))};
 }
 
-// A forward with its activation received from the previous stage first and
-// sent to the next after; a backward likewise with the gradient, the other way.
-void add_forward(Schedule& s, int stage, int m) {
-  auto& a = s.actions[std::size_t(stage)];
-  if (stage > 0) a.push_back({PipeOp::receive_activation, m});
-  a.push_back({PipeOp::forward, m});
-  if (stage < s.stages - 1) a.push_back({PipeOp::send_activation, m});
+bool crosses(const Schedule& s, int from_chunk, int to_chunk) {
+  return s.stage_of_chunk[std::size_t(from_chunk)] != s.stage_of_chunk[std::size_t(to_chunk)];
 }
 
-void add_backward(Schedule& s, int stage, int m) {
-  auto& a = s.actions[std::size_t(stage)];
-  if (stage < s.stages - 1) a.push_back({PipeOp::receive_gradient, m});
-  a.push_back({PipeOp::backward, m});
-  if (stage > 0) a.push_back({PipeOp::send_gradient, m});
+std::vector<PipeAction>& actions_of(Schedule& s, int chunk) {
+  return s.actions[std::size_t(s.stage_of_chunk[std::size_t(chunk)])];
+}
+
+// A forward with its activation received from the previous chunk's stage first
+// and sent to the next chunk's after; a backward (whole, or for the input)
+// likewise with the gradient, the other way. Nothing travels within a stage.
+void add_forward(Schedule& s, int m, int c) {
+  auto& a = actions_of(s, c);
+  if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::receive_activation, m, c});
+  a.push_back({PipeOp::forward, m, c});
+  if (c + 1 < s.chunks() && crosses(s, c, c + 1)) a.push_back({PipeOp::send_activation, m, c});
+}
+
+void add_backward(Schedule& s, int m, int c, PipeOp op = PipeOp::backward) {
+  auto& a = actions_of(s, c);
+  if (c + 1 < s.chunks() && crosses(s, c, c + 1)) a.push_back({PipeOp::receive_gradient, m, c});
+  a.push_back({op, m, c});
+  if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::send_gradient, m, c});
+}
+
+constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// The zero-bubble schedules' heuristic (Qi et al. 2024, section 3), played out
+// with `t`: each stage, whenever it is free, runs the first it can of
+//   an input gradient whose output gradient has arrived (the stage before waits for it),
+//   a forward whose input has arrived, while it keeps fewer than `limit` chunk
+//     activations (a slot left for each of its later chunks, so that a micro-batch
+//     coming back up the V always finds room),
+//   a weight gradient it still owes (nobody waits for one: it fills what would be idle),
+// and otherwise waits for the next arrival. Each chunk takes its micro-batches in order.
+Schedule zero_bubble(std::string name, int P, int M, int V, std::vector<int> stage_of_chunk, std::vector<int> limit,
+                     const PipeTimes& t) {
+  Schedule s = empty(std::move(name), P, M, V, std::move(stage_of_chunk));
+  const int C = s.chunks();
+  std::vector<std::vector<int>> chunks_of(static_cast<std::size_t>(P));  // each stage's, in model order
+  for (int c = 0; c < C; ++c) chunks_of[std::size_t(s.stage_of_chunk[std::size_t(c)])].push_back(c);
+  const auto grid = [&] { return std::vector<std::vector<double>>(std::size_t(C), std::vector<double>(std::size_t(M), kNever)); };
+  std::vector<std::vector<double>> forwarded = grid(), input_done = grid();  // when each ended
+  std::vector<int> next_forward(std::size_t(C), 0), next_input(std::size_t(C), 0), next_weight(std::size_t(C), 0);
+  std::vector<double> clock(std::size_t(P), 0);
+  std::vector<int> kept(std::size_t(P), 0);
+  std::vector<bool> stuck(std::size_t(P), false);  // found nothing to do at its clock
+  const auto arrival = [&](double done, int from, int to) { return done + (crosses(s, from, to) ? t.message : 0); };
+  const auto finished = [&](int p) {
+    for (int c : chunks_of[std::size_t(p)])
+      if (next_weight[std::size_t(c)] < M) return false;
+    return true;
+  };
+
+  struct Choice {
+    PipeOp op;
+    int chunk;
+    double ready;
+  };
+  // Stage p's candidates of each kind, each the earliest to be ready (kNever: none known yet).
+  const auto candidates = [&](int p) {
+    std::optional<Choice> input, forward, weight;
+    const auto consider = [](std::optional<Choice>& best, Choice c, bool later_first) {
+      if (!best || c.ready < best->ready || (c.ready == best->ready && later_first)) best = c;
+    };
+    const auto& mine = chunks_of[std::size_t(p)];
+    for (std::size_t v = 0; v < mine.size(); ++v) {
+      const int c = mine[v];
+      const std::size_t cc = std::size_t(c);
+      if (const int m = next_forward[cc]; m < M && kept[std::size_t(p)] < limit[std::size_t(p)] - int(mine.size() - 1 - v))
+        consider(forward, {PipeOp::forward, c, c == 0 ? 0.0 : arrival(forwarded[cc - 1][std::size_t(m)], c - 1, c)}, true);
+      if (const int m = next_input[cc]; m < next_forward[cc])
+        consider(input, {PipeOp::backward_input, c,
+                         std::max(forwarded[cc][std::size_t(m)],
+                                  c + 1 == C ? 0.0 : arrival(input_done[cc + 1][std::size_t(m)], c + 1, c))}, false);
+      if (const int m = next_weight[cc]; m < next_input[cc])
+        consider(weight, {PipeOp::backward_weight, c, input_done[cc][std::size_t(m)]}, false);
+    }
+    return std::tuple{input, forward, weight};
+  };
+
+  for (;;) {
+    int p = -1;
+    for (int q = 0; q < P; ++q)
+      if (!finished(q) && (p < 0 || std::tuple(clock[std::size_t(q)], bool(stuck[std::size_t(q)])) <
+                                        std::tuple(clock[std::size_t(p)], bool(stuck[std::size_t(p)]))))
+        p = q;
+    if (p < 0) break;
+    const std::size_t sp = std::size_t(p);
+    const double now = clock[sp];
+    const auto [input, forward, weight] = candidates(p);
+    std::optional<Choice> run;
+    for (const auto& c : {input, forward, weight})
+      if (!run && c && c->ready <= now) run = c;
+    if (!run) {
+      if (!stuck[sp]) {
+        stuck[sp] = true;  // another stage at this clock may yet make something ready
+        continue;
+      }
+      // Every stage at this clock is stuck: they all wait for the next arrival
+      // anywhere, or for the next stage to come free.
+      double next = kNever;
+      for (int q = 0; q < P; ++q) {
+        if (finished(q)) continue;
+        if (clock[std::size_t(q)] > now) next = std::min(next, clock[std::size_t(q)]);
+        const auto [q_input, q_forward, q_weight] = candidates(q);
+        for (const auto& c : {q_input, q_forward})
+          if (c && c->ready > now) next = std::min(next, c->ready);
+      }
+      if (next == kNever) throw Error(fmt::format("{} schedule: stage {} can never go on (a bug in the generator)", s.name, p));
+      for (int q = 0; q < P; ++q)
+        if (clock[std::size_t(q)] == now) clock[std::size_t(q)] = next, stuck[std::size_t(q)] = false;
+      continue;
+    }
+    std::fill(stuck.begin(), stuck.end(), false);
+    const std::size_t c = std::size_t(run->chunk);
+    switch (run->op) {
+      case PipeOp::forward: {
+        const int m = next_forward[c]++;
+        add_forward(s, m, run->chunk);
+        clock[sp] = now + t.forward;
+        forwarded[c][std::size_t(m)] = clock[sp];
+        ++kept[sp];
+        break;
+      }
+      case PipeOp::backward_input: {
+        const int m = next_input[c]++;
+        add_backward(s, m, run->chunk, PipeOp::backward_input);
+        clock[sp] = now + t.backward_input;
+        input_done[c][std::size_t(m)] = clock[sp];
+        break;
+      }
+      default: {
+        const int m = next_weight[c]++;
+        actions_of(s, run->chunk).push_back({PipeOp::backward_weight, m, run->chunk});
+        clock[sp] = now + t.backward_weight;
+        --kept[sp];
+      }
+    }
+  }
+  return s;
 }
 
 }  // namespace
 
 Schedule naive_schedule(int stages, int microbatches) {
-  Schedule s = empty("naive", stages, microbatches);
-  for (int stage = 0; stage < stages; ++stage)
-    for (int m = 0; m < microbatches; ++m) add_forward(s, stage, m), add_backward(s, stage, m);
+  Schedule s = empty("naive", stages, microbatches, 1, looped(stages, 1));
+  for (int m = 0; m < microbatches; ++m) {
+    for (int c = 0; c < stages; ++c) add_forward(s, m, c);
+    for (int c = stages - 1; c >= 0; --c) add_backward(s, m, c);
+  }
   return s;
 }
 
 Schedule gpipe_schedule(int stages, int microbatches) {
-  Schedule s = empty("gpipe", stages, microbatches);
-  for (int stage = 0; stage < stages; ++stage) {
-    for (int m = 0; m < microbatches; ++m) add_forward(s, stage, m);
-    for (int m = 0; m < microbatches; ++m) add_backward(s, stage, m);
-  }
+  Schedule s = empty("gpipe", stages, microbatches, 1, looped(stages, 1));
+  for (int m = 0; m < microbatches; ++m)
+    for (int c = 0; c < stages; ++c) add_forward(s, m, c);
+  for (int m = 0; m < microbatches; ++m)
+    for (int c = stages - 1; c >= 0; --c) add_backward(s, m, c);
   return s;
 }
 
@@ -68,152 +223,243 @@ Schedule gpipe_schedule(int stages, int microbatches) {
 // behind it), then alternates, then drains: the last stage alternates from
 // the start, the first holds P micro-batches at most.
 Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  Schedule s = empty("1f1b", stages, microbatches);
+  Schedule s = empty("1f1b", stages, microbatches, 1, looped(stages, 1));
   for (int stage = 0; stage < stages; ++stage) {
     const int warmup = std::min(stages - stage - 1, microbatches);
-    for (int m = 0; m < warmup; ++m) add_forward(s, stage, m);
-    for (int m = warmup; m < microbatches; ++m) add_forward(s, stage, m), add_backward(s, stage, m - warmup);
-    for (int m = microbatches - warmup; m < microbatches; ++m) add_backward(s, stage, m);
+    for (int m = 0; m < warmup; ++m) add_forward(s, m, stage);
+    for (int m = warmup; m < microbatches; ++m) add_forward(s, m, stage), add_backward(s, m - warmup, stage);
+    for (int m = microbatches - warmup; m < microbatches; ++m) add_backward(s, m, stage);
   }
   return s;
 }
 
-Schedule make_schedule(std::string_view name, int stages, int microbatches) {
+// Megatron-LM's order (forward_backward_pipelining_with_interleaving): a
+// stage's k-th forward runs micro-batch (k / PV) P + k mod P on its chunk
+// number (k mod PV) / P, so micro-batches go through each chunk in groups of P;
+// its backwards take the chunks the other way round. The warmup is longer than
+// 1F1B's by the (V - 1) P forwards that fill the other chunks.
+Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages) {
+  const int P = stages, M = microbatches, V = virtual_stages;
+  if (V < 1) throw Error(fmt::format("interleaved schedule: {} virtual stages (at least 1)", V));
+  if (M % P != 0)
+    throw Error(fmt::format("interleaved schedule: {} micro-batches do not make groups of {} (one per stage): M must "
+                            "be a multiple of P", M, P));
+  Schedule s = empty("interleaved", P, M, V, looped(P, V));
+  const int total = M * V;
+  for (int stage = 0; stage < P; ++stage) {
+    const auto microbatch = [&](int k) { return k / (P * V) * P + k % P; };
+    const auto chunk = [&](int k, bool forward) {
+      const int v = k % (P * V) / P;
+      return (forward ? v : V - 1 - v) * P + stage;
+    };
+    const int warmup = std::min((P - stage - 1) * 2 + (V - 1) * P, total);
+    for (int k = 0; k < warmup; ++k) add_forward(s, microbatch(k), chunk(k, true));
+    for (int k = 0; k < total - warmup; ++k) {
+      add_forward(s, microbatch(k + warmup), chunk(k + warmup, true));
+      add_backward(s, microbatch(k), chunk(k, false));
+    }
+    for (int k = total - warmup; k < total; ++k) add_backward(s, microbatch(k), chunk(k, false));
+  }
+  return s;
+}
+
+// ZB-H1 (Qi et al. 2024, figure 3) is 1F1B with each backward split and the
+// weights' part held back: stage s runs its weight gradients s backwards late,
+// so the input gradients the stages before wait for go first, and the held-back
+// ones fill the drain at the end. Every stage then keeps P micro-batches'
+// activations at most (until their weights' gradient), 1F1B's first stage's peak.
+Schedule zb_h1_schedule(int stages, int microbatches) {
+  Schedule s = empty("zb-h1", stages, microbatches, 1, looped(stages, 1));
+  for (int stage = 0; stage < stages; ++stage) {
+    const int warmup = std::min(stages - stage - 1, microbatches);
+    int inputs = 0, weights = 0;
+    const auto backward = [&] {
+      add_backward(s, inputs++, stage, PipeOp::backward_input);
+      if (inputs - weights > stage) actions_of(s, stage).push_back({PipeOp::backward_weight, weights++, stage});
+    };
+    for (int m = 0; m < warmup; ++m) add_forward(s, m, stage);
+    for (int m = warmup; m < microbatches; ++m) add_forward(s, m, stage), backward();
+    while (inputs < microbatches) backward();
+    while (weights < microbatches) actions_of(s, stage).push_back({PipeOp::backward_weight, weights++, stage});
+  }
+  return s;
+}
+
+// ZB-V keeps 1F1B's first stage's memory on every stage: P micro-batches of a
+// stage's layers, 2P activations of its half-size chunks.
+Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times) {
+  return zero_bubble("zbv", stages, microbatches, 2, v_shaped(stages),
+                     std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
+}
+
+Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages) {
+  if (name == "interleaved") {
+    if (virtual_stages < 2)
+      throw Error(fmt::format("schedule 'interleaved': --virtual {}: it needs 2 or more chunks per stage",
+                              virtual_stages));
+    return interleaved_schedule(stages, microbatches, virtual_stages);
+  }
+  const int needs = name == "zbv" ? 2 : 1;
+  if (std::find(std::begin(kScheduleNames), std::end(kScheduleNames), name) != std::end(kScheduleNames) &&
+      virtual_stages != needs)
+    throw Error(fmt::format("schedule '{}': --virtual {}: it runs {} chunk{} per stage", name, virtual_stages, needs,
+                            needs == 1 ? "" : "s"));
   if (name == "naive") return naive_schedule(stages, microbatches);
   if (name == "gpipe") return gpipe_schedule(stages, microbatches);
   if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
-  throw Error(fmt::format("schedule '{}': naive, gpipe or 1f1b", name));
+  if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
+  if (name == "zbv") return zbv_schedule(stages, microbatches);
+  throw Error(fmt::format("schedule '{}': naive, gpipe, 1f1b, interleaved, zb-h1 or zbv", name));
 }
 
 namespace {
 
-// What travels between two neighbouring stages one way: each send's
-// micro-batch and when it is ready, in the order sent.
-struct Channel {
-  struct Message {
-    int microbatch;
-    double ready;
-  };
-  std::vector<Message> sent;
-  std::size_t received = 0;
-};
-
-struct StageState {
-  std::size_t next = 0;  // the next action
-  double clock = 0;
-  std::vector<bool> forwarded, backwarded, activation_in, gradient_in;
-  int in_flight = 0;
-};
+// A chunk's micro-batch's backward so far: none, the input's part, or done.
+enum class Backward { none, input, done };
 
 }  // namespace
 
-ScheduleRun validate(const Schedule& s, double forward, double backward) {
-  const int P = s.stages, M = s.microbatches;
-  if (P < 1 || M < 1 || s.actions.size() != std::size_t(P))
-    throw Error(fmt::format("{} schedule: {} stages, {} micro-batches, actions for {} stages", s.name, P, M,
-                            s.actions.size()));
-  const std::size_t stages = s.actions.size();
-  std::vector<Channel> activations(stages), gradients(stages);  // [p]: between stages p and p + 1
-  std::vector<StageState> state(stages);
-  for (StageState& st : state)
-    st.forwarded = st.backwarded = st.activation_in = st.gradient_in = std::vector<bool>(std::size_t(M), false);
+ScheduleRun validate(const Schedule& s, const PipeTimes& t) {
+  const int P = s.stages, M = s.microbatches, C = s.chunks();
+  if (P < 1 || M < 1 || s.actions.size() != std::size_t(P) || C < P)
+    throw Error(fmt::format("{} schedule: {} stages, {} micro-batches, {} chunks, actions for {} stages", s.name, P, M,
+                            C, s.actions.size()));
+  const auto describe = [&](const PipeAction& a) {
+    return fmt::format("{} of micro-batch {}{}", name_of(a.op), a.microbatch,
+                       C > P ? fmt::format(", chunk {}", a.chunk) : "");
+  };
+  const auto grid = [&](auto value) {
+    return std::vector(std::size_t(C), std::vector(std::size_t(M), value));
+  };
+  auto forwarded = grid(false), activation_in = grid(false), gradient_in = grid(false);
+  auto backward = grid(Backward::none);
+  // Messages by (gradient?, the chunk that receives, micro-batch): when each is ready, and whether received.
+  std::map<std::tuple<bool, int, int>, std::pair<double, bool>> messages;
+  std::vector<std::size_t> next(std::size_t(P), 0);
+  std::vector<double> clock(std::size_t(P), 0);
+  std::vector<int> kept(std::size_t(P), 0);
   ScheduleRun run;
-  run.peak_in_flight.assign(stages, 0);
-  run.slots.resize(stages);
+  run.peak_in_flight.assign(std::size_t(P), 0);
+  run.slots.resize(std::size_t(P));
 
   // Runs stage p's next action if it can: false when it waits on a receive.
   const auto step = [&](int p) {
-    StageState& st = state[std::size_t(p)];
-    const PipeAction a = s.actions[std::size_t(p)][st.next];
+    const std::size_t sp = std::size_t(p);
+    const PipeAction a = s.actions[sp][next[sp]];
     const auto fail = [&](std::string_view what) {
-      throw Error(fmt::format("{} schedule: stage {}, action {} ({} of micro-batch {}): {}", s.name, p, st.next,
-                              name_of(a.op), a.microbatch, what));
+      throw Error(fmt::format("{} schedule: stage {}, action {} ({}): {}", s.name, p, next[sp], describe(a), what));
     };
     if (a.microbatch < 0 || a.microbatch >= M) fail(fmt::format("there are micro-batches 0 to {}", M - 1));
-    const std::size_t m = std::size_t(a.microbatch);
+    if (a.chunk < 0 || a.chunk >= C) fail(fmt::format("there are chunks 0 to {}", C - 1));
+    if (s.stage_of_chunk[std::size_t(a.chunk)] != p && is_compute(a.op))
+      fail(fmt::format("chunk {} runs on stage {}", a.chunk, s.stage_of_chunk[std::size_t(a.chunk)]));
+    const std::size_t m = std::size_t(a.microbatch), c = std::size_t(a.chunk);
+    const bool first = a.chunk == 0, last = a.chunk == C - 1;
     const auto work = [&](double seconds) {
-      run.slots[std::size_t(p)].push_back({a.op, a.microbatch, st.clock, st.clock + seconds});
-      st.clock += seconds;
+      run.slots[sp].push_back({a.op, a.microbatch, a.chunk, clock[sp], clock[sp] + seconds});
+      clock[sp] += seconds;
     };
-    const auto receive = [&](Channel& c, std::vector<bool>& arrived, bool exists, const char* from) {
-      if (!exists) fail(fmt::format("there is no {} stage to receive from", from));
-      if (c.received == c.sent.size()) return false;  // waits
-      const Channel::Message& message = c.sent[c.received];
-      if (message.microbatch != a.microbatch)
-        fail(fmt::format("the {} stage's next message is micro-batch {}: receives must match sends in order", from,
-                         message.microbatch));
-      ++c.received;
-      arrived[m] = true;
-      st.clock = std::max(st.clock, message.ready);
+    const auto finish = [&](Backward now) {
+      backward[c][m] = now;
+      if (now == Backward::done) --kept[sp];
+    };
+    const auto send = [&](bool gradient, int to) {
+      if (to < 0 || to >= C) fail(fmt::format("there is no chunk {} to send to", to));
+      if (!crosses(s, a.chunk, to)) fail(fmt::format("chunk {} is on this stage: nothing travels", to));
+      if (!messages.try_emplace({gradient, to, a.microbatch}, clock[sp] + t.message, false).second)
+        fail("sent twice");
+      ++run.messages;
+    };
+    const auto receive = [&](bool gradient, int from, std::vector<std::vector<bool>>& arrived) {
+      if (from < 0 || from >= C) fail(fmt::format("there is no chunk {} to receive from", from));
+      if (!crosses(s, from, a.chunk)) fail(fmt::format("chunk {} is on this stage: nothing travels", from));
+      const auto it = messages.find({gradient, a.chunk, a.microbatch});
+      if (it == messages.end()) return false;  // waits
+      if (it->second.second) fail("received twice");
+      it->second.second = true;
+      arrived[c][m] = true;
+      clock[sp] = std::max(clock[sp], it->second.first);
       return true;
+    };
+    // The input a forward needs, and the output gradient a backward needs.
+    const auto has_input = [&] {
+      return first || (crosses(s, a.chunk - 1, a.chunk) ? activation_in[c][m] : forwarded[c - 1][m]);
+    };
+    const auto has_gradient = [&] {
+      return last || (crosses(s, a.chunk, a.chunk + 1) ? gradient_in[c][m] : backward[c + 1][m] != Backward::none);
     };
     switch (a.op) {
       case PipeOp::forward:
-        if (p > 0 && !st.activation_in[m]) fail("its activation has not been received");
-        if (st.forwarded[m]) fail("forwarded twice");
-        work(forward);
-        st.forwarded[m] = true;
-        run.peak_in_flight[std::size_t(p)] = std::max(run.peak_in_flight[std::size_t(p)], ++st.in_flight);
+        if (!has_input())
+          fail(crosses(s, a.chunk - 1, a.chunk) || first ? "its activation has not been received"
+                                                        : "the chunk before has not forwarded it");
+        if (forwarded[c][m]) fail("forwarded twice");
+        work(t.forward);
+        forwarded[c][m] = true;
+        run.peak_in_flight[sp] = std::max(run.peak_in_flight[sp], ++kept[sp]);
         break;
       case PipeOp::backward:
-        if (!st.forwarded[m]) fail("before its forward");
-        if (p < P - 1 && !st.gradient_in[m]) fail("its gradient has not been received");
-        if (st.backwarded[m]) fail("backwarded twice");
-        work(backward);
-        st.backwarded[m] = true;
-        --st.in_flight;
+      case PipeOp::backward_input:
+        if (!forwarded[c][m]) fail("before its forward");
+        if (!has_gradient())
+          fail(crosses(s, a.chunk, a.chunk + 1) ? "its gradient has not been received"
+                                                : "the chunk after has not backwarded it");
+        if (backward[c][m] != Backward::none) fail("backwarded twice");
+        work(a.op == PipeOp::backward ? t.backward_input + t.backward_weight : t.backward_input);
+        finish(a.op == PipeOp::backward ? Backward::done : Backward::input);
+        break;
+      case PipeOp::backward_weight:
+        if (backward[c][m] != Backward::input) fail("not right after a backward for the input alone");
+        work(t.backward_weight);
+        finish(Backward::done);
         break;
       case PipeOp::send_activation:
-        if (p == P - 1) fail("the last stage has no next stage");
-        if (!st.forwarded[m]) fail("before the forward that makes it");
-        activations[std::size_t(p)].sent.push_back({a.microbatch, st.clock});
+        if (!forwarded[c][m]) fail("before the forward that makes it");
+        send(false, a.chunk + 1);
         break;
       case PipeOp::send_gradient:
-        if (p == 0) fail("the first stage has no previous stage");
-        if (!st.backwarded[m]) fail("before the backward that makes it");
-        gradients[std::size_t(p - 1)].sent.push_back({a.microbatch, st.clock});
+        if (backward[c][m] == Backward::none) fail("before the backward that makes it");
+        send(true, a.chunk - 1);
         break;
       case PipeOp::receive_activation:
-        if (!receive(activations[std::size_t(std::max(p - 1, 0))], st.activation_in, p > 0, "previous")) return false;
+        if (!receive(false, a.chunk - 1, activation_in)) return false;
         break;
       case PipeOp::receive_gradient:
-        if (!receive(gradients[std::size_t(p)], st.gradient_in, p < P - 1, "next")) return false;
+        if (!receive(true, a.chunk + 1, gradient_in)) return false;
         break;
     }
-    ++st.next;
+    ++next[sp];
     return true;
   };
 
   for (bool progress = true; progress;) {
     progress = false;
     for (int p = 0; p < P; ++p)
-      while (state[std::size_t(p)].next < s.actions[std::size_t(p)].size() && step(p)) progress = true;
+      while (next[std::size_t(p)] < s.actions[std::size_t(p)].size() && step(p)) progress = true;
   }
   std::string waiting;
   for (int p = 0; p < P; ++p)
-    if (const StageState& st = state[std::size_t(p)]; st.next < s.actions[std::size_t(p)].size()) {
-      const PipeAction& a = s.actions[std::size_t(p)][st.next];
-      waiting += fmt::format("{}stage {} at action {} ({} of micro-batch {})", waiting.empty() ? "" : ", ", p, st.next,
-                             name_of(a.op), a.microbatch);
-    }
+    if (next[std::size_t(p)] < s.actions[std::size_t(p)].size())
+      waiting += fmt::format("{}stage {} at action {} ({})", waiting.empty() ? "" : ", ", p, next[std::size_t(p)],
+                             describe(s.actions[std::size_t(p)][next[std::size_t(p)]]));
   if (!waiting.empty())
     throw Error(fmt::format("{} schedule: deadlock: every unfinished stage waits on a receive: {}", s.name, waiting));
-  for (int p = 0; p < P; ++p)
-    for (int m = 0; m < M; ++m) {
-      const StageState& st = state[std::size_t(p)];
-      if (!st.forwarded[std::size_t(m)] || !st.backwarded[std::size_t(m)])
-        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}", s.name, p,
-                                st.forwarded[std::size_t(m)] ? "backward" : "forward", m));
-    }
-  for (int p = 0; p + 1 < P; ++p)
-    for (const auto& [c, what] : {std::pair{&activations[std::size_t(p)], "activation"},
-                                   std::pair{&gradients[std::size_t(p)], "gradient"}})
-      if (c->received < c->sent.size())
-        throw Error(fmt::format("{} schedule: the {} of micro-batch {} sent between stages {} and {} is never "
-                                "received", s.name, what, c->sent[c->received].microbatch, p, p + 1));
+  for (int c = 0; c < C; ++c)
+    for (int m = 0; m < M; ++m)
+      if (backward[std::size_t(c)][std::size_t(m)] != Backward::done)
+        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}{}", s.name,
+                                s.stage_of_chunk[std::size_t(c)],
+                                !forwarded[std::size_t(c)][std::size_t(m)]                ? "forward"
+                                : backward[std::size_t(c)][std::size_t(m)] == Backward::none ? "backward"
+                                                                                             : "backward for the weights",
+                                m, C > P ? fmt::format(" on chunk {}", c) : ""));
+  for (const auto& [key, message] : messages)
+    if (!message.second)
+      throw Error(fmt::format("{} schedule: the {} of micro-batch {} sent to chunk {} is never received", s.name,
+                              std::get<0>(key) ? "gradient" : "activation", std::get<2>(key), std::get<1>(key)));
 
   double busy = 0;
-  for (const StageState& st : state) run.makespan = std::max(run.makespan, st.clock);
+  for (int p = 0; p < P; ++p) run.makespan = std::max(run.makespan, clock[std::size_t(p)]);
   for (const auto& slots : run.slots)
     for (const ScheduleRun::Slot& slot : slots) busy += slot.end - slot.start;
   run.bubble = run.makespan > 0 ? 1 - busy / (double(P) * run.makespan) : 0;

@@ -1,19 +1,34 @@
 // labkit::Schedule — a pipeline schedule as data (PyTorch's
 // torch.distributed.pipelining and Megatron-LM keep theirs the same way): for
-// each stage, the list of actions it runs in order, each on one micro-batch.
+// each stage (a rank of the pipeline), the list of actions it runs in order,
+// each on one micro-batch and one chunk of the model's layers.
 //
-//   forward            the stage's layers on micro-batch m's activation
-//   backward           its gradient through the stage's layers (input and weights)
-//   send / receive     the activation to the next stage, the gradient to the previous
+//   forward            the chunk's layers on micro-batch m's activation
+//   backward           its gradient through the chunk (input and weights at once)
+//   backward_input     only the gradient of the chunk's input: what the previous chunk waits for
+//   backward_weight    only the weights' gradients, which nobody waits for (zero-bubble schedules)
+//   send / receive     the activation to the next chunk, the gradient to the previous
 //
-// One function generates each schedule; one executor will run any of them;
-// validate() checks one before it runs. The schedules (Huang et al. 2019,
-// GPipe; Narayanan et al. 2019, PipeDream's 1F1B, as Megatron-LM flushes it):
+// The model is cut into stages x virtual_stages chunks, in layer order; each
+// stage holds virtual_stages of them (stage_of_chunk). Sends and receives name
+// the chunk whose output (activation) or input gradient travels: send_activation
+// {m, c} goes to the stage of chunk c + 1, which runs receive_activation {m, c + 1};
+// send_gradient {m, c} goes to the stage of chunk c - 1, which runs
+// receive_gradient {m, c - 1}. Between two chunks on one stage nothing travels.
 //
-//   naive   one micro-batch through every stage and back before the next
-//   gpipe   every forward, then every backward: M activations in flight
-//   1f1b    P - s - 1 forwards to fill the pipe, then one forward one
-//           backward: at most P - s in flight on stage s, the same bubble
+// One function generates each schedule; one executor (pipeline_executor.h)
+// runs any of them; validate() checks one before it runs. The schedules:
+//
+//   naive        one micro-batch through every stage and back before the next
+//   gpipe        every forward, then every backward: M activations in flight (Huang et al. 2019)
+//   1f1b         P - s - 1 forwards to fill the pipe, then one forward one backward: at most
+//                P - s in flight on stage s, the same bubble (PipeDream-Flush, Narayanan et al. 2021)
+//   interleaved  1F1B over V chunks per stage, stage s holding chunks s, s + P, ...: the bubble
+//                shrinks V times (Megatron-LM, Narayanan et al. 2021)
+//   zb-h1        1F1B with each backward split, the weights' part filling the bubble, no more
+//                memory than 1F1B (Qi et al. 2024, "Zero Bubble Pipeline Parallelism")
+//   zbv          two chunks per stage in a V (stage s holds chunks s and 2P - 1 - s), backward
+//                split: the bubble near zero at 1F1B's peak memory (Qi et al. 2024)
 #pragma once
 
 #include <string>
@@ -22,49 +37,79 @@
 
 namespace labkit {
 
-enum class PipeOp { forward, backward, send_activation, receive_activation, send_gradient, receive_gradient };
+enum class PipeOp {
+  forward,
+  backward,
+  backward_input,
+  backward_weight,
+  send_activation,
+  receive_activation,
+  send_gradient,
+  receive_gradient
+};
 std::string_view name_of(PipeOp op);
+bool is_compute(PipeOp op);  // forward or one of the backwards
 
 struct PipeAction {
   PipeOp op;
   int microbatch;
+  int chunk = 0;
   bool operator==(const PipeAction&) const = default;
 };
 
 struct Schedule {
   std::string name;
-  int stages = 0, microbatches = 0;
+  int stages = 0, microbatches = 0, virtual_stages = 1;
+  std::vector<int> stage_of_chunk;               // chunk c's stage, for c in [0, stages x virtual_stages)
   std::vector<std::vector<PipeAction>> actions;  // by stage, in the order the stage runs them
+  int chunks() const { return int(stage_of_chunk.size()); }
+};
+
+// How long one chunk's work takes, in any unit (the lab passes measured
+// seconds): its forward, its backward for the input and for the weights (a
+// whole backward is the two), and one message between stages.
+struct PipeTimes {
+  double forward = 1, backward_input = 1, backward_weight = 1, message = 0;
 };
 
 Schedule naive_schedule(int stages, int microbatches);
 Schedule gpipe_schedule(int stages, int microbatches);
 Schedule one_f_one_b_schedule(int stages, int microbatches);
-// By name: "naive", "gpipe", "1f1b"; throws naming the choices.
-Schedule make_schedule(std::string_view name, int stages, int microbatches);
+Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages);  // M a multiple of P
+Schedule zb_h1_schedule(int stages, int microbatches);
+// ZB-V places each weight gradient greedily where the stage would otherwise
+// wait, as the paper's heuristic does, for the given times (equal by default;
+// the paper profiles them).
+Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times = {});
+// By name: the names above; virtual_stages for "interleaved" (2 or more), 2
+// for "zbv", 1 otherwise. Throws naming the choices and what the schedule needs.
+Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages = 1);
+inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
 
-// A schedule played out with a forward taking `forward` and a backward
-// `backward` seconds on every stage, messages free and sends never blocking:
-// when each stage's work ends, and what each holds.
+// A schedule played out with `times`, sends never blocking and each receive
+// waiting for its message (matched by kind, chunk and micro-batch, as tagged
+// messages are): when each stage's work runs, and what each holds.
 struct ScheduleRun {
-  double makespan = 0;                  // the last action's end
-  double bubble = 0;                    // 1 - (each stage's busy time) / makespan, the mean over stages
-  std::vector<int> peak_in_flight;      // by stage: micro-batches forwarded and not yet backwarded, at most
+  double makespan = 0;              // the last action's end
+  double bubble = 0;                // 1 - (the stages' busy time) / (P x makespan)
+  std::vector<int> peak_in_flight;  // by stage: chunk activations kept (forwarded, weights' gradient not yet done), at most
+  int messages = 0;                 // sends between stages
   struct Slot {
-    PipeOp op;  // forward or backward
-    int microbatch;
+    PipeOp op;  // forward or one of the backwards
+    int microbatch, chunk;
     double start, end;
   };
   std::vector<std::vector<Slot>> slots;  // by stage
 };
 
-// Checks that `s` can run and plays it out: every micro-batch forwarded and
-// backwarded once on every stage; a forward after its activation arrives and
-// a backward after its own forward and its gradient; each send after the
-// work that makes what it sends, matched by the neighbour's receive of the
-// same micro-batch, in the same order; and no point where every unfinished
-// stage waits on a receive (a deadlock). Throws labkit::Error naming the
-// stage, its action and what breaks.
-ScheduleRun validate(const Schedule& s, double forward = 1, double backward = 2);
+// Checks that `s` can run and plays it out: every chunk's forward and backward
+// (whole, or input then weights) of every micro-batch once, on the chunk's
+// stage; a forward after its input (received, or made by the chunk before on
+// the same stage) and a backward after its forward and its output's gradient;
+// each send after the work that makes what it sends, and received exactly
+// once by the stage it goes to; and no point where every unfinished stage
+// waits on a receive (a deadlock). Throws labkit::Error naming the stage, its
+// action and what breaks.
+ScheduleRun validate(const Schedule& s, const PipeTimes& times = {});
 
 }  // namespace labkit
