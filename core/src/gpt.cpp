@@ -88,8 +88,9 @@ Gpt::Gpt(const Gpt& other)
     : config_(other.config_), params_(other.params_.clone()), grads_(other.grads_.clone()),
       acts_(other.acts_.size() ? other.acts_.clone() : Tensor()),
       grad_acts_(other.grad_acts_.size() ? other.grad_acts_.clone() : Tensor()),
-      tokens_(other.tokens_.size() ? other.tokens_.clone() : IndexTensor()),
-      targets_(other.targets_.size() ? other.targets_.clone() : IndexTensor()), B_(other.B_), T_(other.T_) {
+      B_(other.B_), T_(other.T_), sets_(other.sets_), set_(other.set_), set_floats_(other.set_floats_) {
+  for (const IndexTensor& t : other.tokens_) tokens_.push_back(t.size() ? t.clone() : IndexTensor());
+  for (const IndexTensor& t : other.targets_) targets_.push_back(t.size() ? t.clone() : IndexTensor());
   carve();
 }
 
@@ -97,23 +98,36 @@ void Gpt::carve() {
   Carver params(params_.data(), grads_.data());
   m_.emplace(params, config_);
   if (B_ == 0) return;
-  Carver acts(acts_.data(), grad_acts_.data());
+  const std::size_t offset = std::size_t(set_) * set_floats_;
+  Carver acts(acts_.data() + offset, grad_acts_.data() + offset);
   a_.emplace(acts, config_, B_, T_);
 }
 
-void Gpt::prepare(int B, int T) {
+void Gpt::prepare(int B, int T, int set, int sets) {
   if (T > config_.max_seq) throw std::invalid_argument("gpt: sequence longer than the model's context");
-  if (B != B_ || T != T_) {
+  if (set < 0 || set >= sets)
+    throw std::invalid_argument(fmt::format("gpt: activation set {} of {}", set, sets));
+  if (B != B_ || T != T_ || sets != sets_) {
     Carver counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T);
-    acts_ = Tensor({counter.taken()}, device().kind);
-    grad_acts_ = Tensor({counter.taken()}, device().kind);
-    B_ = B;
-    T_ = T;
-    carve();
+    set_floats_ = counter.taken();
+    acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
+    grad_acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
+    tokens_.resize(std::size_t(sets));
+    targets_.resize(std::size_t(sets));
+    B_ = B, T_ = T, sets_ = sets;
   } else {
-    grad_acts_.zero();
+    device().zero(grad_acts_.data() + std::size_t(set) * set_floats_, set_floats_ * sizeof(float));
   }
+  set_ = set;
+  carve();
+}
+
+void Gpt::use_activations(int set) {
+  if (set < 0 || set >= sets_)
+    throw std::invalid_argument(fmt::format("gpt: activation set {} of the {} prepared", set, sets_));
+  set_ = set;
+  carve();
 }
 
 std::span<float> Gpt::stream(int layer) {
@@ -134,8 +148,9 @@ float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targe
 }
 
 void Gpt::embed(const std::vector<int>& tokens) {
-  tokens_ = IndexTensor::from_host(tokens, {std::size_t(B_), std::size_t(T_)}, device().kind);
-  device().encoder_forward(a_->encoded.value, tokens_.data(), m_->wte.value, m_->wpe.value, B_, T_, config_.channels);
+  IndexTensor& ids = tokens_[std::size_t(set_)];
+  ids = IndexTensor::from_host(tokens, {std::size_t(B_), std::size_t(T_)}, device().kind);
+  device().encoder_forward(a_->encoded.value, ids.data(), m_->wte.value, m_->wpe.value, B_, T_, config_.channels);
 }
 
 void Gpt::forward_layers(int first, int last) {
@@ -145,11 +160,12 @@ void Gpt::forward_layers(int first, int last) {
 float Gpt::head(const std::vector<int>& targets) {
   const Device& d = device();
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
-  targets_ = IndexTensor::from_host(targets, {std::size_t(B_), std::size_t(T_)}, d.kind);
+  IndexTensor& ids = targets_[std::size_t(set_)];
+  ids = IndexTensor::from_host(targets, {std::size_t(B_), std::size_t(T_)}, d.kind);
   m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1).data(), BT);
   d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, BT, C, V);  // the head shares wte
   d.softmax_forward(a_->probs.value, a_->logits.value, BT, V);
-  d.crossentropy_forward(a_->losses.value, a_->probs.value, targets_.data(), BT, V);
+  d.crossentropy_forward(a_->losses.value, a_->probs.value, ids.data(), BT, V);
   std::vector<float> losses(BT);
   d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
   double mean = 0;
@@ -179,24 +195,26 @@ void Gpt::backward_head() {
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
   const std::vector<float> dlosses(BT, 1.0f / BT);  // the loss is the mean over B x T
   d.copy_from_host(a_->losses.grad, dlosses.data(), dlosses.size() * sizeof(float));
-  d.crossentropy_softmax_backward(a_->logits.grad, a_->losses.grad, a_->probs.value, targets_.data(), BT, V);
+  d.crossentropy_softmax_backward(a_->logits.grad, a_->losses.grad, a_->probs.value,
+                                  targets_[std::size_t(set_)].data(), BT, V);
   d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, a_->logits.grad, a_->lnf.out.value, m_->wte.value, BT,
                     C, V);
   const int last = config_.layers - 1;
   m_->lnf.backward(d, stream_grad(last).data(), a_->lnf, stream(last).data(), BT);
 }
 
-void Gpt::backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready) {
+void Gpt::backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready,
+                          BackwardPart part) {
   for (int l = last - 1; l >= first; --l) {
-    m_->blocks[l].backward(device(), stream_grad(l - 1).data(), a_->blocks[l], stream(l - 1).data(), B_, T_);
+    m_->blocks[l].backward(device(), stream_grad(l - 1).data(), a_->blocks[l], stream(l - 1).data(), B_, T_, part);
     // This layer's gradients are final: data parallelism can start reducing them.
-    if (on_ready) on_ready(layer_range(l));
+    if (on_ready && part != BackwardPart::input) on_ready(layer_range(l));
   }
 }
 
 void Gpt::backward_embed() {
-  device().encoder_backward(m_->wte.grad, m_->wpe.grad, stream_grad(-1).data(), tokens_.data(), B_, T_,
-                            config_.channels);
+  device().encoder_backward(m_->wte.grad, m_->wpe.grad, stream_grad(-1).data(), tokens_[std::size_t(set_)].data(),
+                            B_, T_, config_.channels);
 }
 
 ParameterRange Gpt::range_of(Slice start, std::size_t count) const {

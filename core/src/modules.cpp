@@ -9,8 +9,10 @@ void Linear::forward(const Device& d, float* y, const float* x, int N) const {
   d.matmul_forward(y, x, weight.value, bias.value, N, in, out);
 }
 
-void Linear::backward(const Device& d, float* dx, const float* dy, const float* x, int N) const {
-  d.matmul_backward(dx, weight.grad, bias.grad, dy, x, weight.value, N, in, out);
+void Linear::backward(const Device& d, float* dx, const float* dy, const float* x, int N, BackwardPart part) const {
+  const bool input = part != BackwardPart::weights, weights = part != BackwardPart::input;
+  d.matmul_backward(input ? dx : nullptr, weights ? weight.grad : nullptr, weights ? bias.grad : nullptr, dy, x,
+                    weight.value, N, in, out);
 }
 
 LayerNorm::LayerNorm(Carver& params, int C) : C(C), weight(params.take(C)), bias(params.take(C)) {}
@@ -38,10 +40,10 @@ void Mlp::forward(const Device& d, const Acts& a, const float* x, int N) const {
   proj.forward(d, a.out.value, a.gelu.value, N);
 }
 
-void Mlp::backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const {
-  proj.backward(d, a.gelu.grad, a.out.grad, a.gelu.value, N);
-  d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * fc.out);
-  fc.backward(d, dx, a.hidden.grad, x, N);
+void Mlp::backward(const Device& d, float* dx, const Acts& a, const float* x, int N, BackwardPart part) const {
+  proj.backward(d, a.gelu.grad, a.out.grad, a.gelu.value, N, part);
+  if (part != BackwardPart::weights) d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * fc.out);
+  fc.backward(d, dx, a.hidden.grad, x, N, part);
 }
 
 CausalSelfAttention::CausalSelfAttention(Carver& params, int C, int heads)
@@ -58,11 +60,13 @@ void CausalSelfAttention::forward(const Device& d, const Acts& a, const float* x
   proj.forward(d, a.out.value, a.heads_out.value, B * T);
 }
 
-void CausalSelfAttention::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const {
-  proj.backward(d, a.heads_out.grad, a.out.grad, a.heads_out.value, B * T);
-  d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B, T,
-                       proj.in, heads);
-  qkv.backward(d, dx, a.qkv.grad, x, B * T);
+void CausalSelfAttention::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T,
+                                   BackwardPart part) const {
+  proj.backward(d, a.heads_out.grad, a.out.grad, a.heads_out.value, B * T, part);
+  if (part != BackwardPart::weights)
+    d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B, T,
+                         proj.in, heads);
+  qkv.backward(d, dx, a.qkv.grad, x, B * T, part);
 }
 
 Block::Block(Carver& params, int C, int heads)
@@ -82,13 +86,18 @@ void Block::forward(const Device& d, const Acts& a, const float* x, int B, int T
   d.residual_forward(a.out.value, a.residual.value, a.mlp.out.value, n);
 }
 
-void Block::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const {
+void Block::backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T, BackwardPart part) const {
   const int N = B * T, n = N * ln1.C;
+  if (part == BackwardPart::weights) {  // the four Linears, from the gradients the input's part left
+    mlp.backward(d, nullptr, a.mlp, a.ln2.out.value, N, part);
+    attn.backward(d, nullptr, a.attn, a.ln1.out.value, B, T, part);
+    return;
+  }
   d.residual_backward(a.residual.grad, a.mlp.out.grad, a.out.grad, n);
-  mlp.backward(d, a.ln2.out.grad, a.mlp, a.ln2.out.value, N);
+  mlp.backward(d, a.ln2.out.grad, a.mlp, a.ln2.out.value, N, part);
   ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);
   d.residual_backward(dx, a.attn.out.grad, a.residual.grad, n);
-  attn.backward(d, a.ln1.out.grad, a.attn, a.ln1.out.value, B, T);
+  attn.backward(d, a.ln1.out.grad, a.attn, a.ln1.out.value, B, T, part);
   ln1.backward(d, dx, a.ln1, x, N);
 }
 

@@ -53,8 +53,8 @@ template <class T> void matmul_forward(T* out, const T* inp, const T* weight, co
 
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C, int OC) {
-  gemm(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);     // dinp += dout . W
-  gemm(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);       // dW += dout^T . inp
+  if (dinp) gemm(CblasNoTrans, CblasNoTrans, N, C, OC, T(1), dout, OC, weight, C, T(1), dinp, C);  // dinp += dout . W
+  if (dweight) gemm(CblasTrans, CblasNoTrans, OC, C, N, T(1), dout, OC, inp, C, T(1), dweight, C);  // dW += dout^T . inp
   if (dbias)
     for (int n = 0; n < N; ++n)
       for (int o = 0; o < OC; ++o) dbias[o] += dout[std::size_t(n) * OC + o];

@@ -281,10 +281,11 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int C, int OC) {
   const float one = 1;
   // dinp (N,C) += dout (N,OC) . W (OC,C);  dW (OC,C) += dout^T (OC,N) . inp (N,C).
-  if (cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
-          CUBLAS_STATUS_SUCCESS ||
-      cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight, C) !=
-          CUBLAS_STATUS_SUCCESS)
+  // Either may be null: a zero-bubble pipeline computes them apart.
+  if ((dinp && cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
+                   CUBLAS_STATUS_SUCCESS) ||
+      (dweight && cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight,
+                              C) != CUBLAS_STATUS_SUCCESS))
     throw std::runtime_error("cublas: matmul_backward");
   if (dbias) {
     bias_backward_kernel<<<blocks(OC), kThreads>>>(dbias, dout, N, OC);

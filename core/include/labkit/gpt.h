@@ -70,13 +70,22 @@ class Gpt {
   // into stream(first - 1) after prepare; an earlier one its incoming gradient
   // into stream_grad(last - 1) before backward_layers. Both are the model's
   // device memory.
-  void prepare(int B, int T);  // size the activations for B x T, clear their gradients
+  //
+  // A pipeline stage keeps several micro-batches in flight, each with its own
+  // activations: prepare sizes `sets` sets of B x T (when the shape or the count
+  // changes) and works in `set`, its gradients cleared, for a forward;
+  // use_activations goes back to a set, for its backward.
+  void prepare(int B, int T, int set = 0, int sets = 1);
+  void use_activations(int set);
   void embed(const std::vector<int>& tokens);
   void forward_layers(int first, int last);
   float head(const std::vector<int>& targets);  // final norm, tied output head, mean loss
   void backward_head();                         // sets stream_grad(L-1); one backward per forward
-  void backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready = {});
-  void backward_embed();
+  // part: both gradients, or the input's then later the weights' (modules.h); on_ready
+  // reports a layer once its weights' gradients are final.
+  void backward_layers(int first, int last, const std::function<void(ParameterRange)>& on_ready = {},
+                       BackwardPart part = BackwardPart::all);
+  void backward_embed();  // the embeddings' gradients: weights only
   std::span<float> stream(int layer);
   std::span<float> stream_grad(int layer);
 
@@ -90,7 +99,7 @@ class Gpt {
   Tensor& gradients() { return grads_; }
   const Device& device() const { return params_.device(); }
   const GptConfig& config() const { return config_; }
-  // Bytes of the activations and their gradients the last forward allocated.
+  // Bytes of the activations and their gradients the last forward allocated (every set).
   std::size_t activation_bytes() const { return acts_.bytes() + grad_acts_.bytes(); }
   // FLOPs of one forward and backward pass on B x T tokens (matmuls and attention),
   // and of the forward of one block and of the output head (a backward costs twice).
@@ -115,15 +124,16 @@ class Gpt {
     Slice logits, probs, losses;
     Acts(Carver& acts, const GptConfig& c, int B, int T);
   };
-  void carve();  // point the modules and activations at this model's buffers
+  void carve();  // point the modules, and the activations at the current set, at this model's buffers
   ParameterRange range_of(Slice start, std::size_t count) const;
 
   GptConfig config_;
-  Tensor params_, grads_, acts_, grad_acts_;
-  IndexTensor tokens_, targets_;
+  Tensor params_, grads_, acts_, grad_acts_;     // acts_ and grad_acts_: every set, one after another
+  std::vector<IndexTensor> tokens_, targets_;  // by set
   std::optional<Modules> m_;  // views into params_ and grads_
-  std::optional<Acts> a_;     // views into acts_ and grad_acts_, once prepare() has sized them
-  int B_ = 0, T_ = 0;
+  std::optional<Acts> a_;     // views into the current set of acts_ and grad_acts_, once prepare() has sized them
+  int B_ = 0, T_ = 0, sets_ = 0, set_ = 0;
+  std::size_t set_floats_ = 0;  // one set's activations
 };
 
 // A character-level corpus made here from a small grammar, seeded, so nothing is

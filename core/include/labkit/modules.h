@@ -9,6 +9,12 @@
 // forward(device, ...) and backward(device, ...) run the ops of labkit/ops.h on
 // the given Device; backward accumulates (+=) into every gradient it touches.
 // x is the module's input, N = B*T rows of C channels.
+//
+// A backward computes the gradients of the input and of the weights at once,
+// or (zero-bubble pipeline schedules, Qi et al. 2024) one part: the input's,
+// which the layer before waits for, then later the weights', from the output
+// gradients the first part left in the activation gradients. A norm's gain and
+// bias take theirs with the input's: they cost nothing beside it.
 #pragma once
 
 #include <cstddef>
@@ -22,6 +28,8 @@ struct Slice {
   float* value = nullptr;
   float* grad = nullptr;
 };
+
+enum class BackwardPart { all, input, weights };
 
 // Hands out consecutive slices of a buffer and its gradient twin, in order.
 // With null bases it only counts: that is how a model sizes its buffers.
@@ -45,7 +53,8 @@ class Linear {
  public:
   Linear(Carver& params, int in, int out, bool bias = true);
   void forward(const Device& d, float* y, const float* x, int N) const;
-  void backward(const Device& d, float* dx, const float* dy, const float* x, int N) const;
+  void backward(const Device& d, float* dx, const float* dy, const float* x, int N,
+                BackwardPart part = BackwardPart::all) const;  // dx unused for the weights' part
   int in, out;
   Slice weight, bias;  // bias.value is null without a bias
 };
@@ -73,7 +82,8 @@ class Mlp {
     Acts(Carver& acts, int N, int C);
   };
   void forward(const Device& d, const Acts& a, const float* x, int N) const;
-  void backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int N,
+                BackwardPart part = BackwardPart::all) const;
   Linear fc, proj;
 };
 
@@ -87,7 +97,8 @@ class CausalSelfAttention {
     Acts(Carver& acts, int B, int T, int C, int NH);
   };
   void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
-  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T,
+                BackwardPart part = BackwardPart::all) const;
   Linear qkv, proj;
   int heads;
 };
@@ -107,7 +118,8 @@ class Block {
   };
   void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
   // From a.out.grad, the gradient of the block's output, to dx (+=).
-  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T) const;
+  void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T,
+                BackwardPart part = BackwardPart::all) const;
   LayerNorm ln1;
   CausalSelfAttention attn;
   LayerNorm ln2;

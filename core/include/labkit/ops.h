@@ -22,6 +22,8 @@ template <class T> void encoder_backward(T* dwte, T* dwpe, const T* dout, const 
 
 // out (N,OC) = inp (N,C) . weight (OC,C)^T + bias (OC); bias may be null. OpenBLAS sgemm/dgemm.
 template <class T> void matmul_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+// Accumulates (+=) dinp, dweight and dbias; null ones are skipped (a zero-bubble
+// pipeline computes the input's gradient first and the weights' later).
 template <class T>
 void matmul_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight, int N, int C, int OC);
 
