@@ -77,6 +77,14 @@ const Optimizer& find_optimizer(std::string_view name) {
 
 // ---- parameter counts ---------------------------------------------------------
 
+LayerFlops layer_flops(const Architecture& a, double tokens, double seq) {
+  double weights = 0;  // per token
+  for (const WeightTensor& w : layer_tensors(a, a.layers - 1))
+    weights += w.routed ? w.count * a.active_experts / a.experts : w.count;
+  const double forward = 2 * weights * tokens + 4 * seq * a.hidden * tokens, weight_gradients = 2 * weights * tokens;
+  return {forward, 2 * forward - weight_gradients, weight_gradients};
+}
+
 std::vector<WeightTensor> layer_tensors(const Architecture& a, int layer) {
   const double h = a.hidden, norm = a.biases ? 2 * h : h;  // LayerNorm: weight and bias; RMSNorm: weight
   const double bias = a.biases ? 1 : 0;

@@ -17,22 +17,6 @@
 
 namespace tp_lab {
 
-namespace {
-
-// FLOPs of a layer's forward and backward on `tokens` tokens: 2 per weight
-// a token meets (the layer's matrices, as the memory lab lists them: GQA's
-// smaller k and v, a gated FFN's third matrix, a routed expert's share) and
-// attention's two products, 2 x 2 s h per token; backward twice the forward.
-// For GPT-3's layer that is Narayanan et al.'s (2021) 72 b s h^2 + 12 b s^2 h.
-double layer_flops(const memory::Architecture& a, double tokens, double seq) {
-  double weights = 0;  // per token
-  for (const memory::WeightTensor& w : memory::layer_tensors(a, a.layers - 1))
-    weights += w.routed ? w.count * a.active_experts / a.experts : w.count;
-  return 3 * (2 * weights * tokens + 4 * seq * a.hidden * tokens);
-}
-
-}  // namespace
-
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const double seq = o.seq ? o.seq : arch.positions, b = 1, bsh = seq * b * arch.hidden;
@@ -60,7 +44,7 @@ int what_if(const Options& o, RunOptions run_options) {
     run_options.ranks = c.t;
     run_options.topology = c.topology;
     const Topology topology = find_topology(c.topology);
-    const double compute = layer_flops(arch, seq * b, seq) / c.t / (topology.device.peak_flops * run_options.efficiency);
+    const double compute = memory::layer_flops(arch, seq * b, seq).total() / c.t / (topology.device.peak_flops * run_options.efficiency);
     // Forward: attention then its allreduce (g), the MLP then its allreduce;
     // backward: the MLP then f's allreduce, attention then f's. Each part
     // computes half the layer's share (their FLOPs are near equal at h >> s).

@@ -116,7 +116,6 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
     fail(pp_.who(), "pipeline step", "{} tokens and {} targets for a batch of {} x {}", tokens.size(), targets.size(),
          B, T);
   const int b = B / M;
-  const std::vector<int>& stage_of = schedule_.stage_of_chunk;
   PipelineStep out;
   out.start = pp_.now();
   model_.zero_grad();
@@ -143,8 +142,6 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
   const auto rows = [&](const std::vector<int>& v, int m) {
     return std::vector<int>(v.begin() + std::ptrdiff_t(m) * b * T, v.begin() + std::ptrdiff_t(m + 1) * b * T);
   };
-  // A message's tag: what travels (activation or gradient), the chunk that receives it, the micro-batch.
-  const auto tag = [&](bool gradient, int chunk, int m) { return (int(gradient) * C + chunk) * M + m; };
   const auto timed = [&](const PipeAction& a, double flops, const auto& work) {
     const double started = pp_.now();
     work();
@@ -166,19 +163,20 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
     enter(m);
     switch (a.op) {
       case PipeOp::receive_activation:
-        pp_.recv(view_of(model_.stream(first - 1)), stage_of[std::size_t(c - 1)], tag(false, c, m));
+        pp_.recv(view_of(model_.stream(first - 1)), peer_of(schedule_, a), tag_of(schedule_, a));
         break;
       case PipeOp::receive_gradient:
-        pp_.recv(view_of(model_.stream_grad(last - 1)), stage_of[std::size_t(c + 1)], tag(true, c, m));
+        pp_.recv(view_of(model_.stream_grad(last - 1)), peer_of(schedule_, a), tag_of(schedule_, a));
         break;
       case PipeOp::send_activation:
+      case PipeOp::send_gradient: {
+        const std::span<float> message = a.op == PipeOp::send_activation ? model_.stream(last - 1)
+                                                                         : model_.stream_grad(first - 1);
         sends[std::size_t(set_of[std::size_t(m)])].push_back(
-            pp_.isend(view_of(model_.stream(last - 1)), stage_of[std::size_t(c + 1)], tag(false, c + 1, m)));
+            pp_.isend(view_of(message), peer_of(schedule_, a), tag_of(schedule_, a)));
+        out.sent_bytes += message.size_bytes();
         break;
-      case PipeOp::send_gradient:
-        sends[std::size_t(set_of[std::size_t(m)])].push_back(
-            pp_.isend(view_of(model_.stream_grad(first - 1)), stage_of[std::size_t(c - 1)], tag(true, c - 1, m)));
-        break;
+      }
       case PipeOp::forward:
         timed(a, flops.forward, [&] {
           if (c == 0) model_.embed(rows(tokens, m));
@@ -221,6 +219,40 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
     model_.device().divide(DType::f32, model_.gradients().data() + r.offset, r.count, M);
   out.loss = float(loss / M);
   out.end = pp_.now();
+  return out;
+}
+
+PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flops, std::size_t message_bytes) {
+  if (pp.size() != s.stages)
+    fail(pp.who(), "pipeline", "the {} schedule has {} stages and the pipeline group {} ranks", s.name, s.stages,
+         pp.size());
+  PipelineStep out;
+  out.start = pp.now();
+  const View message = sizes_only(message_bytes, DType::u8);
+  std::vector<Request> sends;
+  for (const PipeAction& a : s.actions[std::size_t(pp.rank())]) {
+    switch (a.op) {
+      case PipeOp::receive_activation:
+      case PipeOp::receive_gradient:
+        pp.recv(message, peer_of(s, a), tag_of(s, a));
+        break;
+      case PipeOp::send_activation:
+      case PipeOp::send_gradient:
+        sends.push_back(pp.isend(message, peer_of(s, a), tag_of(s, a)));
+        out.sent_bytes += message_bytes;
+        break;
+      default: {
+        const double started = pp.now();
+        pp.compute(name_of(a.op), a.op == PipeOp::forward           ? flops.forward
+                                  : a.op == PipeOp::backward_input  ? flops.backward_input
+                                  : a.op == PipeOp::backward_weight ? flops.backward_weight
+                                                                    : flops.backward_input + flops.backward_weight);
+        out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp.now()});
+      }
+    }
+  }
+  for (Request& r : sends) r.wait();
+  out.end = pp.now();
   return out;
 }
 

@@ -33,6 +33,25 @@ bool is_compute(PipeOp op) {
 
 namespace {
 
+// The chunk at a message's other end, and the chunk that receives it.
+int other_chunk(const PipeAction& a) {
+  return a.op == PipeOp::send_activation || a.op == PipeOp::receive_gradient ? a.chunk + 1 : a.chunk - 1;
+}
+int receiving_chunk(const PipeAction& a) {
+  return a.op == PipeOp::send_activation || a.op == PipeOp::send_gradient ? other_chunk(a) : a.chunk;
+}
+
+}  // namespace
+
+int peer_of(const Schedule& s, const PipeAction& a) { return s.stage_of_chunk[std::size_t(other_chunk(a))]; }
+
+int tag_of(const Schedule& s, const PipeAction& a) {
+  const bool gradient = a.op == PipeOp::send_gradient || a.op == PipeOp::receive_gradient;
+  return (int(gradient) * s.chunks() + receiving_chunk(a)) * s.microbatches + a.microbatch;
+}
+
+namespace {
+
 // Megatron's placement: chunk c on stage c mod P, so each stage holds chunks s, s + P, ...
 std::vector<int> looped(int stages, int virtual_stages) {
   std::vector<int> stage_of(std::size_t(stages) * virtual_stages);
@@ -310,6 +329,18 @@ Schedule make_schedule(std::string_view name, int stages, int microbatches, int 
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
   if (name == "zbv") return zbv_schedule(stages, microbatches);
   throw Error(fmt::format("schedule '{}': naive, gpipe, 1f1b, interleaved, zb-h1 or zbv", name));
+}
+
+double bubble_formula(const Schedule& s, const PipeTimes& t) {
+  const double P = s.stages, M = s.microbatches, V = s.virtual_stages;
+  if (s.name == "naive") return (P - 1) / P;
+  if (s.name == "gpipe" || s.name == "1f1b") return (P - 1) / (M + P - 1);
+  if (s.name == "interleaved") return (P - 1) / (V * M + P - 1);
+  if (s.name == "zb-h1") {
+    const double idle = (P - 1) * (t.forward + t.backward_input - t.backward_weight);
+    return idle / (M * (t.forward + t.backward_input + t.backward_weight) + idle);
+  }
+  return 0;
 }
 
 namespace {

@@ -63,6 +63,18 @@ struct WeightTensor {
 };
 std::vector<WeightTensor> layer_tensors(const Architecture& a, int layer);
 
+// FLOPs of a layer's last-layer shape on `tokens` tokens of `seq`-long
+// sequences: forward, 2 per weight a token meets (layer_tensors: GQA's smaller
+// k and v, a gated FFN's third matrix, a routed expert's share) and attention's
+// two products, 2 x 2 s h per token; the weights' gradients 2 per weight
+// again; the inputs' the rest of a backward that costs twice the forward. For
+// GPT-3's layer the three make Narayanan et al.'s (2021) 72 b s h^2 + 12 b s^2 h.
+struct LayerFlops {
+  double forward, backward_input, backward_weight;
+  double total() const { return forward + backward_input + backward_weight; }
+};
+LayerFlops layer_flops(const Architecture& a, double tokens, double seq);
+
 std::vector<std::string_view> model_presets();
 Architecture model_preset(std::string_view name);  // throws with the list of names
 

@@ -39,6 +39,7 @@ struct PipelineStep {
   double start = 0, end = 0;
   std::vector<ScheduleRun::Slot> slots;  // the stage's forwards and backwards, timed by the Comm's clock
   int activation_sets = 0;               // micro-batches held at once, at most
+  std::size_t sent_bytes = 0;            // activations and gradients this stage sent to others
 };
 
 class PipelineExecutor {
@@ -75,5 +76,11 @@ class PipelineExecutor {
   std::vector<ParameterRange> owned_;
   std::unique_ptr<Comm> embedding_group_;  // the stages of the first and last chunk
 };
+
+// The same walk payload-free, for what-if runs at scale on the simulator:
+// each chunk's work advances the stage's clock by its FLOPs (`flops`, as
+// Comm::compute charges them), each message carries only its size. Every
+// rank of `pp` calls it with the same schedule (validated by the caller).
+PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flops, std::size_t message_bytes);
 
 }  // namespace labkit

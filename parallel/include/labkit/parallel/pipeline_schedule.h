@@ -65,6 +65,12 @@ struct Schedule {
   int chunks() const { return int(stage_of_chunk.size()); }
 };
 
+// A send's or receive's message: the stage at its other end, and its tag,
+// which names what travels (activation or gradient), the chunk that receives
+// it and the micro-batch, so that the executors match messages as validate() does.
+int peer_of(const Schedule& s, const PipeAction& a);
+int tag_of(const Schedule& s, const PipeAction& a);
+
 // How long one chunk's work takes, in any unit (the lab passes measured
 // seconds): its forward, its backward for the input and for the weights (a
 // whole backward is the two), and one message between stages.
@@ -85,6 +91,15 @@ Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times = {})
 // for "zbv", 1 otherwise. Throws naming the choices and what the schedule needs.
 Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages = 1);
 inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
+
+// The bubble's formula, as a share of the step, at chunk times t (a whole
+// backward is t.backward_input + t.backward_weight):
+//   naive        (P-1)/P
+//   gpipe, 1f1b  (P-1)/(M+P-1)
+//   interleaved  (P-1)/(VM+P-1): the bubble's time is 1F1B's over V (Narayanan et al. 2021)
+//   zb-h1        (P-1)(F+B-W) idle against M(F+B+W) of work (Qi et al. 2024)
+//   zbv          no closed form (the paper: near zero when F = B = W and M >= 2P): 0
+double bubble_formula(const Schedule& s, const PipeTimes& t);
 
 // A schedule played out with `times`, sends never blocking and each receive
 // waiting for its message (matched by kind, chunk and micro-batch, as tagged

@@ -1,0 +1,44 @@
+// Lab 8: pipeline parallelism. One file per view of it:
+//   main.cpp     the tiny GPT cut into stages, trained by a schedule, equal to one rank;
+//                the bubble and the activations each stage keeps, measured beside their formulas
+//   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free; --reading: the reading's example
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "labkit/parallel/pipeline_schedule.h"
+#include "labkit/run.h"
+
+namespace pipeline_lab {
+
+using namespace labkit;
+
+struct Options {
+  int stages = 4, microbatches = 8, virtual_stages = 0;  // virtual 0: the schedule's own (2 for interleaved and zbv)
+  std::string schedule = "1f1b";
+  int steps = 10, batch = 0;  // batch 0: two sequences per micro-batch
+  int layers = 8;             // the tiny GPT, deepened to be cut into stages
+  float lr = 0.05f;
+  std::uint64_t seed = 1337;
+  std::string json;
+  std::string what_if;  // a model preset: the schedule at its scale, payload-free, instead of the tiny GPT
+  int seq = 0;          // with --what-if: the sequence length (0: the model's context)
+  bool reading = false; // the reading's P = 8, M = 32 example
+  int virtual_or_default() const { return virtual_stages ? virtual_stages : schedule == "interleaved" || schedule == "zbv" ? 2 : 1; }
+  int batch_or_default() const { return batch ? batch : 2 * microbatches; }
+};
+
+// One stage's step as it ran (the last step), gathered on rank 0.
+struct StageRun {
+  std::vector<ScheduleRun::Slot> slots;
+  double start = 0, end = 0;
+  int activation_sets = 0;
+  double activation_peak = 0;  // bytes, the stage's tracker
+};
+
+int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule);
+int readings_example(const RunOptions& run_options);
+
+}  // namespace pipeline_lab
