@@ -199,6 +199,12 @@ int main(int argc, char** argv) {
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
       ->check(cli::in_range(1, 1 << 20));
+  app.add_option("--plot", o.plot, "draw the step's pipeline grid, stage by time (.svg or .png)");
+  app.add_flag("--compare", o.compare, "every schedule at --stages and --microbatches played out side by side at "
+                                       "--times: the bubble table, and with --plot their grids");
+  app.add_option("--times", o.times, "with --compare: a stage's forward, backward for the input and for the weights, "
+                                     "F:B:W")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& text) { parse_times(text); }));
   app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
                                        "computed and executed");
   add_run_options(app, run_options);
@@ -211,6 +217,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "nccl")
       throw Error("--backend nccl: the pipeline's stages keep the model in host memory (sim or mpi for now)");
     if (o.reading) return readings_example(run_options);
+    if (o.compare) return compare(o, parse_times(o.times));
     const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config);
     if (!app.count("--ranks")) run_options.ranks = o.stages;
     if (!o.what_if.empty()) return what_if(o, run_options, schedule);
@@ -260,6 +267,13 @@ int main(int argc, char** argv) {
       fmt::print("(the bubble measured is the schedule's and the messages' waits: the tiny GPT's chunks take {} beside "
                  "messages of microseconds, so the pipe waits on the network. --what-if gpt3-175b runs the same "
                  "schedule with a real model's layers)\n", format_seconds(t.forward));
+    if (!o.plot.empty()) {
+      std::vector<std::vector<ScheduleRun::Slot>> slots;
+      for (const StageRun& s : r.stages) slots.push_back(s.slots);
+      plot_grid({{fmt::format("{}: the tiny GPT's last step, as it ran (bubble {:.1f}%)", schedule.name, 100 * measured),
+                  slots, M}}, "s", o.plot);
+      fmt::print("wrote {}\n", o.plot);
+    }
     const bool equal = r.weights_vs_one_rank <= limit;
     if (equal)
       fmt::print("equal to one rank: every stage's weights within {:g} of one rank's after {} step{}\n", limit,

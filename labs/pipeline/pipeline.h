@@ -2,6 +2,7 @@
 //   main.cpp     the tiny GPT cut into stages, trained by a schedule, equal to one rank;
 //                the bubble and the activations each stage keeps, measured beside their formulas
 //   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free; --reading: the reading's example
+//   grid.cpp     the pipeline grid (--plot); --compare: every schedule played out side by side
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,9 @@ struct Options {
   std::string what_if;  // a model preset: the schedule at its scale, payload-free, instead of the tiny GPT
   int seq = 0;          // with --what-if: the sequence length (0: the model's context)
   bool reading = false; // the reading's P = 8, M = 32 example
+  std::string plot;     // the grid of the step (.svg or .png)
+  bool compare = false; // every schedule played out at --times
+  std::string times = "1:1:1";  // with --compare: a stage's forward, backward for the input, for the weights
   int virtual_or_default() const { return virtual_stages ? virtual_stages : schedule == "interleaved" || schedule == "zbv" ? 2 : 1; }
   int batch_or_default() const { return batch ? batch : 2 * microbatches; }
 };
@@ -37,6 +41,17 @@ struct StageRun {
   int activation_sets = 0;
   double activation_peak = 0;  // bytes, the stage's tracker
 };
+
+// One panel of the grid: a schedule's step, each stage's forwards and backwards as they ran.
+struct GridPanel {
+  std::string title;
+  std::vector<std::vector<ScheduleRun::Slot>> slots;  // by stage
+  int microbatches = 1;
+  bool own_axis = false;  // its time axis its own, not the other panels' (naive's, many times longer)
+};
+void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_unit, const std::string& path);
+PipeTimes parse_times(const std::string& text);  // "F:B:W", each > 0 (W may be 0)
+int compare(const Options& o, const PipeTimes& times);
 
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule);
 int readings_example(const RunOptions& run_options);

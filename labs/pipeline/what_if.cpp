@@ -39,6 +39,7 @@ double p2p_bytes(const Schedule& s, double message_bytes) {
 
 struct Played {
   double bubble = 0, span = 0, sent = 0;
+  std::vector<std::vector<ScheduleRun::Slot>> slots;  // by stage
 };
 
 Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& flops, std::size_t message_bytes) {
@@ -50,10 +51,17 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
     double busy = 0;
     for (const ScheduleRun::Slot& slot : step.slots) busy += slot.end - slot.start;
     std::vector<double> report = {step.start, step.end, busy, double(step.sent_bytes)};
+    for (const ScheduleRun::Slot& slot : step.slots)
+      report.insert(report.end(), {double(slot.op), double(slot.microbatch), double(slot.chunk), slot.start, slot.end});
     const auto all = comm.inspect(view_of(report));
     if (comm.rank() != 0) return;
     double start = all[0][0], end = all[0][1], total_busy = 0;
-    for (const auto& r : all) start = std::min(start, r[0]), end = std::max(end, r[1]), total_busy += r[2], out.sent += r[3];
+    for (const auto& r : all) {
+      start = std::min(start, r[0]), end = std::max(end, r[1]), total_busy += r[2], out.sent += r[3];
+      auto& slots = out.slots.emplace_back();
+      for (std::size_t i = 4; i + 5 <= r.size(); i += 5)
+        slots.push_back({PipeOp(int(r[i])), int(r[i + 1]), int(r[i + 2]), r[i + 3] - start, r[i + 4] - start});
+    }
     out.span = end - start;
     out.bubble = 1 - total_busy / (double(all.size()) * out.span);
   });
@@ -95,6 +103,13 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& sch
              "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
              "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
              split ? ", the weights' part 2 per weight" : "", reading / (2.0 * schedule.microbatches * double(message)));
+  if (!o.plot.empty()) {
+    plot_grid({{fmt::format("{} on {}: {} (bubble {:.1f}%), payload-free", schedule.name, o.what_if,
+                            format_seconds(r.span), 100 * r.bubble),
+                r.slots, schedule.microbatches}},
+              "s", o.plot);
+    fmt::print("wrote {}\n", o.plot);
+  }
   if (!o.json.empty())
     create_file(o.json) << nlohmann::json{{"model", o.what_if}, {"schedule", schedule.name},
                                           {"stages", schedule.stages}, {"microbatches", schedule.microbatches},

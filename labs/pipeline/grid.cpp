@@ -1,0 +1,126 @@
+// The pipeline grid: stage by time, one cell per forward or backward as it
+// ran, coloured by kind (forward blue, backward or its input's part orange,
+// the weights' part green), a later micro-batch a lighter shade, its number
+// in the cell (primed on a stage's later chunks); the idle time shows as
+// the grey behind. One panel per schedule, stacked, on one time axis (but
+// for a panel with its own, naive's, many times longer).
+//
+// --compare: every schedule at --stages and --microbatches played out by the
+// validator at the chunk times --times F:B:W gives, a row each in a table
+// and a panel each in --plot: how the bubble and the picture change with the
+// ratio of the backward's parts to the forward.
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/error.h"
+#include "labkit/output.h"
+#include "pipeline.h"
+
+namespace pipeline_lab {
+
+void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_unit, const std::string& path) {
+  if (panels.empty()) throw Error("--plot: nothing to draw");
+  const auto end_of = [](const GridPanel& p) {
+    double end = 0;
+    for (const auto& stage : p.slots)
+      for (const ScheduleRun::Slot& s : stage) end = std::max(end, s.end);
+    return end;
+  };
+  double common = 0;
+  for (const GridPanel& p : panels)
+    if (!p.own_axis) common = std::max(common, end_of(p));
+  const int rows = int(panels.size());
+  std::string script = fmt::format(
+      "set terminal {} size 1300,{} font 'sans,9' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+      "set multiplot layout {},1\nset cbrange [0:1]\nunset colorbox\n"
+      "set style fill solid 1.0 border rgb '#ffffff'\nset xlabel \"time ({})\"\n",
+      gnuplot_terminal(path), 40 + 150 * rows, path, rows, time_unit);
+  std::vector<std::string> files;
+  for (std::size_t i = 0; i < panels.size(); ++i) {
+    const GridPanel& p = panels[i];
+    const int P = int(p.slots.size());
+    const std::string data = fmt::format("{}.{}.dat", path, i);
+    files.push_back(data);
+    std::ofstream out = create_file(data);
+    // x centre, stage, half width, kind (0 forward, 1 backward or input, 2 weights), shade, label
+    for (int stage = 0; stage < P; ++stage)
+      for (const ScheduleRun::Slot& s : p.slots[std::size_t(stage)]) {
+        const int kind = s.op == PipeOp::forward ? 0 : s.op == PipeOp::backward_weight ? 2 : 1;
+        const double shade = p.microbatches > 1 ? 0.6 * s.microbatch / (p.microbatches - 1) : 0;
+        out << fmt::format("{} {} {} {} {} \"{}{}\"\n", (s.start + s.end) / 2, stage, (s.end - s.start) / 2, kind,
+                           shade, s.microbatch, s.chunk >= P ? "'" : "");
+      }
+    script += fmt::format(
+        "set title \"{}\"\nset xrange [0:{}]\nset yrange [{}:-0.6]\nset ytics 1\nset ylabel 'stage'\n"
+        "set object 1 rect from graph 0, graph 0 to graph 1, graph 1 behind fc rgb '#e4e4e4' fs solid 1.0\n"
+        "rgb(k, s) = k == 0 ? int(0x1f + s * 200) * 65536 + int(0x77 + s * 130) * 256 + int(0xb4 + s * 70) : "
+        "k == 1 ? int(0xff) * 65536 + int(0x7f + s * 120) * 256 + int(0x0e + s * 200) : "
+        "int(0x2c + s * 190) * 65536 + int(0xa0 + s * 90) * 256 + int(0x2c + s * 190)\n"
+        "plot '{}' using 1:2:3:(0.42):(rgb($4, $5)) with boxxyerror lc rgb variable notitle, "
+        "'' using 1:2:6 with labels font 'sans,7' notitle\n",
+        p.title, p.own_axis || common == 0 ? end_of(p) : common, P - 0.4, data);
+  }
+  script += "unset multiplot\n";
+  run_gnuplot(script);
+  for (const std::string& f : files) std::remove(f.c_str());
+}
+
+PipeTimes parse_times(const std::string& text) {
+  double f = 0, b = 0, w = 0;
+  char tail = 0;
+  if (std::sscanf(text.c_str(), "%lf:%lf:%lf%c", &f, &b, &w, &tail) != 3 || !(f > 0) || !(b > 0) || !(w >= 0) ||
+      f > 1e6 || b > 1e6 || w > 1e6)
+    throw Error(fmt::format("'{}': F:B:W, a stage's forward, backward for the input and for the weights, e.g. 1:1:1 "
+                            "(F and B above 0, W 0 or more)", text));
+  return {f, b, w, 0};
+}
+
+int compare(const Options& o, const PipeTimes& times) {
+  fmt::print("every schedule at P = {}, M = {}, played out by the validator with a chunk's forward {:g}, backward for "
+             "the input {:g}, for the weights {:g} (a stage's whole backward {:g}; V = 2 halves each chunk's)\n",
+             o.stages, o.microbatches, times.forward, times.backward_input, times.backward_weight,
+             times.backward_input + times.backward_weight);
+  fmt::print("{:<12} {:>3} {:>7} {:>8} {:>8} {:>14}\n", "schedule", "V", "step", "bubble", "formula", "in flight");
+  std::vector<GridPanel> panels;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const std::string_view name : kScheduleNames) {
+    const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
+    Schedule s;
+    try {
+      s = make_schedule(name, o.stages, o.microbatches, V);
+    } catch (const Error& e) {  // interleaved needs M a multiple of P: say so on its row
+      fmt::print("{:<12} {:>3}  {}\n", name, V, e.what());
+      continue;
+    }
+    const PipeTimes chunk{times.forward / V, times.backward_input / V, times.backward_weight / V, times.message};
+    const ScheduleRun r = validate(s, chunk);
+    const double formula = bubble_formula(s, chunk);
+    std::string in_flight;
+    for (int peak : r.peak_in_flight) in_flight += fmt::format("{}{:g}", in_flight.empty() ? "" : " ", double(peak) / V);
+    fmt::print("{:<12} {:>3} {:>7.4g} {:>7.1f}% {:>7.1f}% {:>14}\n", name, V, r.makespan, 100 * r.bubble,
+               100 * formula, in_flight);
+    rows.push_back({{"schedule", name}, {"virtual_stages", V}, {"step", r.makespan}, {"bubble", r.bubble},
+                    {"formula", formula}, {"peak_in_flight", r.peak_in_flight}});
+    panels.push_back({fmt::format("{}: bubble {:.1f}%{}", name, 100 * r.bubble,
+                                  name == "naive" ? " (on a time axis of its own)" : ""),
+                      r.slots, o.microbatches, name == "naive"});
+  }
+  fmt::print("(step: the makespan in units of a stage's forward; in flight: each stage's peak, in micro-batches of "
+             "its layers; formula: zbv has none in closed form)\n");
+  if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"stages", o.stages}, {"microbatches", o.microbatches},
+                                          {"forward", times.forward}, {"backward_input", times.backward_input},
+                                          {"backward_weight", times.backward_weight}, {"schedules", rows}}
+                               .dump(2)
+                        << '\n';
+  return 0;
+}
+
+}  // namespace pipeline_lab
