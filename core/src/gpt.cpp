@@ -42,11 +42,18 @@ Gpt::Modules::Modules(Carver& params, const GptConfig& c)
       }()),
       lnf(params, c.channels) {}
 
-Gpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T)
+Gpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held)
     : encoded(acts.take(std::size_t(B) * T * c.channels)),
       blocks([&] {
         std::vector<Block::Acts> b;
-        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads);
+        Carver none(nullptr, nullptr);  // a layer not held: null slices, but for its output
+        for (int l = 0; l < c.layers; ++l)
+          if (held.empty() || held[std::size_t(l)]) {
+            b.emplace_back(acts, B, T, c.channels, c.heads);
+          } else {
+            b.emplace_back(none, B, T, c.channels, c.heads);
+            b.back().out = acts.take(std::size_t(B) * T * c.channels);
+          }
         return b;
       }()),
       lnf(acts, B * T, c.channels), logits(acts.take(std::size_t(B) * T * c.vocab)),
@@ -88,7 +95,8 @@ Gpt::Gpt(const Gpt& other)
     : config_(other.config_), params_(other.params_.clone()), grads_(other.grads_.clone()),
       acts_(other.acts_.size() ? other.acts_.clone() : Tensor()),
       grad_acts_(other.grad_acts_.size() ? other.grad_acts_.clone() : Tensor()),
-      B_(other.B_), T_(other.T_), sets_(other.sets_), set_(other.set_), set_floats_(other.set_floats_) {
+      held_(other.held_), B_(other.B_), T_(other.T_), sets_(other.sets_), set_(other.set_),
+      set_floats_(other.set_floats_) {
   for (const IndexTensor& t : other.tokens_) tokens_.push_back(t.size() ? t.clone() : IndexTensor());
   for (const IndexTensor& t : other.targets_) targets_.push_back(t.size() ? t.clone() : IndexTensor());
   carve();
@@ -100,7 +108,7 @@ void Gpt::carve() {
   if (B_ == 0) return;
   const std::size_t offset = std::size_t(set_) * set_floats_;
   Carver acts(acts_.data() + offset, grad_acts_.data() + offset);
-  a_.emplace(acts, config_, B_, T_);
+  a_.emplace(acts, config_, B_, T_, held_);
 }
 
 void Gpt::prepare(int B, int T, int set, int sets) {
@@ -109,7 +117,7 @@ void Gpt::prepare(int B, int T, int set, int sets) {
     throw std::invalid_argument(fmt::format("gpt: activation set {} of {}", set, sets));
   if (B != B_ || T != T_ || sets != sets_) {
     Carver counter(nullptr, nullptr);
-    const Acts sizes(counter, config_, B, T);
+    const Acts sizes(counter, config_, B, T, held_);
     set_floats_ = counter.taken();
     acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
     grad_acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
@@ -121,6 +129,13 @@ void Gpt::prepare(int B, int T, int set, int sets) {
   }
   set_ = set;
   carve();
+}
+
+void Gpt::hold_layers(std::vector<bool> held) {
+  if (!held.empty() && held.size() != std::size_t(config_.layers))
+    throw std::invalid_argument(fmt::format("gpt: hold_layers: {} flags for {} layers", held.size(), config_.layers));
+  held_ = std::move(held);
+  sets_ = 0;  // sized again at the next prepare
 }
 
 void Gpt::use_activations(int set) {

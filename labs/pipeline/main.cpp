@@ -38,20 +38,17 @@ using namespace pipeline_lab;
 
 namespace {
 
-struct PipelineRun {
-  std::vector<StageRun> stages;
-  std::vector<double> losses;        // by step, the mean over the batch
-  double weights_vs_one_rank = 0;    // the largest over the stages
-  std::size_t chunk_activation_bytes = 0;  // one micro-batch on chunk 0
-};
-
 // What a stage reports to rank 0: its step's span, activation sets and
 // tracker peak, its weights' distance from one rank's, then its losses, then
 // its slots (op, micro-batch, chunk, start, end each).
 constexpr std::size_t kSummary = 5;
 
+}  // namespace
+
+namespace pipeline_lab {
+
 PipelineRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
-                  const Schedule& schedule) {
+                  const Schedule& schedule, bool compare) {
   const int B = o.batch_or_default(), T = config.max_seq;
   std::vector<float> one_rank;
   PipelineRun out;
@@ -75,7 +72,7 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
         comm.computed("optimizer", started, 4.0 * double(r.count));
       }
     }
-    if (one_rank.empty()) {  // once per process, by its first rank here
+    if (compare && one_rank.empty()) {  // once per process, by its first rank here
       SgdMomentum one_sgd{.lr = o.lr};
       one_rank = train_one_rank(config, data, o.seed, o.steps, B,
                                 [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
@@ -83,13 +80,14 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
     std::vector<float> mine, theirs;
     const std::vector<float> weights = model.parameters().to_host();
     for (const ParameterRange& r : pipeline.owned()) {
+      if (!compare) break;
       mine.insert(mine.end(), weights.begin() + std::ptrdiff_t(r.offset), weights.begin() + std::ptrdiff_t(r.offset + r.count));
       theirs.insert(theirs.end(), one_rank.begin() + std::ptrdiff_t(r.offset),
                     one_rank.begin() + std::ptrdiff_t(r.offset + r.count));
     }
     report[0] = step.start, report[1] = step.end, report[2] = step.activation_sets;
     report[3] = double(comm.memory().peak[std::size_t(MemoryUse::activations)]);
-    report[4] = relative_difference(mine, theirs);
+    report[4] = compare ? relative_difference(mine, theirs) : 0;
     for (const ScheduleRun::Slot& slot : step.slots)
       report.insert(report.end(), {double(slot.op), double(slot.microbatch), double(slot.chunk), slot.start, slot.end});
     const auto all = comm.inspect(view_of(report));  // an instrument: untraced, free of virtual time
@@ -103,10 +101,13 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
     }
     const std::size_t last_stage = std::size_t(schedule.stage_of_chunk.back());
     out.losses.assign(all[last_stage].begin() + kSummary, all[last_stage].begin() + std::ptrdiff_t(kSummary) + o.steps);
-    out.chunk_activation_bytes = pipeline.chunk_activation_bytes(0, B / schedule.microbatches, T);
   });
   return out;
 }
+
+}  // namespace pipeline_lab
+
+namespace {
 
 // Each kind of work's mean time over every stage's chunks: forward, backward
 // (whole, or for the input alone) and weights (0 where the schedule has none).
@@ -205,6 +206,9 @@ int main(int argc, char** argv) {
   app.add_option("--times", o.times, "with --compare: a stage's forward, backward for the input and for the weights, "
                                      "F:B:W")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& text) { parse_times(text); }));
+  app.add_flag("--bench", o.bench, "time the simulation itself: every schedule's steps on --stages simulated ranks "
+                                   "against one rank's on the same batches, then GPT-3's interleaved step at P = 16, "
+                                   "M = 128, payload-free");
   app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
                                        "computed and executed");
   add_run_options(app, run_options);
@@ -221,6 +225,7 @@ int main(int argc, char** argv) {
     const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config);
     if (!app.count("--ranks")) run_options.ranks = o.stages;
     if (!o.what_if.empty()) return what_if(o, run_options, schedule);
+    if (o.bench) return bench(o, run_options, data, config);
     const int P = o.stages, M = o.microbatches, V = schedule.virtual_stages, B = o.batch_or_default();
     if (M < P && schedule.name != "naive")
       fmt::print("note: M = {} micro-batches for P = {} stages: the pipe never fills, and the bubble grows to "

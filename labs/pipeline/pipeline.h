@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "labkit/gpt.h"
 #include "labkit/parallel/pipeline_schedule.h"
+#include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
 
 namespace pipeline_lab {
@@ -30,6 +32,7 @@ struct Options {
   std::string plot;     // the grid of the step (.svg or .png)
   bool compare = false; // every schedule played out at --times
   std::string times = "1:1:1";  // with --compare: a stage's forward, backward for the input, for the weights
+  bool bench = false;   // what the simulation costs in wall time
   int virtual_or_default() const { return virtual_stages ? virtual_stages : schedule == "interleaved" || schedule == "zbv" ? 2 : 1; }
   int batch_or_default() const { return batch ? batch : 2 * microbatches; }
 };
@@ -55,5 +58,16 @@ int compare(const Options& o, const PipeTimes& times);
 
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule);
 int readings_example(const RunOptions& run_options);
+
+// The tiny GPT trained by `schedule` on its stages; compare: train one rank too, and measure each stage against it.
+struct PipelineRun {
+  std::vector<StageRun> stages;
+  std::vector<double> losses;      // by step, the mean over the batch
+  double weights_vs_one_rank = 0;  // the largest over the stages
+};
+
+PipelineRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+                  const Schedule& schedule, bool compare = true);
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 }  // namespace pipeline_lab

@@ -66,9 +66,12 @@ PipelineExecutor::PipelineExecutor(Comm& pp, Gpt& model, Schedule schedule)
   const bool first = holds(0), last = holds(C - 1);
   const GptConfig& g = model_.config();
   std::vector<ParameterRange> mine;
+  std::vector<bool> held(std::size_t(L), false);
   for (int c = 0; c < C; ++c)
     if (holds(c))
-      for (int l = layers_of(c).first; l < layers_of(c).second; ++l) mine.push_back(model_.layer_range(l));
+      for (int l = layers_of(c).first; l < layers_of(c).second; ++l)
+        mine.push_back(model_.layer_range(l)), held[std::size_t(l)] = true;
+  model_.hold_layers(std::move(held));  // each activation set: this stage's layers, and the others' outputs only
   const ParameterRange after_layers = model_.layer_range(L - 1);
   const std::size_t final_norm = after_layers.offset + after_layers.count;
   if (first) mine.push_back({0, model_.layer_range(0).offset});  // the token and position embeddings

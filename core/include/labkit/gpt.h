@@ -77,6 +77,10 @@ class Gpt {
   // use_activations goes back to a set, for its backward.
   void prepare(int B, int T, int set = 0, int sets = 1);
   void use_activations(int set);
+  // The layers whose activations each set holds (all by default): a stage
+  // holds its own, and of the others only their output, the residual stream
+  // it receives its input in. Takes effect at the next prepare.
+  void hold_layers(std::vector<bool> held);
   void embed(const std::vector<int>& tokens);
   void forward_layers(int first, int last);
   float head(const std::vector<int>& targets);  // final norm, tied output head, mean loss
@@ -122,7 +126,7 @@ class Gpt {
     std::vector<Block::Acts> blocks;
     LayerNorm::Acts lnf;
     Slice logits, probs, losses;
-    Acts(Carver& acts, const GptConfig& c, int B, int T);
+    Acts(Carver& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held);
   };
   void carve();  // point the modules, and the activations at the current set, at this model's buffers
   ParameterRange range_of(Slice start, std::size_t count) const;
@@ -132,6 +136,7 @@ class Gpt {
   std::vector<IndexTensor> tokens_, targets_;  // by set
   std::optional<Modules> m_;  // views into params_ and grads_
   std::optional<Acts> a_;     // views into the current set of acts_ and grad_acts_, once prepare() has sized them
+  std::vector<bool> held_;  // by layer; empty: all
   int B_ = 0, T_ = 0, sets_ = 0, set_ = 0;
   std::size_t set_floats_ = 0;  // one set's activations
 };
