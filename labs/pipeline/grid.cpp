@@ -36,15 +36,18 @@ void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_uni
   for (const GridPanel& p : panels)
     if (!p.own_axis) common = std::max(common, end_of(p));
   const int rows = int(panels.size());
+  int height = 40;
+  for (const GridPanel& p : panels) height += 90 + 16 * int(p.slots.size());
   std::string script = fmt::format(
       "set terminal {} size 1300,{} font 'sans,9' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
       "set multiplot layout {},1\nset cbrange [0:1]\nunset colorbox\n"
       "set style fill solid 1.0 border rgb '#ffffff'\nset xlabel \"time ({})\"\n",
-      gnuplot_terminal(path), 40 + 150 * rows, path, rows, time_unit);
+      gnuplot_terminal(path), height, path, rows, time_unit);
   std::vector<std::string> files;
   for (std::size_t i = 0; i < panels.size(); ++i) {
     const GridPanel& p = panels[i];
     const int P = int(p.slots.size());
+    const double axis = p.own_axis || common == 0 ? end_of(p) : common;
     const std::string data = fmt::format("{}.{}.dat", path, i);
     files.push_back(data);
     std::ofstream out = create_file(data);
@@ -53,8 +56,11 @@ void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_uni
       for (const ScheduleRun::Slot& s : p.slots[std::size_t(stage)]) {
         const int kind = s.op == PipeOp::forward ? 0 : s.op == PipeOp::backward_weight ? 2 : 1;
         const double shade = p.microbatches > 1 ? 0.6 * s.microbatch / (p.microbatches - 1) : 0;
-        out << fmt::format("{} {} {} {} {} \"{}{}\"\n", (s.start + s.end) / 2, stage, (s.end - s.start) / 2, kind,
-                           shade, s.microbatch, s.chunk >= P ? "'" : "");
+        // A cell too narrow for its number goes without.
+        const std::string label = (s.end - s.start) / axis < 0.012 ? ""
+                                  : fmt::format("{}{}", s.microbatch, s.chunk >= P ? "'" : "");
+        out << fmt::format("{} {} {} {} {} \"{}\"\n", (s.start + s.end) / 2, stage, (s.end - s.start) / 2, kind,
+                           shade, label);
       }
     script += fmt::format(
         "set title \"{}\"\nset xrange [0:{}]\nset yrange [{}:-0.6]\nset ytics 1\nset ylabel 'stage'\n"
@@ -64,7 +70,7 @@ void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_uni
         "int(0x2c + s * 190) * 65536 + int(0xa0 + s * 90) * 256 + int(0x2c + s * 190)\n"
         "plot '{}' using 1:2:3:(0.42):(rgb($4, $5)) with boxxyerror lc rgb variable notitle, "
         "'' using 1:2:6 with labels font 'sans,7' notitle\n",
-        p.title, p.own_axis || common == 0 ? end_of(p) : common, P - 0.4, data);
+        p.title, axis, P - 0.4, data);
   }
   script += "unset multiplot\n";
   run_gnuplot(script);
@@ -91,14 +97,14 @@ int compare(const Options& o, const PipeTimes& times) {
   nlohmann::json rows = nlohmann::json::array();
   for (const std::string_view name : kScheduleNames) {
     const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
+    const PipeTimes chunk{times.forward / V, times.backward_input / V, times.backward_weight / V, times.message};
     Schedule s;
     try {
-      s = make_schedule(name, o.stages, o.microbatches, V);
+      s = make_schedule(name, o.stages, o.microbatches, V, chunk);
     } catch (const Error& e) {  // interleaved needs M a multiple of P: say so on its row
       fmt::print("{:<12} {:>3}  {}\n", name, V, e.what());
       continue;
     }
-    const PipeTimes chunk{times.forward / V, times.backward_input / V, times.backward_weight / V, times.message};
     const ScheduleRun r = validate(s, chunk);
     const double formula = bubble_formula(s, chunk);
     std::string in_flight;

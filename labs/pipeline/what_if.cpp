@@ -70,10 +70,10 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
 
 }  // namespace
 
-int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule) {
+int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / schedule.microbatches;
-  const int layers_per_chunk = arch.layers / schedule.chunks();
+  const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / given.microbatches;
+  const int layers_per_chunk = arch.layers / given.chunks();
   const memory::LayerFlops layer = memory::layer_flops(arch, b * seq, seq);
   const PipeTimes flops{layers_per_chunk * layer.forward, layers_per_chunk * layer.backward_input,
                         layers_per_chunk * layer.backward_weight, 0};
@@ -82,6 +82,9 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& sch
   const double per_second = topology.device.peak_flops * run_options.efficiency;
   const PipeTimes seconds{flops.forward / per_second, flops.backward_input / per_second,
                           flops.backward_weight / per_second, 0};
+  // Made again for these times: ZB-V places its weight gradients by them.
+  const Schedule schedule =
+      make_schedule(given.name, given.stages, given.microbatches, given.virtual_stages, seconds);
   fmt::print("pipeline --what-if {}: {} layers of h = {}, {} per chunk, micro-batches of b = {:g} x s = {:g}, bf16, "
              "compute at {:.0f}% of the GPU's peak on {}, payload-free ...\n", o.what_if, arch.layers, arch.hidden,
              layers_per_chunk, b, seq, 100 * run_options.efficiency, run_options.topology);

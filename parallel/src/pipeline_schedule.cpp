@@ -311,7 +311,8 @@ Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times) {
                      std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
 }
 
-Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages) {
+Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages,
+                       const PipeTimes& times) {
   if (name == "interleaved") {
     if (virtual_stages < 2)
       throw Error(fmt::format("schedule 'interleaved': --virtual {}: it needs 2 or more chunks per stage",
@@ -327,7 +328,7 @@ Schedule make_schedule(std::string_view name, int stages, int microbatches, int 
   if (name == "gpipe") return gpipe_schedule(stages, microbatches);
   if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
   if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
-  if (name == "zbv") return zbv_schedule(stages, microbatches);
+  if (name == "zbv") return zbv_schedule(stages, microbatches, times);
   throw Error(fmt::format("schedule '{}': naive, gpipe, 1f1b, interleaved, zb-h1 or zbv", name));
 }
 

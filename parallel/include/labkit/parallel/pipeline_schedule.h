@@ -88,8 +88,10 @@ Schedule zb_h1_schedule(int stages, int microbatches);
 // the paper profiles them).
 Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times = {});
 // By name: the names above; virtual_stages for "interleaved" (2 or more), 2
-// for "zbv", 1 otherwise. Throws naming the choices and what the schedule needs.
-Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages = 1);
+// for "zbv", 1 otherwise; times for zbv's placement (a chunk's). Throws naming
+// the choices and what the schedule needs.
+Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages = 1,
+                       const PipeTimes& times = {});
 inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
 
 // The bubble's formula, as a share of the step, at chunk times t (a whole
