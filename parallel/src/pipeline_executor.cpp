@@ -166,20 +166,14 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
     enter(m);
     switch (a.op) {
       case PipeOp::receive_activation:
-        pp_.recv(view_of(model_.stream(first - 1)), peer_of(schedule_, a), tag_of(schedule_, a));
-        break;
       case PipeOp::receive_gradient:
-        pp_.recv(view_of(model_.stream_grad(last - 1)), peer_of(schedule_, a), tag_of(schedule_, a));
+        (void)pipeline_exchange(pp_, schedule_, a, model_, first, last);  // done when it returns
         break;
       case PipeOp::send_activation:
-      case PipeOp::send_gradient: {
-        const std::span<float> message = a.op == PipeOp::send_activation ? model_.stream(last - 1)
-                                                                         : model_.stream_grad(first - 1);
-        sends[std::size_t(set_of[std::size_t(m)])].push_back(
-            pp_.isend(view_of(message), peer_of(schedule_, a), tag_of(schedule_, a)));
-        out.sent_bytes += message.size_bytes();
+      case PipeOp::send_gradient:
+        sends[std::size_t(set_of[std::size_t(m)])].push_back(pipeline_exchange(pp_, schedule_, a, model_, first, last));
+        out.sent_bytes += model_.stream(first - 1).size_bytes();  // every message is one b x T x C residual stream
         break;
-      }
       case PipeOp::forward:
         timed(a, flops.forward, [&] {
           if (c == 0) model_.embed(rows(tokens, m));

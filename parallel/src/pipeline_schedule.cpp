@@ -52,27 +52,12 @@ int tag_of(const Schedule& s, const PipeAction& a) {
 
 namespace {
 
-// Megatron's placement: chunk c on stage c mod P, so each stage holds chunks s, s + P, ...
-std::vector<int> looped(int stages, int virtual_stages) {
-  std::vector<int> stage_of(std::size_t(stages) * virtual_stages);
-  for (std::size_t c = 0; c < stage_of.size(); ++c) stage_of[c] = int(c) % stages;
-  return stage_of;
-}
-
 // ZB-V's: down the stages and back up, so stage s holds chunks s and 2P - 1 - s
 // and the first stage holds both ends (the loss is computed where the data enters).
 std::vector<int> v_shaped(int stages) {
   std::vector<int> stage_of(2 * std::size_t(stages));
   for (int c = 0; c < 2 * stages; ++c) stage_of[std::size_t(c)] = c < stages ? c : 2 * stages - 1 - c;
   return stage_of;
-}
-
-Schedule empty(std::string name, int stages, int microbatches, int virtual_stages, std::vector<int> stage_of_chunk) {
-  if (stages < 1 || microbatches < 1)
-    throw Error(fmt::format("{} schedule: {} stages and {} micro-batches (each at least 1)", name, stages,
-                            microbatches));
-  return {std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk),
-          std::vector<std::vector<PipeAction>>(std::size_t(stages))};
 }
 
 bool crosses(const Schedule& s, int from_chunk, int to_chunk) {
@@ -83,9 +68,23 @@ std::vector<PipeAction>& actions_of(Schedule& s, int chunk) {
   return s.actions[std::size_t(s.stage_of_chunk[std::size_t(chunk)])];
 }
 
-// A forward with its activation received from the previous chunk's stage first
-// and sent to the next chunk's after; a backward (whole, or for the input)
-// likewise with the gradient, the other way. Nothing travels within a stage.
+}  // namespace
+
+std::vector<int> looped_placement(int stages, int virtual_stages) {
+  std::vector<int> stage_of(std::size_t(std::max(stages, 0)) * std::size_t(std::max(virtual_stages, 0)));
+  for (std::size_t c = 0; c < stage_of.size(); ++c) stage_of[c] = int(c) % stages;
+  return stage_of;
+}
+
+Schedule empty_schedule(std::string name, int stages, int microbatches, int virtual_stages,
+                        std::vector<int> stage_of_chunk) {
+  if (stages < 1 || microbatches < 1)
+    throw Error(fmt::format("{} schedule: {} stages and {} micro-batches (each at least 1)", name, stages,
+                            microbatches));
+  return {std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk),
+          std::vector<std::vector<PipeAction>>(std::size_t(stages))};
+}
+
 void add_forward(Schedule& s, int m, int c) {
   auto& a = actions_of(s, c);
   if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::receive_activation, m, c});
@@ -93,12 +92,14 @@ void add_forward(Schedule& s, int m, int c) {
   if (c + 1 < s.chunks() && crosses(s, c, c + 1)) a.push_back({PipeOp::send_activation, m, c});
 }
 
-void add_backward(Schedule& s, int m, int c, PipeOp op = PipeOp::backward) {
+void add_backward(Schedule& s, int m, int c, PipeOp op) {
   auto& a = actions_of(s, c);
   if (c + 1 < s.chunks() && crosses(s, c, c + 1)) a.push_back({PipeOp::receive_gradient, m, c});
   a.push_back({op, m, c});
   if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::send_gradient, m, c});
 }
+
+namespace {
 
 constexpr double kNever = std::numeric_limits<double>::infinity();
 
@@ -112,7 +113,7 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 // and otherwise waits for the next arrival. Each chunk takes its micro-batches in order.
 Schedule zero_bubble(std::string name, int P, int M, int V, std::vector<int> stage_of_chunk, std::vector<int> limit,
                      const PipeTimes& t) {
-  Schedule s = empty(std::move(name), P, M, V, std::move(stage_of_chunk));
+  Schedule s = empty_schedule(std::move(name), P, M, V, std::move(stage_of_chunk));
   const int C = s.chunks();
   std::vector<std::vector<int>> chunks_of(static_cast<std::size_t>(P));  // each stage's, in model order
   for (int c = 0; c < C; ++c) chunks_of[std::size_t(s.stage_of_chunk[std::size_t(c)])].push_back(c);
@@ -221,7 +222,7 @@ Schedule zero_bubble(std::string name, int P, int M, int V, std::vector<int> sta
 }  // namespace
 
 Schedule naive_schedule(int stages, int microbatches) {
-  Schedule s = empty("naive", stages, microbatches, 1, looped(stages, 1));
+  Schedule s = empty_schedule("naive", stages, microbatches, 1, looped_placement(stages, 1));
   for (int m = 0; m < microbatches; ++m) {
     for (int c = 0; c < stages; ++c) add_forward(s, m, c);
     for (int c = stages - 1; c >= 0; --c) add_backward(s, m, c);
@@ -230,25 +231,11 @@ Schedule naive_schedule(int stages, int microbatches) {
 }
 
 Schedule gpipe_schedule(int stages, int microbatches) {
-  Schedule s = empty("gpipe", stages, microbatches, 1, looped(stages, 1));
+  Schedule s = empty_schedule("gpipe", stages, microbatches, 1, looped_placement(stages, 1));
   for (int m = 0; m < microbatches; ++m)
     for (int c = 0; c < stages; ++c) add_forward(s, m, c);
   for (int m = 0; m < microbatches; ++m)
     for (int c = stages - 1; c >= 0; --c) add_backward(s, m, c);
-  return s;
-}
-
-// Stage s runs P - s - 1 forwards before its first backward (the pipe fills
-// behind it), then alternates, then drains: the last stage alternates from
-// the start, the first holds P micro-batches at most.
-Schedule one_f_one_b_schedule(int stages, int microbatches) {
-  Schedule s = empty("1f1b", stages, microbatches, 1, looped(stages, 1));
-  for (int stage = 0; stage < stages; ++stage) {
-    const int warmup = std::min(stages - stage - 1, microbatches);
-    for (int m = 0; m < warmup; ++m) add_forward(s, m, stage);
-    for (int m = warmup; m < microbatches; ++m) add_forward(s, m, stage), add_backward(s, m - warmup, stage);
-    for (int m = microbatches - warmup; m < microbatches; ++m) add_backward(s, m, stage);
-  }
   return s;
 }
 
@@ -263,7 +250,7 @@ Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages) 
   if (M % P != 0)
     throw Error(fmt::format("interleaved schedule: {} micro-batches do not make groups of {} (one per stage): M must "
                             "be a multiple of P", M, P));
-  Schedule s = empty("interleaved", P, M, V, looped(P, V));
+  Schedule s = empty_schedule("interleaved", P, M, V, looped_placement(P, V));
   const int total = M * V;
   for (int stage = 0; stage < P; ++stage) {
     const auto microbatch = [&](int k) { return k / (P * V) * P + k % P; };
@@ -288,7 +275,7 @@ Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages) 
 // ones fill the drain at the end. Every stage then keeps P micro-batches'
 // activations at most (until their weights' gradient), 1F1B's first stage's peak.
 Schedule zb_h1_schedule(int stages, int microbatches) {
-  Schedule s = empty("zb-h1", stages, microbatches, 1, looped(stages, 1));
+  Schedule s = empty_schedule("zb-h1", stages, microbatches, 1, looped_placement(stages, 1));
   for (int stage = 0; stage < stages; ++stage) {
     const int warmup = std::min(stages - stage - 1, microbatches);
     int inputs = 0, weights = 0;

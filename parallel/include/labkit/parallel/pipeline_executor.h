@@ -77,6 +77,12 @@ class PipelineExecutor {
   std::unique_ptr<Comm> embedding_group_;  // the stages of the first and last chunk
 };
 
+// Exercise 8.2 (solutions/pipeline_exchange.cpp): one of a schedule's sends
+// or receives, between the model's current activation set and the
+// neighbour's, for a chunk of layers [first, last): a receive returns once its
+// message is in place (an empty Request), a send at once with its Request.
+Request pipeline_exchange(Comm& pp, const Schedule& s, const PipeAction& a, Gpt& model, int first, int last);
+
 // The same walk payload-free, for what-if runs at scale on the simulator:
 // each chunk's work advances the stage's clock by its FLOPs (`flops`, as
 // Comm::compute charges them), each message carries only its size. Every

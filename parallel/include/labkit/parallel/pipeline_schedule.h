@@ -78,9 +78,21 @@ struct PipeTimes {
   double forward = 1, backward_input = 1, backward_weight = 1, message = 0;
 };
 
+// What the generators build with: a schedule with no actions yet, each chunk
+// on its stage (Megatron's looped placement: chunk c on stage c mod P), and an
+// action with the messages it needs: a forward with its input received first
+// and its output sent after, a backward (or its input's part) with its output's
+// gradient received first and its input's gradient sent after. Nothing
+// travels between two chunks on one stage.
+std::vector<int> looped_placement(int stages, int virtual_stages);
+Schedule empty_schedule(std::string name, int stages, int microbatches, int virtual_stages,
+                        std::vector<int> stage_of_chunk);
+void add_forward(Schedule& s, int microbatch, int chunk);
+void add_backward(Schedule& s, int microbatch, int chunk, PipeOp op = PipeOp::backward);
+
 Schedule naive_schedule(int stages, int microbatches);
 Schedule gpipe_schedule(int stages, int microbatches);
-Schedule one_f_one_b_schedule(int stages, int microbatches);
+Schedule one_f_one_b_schedule(int stages, int microbatches);  // exercise 8.1 (solutions/)
 Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages);  // M a multiple of P
 Schedule zb_h1_schedule(int stages, int microbatches);
 // ZB-V places each weight gradient greedily where the stage would otherwise
