@@ -10,6 +10,7 @@
 #include "harness.h"
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
+#include "labkit/memory.h"
 #include "scenario.h"
 #include "summary.h"
 #include "trace_model.h"
@@ -341,4 +342,27 @@ TEST(VizScenario, RingAttentionShowsTheContiguousLayoutsImbalance) {
   EXPECT_GT(contiguous.end, 1.5 * zigzag.end);
   EXPECT_THROW(viz::parse_scenario("cp:3"), std::exception);
   EXPECT_THROW(viz::parse_scenario("cp:8:sideways"), std::exception);
+}
+
+// A pipeline step: each stage's track computes M forwards and M backwards (ZB-H1:
+// M input and M weight gradients) and idles for the bubble, 1F1B's (P-1)/(M+P-1)
+// of the step, ZB-H1's (P-1)(F+B-W) beside M(F+B+W) (GPT-3's layers: B = 2F - W).
+TEST(VizScenario, APipelineStepShowsEachStagesBubble) {
+  const auto idle = [](const std::string& text) {
+    const viz::TraceModel m = viz::run_scenario(viz::parse_scenario(text));
+    double computing = 0;  // shares of the run
+    for (const viz::RankShare& r : viz::summarize(m).ranks) computing += r.computing;
+    return 1 - computing / m.ranks;
+  };
+  const viz::Scenario s = viz::parse_scenario("pp:4:1f1b:8");
+  EXPECT_EQ(s.pipeline, "1f1b");
+  EXPECT_EQ(s.microbatches, 8);
+  EXPECT_NEAR(idle("pp:4:1f1b:8"), 3.0 / 11, 0.01);
+  const labkit::memory::LayerFlops f =
+      labkit::memory::layer_flops(labkit::memory::model_preset("gpt3-175b"), 2048, 2048);
+  const double zb_idle = 3 * (f.forward + f.backward_input - f.backward_weight);
+  EXPECT_NEAR(idle("pp:4:zb-h1:8"), zb_idle / (8 * f.total() + zb_idle), 0.01);
+  EXPECT_THROW(viz::parse_scenario("pp:5:1f1b"), std::exception);      // 96 layers in 5 stages
+  EXPECT_THROW(viz::parse_scenario("pp:4:sideways"), std::exception);
+  EXPECT_THROW(viz::parse_scenario("pp:4:interleaved:6"), std::exception);  // M not a multiple of P
 }

@@ -12,6 +12,7 @@
 #include "labkit/memory.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/pipeline_executor.h"
 #include "labkit/parallel/ring_attention.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/run.h"
@@ -25,6 +26,14 @@ constexpr int kMaxRanks = 1 << 20;  // as --ranks
 // A cp scenario's sequence: long enough that each rank's attention blocks
 // outlast the K/V messages, so that the contiguous layout's imbalance shows.
 constexpr int kContextSequence = 65536;
+// A pp scenario's model: GPT-3 (96 layers, h = 12288), micro-batches of one 2048-token sequence.
+constexpr int kPipelineLayers = 96;
+constexpr double kPipelineTokens = 2048;
+
+labkit::Schedule pipeline_schedule(const Scenario& s) {
+  return labkit::make_schedule(s.pipeline, s.ranks, s.microbatches,
+                               s.pipeline == "interleaved" || s.pipeline == "zbv" ? 2 : 1);
+}
 }
 
 Scenario parse_scenario(const std::string& text) {
@@ -81,6 +90,24 @@ Scenario parse_scenario(const std::string& text) {
     labkit::find_topology(s.topology);
     return s;
   }
+  if (s.algorithm == "pp") {
+    s.pipeline = parts[2];
+    if (parts.size() > 3) {
+      const std::string& m = parts[3];
+      const auto [at, bad] = std::from_chars(m.data(), m.data() + m.size(), s.microbatches);
+      if (at != m.data() + m.size() || bad != std::errc() || s.microbatches < 1 || s.microbatches > 1024)
+        throw labkit::Error(fmt::format("'{}': '{}' is not a micro-batch count from 1 to 1024", text, m));
+    }
+    if (parts.size() > 4) s.topology = parts[4];
+    const int chunks = s.ranks * (s.pipeline == "interleaved" || s.pipeline == "zbv" ? 2 : 1);
+    if (kPipelineLayers % chunks != 0)
+      throw labkit::Error(fmt::format("'{}' is not pp:STAGES:SCHEDULE[:MICROBATCHES[:TOPOLOGY]] with GPT-3's {} "
+                                      "layers cut into equal chunks ({} do not divide them)", text, kPipelineLayers,
+                                      chunks));
+    pipeline_schedule(s);  // throws, naming the schedules and what each needs
+    labkit::find_topology(s.topology);
+    return s;
+  }
   s.bytes = labkit::parse_bytes(parts[2]);
   if (parts.size() > 3) s.collective = parts[3];
   if (parts.size() > 4) s.topology = parts[4];
@@ -128,6 +155,19 @@ TraceModel run_scenario(const Scenario& s) {
     return from_trace(*r.trace, fmt::format("ring attention over {} positions of the tiny GPT's heads on {} ranks, "
                                             "{} layout, {}", kContextSequence, s.ranks, labkit::name_of(layout),
                                             s.topology));
+  }
+  if (!s.pipeline.empty()) {  // each stage's forwards and backwards in its schedule's order, the messages between
+    const labkit::memory::Architecture gpt3 = labkit::memory::model_preset("gpt3-175b");
+    const labkit::Schedule schedule = pipeline_schedule(s);
+    const double layers = double(kPipelineLayers) / schedule.chunks();
+    const labkit::memory::LayerFlops layer = labkit::memory::layer_flops(gpt3, kPipelineTokens, kPipelineTokens);
+    const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
+      labkit::play_payload_free(comm, schedule,
+                                {layers * layer.forward, layers * layer.backward_input, layers * layer.backward_weight},
+                                std::size_t(kPipelineTokens * gpt3.hidden * 2));
+    });
+    return from_trace(*r.trace, fmt::format("{} pipeline step of GPT-3 on {} stages, {} micro-batches, {}",
+                                            schedule.name, s.ranks, s.microbatches, s.topology));
   }
   if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");

@@ -22,8 +22,10 @@ struct Scenario {
   bool tensor_parallel = false;    // or a tensor-parallel step of the tiny GPT ("tp:4:sp")
   bool sequence_parallel = false;
   std::string cp_layout;  // or ring attention over the ranks ("cp:8:zigzag"): contiguous or zigzag
+  std::string pipeline;   // or a pipeline schedule's step ("pp:4:zb-h1:8"): naive, gpipe, 1f1b, interleaved, zb-h1, zbv
+  int microbatches = 8;
   bool is_training_step() const {
-    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty();
+    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty() || !pipeline.empty();
   }
 };
 
@@ -36,7 +38,10 @@ struct Scenario {
 // 4 ranks (the tp lab; sp: sequence parallel), e.g. "tp:4:sp"; or
 // "cp:RANKS[:contiguous|zigzag[:TOPOLOGY]]", ring attention's forward and
 // backward over a sequence of 65536 split across the ranks (the tp lab's --cp,
-// payload-free), e.g. "cp:8:contiguous". Throws on junk.
+// payload-free), e.g. "cp:8:contiguous"; or
+// "pp:STAGES:SCHEDULE[:MICROBATCHES[:TOPOLOGY]]", one step of a pipeline
+// schedule over GPT-3's 96 layers (the pipeline lab's --what-if, payload-free),
+// each rank's track its stage's grid row, e.g. "pp:4:zb-h1:8". Throws on junk.
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free, but the tiny GPT's step, which
 // computes) and returns its trace.
