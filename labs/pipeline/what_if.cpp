@@ -39,6 +39,7 @@ double p2p_bytes(const Schedule& s, double message_bytes) {
 
 struct Played {
   double bubble = 0, span = 0, sent = 0;
+  double busiest = 0;  // the most any stage computed
   std::vector<std::vector<ScheduleRun::Slot>> slots;  // by stage
 };
 
@@ -58,6 +59,7 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
     double start = all[0][0], end = all[0][1], total_busy = 0;
     for (const auto& r : all) {
       start = std::min(start, r[0]), end = std::max(end, r[1]), total_busy += r[2], out.sent += r[3];
+      out.busiest = std::max(out.busiest, r[2]);
       auto& slots = out.slots.emplace_back();
       for (std::size_t i = 4; i + 5 <= r.size(); i += 5)
         slots.push_back({PipeOp(int(r[i])), int(r[i + 1]), int(r[i + 2]), r[i + 3] - start, r[i + 4] - start});
@@ -106,6 +108,15 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
              "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
              "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
              split ? ", the weights' part 2 per weight" : "", reading / (2.0 * schedule.microbatches * double(message)));
+  if (!run_options.stragglers.empty()) {
+    RunOptions even = run_options;
+    even.stragglers.clear();
+    const Played without = play(schedule, even, flops, message);
+    fmt::print("with --straggler: the step takes {}, {:.2f}x the even pipeline's {}; the slowest stage computes for {} "
+               "of it and every other stage waits on it: a pipeline runs at its slowest stage's pace\n",
+               format_seconds(r.span), r.span / without.span, format_seconds(without.span),
+               format_seconds(r.busiest));
+  }
   if (!o.plot.empty()) {
     plot_grid({{fmt::format("{} on {}: {} (bubble {:.1f}%), payload-free", schedule.name, o.what_if,
                             format_seconds(r.span), 100 * r.bubble),
