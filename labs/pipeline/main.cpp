@@ -209,6 +209,13 @@ int main(int argc, char** argv) {
   app.add_flag("--bench", o.bench, "time the simulation itself: every schedule's steps on --stages simulated ranks "
                                    "against one rank's on the same batches, then GPT-3's interleaved step at P = 16, "
                                    "M = 128, payload-free");
+  app.add_option_function<std::string>(
+         "--sweep",
+         [&o](const std::string& text) {
+           o.sweep = cli::parse_sweep(text, {{"microbatches", 1, 1024, true, ""}, {"stages", 1, 64, true, ""}});
+         },
+         "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
+         "drawn)");
   app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
                                        "computed and executed");
   add_run_options(app, run_options);
@@ -224,6 +231,9 @@ int main(int argc, char** argv) {
     if (o.compare) return compare(o, parse_times(o.times));
     const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config);
     if (!app.count("--ranks")) run_options.ranks = o.stages;
+    if (!o.sweep.over.empty() && o.what_if.empty())
+      throw Error("--sweep: the study runs a real model's schedules payload-free: add --what-if MODEL");
+    if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, schedule);
     if (o.bench) return bench(o, run_options, data, config);
     const int P = o.stages, M = o.microbatches, V = schedule.virtual_stages, B = o.batch_or_default();

@@ -1,7 +1,8 @@
 // Lab 8: pipeline parallelism. One file per view of it:
 //   main.cpp     the tiny GPT cut into stages, trained by a schedule, equal to one rank;
 //                the bubble and the activations each stage keeps, measured beside their formulas
-//   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free; --reading: the reading's example
+//   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free, on each topology; --sweep
+//                over M or P; --reading: the reading's example
 //   grid.cpp     the pipeline grid (--plot); --compare: every schedule played out side by side
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/pipeline_schedule.h"
 #include "labkit/parallel/sequences.h"
@@ -33,6 +35,7 @@ struct Options {
   bool compare = false; // every schedule played out at --times
   std::string times = "1:1:1";  // with --compare: a stage's forward, backward for the input, for the weights
   bool bench = false;   // what the simulation costs in wall time
+  cli::Sweep sweep;     // with --what-if: microbatches=A..B or stages=A..B, doubling
   int virtual_or_default() const { return virtual_stages ? virtual_stages : schedule == "interleaved" || schedule == "zbv" ? 2 : 1; }
   int batch_or_default() const { return batch ? batch : 2 * microbatches; }
 };
@@ -58,6 +61,7 @@ int compare(const Options& o, const PipeTimes& times);
 
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule);
 int readings_example(const RunOptions& run_options);
+int sweep(const Options& o, const RunOptions& run_options);
 
 // The tiny GPT trained by `schedule` on its stages; compare: train one rank too, and measure each stage against it.
 struct PipelineRun {

@@ -37,6 +37,13 @@ double p2p_bytes(const Schedule& s, double message_bytes) {
   return 2.0 * crossings * s.microbatches * message_bytes;
 }
 
+// A chunk's FLOPs for the model cut into `chunks` chunks, micro-batches of b sequences of seq.
+PipeTimes chunk_flops(const memory::Architecture& arch, int chunks, double b, double seq) {
+  const int layers = arch.layers / chunks;
+  const memory::LayerFlops layer = memory::layer_flops(arch, b * seq, seq);
+  return {layers * layer.forward, layers * layer.backward_input, layers * layer.backward_weight, 0};
+}
+
 struct Played {
   double bubble = 0, span = 0, sent = 0;
   double busiest = 0;  // the most any stage computed
@@ -76,9 +83,7 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / given.microbatches;
   const int layers_per_chunk = arch.layers / given.chunks();
-  const memory::LayerFlops layer = memory::layer_flops(arch, b * seq, seq);
-  const PipeTimes flops{layers_per_chunk * layer.forward, layers_per_chunk * layer.backward_input,
-                        layers_per_chunk * layer.backward_weight, 0};
+  const PipeTimes flops = chunk_flops(arch, given.chunks(), b, seq);
   const std::size_t message = std::size_t(b * seq * arch.hidden * 2);
   const Topology topology = find_topology(run_options.topology);
   const double per_second = topology.device.peak_flops * run_options.efficiency;
@@ -108,6 +113,24 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
              "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
              "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
              split ? ", the weights' part 2 per weight" : "", reading / (2.0 * schedule.microbatches * double(message)));
+  // The activations between stages on each topology preset: stage s and s + 1
+  // on one node (its NVLink or PCIe) or, past a node's GPUs, across the network.
+  fmt::print("each topology: a message of b s h x 2 = {} between neighbouring stages, and the step\n",
+             format_bytes(message));
+  fmt::print("{:<10} {:>14} {:>14} {:>9} {:>7}\n", "topology", "inside a node", "across nodes", "step", "bubble");
+  nlohmann::json topologies = nlohmann::json::array();
+  for (const std::string_view name : topology_presets()) {
+    const Topology t = find_topology(name);
+    RunOptions on = run_options;
+    on.topology = name;
+    const Played p = play(schedule, on, flops, message);
+    const auto time = [&](const Link& l) { return l.alpha + double(message) / l.bandwidth; };
+    const bool crosses = schedule.stages > t.devices_per_node;
+    fmt::print("{:<10} {:>14} {:>14} {:>9} {:>6.1f}%\n", name, format_seconds(time(t.intra)),
+               crosses ? format_seconds(time(t.inter)) : "(none)", format_seconds(p.span), 100 * p.bubble);
+    topologies.push_back({{"topology", name}, {"intra", time(t.intra)}, {"inter", crosses ? time(t.inter) : 0.0},
+                          {"step", p.span}, {"bubble", p.bubble}});
+  }
   if (!run_options.stragglers.empty()) {
     RunOptions even = run_options;
     even.stragglers.clear();
@@ -131,8 +154,73 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
                                           {"backward_input", seconds.backward_input},
                                           {"backward_weight", seconds.backward_weight}, {"step", r.span},
                                           {"bubble", r.bubble}, {"formula", formula}, {"played", played.bubble},
-                                          {"p2p_bytes", r.sent}, {"p2p_formula", reading}}
+                                          {"p2p_bytes", r.sent}, {"p2p_formula", reading},
+                                          {"topologies", topologies}}
                                .dump(2)
+                        << '\n';
+  return 0;
+}
+
+int sweep(const Options& o, const RunOptions& run_options) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const double seq = o.seq ? o.seq : arch.positions;
+  const bool over_m = o.sweep.over == "microbatches";
+  std::vector<int> values;
+  for (int v = int(o.sweep.from); v <= o.sweep.to; v *= 2) values.push_back(v);
+  const std::vector<std::string_view> names = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
+  fmt::print("pipeline --what-if {} --sweep {}={:g}..{:g}: each schedule's bubble, measured payload-free, {} = {}, "
+             "micro-batches of one {:g}-token sequence ...\n", o.what_if, o.sweep.over, o.sweep.from, o.sweep.to,
+             over_m ? "P" : "M", over_m ? o.stages : o.microbatches, seq);
+  std::fflush(stdout);
+  fmt::print("{:>6}", over_m ? "M" : "P");
+  for (std::string_view n : names) fmt::print(" {:>12}", n);
+  fmt::print(" {:>14}\n", "(P-1)/(M+P-1)");
+  nlohmann::json rows = nlohmann::json::array();
+  std::string data;
+  for (const int v : values) {
+    const int P = over_m ? o.stages : v, M = over_m ? v : o.microbatches;
+    fmt::print("{:>6}", v);
+    nlohmann::json row = {{over_m ? "microbatches" : "stages", v}};
+    data += fmt::format("{}", v);
+    for (std::string_view name : names) {
+      const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
+      if (arch.layers % (P * V) != 0 || P > arch.layers || (name == "interleaved" && M % P != 0)) {
+        fmt::print(" {:>12}", "-");
+        data += " NaN";
+        continue;
+      }
+      const PipeTimes flops = chunk_flops(arch, P * V, 1, seq);
+      const double per_second = find_topology(run_options.topology).device.peak_flops * run_options.efficiency;
+      const PipeTimes seconds{flops.forward / per_second, flops.backward_input / per_second,
+                              flops.backward_weight / per_second, 0};
+      const Played r = play(make_schedule(name, P, M, V, seconds), run_options, flops,
+                            std::size_t(seq * arch.hidden * 2));
+      fmt::print(" {:>11.1f}%", 100 * r.bubble);
+      row[std::string(name)] = r.bubble;
+      data += fmt::format(" {}", 100 * r.bubble);
+    }
+    fmt::print(" {:>13.1f}%\n", 100.0 * (P - 1) / (M + P - 1));
+    data += fmt::format(" {}\n", 100.0 * (P - 1) / (M + P - 1));
+    rows.push_back(row);
+  }
+  fmt::print("(-: the schedule cannot cut the model's {} layers into P or 2P equal chunks, or interleaved's M is no "
+             "multiple of P)\n", arch.layers);
+  if (!o.plot.empty()) {
+    const std::string file = o.plot + ".dat";
+    create_file(file) << data;
+    std::string plot = fmt::format("plot '{}' using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'", file);
+    for (std::size_t i = 0; i < names.size(); ++i)
+      plot += fmt::format(", '' using 1:{} with linespoints lw 2 title '{}'", i + 2, names[i]);
+    run_gnuplot(fmt::format("set terminal {} size 800,450 font 'sans,10' background '#ffffff'\nset output '{}'\n"
+                            "set termoption noenhanced\nset logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
+                            "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
+                            gnuplot_terminal(o.plot), o.plot, over_m ? "micro-batches M" : "stages P", o.what_if,
+                            plot));
+    std::remove(file.c_str());
+    fmt::print("wrote {}\n", o.plot);
+  }
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"model", o.what_if}, {"over", o.sweep.over}, {"rows", rows}}.dump(2)
                         << '\n';
   return 0;
 }
