@@ -28,6 +28,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     work();
     return std::chrono::duration<double>(Clock::now() - start).count();
   };
+  // The one-rank baseline is the lab's first work, outside any rank: where its ranks would start.
+  if (before_ranks_start) before_ranks_start(run_options);
   const int B = o.batch_or_default();
   SgdMomentum sgd{.lr = o.lr};
   const double one_rank = timed("one rank", [&] {

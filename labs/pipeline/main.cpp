@@ -182,7 +182,7 @@ int main(int argc, char** argv) {
   app.add_option("--stages", o.stages, "pipeline stages, one rank each (P)")
       ->capture_default_str()->check(cli::in_range(1, 64));
   app.add_option("--microbatches", o.microbatches, "micro-batches per step (M)")
-      ->capture_default_str()->check(cli::in_range(1, 1024));
+      ->capture_default_str()->check(cli::in_range(1, 512));
   app.add_option("--schedule", o.schedule, "naive, gpipe, 1f1b, interleaved, zb-h1 or zbv")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kScheduleNames), std::end(kScheduleNames))));
@@ -212,7 +212,7 @@ int main(int argc, char** argv) {
   app.add_option_function<std::string>(
          "--sweep",
          [&o](const std::string& text) {
-           o.sweep = cli::parse_sweep(text, {{"microbatches", 1, 1024, true, ""}, {"stages", 1, 64, true, ""}});
+           o.sweep = cli::parse_sweep(text, {{"microbatches", 1, 512, true, ""}, {"stages", 1, 64, true, ""}});
          },
          "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
          "drawn)");
