@@ -278,6 +278,9 @@ int main(int argc, char** argv) {
                : schedule.name == "zb-h1" ? "(P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W))"
                : schedule.name == "zbv" ? "none in closed form (near zero, the paper)"
                                         : "(P-1)/(M+P-1)");
+    fmt::print("activations by stage, each tracker's peak: {} (the micro-batches each held at once, times a "
+               "micro-batch's activations on its layers)\n",
+               stage_list(r.stages, [](const StageRun& s) { return format_bytes(std::uint64_t(s.activation_peak)); }));
     if (measured > played + 0.05)
       fmt::print("(the bubble measured is the schedule's and the messages' waits: the tiny GPT's chunks take {} beside "
                  "messages of microseconds, so the pipe waits on the network. --what-if gpt3-175b runs the same "
