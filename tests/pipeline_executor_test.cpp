@@ -30,17 +30,6 @@ std::vector<int> tokens(int B, int seed) {
   return out;
 }
 
-// ||a - b|| / ||b|| over the ranges a stage owns.
-double owned_difference(const std::vector<float>& a, const std::vector<float>& b,
-                        const std::vector<ParameterRange>& owned) {
-  std::vector<float> mine, theirs;
-  for (const ParameterRange& r : owned) {
-    mine.insert(mine.end(), a.begin() + std::ptrdiff_t(r.offset), a.begin() + std::ptrdiff_t(r.offset + r.count));
-    theirs.insert(theirs.end(), b.begin() + std::ptrdiff_t(r.offset), b.begin() + std::ptrdiff_t(r.offset + r.count));
-  }
-  return relative_difference(mine, theirs);
-}
-
 // `steps` steps of SGD with momentum: one rank on the whole batch, then the
 // schedule on its stages; the largest difference of a stage's weights (and,
 // after the first step, of its loss) from one rank's.
@@ -74,7 +63,7 @@ Difference train(const Schedule& schedule, int layers, int B, int steps) {
         sgd[i].update({model.parameters().data() + r.offset, r.count}, {model.gradients().data() + r.offset, r.count});
       }
     }
-    out.weights = std::max(out.weights, owned_difference(model.parameters().to_host(), want, pipeline.owned()));
+    out.weights = std::max(out.weights, relative_difference(model.parameters().to_host(), want, pipeline.owned()));
     for (const ParameterRange& r : pipeline.owned()) out.owned += r.count;
   });
   return out;

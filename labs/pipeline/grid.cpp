@@ -24,6 +24,18 @@
 
 namespace pipeline_lab {
 
+void append_slots(std::vector<double>& report, const std::vector<ScheduleRun::Slot>& slots) {
+  for (const ScheduleRun::Slot& s : slots)
+    report.insert(report.end(), {double(s.op), double(s.microbatch), double(s.chunk), s.start, s.end});
+}
+
+std::vector<ScheduleRun::Slot> read_slots(const std::vector<double>& report, std::size_t from) {
+  std::vector<ScheduleRun::Slot> slots;
+  for (std::size_t i = from; i + 5 <= report.size(); i += 5)
+    slots.push_back({PipeOp(int(report[i])), int(report[i + 1]), int(report[i + 2]), report[i + 3], report[i + 4]});
+  return slots;
+}
+
 void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_unit, const std::string& path) {
   if (panels.empty()) throw Error("--plot: nothing to draw");
   const auto end_of = [](const GridPanel& p) {

@@ -77,27 +77,17 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       one_rank = train_one_rank(config, data, o.seed, o.steps, B,
                                 [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
     }
-    std::vector<float> mine, theirs;
-    const std::vector<float> weights = model.parameters().to_host();
-    for (const ParameterRange& r : pipeline.owned()) {
-      if (!compare) break;
-      mine.insert(mine.end(), weights.begin() + std::ptrdiff_t(r.offset), weights.begin() + std::ptrdiff_t(r.offset + r.count));
-      theirs.insert(theirs.end(), one_rank.begin() + std::ptrdiff_t(r.offset),
-                    one_rank.begin() + std::ptrdiff_t(r.offset + r.count));
-    }
     report[0] = step.start, report[1] = step.end, report[2] = step.activation_sets;
     report[3] = double(comm.memory().peak[std::size_t(MemoryUse::activations)]);
-    report[4] = compare ? relative_difference(mine, theirs) : 0;
-    for (const ScheduleRun::Slot& slot : step.slots)
-      report.insert(report.end(), {double(slot.op), double(slot.microbatch), double(slot.chunk), slot.start, slot.end});
+    report[4] = compare ? relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()) : 0;
+    append_slots(report, step.slots);
     const auto all = comm.inspect(view_of(report));  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
     for (const std::vector<double>& r : all) {
       StageRun& stage = out.stages.emplace_back();
       stage.start = r[0], stage.end = r[1], stage.activation_sets = int(r[2]), stage.activation_peak = r[3];
       out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, r[4]);
-      for (std::size_t i = kSummary + std::size_t(o.steps); i + 5 <= r.size(); i += 5)
-        stage.slots.push_back({PipeOp(int(r[i])), int(r[i + 1]), int(r[i + 2]), r[i + 3], r[i + 4]});
+      stage.slots = read_slots(r, kSummary + std::size_t(o.steps));
     }
     const std::size_t last_stage = std::size_t(schedule.stage_of_chunk.back());
     out.losses.assign(all[last_stage].begin() + kSummary, all[last_stage].begin() + std::ptrdiff_t(kSummary) + o.steps);

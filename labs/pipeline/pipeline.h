@@ -48,6 +48,10 @@ struct StageRun {
   double activation_peak = 0;  // bytes, the stage's tracker
 };
 
+// A stage's slots as doubles, to gather them on rank 0 (Comm::inspect), and back.
+void append_slots(std::vector<double>& report, const std::vector<ScheduleRun::Slot>& slots);
+std::vector<ScheduleRun::Slot> read_slots(const std::vector<double>& report, std::size_t from);
+
 // One panel of the grid: a schedule's step, each stage's forwards and backwards as they ran.
 struct GridPanel {
   std::string title;

@@ -59,19 +59,18 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
     double busy = 0;
     for (const ScheduleRun::Slot& slot : step.slots) busy += slot.end - slot.start;
     std::vector<double> report = {step.start, step.end, busy, double(step.sent_bytes)};
-    for (const ScheduleRun::Slot& slot : step.slots)
-      report.insert(report.end(), {double(slot.op), double(slot.microbatch), double(slot.chunk), slot.start, slot.end});
+    append_slots(report, step.slots);
     const auto all = comm.inspect(view_of(report));
     if (comm.rank() != 0) return;
     double start = all[0][0], end = all[0][1], total_busy = 0;
     for (const auto& r : all) {
       start = std::min(start, r[0]), end = std::max(end, r[1]), total_busy += r[2], out.sent += r[3];
       out.busiest = std::max(out.busiest, r[2]);
-      auto& slots = out.slots.emplace_back();
-      for (std::size_t i = 4; i + 5 <= r.size(); i += 5)
-        slots.push_back({PipeOp(int(r[i])), int(r[i + 1]), int(r[i + 2]), r[i + 3] - start, r[i + 4] - start});
+      out.slots.push_back(read_slots(r, 4));
     }
     out.span = end - start;
+    for (auto& stage : out.slots)
+      for (ScheduleRun::Slot& slot : stage) slot.start -= start, slot.end -= start;
     out.bubble = 1 - total_busy / (double(all.size()) * out.span);
   });
   return out;

@@ -24,6 +24,18 @@ inline double relative_difference(std::span<const float> a, std::span<const floa
   return std::sqrt(diff / norm);
 }
 
+// The same over the parts of a and b that `ranges` pick: the parameters a
+// pipeline stage keeps.
+inline double relative_difference(std::span<const float> a, std::span<const float> b,
+                                  std::span<const ParameterRange> ranges) {
+  std::vector<float> mine, theirs;
+  for (const ParameterRange& r : ranges) {
+    mine.insert(mine.end(), a.begin() + std::ptrdiff_t(r.offset), a.begin() + std::ptrdiff_t(r.offset + r.count));
+    theirs.insert(theirs.end(), b.begin() + std::ptrdiff_t(r.offset), b.begin() + std::ptrdiff_t(r.offset + r.count));
+  }
+  return relative_difference(mine, theirs);
+}
+
 // What an optimizer does to the parameters it updates, given their gradients.
 using OptimizerUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
 
