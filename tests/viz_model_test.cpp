@@ -11,6 +11,7 @@
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
+#include "labkit/parallel/pipeline_schedule.h"
 #include "scenario.h"
 #include "summary.h"
 #include "trace_model.h"
@@ -365,4 +366,30 @@ TEST(VizScenario, APipelineStepShowsEachStagesBubble) {
   EXPECT_THROW(viz::parse_scenario("pp:5:1f1b"), std::exception);      // 96 layers in 5 stages
   EXPECT_THROW(viz::parse_scenario("pp:4:sideways"), std::exception);
   EXPECT_THROW(viz::parse_scenario("pp:4:interleaved:6"), std::exception);  // M not a multiple of P
+}
+
+// The pipeline grid reads each compute span's cell back from its name, as the
+// executors write it; anything else is no cell.
+TEST(VizPipelineGrid, CellsAreReadBackFromTheExecutorsNames) {
+  const labkit::Schedule s = labkit::zbv_schedule(2, 4);
+  const auto forward = viz::pipeline_cell(labkit::trace_name(s, {labkit::PipeOp::forward, 3, 2}));
+  ASSERT_TRUE(forward);
+  EXPECT_EQ(forward->kind, viz::PipelineCell::Kind::forward);
+  EXPECT_EQ(forward->microbatch, 3);
+  EXPECT_TRUE(forward->later_chunk);  // chunk 2 of stage 1's two
+  const auto weights = viz::pipeline_cell(labkit::trace_name(s, {labkit::PipeOp::backward_weight, 0, 1}));
+  ASSERT_TRUE(weights);
+  EXPECT_EQ(weights->kind, viz::PipelineCell::Kind::weights);
+  EXPECT_FALSE(weights->later_chunk);
+  EXPECT_EQ(viz::pipeline_cell(labkit::trace_name(s, {labkit::PipeOp::backward_input, 1, 0}))->kind,
+            viz::PipelineCell::Kind::backward);
+  for (const char* other : {"optimizer", "forward", "forward x", "column-parallel 2", "backward -1"})
+    EXPECT_FALSE(viz::pipeline_cell(other)) << other;
+  // Every compute span of a pipeline scenario is a cell: M forwards and M backwards per stage.
+  const viz::TraceModel m = viz::run_scenario(viz::parse_scenario("pp:4:1f1b:8"));
+  for (const viz::Track& t : m.tracks) {
+    int cells = 0;
+    for (const viz::Span& span : t.spans) cells += span.kind == viz::Kind::compute && viz::pipeline_cell(span.name);
+    EXPECT_EQ(cells, 16) << t.name;
+  }
 }

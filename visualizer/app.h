@@ -39,7 +39,7 @@ struct Panel {
 std::vector<Panel>& panels();
 void register_panel(std::string name, std::function<void(App&)> draw);
 
-void register_builtin_panels();  // timeline, data flow, summary, run
+void register_builtin_panels();  // timeline, data flow, summary, run, pipeline grid
 
 // Shows a trace: the model, its summary, the whole run in the timeline.
 void show(App& app, TraceModel model);

@@ -36,7 +36,17 @@ void draw_frame(viz::App& app, ImVec2 screen) {
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
-  const struct { float x, y, w, h; } layout[] = {{0, 0.5f, 1, 0.5f}, {0, 0, 0.4f, 0.5f}, {0.4f, 0, 0.35f, 0.5f}, {0.75f, 0, 0.25f, 0.5f}};
+  // Timeline, data flow, summary, run, pipeline grid; a pipeline step's grid
+  // takes the upper half of the timeline's place.
+  const bool pipeline = app.summary.pipeline_microbatches > 0;
+  struct Place {
+    float x, y, w, h;
+  };
+  const Place layout[] = {{0, pipeline ? 0.75f : 0.5f, 1, pipeline ? 0.25f : 0.5f},
+                          {0, 0, 0.4f, 0.5f},
+                          {0.4f, 0, 0.35f, 0.5f},
+                          {0.75f, 0, 0.25f, pipeline ? 0.5f : 0.35f},
+                          pipeline ? Place{0, 0.5f, 1, 0.25f} : Place{0.75f, 0.35f, 0.25f, 0.15f}};
   std::size_t i = 0;
   for (viz::Panel& p : viz::panels()) {
     const auto& l = layout[std::min(i++, std::size(layout) - 1)];

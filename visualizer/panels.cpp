@@ -8,6 +8,7 @@ void draw_timeline(App& app);
 void draw_dataflow(App& app);
 void draw_summary(App& app);
 void draw_run(App& app);
+void draw_pipeline(App& app);
 
 std::vector<Panel>& panels() {
   static std::vector<Panel> registered;
@@ -39,6 +40,7 @@ void register_builtin_panels() {
   register_panel("Data flow", draw_dataflow);
   register_panel("Summary", draw_summary);
   register_panel("Run", draw_run);
+  register_panel("Pipeline grid", draw_pipeline);
 }
 
 }  // namespace viz

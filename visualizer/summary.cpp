@@ -1,9 +1,11 @@
 // What the summary panel shows, computed once per trace rather than every
 // frame: each rank's time split into communicating, computing and idle, the
-// communication its stream hid under compute, and the bytes each link carried.
+// communication its stream hid under compute, and the bytes each link carried;
+// and a pipeline step's cells, read back from its compute spans' names.
 #include "summary.h"
 
 #include <algorithm>
+#include <charconv>
 #include <map>
 
 namespace viz {
@@ -49,6 +51,8 @@ Summary summarize(const TraceModel& m) {
     s.streams = s.streams || t.stream;
     for (const Span& span : t.spans) {
       if (span.kind == Kind::compute) compute_spans[t.rank].push_back({span.start, span.end});
+      if (const auto cell = span.kind == Kind::compute ? pipeline_cell(span.name) : std::nullopt)
+        s.pipeline_microbatches = std::max(s.pipeline_microbatches, cell->microbatch + 1);
       if (is_communication(span.kind)) comm_spans[t.rank].push_back({span.start, span.end});
     }
   }
@@ -64,6 +68,20 @@ Summary summarize(const TraceModel& m) {
   for (const auto& [link, bytes] : per_link) s.links.push_back({bytes, link});
   std::sort(s.links.rbegin(), s.links.rend());
   return s;
+}
+
+std::optional<PipelineCell> pipeline_cell(std::string_view name) {
+  PipelineCell cell{PipelineCell::Kind::backward, 0, name.ends_with('\'')};
+  if (cell.later_chunk) name.remove_suffix(1);
+  const std::size_t space = name.rfind(' ');
+  if (space == std::string_view::npos) return std::nullopt;
+  const std::string_view kind = name.substr(0, space), number = name.substr(space + 1);
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), cell.microbatch);
+  if (error != std::errc() || end != number.data() + number.size() || cell.microbatch < 0) return std::nullopt;
+  if (kind == "forward") cell.kind = PipelineCell::Kind::forward;
+  else if (kind == "backward for the weights") cell.kind = PipelineCell::Kind::weights;
+  else if (kind != "backward" && kind != "backward for the input") return std::nullopt;
+  return cell;
 }
 
 }  // namespace viz

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -20,7 +22,18 @@ struct Summary {
   std::vector<RankShare> ranks;
   bool streams = false;  // some rank has a communication stream
   std::vector<std::pair<std::int64_t, std::pair<int, int>>> links;  // (bytes, (from, to)), busiest first
+  int pipeline_microbatches = 0;  // a pipeline step's micro-batches (its cells', pipeline_cell), 0 if none
 };
 Summary summarize(const TraceModel& model);
+
+// A compute span of a pipeline schedule's step, read back from the name the
+// executors give it (labkit::trace_name: "forward 3", "backward for the
+// input 3'"): its kind, micro-batch, and whether it is on a stage's later chunk.
+struct PipelineCell {
+  enum class Kind { forward, backward, weights } kind;
+  int microbatch;
+  bool later_chunk;
+};
+std::optional<PipelineCell> pipeline_cell(std::string_view span_name);
 
 }  // namespace viz

@@ -148,7 +148,7 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
   const auto timed = [&](const PipeAction& a, double flops, const auto& work) {
     const double started = pp_.now();
     work();
-    pp_.computed(name_of(a.op), started, flops);
+    pp_.computed(trace_name(schedule_, a), started, flops);
     out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp_.now()});
   };
 
@@ -240,7 +240,7 @@ PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flo
         break;
       default: {
         const double started = pp.now();
-        pp.compute(name_of(a.op), a.op == PipeOp::forward           ? flops.forward
+        pp.compute(trace_name(s, a), a.op == PipeOp::forward           ? flops.forward
                                   : a.op == PipeOp::backward_input  ? flops.backward_input
                                   : a.op == PipeOp::backward_weight ? flops.backward_weight
                                                                     : flops.backward_input + flops.backward_weight);

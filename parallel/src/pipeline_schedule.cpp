@@ -26,6 +26,10 @@ std::string_view name_of(PipeOp op) {
   return "?";
 }
 
+std::string trace_name(const Schedule& s, const PipeAction& a) {
+  return fmt::format("{} {}{}", name_of(a.op), a.microbatch, a.chunk >= s.stages ? "'" : "");
+}
+
 bool is_compute(PipeOp op) {
   return op == PipeOp::forward || op == PipeOp::backward || op == PipeOp::backward_input ||
          op == PipeOp::backward_weight;

@@ -48,6 +48,12 @@ enum class PipeOp {
   receive_gradient
 };
 std::string_view name_of(PipeOp op);
+struct PipeAction;
+struct Schedule;
+// How the executors name an action's compute in the trace: "forward 3", "backward
+// for the input 3'" (micro-batch 3 on a stage's later chunk), which the
+// visualizer's pipeline grid reads back.
+std::string trace_name(const Schedule& s, const PipeAction& a);
 bool is_compute(PipeOp op);  // forward or one of the backwards
 
 struct PipeAction {
