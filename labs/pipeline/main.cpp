@@ -127,6 +127,11 @@ double measured_bubble(const PipelineRun& r) {
   return 1 - busy / (double(r.stages.size()) * step_span(r));
 }
 
+// --sweep's forms: the bubble against the micro-batches or the stages.
+cli::Sweep parse_sweep(const std::string& text) {
+  return cli::parse_sweep(text, {{"microbatches", 1, 512, true, ""}, {"stages", 1, 64, true, ""}});
+}
+
 // What the command line asks that cannot be, before any rank starts.
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config) {
   const int P = o.stages, M = o.microbatches, V = o.virtual_or_default();
@@ -200,12 +205,10 @@ int main(int argc, char** argv) {
                                    "against one rank's on the same batches, then GPT-3's interleaved step at P = 16, "
                                    "M = 128, payload-free");
   app.add_option_function<std::string>(
-         "--sweep",
-         [&o](const std::string& text) {
-           o.sweep = cli::parse_sweep(text, {{"microbatches", 1, 512, true, ""}, {"stages", 1, 64, true, ""}});
-         },
+         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
          "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
-         "drawn)");
+         "drawn)")
+      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
   app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
                                        "computed and executed");
   add_run_options(app, run_options);
