@@ -153,6 +153,15 @@ Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool 
     throw Error(fmt::format("--batch {}: it does not cut into {} equal micro-batches (--microbatches)", B, M));
   if (run_options.backend == "sim" && ranks_given && run_options.ranks != P)
     throw Error(fmt::format("--ranks {}: the pipeline runs one rank per stage, --stages {}", run_options.ranks, P));
+  if (!o.schedule_file.empty()) {
+    const Schedule s = read_schedule(o.schedule_file);
+    try {
+      validate(s);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--schedule-file {}: {}", o.schedule_file, e.what()));
+    }
+    return s;
+  }
   try {
     return make_schedule(o.schedule, P, M, V);
   } catch (const Error& e) {
@@ -181,8 +190,12 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "naive, gpipe, 1f1b, interleaved, zb-h1 or zbv")
       ->capture_default_str()
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kScheduleNames), std::end(kScheduleNames))));
+  app.add_option("--schedule-file", o.schedule_file, "a schedule written by hand, one line per stage (see "
+                                                   "labs/pipeline/schedules/), instead of --schedule")
+      ->excludes("--schedule");
   app.add_option("--virtual", o.virtual_stages, "chunks per stage (V): interleaved's (default 2); zbv runs 2")
-      ->check(cli::in_range(1, 64));
+      ->check(cli::in_range(1, 64))
+      ->excludes("--schedule-file");
   app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--batch", o.batch, "sequences per step (default: two per micro-batch)")->check(cli::in_range(1, 4096));
   app.add_option("--layers", o.layers, "the tiny GPT's layers")->capture_default_str()->check(cli::in_range(1, 64));
@@ -221,6 +234,14 @@ int main(int argc, char** argv) {
     if (run_options.backend == "nccl")
       throw Error("--backend nccl: the pipeline's stages keep the model in host memory (sim or mpi for now)");
     if (o.reading) return readings_example(run_options);
+    if (!o.schedule_file.empty()) {  // its stages and micro-batches are the file's
+      const Schedule s = read_schedule(o.schedule_file);
+      for (const auto& [option, given, in_file] : {std::tuple{"--stages", o.stages, s.stages},
+                                                   std::tuple{"--microbatches", o.microbatches, s.microbatches}})
+        if (app.count(option) && given != in_file)
+          throw Error(fmt::format("{} {}: --schedule-file {} has {}", option, given, o.schedule_file, in_file));
+      o.stages = s.stages, o.microbatches = s.microbatches;
+    }
     if (o.compare) return compare(o, parse_times(o.times));
     const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config);
     if (!app.count("--ranks")) run_options.ranks = o.stages;
@@ -239,7 +260,7 @@ int main(int argc, char** argv) {
     const PipeTimes t = measured_times(r);
     const double measured = measured_bubble(r), formula = bubble_formula(schedule, t);
     const double played = validate(schedule, t).bubble;
-    const bool split = schedule.name == "zb-h1" || schedule.name == "zbv";
+    const bool split = schedule.splits_backward();
     // The memory lab's estimate for 1F1B's first stage: P micro-batches of its
     // L/P layers, one micro-batch through every layer (llm.c's buffers).
     const double estimate = memory::llmc_activation_bytes(architecture_of(config), config.max_seq, double(B) / M);
@@ -270,6 +291,7 @@ int main(int argc, char** argv) {
                : schedule.name == "interleaved" ? "(P-1)/(VM+P-1)"
                : schedule.name == "zb-h1" ? "(P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W))"
                : schedule.name == "zbv" ? "none in closed form (near zero, the paper)"
+               : schedule.name == "by hand" ? "none for a schedule written by hand"
                                         : "(P-1)/(M+P-1)");
     fmt::print("activations by stage, each tracker's peak: {} (the micro-batches each held at once, times a "
                "micro-batch's activations on its layers)\n",

@@ -23,6 +23,7 @@ using namespace labkit;
 struct Options {
   int stages = 4, microbatches = 8, virtual_stages = 0;  // virtual 0: the schedule's own (2 for interleaved and zbv)
   std::string schedule = "1f1b";
+  std::string schedule_file;  // a schedule written by hand (schedules/*.txt), instead of --schedule
   int steps = 10, batch = 0;  // batch 0: two sequences per micro-batch
   int layers = 8;             // the tiny GPT, deepened to be cut into stages
   float lr = 0.05f;
@@ -47,6 +48,13 @@ struct StageRun {
   int activation_sets = 0;
   double activation_peak = 0;  // bytes, the stage's tracker
 };
+
+// A schedule written by hand: one line per stage, "S: F0 F1 B0 ...", each
+// action F (forward), B (backward), I and W (a backward's input and weights
+// parts) on the micro-batch its number names; the sends and receives go in
+// where the work needs them (add_forward, add_backward). Throws naming the
+// line and the token; validate() judges the result.
+Schedule read_schedule(const std::string& path);
 
 // A stage's slots as doubles, to gather them on rank 0 (Comm::inspect), and back.
 void append_slots(std::vector<double>& report, const std::vector<ScheduleRun::Slot>& slots);

@@ -89,8 +89,7 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
   const PipeTimes seconds{flops.forward / per_second, flops.backward_input / per_second,
                           flops.backward_weight / per_second, 0};
   // Made again for these times: ZB-V places its weight gradients by them.
-  const Schedule schedule =
-      make_schedule(given.name, given.stages, given.microbatches, given.virtual_stages, seconds);
+  const Schedule schedule = given.name == "zbv" ? zbv_schedule(given.stages, given.microbatches, seconds) : given;
   fmt::print("pipeline --what-if {}: {} layers of h = {}, {} per chunk, micro-batches of b = {:g} x s = {:g}, bf16, "
              "compute at {:.0f}% of the GPU's peak on {}, payload-free ...\n", o.what_if, arch.layers, arch.hidden,
              layers_per_chunk, b, seq, 100 * run_options.efficiency, run_options.topology);
@@ -100,7 +99,7 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
   const double formula = bubble_formula(schedule, seconds), reading = p2p_bytes(schedule, double(message));
   fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>7} {:>11} {:>11}\n", "schedule", "P",
              "M", "V", "forward", "backward", "weights", "step", "bubble", "formula", "played", "P2P/step", "formula");
-  const bool split = schedule.name == "zb-h1" || schedule.name == "zbv";
+  const bool split = schedule.splits_backward();
   fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>6.1f}% {:>7.1f}% {:>6.1f}% {:>11} {:>11}\n",
              schedule.name, schedule.stages, schedule.microbatches, schedule.virtual_stages,
              format_seconds(seconds.forward),

@@ -30,6 +30,13 @@ std::string trace_name(const Schedule& s, const PipeAction& a) {
   return fmt::format("{} {}{}", name_of(a.op), a.microbatch, a.chunk >= s.stages ? "'" : "");
 }
 
+bool Schedule::splits_backward() const {
+  for (const auto& stage : actions)
+    for (const PipeAction& a : stage)
+      if (a.op == PipeOp::backward_weight) return true;
+  return false;
+}
+
 bool is_compute(PipeOp op) {
   return op == PipeOp::forward || op == PipeOp::backward || op == PipeOp::backward_input ||
          op == PipeOp::backward_weight;

@@ -69,6 +69,7 @@ struct Schedule {
   std::vector<int> stage_of_chunk;               // chunk c's stage, for c in [0, stages x virtual_stages)
   std::vector<std::vector<PipeAction>> actions;  // by stage, in the order the stage runs them
   int chunks() const { return int(stage_of_chunk.size()); }
+  bool splits_backward() const;  // some backward runs as its input's and weights' parts
 };
 
 // A send's or receive's message: the stage at its other end, and its tag,
