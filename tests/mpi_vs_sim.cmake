@@ -3,6 +3,7 @@
 # run_sim_and_mpi(NAME ARGS...): runs LAB with ARGS and --json on the
 # simulator (--ranks NP) and under mpirun -np NP (--backend mpi), and sets
 # json_sim and json_mpi to what each wrote.
+# same_losses(): the same for every step of the two runs' "losses" curves.
 # same_loss(SIM MPI WHAT): fails unless the two losses agree to five digits (the
 # ranks' sums may run in another order; nothing else may differ).
 function(run_sim_and_mpi name)
@@ -20,6 +21,17 @@ function(run_sim_and_mpi name)
     endif()
     file(READ ${json} text)
     set(json_${backend} "${text}" PARENT_SCOPE)
+  endforeach()
+endfunction()
+
+# same_losses(): every step's loss in json_sim's and json_mpi's "losses" agrees (same_loss).
+function(same_losses)
+  string(JSON steps LENGTH "${json_sim}" losses)
+  math(EXPR last "${steps} - 1")
+  foreach(s RANGE ${last})
+    string(JSON sim GET "${json_sim}" losses ${s})
+    string(JSON mpi GET "${json_mpi}" losses ${s})
+    same_loss(${sim} ${mpi} "step ${s}")
   endforeach()
 endfunction()
 

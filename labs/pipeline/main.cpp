@@ -95,6 +95,19 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
   return out;
 }
 
+double step_span(const std::vector<StageRun>& stages) {
+  double start = stages[0].start, end = stages[0].end;
+  for (const StageRun& s : stages) start = std::min(start, s.start), end = std::max(end, s.end);
+  return end - start;
+}
+
+double measured_bubble(const std::vector<StageRun>& stages) {
+  double busy = 0;
+  for (const StageRun& s : stages)
+    for (const ScheduleRun::Slot& slot : s.slots) busy += slot.end - slot.start;
+  return 1 - busy / (double(stages.size()) * step_span(stages));
+}
+
 }  // namespace pipeline_lab
 
 namespace {
@@ -110,21 +123,6 @@ PipeTimes measured_times(const PipelineRun& r) {
     }
   const auto mean = [&](int k) { return count[k] ? sum[k] / count[k] : 0.0; };
   return {mean(0), mean(1), mean(2), 0};
-}
-
-// The step's span: the first stage's start to the last one's end.
-double step_span(const PipelineRun& r) {
-  double start = r.stages[0].start, end = r.stages[0].end;
-  for (const StageRun& s : r.stages) start = std::min(start, s.start), end = std::max(end, s.end);
-  return end - start;
-}
-
-// The bubble as the stages ran: 1 - (their compute) / (P x the step's span).
-double measured_bubble(const PipelineRun& r) {
-  double busy = 0;
-  for (const StageRun& s : r.stages)
-    for (const ScheduleRun::Slot& slot : s.slots) busy += slot.end - slot.start;
-  return 1 - busy / (double(r.stages.size()) * step_span(r));
 }
 
 // --sweep's forms: the bubble against the micro-batches or the stages.
@@ -258,7 +256,7 @@ int main(int argc, char** argv) {
     if (r.stages.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
     const PipeTimes t = measured_times(r);
-    const double measured = measured_bubble(r), formula = bubble_formula(schedule, t);
+    const double measured = measured_bubble(r.stages), formula = bubble_formula(schedule, t);
     const double played = validate(schedule, t).bubble;
     const bool split = schedule.splits_backward();
     // The memory lab's estimate for 1F1B's first stage: P micro-batches of its
@@ -273,7 +271,7 @@ int main(int argc, char** argv) {
     fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>7} {:>13} {:>12} {:>9} {:>8} {:>12}\n",
                "schedule", "P", "M", "V", "forward", "backward", "weights", "step", "bubble", "formula", "played",
                "in flight", "act/stage 0", "estimate", "loss", "vs one rank");
-    const double span = step_span(r);
+    const double span = step_span(r.stages);
     fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>6.1f}% {:>7.1f}% {:>6.1f}% {:>13} {:>12} {:>9} "
                "{:>8.4f} {:>12.1e}\n",
                schedule.name, P, M, V, format_seconds(t.forward), format_seconds(t.backward_input),

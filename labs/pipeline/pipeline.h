@@ -4,6 +4,8 @@
 //   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free, on each topology; --sweep
 //                over M or P; --reading: the reading's example
 //   grid.cpp     the pipeline grid (--plot); --compare: every schedule played out side by side
+//   schedule_file.cpp  --schedule-file: a schedule written by hand
+//   bench.cpp    --bench: what the simulation costs
 #pragma once
 
 #include <cstdint>
@@ -81,6 +83,11 @@ struct PipelineRun {
   std::vector<double> losses;      // by step, the mean over the batch
   double weights_vs_one_rank = 0;  // the largest over the stages
 };
+
+// The step's span, the first stage's start to the last one's end; and the
+// bubble as the stages ran it: 1 - (their compute) / (P x the span).
+double step_span(const std::vector<StageRun>& stages);
+double measured_bubble(const std::vector<StageRun>& stages);
 
 PipelineRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
                   const Schedule& schedule, bool compare = true);

@@ -47,7 +47,7 @@ PipeTimes chunk_flops(const memory::Architecture& arch, int chunks, double b, do
 struct Played {
   double bubble = 0, span = 0, sent = 0;
   double busiest = 0;  // the most any stage computed
-  std::vector<std::vector<ScheduleRun::Slot>> slots;  // by stage
+  std::vector<std::vector<ScheduleRun::Slot>> slots;  // by stage (a run's step starts at time 0)
 };
 
 Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& flops, std::size_t message_bytes) {
@@ -56,22 +56,20 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
   Played out;
   run(run_options, [&](Comm& comm) {
     const PipelineStep step = play_payload_free(comm, schedule, flops, message_bytes);
-    double busy = 0;
-    for (const ScheduleRun::Slot& slot : step.slots) busy += slot.end - slot.start;
-    std::vector<double> report = {step.start, step.end, busy, double(step.sent_bytes)};
+    std::vector<double> report = {step.start, step.end, double(step.sent_bytes)};
     append_slots(report, step.slots);
     const auto all = comm.inspect(view_of(report));
     if (comm.rank() != 0) return;
-    double start = all[0][0], end = all[0][1], total_busy = 0;
+    std::vector<StageRun> stages;
     for (const auto& r : all) {
-      start = std::min(start, r[0]), end = std::max(end, r[1]), total_busy += r[2], out.sent += r[3];
-      out.busiest = std::max(out.busiest, r[2]);
-      out.slots.push_back(read_slots(r, 4));
+      stages.push_back({read_slots(r, 3), r[0], r[1]});
+      out.sent += r[2];
+      double busy = 0;
+      for (const ScheduleRun::Slot& slot : stages.back().slots) busy += slot.end - slot.start;
+      out.busiest = std::max(out.busiest, busy);
     }
-    out.span = end - start;
-    for (auto& stage : out.slots)
-      for (ScheduleRun::Slot& slot : stage) slot.start -= start, slot.end -= start;
-    out.bubble = 1 - total_busy / (double(all.size()) * out.span);
+    out.span = step_span(stages), out.bubble = measured_bubble(stages);
+    for (const StageRun& stage : stages) out.slots.push_back(stage.slots);
   });
   return out;
 }
