@@ -73,6 +73,19 @@ bool rounding_level(const std::string& token) {
   return end == token.c_str() + token.size() && std::abs(v) < 1e-4;
 }
 
+// Two numbers printed to the same places that differ by one unit in the last
+// of them: a loss that rounds to 3.4110 on one CPU and 3.4111 on another, for
+// the same reason.
+bool last_place_apart(const std::string& a, const std::string& b) {
+  if (a.size() != b.size() || a.find_first_of("eE") != std::string::npos) return false;
+  const std::size_t point = a.find('.');
+  if (point == std::string::npos || point != b.find('.')) return false;
+  char *end_a = nullptr, *end_b = nullptr;
+  const double x = std::strtod(a.c_str(), &end_a), y = std::strtod(b.c_str(), &end_b);
+  if (end_a != a.c_str() + a.size() || end_b != b.c_str() + b.size()) return false;
+  return std::abs(x - y) <= 1.5 * std::pow(10.0, -double(a.size() - point - 1));
+}
+
 // Two lines that say the same: equal, or equal but for rounding-level numbers.
 bool same_line(const std::string& a, const std::string& b) {
   if (a == b) return true;
@@ -81,7 +94,7 @@ bool same_line(const std::string& a, const std::string& b) {
   for (;;) {
     const bool more_x = bool(ta >> x), more_y = bool(tb >> y);
     if (!more_x || !more_y) return more_x == more_y && a.size() == b.size();
-    if (x != y && !(rounding_level(x) && rounding_level(y))) return false;
+    if (x != y && !(rounding_level(x) && rounding_level(y)) && !last_place_apart(x, y)) return false;
   }
 }
 

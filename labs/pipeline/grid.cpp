@@ -130,7 +130,8 @@ int compare(const Options& o, const PipeTimes& times) {
                       r.slots, o.microbatches, name == "naive"});
   }
   fmt::print("(step: the makespan in units of a stage's forward; in flight: each stage's peak, in micro-batches of "
-             "its layers; formula: zbv has none in closed form)\n");
+             "its layers; formula: zbv's is the fill alone, (P-1)F over the step, which the paper's zero leaves out by "
+             "counting from each stage's first forward)\n");
   if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot), fmt::print("wrote {}\n", o.plot);
   if (!o.json.empty())
     create_file(o.json) << nlohmann::json{{"stages", o.stages}, {"microbatches", o.microbatches},

@@ -66,7 +66,7 @@ namespace {
 // ZB-V's: down the stages and back up, so stage s holds chunks s and 2P - 1 - s
 // and the first stage holds both ends (the loss is computed where the data enters).
 std::vector<int> v_shaped(int stages) {
-  std::vector<int> stage_of(2 * std::size_t(stages));
+  std::vector<int> stage_of(2 * std::size_t(std::max(stages, 0)));
   for (int c = 0; c < 2 * stages; ++c) stage_of[std::size_t(c)] = c < stages ? c : 2 * stages - 1 - c;
   return stage_of;
 }
@@ -302,11 +302,65 @@ Schedule zb_h1_schedule(int stages, int microbatches) {
   return s;
 }
 
-// ZB-V keeps 1F1B's first stage's memory on every stage: P micro-batches of a
-// stage's layers, 2P activations of its half-size chunks.
+namespace {
+
+// ZB-V's order as the paper draws it for F = B = W (Qi et al. 2024; PyTorch's
+// ScheduleZBVZeroBubble runs the same), stage s holding the chunk down the V,
+// d = s, and the chunk back up, u = 2P - 1 - s:
+//   fill     2(P - s) - 1 forwards of d, then s pairs (F u, F d): the last stage
+//            starts its turn of the V at once, the first keeps the pipe fed
+//   turn     P - s triples (F u, I u, W u): the first backwards come back up
+//   steady   (F d, I d, W d, F u, I u, W u) while forwards remain
+//   drain    s pairs (I d, I u) with the W's held back, then P - s pairs
+//            (I d, W d), then the W's held back fill the end
+// With unit times and M >= 2P - 1 every stage works without a gap from its
+// first forward to its last W: the step is the work and the fill, (P - 1) F,
+// as it is from M >= 3P/2. With fewer than 2P - 1 micro-batches it is the same
+// order without the ones that do not exist.
+Schedule zbv_as_drawn(int P, int M) {
+  Schedule s = empty_schedule("zbv", P, M, 2, v_shaped(P));
+  const int drawn = std::max(M, 2 * P - 1);
+  for (int stage = 0; stage < P; ++stage) {
+    const int chunk[2] = {stage, 2 * P - 1 - stage};  // d, u
+    int forwards[2] = {0, 0}, inputs[2] = {0, 0}, weights[2] = {0, 0};
+    const auto F = [&](int v) {
+      if (const int m = forwards[v]++; m < M) add_forward(s, m, chunk[v]);
+    };
+    const auto I = [&](int v) {
+      if (const int m = inputs[v]++; m < M) add_backward(s, m, chunk[v], PipeOp::backward_input);
+    };
+    const auto W = [&](int v) {
+      if (const int m = weights[v]++; m < M) actions_of(s, chunk[v]).push_back({PipeOp::backward_weight, m, chunk[v]});
+    };
+    constexpr int d = 0, u = 1;
+    for (int i = 0; i < 2 * (P - stage) - 1; ++i) F(d);
+    for (int i = 0; i < stage; ++i) F(u), F(d);
+    for (int i = 0; i < P - stage; ++i) F(u), I(u), W(u);
+    while (forwards[u] < forwards[d] || forwards[d] < drawn) {
+      if (forwards[d] < drawn) F(d);
+      I(d), W(d), F(u), I(u), W(u);
+    }
+    for (int i = 0; i < stage; ++i) I(d), I(u);
+    for (int i = 0; i < P - stage; ++i) I(d), W(d);
+    while (weights[u] < inputs[u]) W(u);
+    while (weights[d] < inputs[d]) W(d);
+  }
+  return s;
+}
+
+}  // namespace
+
+// The order as drawn fits equal times and many micro-batches; the greedy
+// placement adapts to unequal times and few micro-batches. Like the paper's
+// code, which tries several placements, labkit plays both out at `times` and
+// keeps the one that ends first. Either keeps 1F1B's first stage's memory on
+// every stage: P micro-batches of a stage's layers, 2P activations of its
+// half-size chunks.
 Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times) {
-  return zero_bubble("zbv", stages, microbatches, 2, v_shaped(stages),
-                     std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
+  Schedule drawn = zbv_as_drawn(stages, microbatches);
+  Schedule greedy = zero_bubble("zbv", stages, microbatches, 2, v_shaped(stages),
+                                std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
+  return validate(drawn, times).makespan <= validate(greedy, times).makespan ? drawn : greedy;
 }
 
 Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages,
@@ -339,7 +393,8 @@ double bubble_formula(const Schedule& s, const PipeTimes& t) {
     const double idle = (P - 1) * (t.forward + t.backward_input - t.backward_weight);
     return idle / (M * (t.forward + t.backward_input + t.backward_weight) + idle);
   }
-  return 0;
+  const double fill = (P - 1) * t.forward;  // zbv
+  return fill / (V * M * (t.forward + t.backward_input + t.backward_weight) + fill);
 }
 
 namespace {

@@ -28,7 +28,7 @@
 //   zb-h1        1F1B with each backward split, the weights' part filling the bubble, no more
 //                memory than 1F1B (Qi et al. 2024, "Zero Bubble Pipeline Parallelism")
 //   zbv          two chunks per stage in a V (stage s holds chunks s and 2P - 1 - s), backward
-//                split: the bubble near zero at 1F1B's peak memory (Qi et al. 2024)
+//                split: no bubble but the pipe's fill, at 1F1B's peak memory (Qi et al. 2024)
 #pragma once
 
 #include <string>
@@ -102,8 +102,9 @@ Schedule gpipe_schedule(int stages, int microbatches);
 Schedule one_f_one_b_schedule(int stages, int microbatches);  // exercise 8.1 (solutions/)
 Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages);  // M a multiple of P
 Schedule zb_h1_schedule(int stages, int microbatches);
-// ZB-V places each weight gradient greedily where the stage would otherwise
-// wait, as the paper's heuristic does, for the given times (equal by default;
+// ZB-V is the paper's order for equal times, or a greedy placement of each
+// weight gradient where the stage would otherwise wait, as the paper's
+// heuristic does, whichever ends first at the given times (equal by default;
 // the paper profiles them).
 Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times = {});
 // By name: the names above; virtual_stages for "interleaved" (2 or more), 2
@@ -119,7 +120,11 @@ inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", 
 //   gpipe, 1f1b  (P-1)/(M+P-1)
 //   interleaved  (P-1)/(VM+P-1): the bubble's time is 1F1B's over V (Narayanan et al. 2021)
 //   zb-h1        (P-1)(F+B-W) idle against M(F+B+W) of work (Qi et al. 2024)
-//   zbv          no closed form (the paper: near zero when F = B = W and M >= 2P): 0
+//   zbv          (P-1)F idle against 2M(F+B+W) of work: the fill alone, the last stage
+//                waiting for its first input, which no schedule of one step avoids. Met
+//                when F = B = W and M >= 3P/2. The paper's "zero bubble" counts from each
+//                stage's first forward: the steady state when one step's fill overlaps
+//                the last one's end (Qi et al. 2024, bypassing the optimizer's sync)
 double bubble_formula(const Schedule& s, const PipeTimes& t);
 
 // A schedule played out with `times`, sends never blocking and each receive
