@@ -10,13 +10,25 @@
 namespace labkit::ops {
 
 namespace {
+// OpenBLAS on one thread: the labs' matrices are small, and their ranks share
+// the cores already (fibers of one thread on sim, a process per rank under
+// mpirun). OpenBLAS's own threads would only wait on each other, and on a busy
+// machine each small GEMM then waits for them to be scheduled: the MoE test's
+// training ran 51 s with them, 2.5 s without, while a build used the cores.
+void one_thread() {
+  static const bool once = (openblas_set_num_threads(1), true);
+  (void)once;
+}
+
 // Row-major GEMM, C = alpha op(A) op(B) + beta C, by OpenBLAS in either precision.
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha, const float* a, int lda,
           const float* b, int ldb, float beta, float* c, int ldc) {
+  one_thread();
   cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, double alpha, const double* a, int lda,
           const double* b, int ldb, double beta, double* c, int ldc) {
+  one_thread();
   cblas_dgemm(CblasRowMajor, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 }  // namespace

@@ -1,0 +1,55 @@
+// Lab 9: mixture of experts. One file per view of it:
+//   main.cpp   the tiny GPT with an MoE layer in every block, trained on ep ranks and equal to one
+//              rank; what the routing did each step (tokens per expert, drops, the balance loss or
+//              the bias), the all-to-all bytes per layer beside their formula, the time per phase
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "labkit/gpt.h"
+#include "labkit/parallel/moe.h"
+#include "labkit/parallel/sequences.h"
+#include "labkit/run.h"
+
+namespace moe_lab {
+
+using namespace labkit;
+
+struct Options {
+  MoeConfig moe;
+  std::string balance = "aux";
+  int ep = 4, steps = 10, batch = 8, layers = 2;
+  float lr = 0.01f;  // below the other labs' 0.05: the router swings less from step to step
+  std::uint64_t seed = 1337;
+  std::string json;
+};
+
+// One MoE layer's routing in one step, across the ep group.
+struct LayerStep {
+  RoutingStats stats;
+  std::vector<float> bias;  // DeepSeek-V3's, after the step's update
+};
+
+struct StepRun {
+  double loss = 0;  // the mean cross-entropy over the batch
+  std::vector<LayerStep> layers;
+};
+
+struct MoeRun {
+  std::vector<StepRun> steps;
+  // The last step, by layer, summed over the ranks: bytes sent toward the
+  // experts and back from them, forward and backward together.
+  std::vector<MoeLayer::Traffic> traffic;
+  MoeLayer::Phases phases;  // the last step, every layer's, on the slowest rank of each phase
+  double weights_vs_one_rank = 0;  // the largest over the ranks, dense and experts
+  std::int64_t drops_unlike_one_rank = 0;  // assignments kept on one side and dropped on the other, every step
+};
+
+// Trains on run_options.ranks = ep ranks, each on its consecutive share of
+// every step's batch; then each rank trains ep = 1 on the whole batch beside
+// it, alone (a group of its own), and compares its weights and drops.
+MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
+}  // namespace moe_lab

@@ -1,0 +1,155 @@
+// labkit::MoeLayer — a mixture-of-experts feed-forward layer with expert
+// parallelism (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch,
+// Fedus et al. 2021), in place of a block's MLP.
+//
+//   route     a router (linear, no bias) and a softmax give each token E
+//             probabilities; it goes to its top k experts, with gates: the
+//             chosen probabilities renormalized to sum to 1 (Mixtral's)
+//   capacity  an expert takes at most ceil(capacity_factor x tokens x k / E)
+//             of the step's tokens; the rest of its assignments are dropped:
+//             that token's share of the layer is zero and the block's residual
+//             carries it on (Switch's "dropped tokens")
+//   dispatch  each rank sends every kept assignment's token to its expert's
+//             rank: one all-to-all with counts per peer (all_to_allv)
+//   experts   each rank runs its E / ep experts (GPT-2 MLPs) on what it received
+//   combine   the outputs travel back by the reverse all-to-all, and each
+//             token's are summed, weighted by their gates; shared experts
+//             (DeepSeek-MoE) run on every token, on its own rank, and add in
+//
+// Capacity counts the whole group's tokens, and an expert keeps assignments
+// in the order of the group's tokens (rank by rank, each rank's in order, a
+// token's choices best first). Ranks hold consecutive shares of the batch, so
+// that order is the batch's: the same assignments are kept whatever ep is,
+// and one rank with the whole batch drops exactly what ep ranks drop. Every
+// rank learns every rank's count per expert (one small all_gather), so a
+// dropped assignment is never sent.
+//
+// Load balancing, three ways:
+//   none  nothing keeps the router from sending most tokens to a few experts
+//   aux   Switch's auxiliary loss, alpha x E x sum_e f_e P_e, f_e the share of the
+//         assignments that chose expert e, P_e its mean probability, added to the
+//         training loss (its gradient flows through P; f counts)
+//   bias  DeepSeek-V3's auxiliary-loss-free balancing: a per-expert bias added to
+//         the probabilities for choosing only (the gates stay the probabilities),
+//         after each step lowered by gamma for an expert above the mean load and
+//         raised by gamma for one below
+//
+// Host memory only, for now, like the tensor-parallel GPT.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "labkit/comm.h"
+#include "labkit/modules.h"
+
+namespace labkit {
+
+enum class Balance { none, aux, bias };
+std::string_view name_of(Balance b);
+Balance parse_balance(std::string_view name);  // "none", "aux" or "bias"; throws naming them
+
+struct MoeConfig {
+  int experts = 8, top_k = 2;
+  double capacity_factor = 1.25;
+  Balance balance = Balance::aux;
+  double aux_weight = 0.01;  // alpha (Switch: 1e-2)
+  double bias_rate = 0.001;  // gamma (DeepSeek-V3: 1e-3)
+  int shared_experts = 0;
+};
+// Throws naming what is wrong: experts < 1, top_k outside [1, experts], a
+// capacity factor <= 0, an ep group whose size does not divide the experts.
+void check(const MoeConfig& c, int ep);
+
+// ceil(factor x tokens x k / experts): how many assignments an expert takes.
+std::int64_t expert_capacity(double factor, std::int64_t tokens, int k, int experts);
+
+// One rank's tokens' assignments: token t's j-th choice is entry t k + j.
+struct Routing {
+  int k = 0;
+  std::vector<int> expert;         // best first
+  std::vector<float> gate;         // the chosen probabilities over their sum
+  std::vector<std::uint8_t> kept;  // 0: dropped, past its expert's capacity
+  int tokens() const { return k ? int(expert.size()) / k : 0; }
+};
+
+// Each token's k highest scores (N x E; ties to the lower expert), its gates
+// from probs (N x E). All kept.
+Routing select_top_k(std::span<const float> scores, std::span<const float> probs, int experts, int k);
+// Walks the assignments in order and keeps each while its expert has room
+// (room[e] left of its capacity, taken as it goes), else drops it.
+void drop_over_capacity(Routing& r, std::vector<std::int64_t> room);
+
+// What the step's routing did, across the ep group.
+struct RoutingStats {
+  std::vector<std::int64_t> chosen, kept;  // by expert: assignments before and after capacity
+  std::int64_t capacity = 0;
+  double balance_loss = 0;  // alpha E sum f_e P_e (aux), else 0
+  double drop_rate() const;
+};
+
+class MoeLayer {
+ public:
+  // The router and the shared experts are carved from `dense` (the same on
+  // every rank), rank ep_rank's E / ep_size experts from `experts`.
+  MoeLayer(Carver& dense, Carver& experts, int channels, const MoeConfig& config, int ep_size, int ep_rank);
+
+  // y (N, C) = the layer on x (N, C), this rank's N tokens; collective over ep.
+  void forward(Comm& ep, float* y, const float* x, int N);
+  // From dy, the gradient of y: dx (+=) and every gradient of this rank's
+  // weights (+=), the balance loss's included, for a loss that is the mean
+  // over this rank's N tokens. Collective over ep.
+  void backward(Comm& ep, float* dx, const float* dy, const float* x);
+  // DeepSeek-V3's bias, after the step's update (with Balance::bias; else
+  // nothing): lowered by gamma where the last forward's load was above the
+  // mean, raised where below.
+  void update_bias();
+
+  const RoutingStats& stats() const { return stats_; }
+  const Routing& routing() const { return routing_; }
+  std::span<const float> bias() const { return bias_; }
+  // Bytes this rank sent to the other ranks in the last forward and backward:
+  // toward the experts (dispatch forward, the outputs' gradients backward) and
+  // back from them (combine forward, the inputs' gradients backward).
+  struct Traffic {
+    std::int64_t to_experts = 0, from_experts = 0;
+  };
+  const Traffic& traffic() const { return traffic_; }
+  // Where the last forward and backward spent their time (now() readings):
+  // routing (the router, the counts' all_gather), dispatch, the experts, combine.
+  struct Phases {
+    double route = 0, dispatch = 0, experts = 0, combine = 0;
+  };
+  const Phases& phases() const { return phases_; }
+
+  Linear router;
+  std::vector<Mlp> shared, experts;  // experts: this rank's, global ids first_expert() + i
+  int first_expert() const;
+
+ private:
+  // Sends rows, in this rank's send order, to the experts' ranks; or the
+  // experts' rows back: the two directions of one all_to_allv.
+  void exchange(Comm& ep, const float* rows, float* received, bool to_experts);
+
+  MoeConfig config_;
+  int C_, ep_size_, rank_, N_ = 0;
+  std::vector<float> bias_;  // by expert, for choosing only
+  // The last forward's, for backward.
+  std::vector<float> probs_;  // N x E
+  Routing routing_;
+  RoutingStats stats_;
+  std::vector<std::int64_t> kept_;  // ep x E: every rank's kept assignments per expert
+  std::vector<int> send_order_;     // kept assignments (t k + j), by expert, each expert's in token order
+  std::vector<std::size_t> send_counts_, recv_counts_;  // floats, by peer
+  // The received rows grouped by expert: expert i's are expert_rows_[expert_offsets_[i] ..
+  // expert_offsets_[i + 1]), indices into the received buffer, rank by rank.
+  std::vector<int> expert_rows_, expert_offsets_;
+  std::vector<float> received_, expert_in_, expert_acts_, expert_grads_, returned_;
+  std::vector<float> shared_acts_, shared_grads_;
+  Traffic traffic_;
+  Phases phases_;
+};
+
+}  // namespace labkit

@@ -1,0 +1,101 @@
+// labkit::MoeGpt — the tiny GPT with a mixture of experts (moe.h) where each
+// block had its MLP: r = x + attn(ln1(x)); out = r + moe(ln2(r)), experts
+// spread over an expert-parallel group.
+//
+// Each rank of the ep group trains on its own consecutive share of the batch
+// (expert parallelism rides on data parallelism, as in GShard and Megatron):
+// it keeps the whole of everything but the experts (the embeddings, attention,
+// norms, routers, shared experts: "dense" below), and E / ep experts of every
+// layer. After backward the dense gradients are averaged over the group, as
+// data parallelism does; an expert's gradient already holds every rank's
+// tokens that reached it, each rank's taken over its own share, so it is
+// divided by ep. Then every rank's step equals one rank's on the whole batch.
+//
+// Host memory only, like the MoE layer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "labkit/comm.h"
+#include "labkit/gpt.h"
+#include "labkit/parallel/moe.h"
+#include "labkit/tensor.h"
+
+namespace labkit {
+
+class MoeGpt {
+ public:
+  // Every rank draws the same whole model from `seed` (GPT-2's initialisation)
+  // and keeps the dense part and experts [rank E / ep, (rank + 1) E / ep) of each layer.
+  MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed);
+
+  // Mean cross-entropy over this rank's B x T tokens; every MoE layer's routing
+  // is collective over ep.
+  float forward(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
+  // The balance losses of the last forward, summed over the layers (aux; else 0).
+  // They are part of what backward differentiates.
+  double balance_loss() const;
+  void zero_grad();
+  void backward(Comm& ep);
+  // The dense gradients averaged over ep, the experts' divided by ep.
+  void average_gradients(Comm& ep);
+  void update_bias();  // DeepSeek-V3's, every layer's, after the step
+
+  Tensor& dense() { return dense_; }
+  Tensor& dense_gradients() { return dense_grads_; }
+  Tensor& experts() { return experts_; }
+  Tensor& expert_gradients() { return expert_grads_; }
+  // What this rank keeps of a one-rank model's expert buffer (its experts of each layer).
+  std::vector<float> experts_of(std::span<const float> whole) const;
+  MoeLayer& layer(int l) { return m_->blocks[std::size_t(l)].moe; }
+  const GptConfig& config() const { return config_; }
+  const MoeConfig& moe_config() const { return moe_; }
+
+ private:
+  struct BlockModules {
+    LayerNorm ln1;
+    CausalSelfAttention attn;
+    LayerNorm ln2;
+    MoeLayer moe;
+    BlockModules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
+  };
+  struct Modules {
+    Slice wte, wpe;
+    std::vector<BlockModules> blocks;
+    LayerNorm lnf;
+    Modules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
+  };
+  struct BlockActs {
+    LayerNorm::Acts ln1;
+    CausalSelfAttention::Acts attn;
+    Slice residual;
+    LayerNorm::Acts ln2;
+    Slice moe_out, out;
+    BlockActs(Carver& acts, int B, int T, int C, int NH);
+  };
+  struct Acts {
+    Slice encoded;
+    std::vector<BlockActs> blocks;
+    LayerNorm::Acts lnf;
+    Slice logits, probs, losses;
+    Acts(Carver& acts, const GptConfig& c, int B, int T);
+  };
+  void prepare(int B, int T);
+  const float* stream(int layer) const { return layer < 0 ? a_->encoded.value : a_->blocks[std::size_t(layer)].out.value; }
+  float* stream_grad(int layer) const { return layer < 0 ? a_->encoded.grad : a_->blocks[std::size_t(layer)].out.grad; }
+  std::size_t experts_per_layer() const;  // floats of one layer's experts on this rank
+
+  GptConfig config_;
+  MoeConfig moe_;
+  int ep_size_, ep_rank_;
+  Tensor dense_, dense_grads_, experts_, expert_grads_, acts_, grad_acts_;
+  std::optional<Modules> m_;
+  std::optional<Acts> a_;
+  std::vector<int> tokens_, targets_;
+  int B_ = 0, T_ = 0;
+};
+
+}  // namespace labkit

@@ -1,0 +1,186 @@
+#include "labkit/parallel/moe_gpt.h"
+
+#include <cmath>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+
+namespace labkit {
+
+// The dense part in GPT-2's order, each block's router and shared experts
+// where its MLP was; the experts in a buffer of their own, layer by layer.
+MoeGpt::BlockModules::BlockModules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe,
+                                   int ep_size, int ep_rank)
+    : ln1(dense, c.channels), attn(dense, c.channels, c.heads), ln2(dense, c.channels),
+      moe(dense, experts, c.channels, moe, ep_size, ep_rank) {}
+
+MoeGpt::Modules::Modules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size,
+                         int ep_rank)
+    : wte(dense.take(std::size_t(c.vocab) * c.channels)), wpe(dense.take(std::size_t(c.max_seq) * c.channels)),
+      blocks([&] {
+        std::vector<BlockModules> b;
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(dense, experts, c, moe, ep_size, ep_rank);
+        return b;
+      }()),
+      lnf(dense, c.channels) {}
+
+MoeGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH)
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C),
+      moe_out(acts.take(std::size_t(B) * T * C)), out(acts.take(std::size_t(B) * T * C)) {}
+
+MoeGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T)
+    : encoded(acts.take(std::size_t(B) * T * c.channels)),
+      blocks([&] {
+        std::vector<BlockActs> b;
+        for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads);
+        return b;
+      }()),
+      lnf(acts, B * T, c.channels),
+      logits(acts.take(std::size_t(B) * T * c.vocab)),
+      probs(acts.take(std::size_t(B) * T * c.vocab)),
+      losses(acts.take(std::size_t(B) * T)) {}
+
+MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed)
+    : config_(config), moe_(moe), ep_size_(ep_size), ep_rank_(ep_rank) {
+  check(moe, ep_size);
+  if (config.channels % config.heads) throw Error("moe gpt: channels must divide by heads");
+  // The whole model, as one rank holds it, drawn in one order whatever ep is.
+  Carver dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
+  Modules(dense_count, experts_count, config, moe, 1, 0);
+  std::vector<float> dense(dense_count.taken()), whole(experts_count.taken());
+  Carver dense_init(dense.data(), nullptr), experts_init(whole.data(), nullptr);
+  const Modules p(dense_init, experts_init, config, moe, 1, 0);
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const auto draw = [&](float* values, std::size_t n, float scale) {
+    for (std::size_t i = 0; i < n; ++i) values[i] = normal(gen) * scale;
+  };
+  const auto fill = [&](const Linear& l, float scale) { draw(l.weight.value, std::size_t(l.in) * l.out, scale); };
+  const float residual_scale = 1.0f / std::sqrt(2.0f * config.layers);
+  draw(p.wte.value, std::size_t(config.vocab) * config.channels, 1);
+  draw(p.wpe.value, std::size_t(config.max_seq) * config.channels, 1);
+  for (const BlockModules& b : p.blocks) {
+    std::fill_n(b.ln1.weight.value, config.channels, 1.0f);
+    fill(b.attn.qkv, 1);
+    fill(b.attn.proj, residual_scale);
+    std::fill_n(b.ln2.weight.value, config.channels, 1.0f);
+    fill(b.moe.router, 1);
+    for (const auto* mlps : {&b.moe.shared, &b.moe.experts})
+      for (const Mlp& m : *mlps) fill(m.fc, 1), fill(m.proj, residual_scale);
+  }
+  std::fill_n(p.lnf.weight.value, config.channels, 1.0f);
+
+  dense_ = Tensor::from_host(std::span<const float>(dense), {dense.size()}, DeviceKind::cpu);
+  dense_grads_ = Tensor({dense.size()});
+  const std::vector<float> mine = experts_of(whole);
+  experts_ = Tensor::from_host(std::span<const float>(mine), {mine.size()}, DeviceKind::cpu);
+  expert_grads_ = Tensor({mine.size()});
+  Carver dense_params(dense_.data(), dense_grads_.data()), expert_params(experts_.data(), expert_grads_.data());
+  m_.emplace(dense_params, expert_params, config, moe, ep_size, ep_rank);
+}
+
+std::size_t MoeGpt::experts_per_layer() const {
+  Carver count(nullptr, nullptr);
+  Mlp(count, config_.channels);
+  return count.taken() * std::size_t(moe_.experts / ep_size_);
+}
+
+std::vector<float> MoeGpt::experts_of(std::span<const float> whole) const {
+  const std::size_t per_rank = experts_per_layer(), per_layer = per_rank * std::size_t(ep_size_);
+  if (whole.size() != per_layer * std::size_t(config_.layers))
+    throw Error(fmt::format("moe gpt: experts_of: {} floats, a one-rank model's experts are {}", whole.size(),
+                            per_layer * std::size_t(config_.layers)));
+  std::vector<float> mine;
+  for (int l = 0; l < config_.layers; ++l) {
+    const float* first = whole.data() + std::size_t(l) * per_layer + std::size_t(ep_rank_) * per_rank;
+    mine.insert(mine.end(), first, first + per_rank);
+  }
+  return mine;
+}
+
+void MoeGpt::prepare(int B, int T) {
+  if (T > config_.max_seq) throw Error("moe gpt: sequence longer than the model's context");
+  if (B != B_ || T != T_) {
+    Carver counter(nullptr, nullptr);
+    Acts(counter, config_, B, T);
+    acts_ = Tensor({counter.taken()});
+    grad_acts_ = Tensor({counter.taken()});
+    B_ = B, T_ = T;
+  } else {
+    grad_acts_.zero();
+  }
+  Carver acts(acts_.data(), grad_acts_.data());
+  a_.emplace(acts, config_, B, T);
+}
+
+float MoeGpt::forward(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+  prepare(B, T);
+  const Device& d = device(DeviceKind::cpu);
+  const int C = config_.channels, V = config_.vocab, N = B * T, n = N * C;
+  tokens_ = tokens, targets_ = targets;
+  d.encoder_forward(a_->encoded.value, tokens_.data(), m_->wte.value, m_->wpe.value, B, T, C);
+  for (int l = 0; l < config_.layers; ++l) {
+    BlockModules& b = m_->blocks[std::size_t(l)];
+    const BlockActs& a = a_->blocks[std::size_t(l)];
+    const float* x = stream(l - 1);
+    b.ln1.forward(d, a.ln1, x, N);
+    b.attn.forward(d, a.attn, a.ln1.out.value, B, T);
+    d.residual_forward(a.residual.value, x, a.attn.out.value, n);
+    b.ln2.forward(d, a.ln2, a.residual.value, N);
+    b.moe.forward(ep, a.moe_out.value, a.ln2.out.value, N);
+    d.residual_forward(a.out.value, a.residual.value, a.moe_out.value, n);
+  }
+  m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), N);
+  d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, N, C, V);  // the head shares wte
+  d.softmax_forward(a_->probs.value, a_->logits.value, N, V);
+  d.crossentropy_forward(a_->losses.value, a_->probs.value, targets_.data(), N, V);
+  double mean = 0;
+  for (int i = 0; i < N; ++i) mean += a_->losses.value[i];
+  return float(mean / N);
+}
+
+double MoeGpt::balance_loss() const {
+  double sum = 0;
+  for (const BlockModules& b : m_->blocks) sum += b.moe.stats().balance_loss;
+  return sum;
+}
+
+void MoeGpt::zero_grad() {
+  dense_grads_.zero();
+  expert_grads_.zero();
+}
+
+void MoeGpt::backward(Comm& ep) {
+  const Device& d = device(DeviceKind::cpu);
+  const int C = config_.channels, V = config_.vocab, N = B_ * T_, n = N * C, last = config_.layers - 1;
+  std::fill_n(a_->losses.grad, N, 1.0f / float(N));  // the loss is the mean over B x T
+  d.crossentropy_softmax_backward(a_->logits.grad, a_->losses.grad, a_->probs.value, targets_.data(), N, V);
+  d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, a_->logits.grad, a_->lnf.out.value, m_->wte.value, N, C,
+                    V);
+  m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), N);
+  for (int l = last; l >= 0; --l) {
+    BlockModules& b = m_->blocks[std::size_t(l)];
+    const BlockActs& a = a_->blocks[std::size_t(l)];
+    d.residual_backward(a.residual.grad, a.moe_out.grad, a.out.grad, n);
+    b.moe.backward(ep, a.ln2.out.grad, a.moe_out.grad, a.ln2.out.value);
+    b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);
+    d.residual_backward(stream_grad(l - 1), a.attn.out.grad, a.residual.grad, n);
+    b.attn.backward(d, a.ln1.out.grad, a.attn, a.ln1.out.value, B_, T_);
+    b.ln1.backward(d, stream_grad(l - 1), a.ln1, stream(l - 1), N);
+  }
+  d.encoder_backward(m_->wte.grad, m_->wpe.grad, stream_grad(-1), tokens_.data(), B_, T_, C);
+}
+
+void MoeGpt::average_gradients(Comm& ep) {
+  ep.all_reduce({dense_grads_.data(), dense_grads_.size(), DType::f32}, ReduceOp::avg);
+  const float share = 1.0f / float(ep_size_);
+  for (std::size_t i = 0; i < expert_grads_.size(); ++i) expert_grads_.data()[i] *= share;
+}
+
+void MoeGpt::update_bias() {
+  for (BlockModules& b : m_->blocks) b.moe.update_bias();
+}
+
+}  // namespace labkit
