@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -44,35 +45,6 @@ std::int64_t expert_capacity(double factor, std::int64_t tokens, int k, int expe
   return std::int64_t(std::ceil(factor * double(tokens) * k / experts));
 }
 
-Routing select_top_k(std::span<const float> scores, std::span<const float> probs, int experts, int k) {
-  const int N = int(scores.size()) / experts;
-  Routing r{k, std::vector<int>(std::size_t(N) * k), std::vector<float>(std::size_t(N) * k),
-            std::vector<std::uint8_t>(std::size_t(N) * k, 1)};
-  std::vector<int> order(static_cast<std::size_t>(experts));
-  for (int t = 0; t < N; ++t) {
-    const float* score = scores.data() + std::size_t(t) * experts;
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                      [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a < b); });
-    float sum = 0;
-    for (int j = 0; j < k; ++j) sum += probs[std::size_t(t) * experts + std::size_t(order[std::size_t(j)])];
-    for (int j = 0; j < k; ++j) {
-      const int e = order[std::size_t(j)];
-      r.expert[std::size_t(t) * k + j] = e;
-      r.gate[std::size_t(t) * k + j] = probs[std::size_t(t) * experts + std::size_t(e)] / sum;
-    }
-  }
-  return r;
-}
-
-void drop_over_capacity(Routing& r, std::vector<std::int64_t> room) {
-  for (std::size_t a = 0; a < r.expert.size(); ++a) {
-    std::int64_t& left = room[std::size_t(r.expert[a])];
-    r.kept[a] = left > 0;
-    if (left > 0) --left;
-  }
-}
-
 double RoutingStats::drop_rate() const {
   const std::int64_t all = std::accumulate(chosen.begin(), chosen.end(), std::int64_t(0));
   const std::int64_t in = std::accumulate(kept.begin(), kept.end(), std::int64_t(0));
@@ -89,6 +61,45 @@ std::vector<Mlp> mlps(Carver& params, int count, int C) {
 
 std::size_t total(const std::vector<std::size_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), std::size_t(0));
+}
+
+// Every rank's kept assignments per expert (ep x E), from every rank's chosen
+// ones: an expert keeps capacity in rank order, each rank's as they come.
+std::vector<std::int64_t> kept_by_rank(const std::vector<std::int64_t>& chosen, std::int64_t capacity, int E) {
+  std::vector<std::int64_t> kept(chosen.size());
+  for (int e = 0; e < E; ++e) {
+    std::int64_t before = 0;
+    for (std::size_t i = std::size_t(e); i < chosen.size(); i += std::size_t(E)) {
+      kept[i] = std::clamp<std::int64_t>(capacity - before, 0, chosen[i]);
+      before += chosen[i];
+    }
+  }
+  return kept;
+}
+
+// A plan the layer can run (exercise 9.2's, say): its sizes agree and every
+// index is in range, else an error that says which.
+void check_plan(const DispatchPlan& p, const Routing& r, int ranks, int local, const std::string& who) {
+  const auto sum = [](const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t(0)); };
+  const auto fail = [&](const std::string& what) { throw Error(fmt::format("{}: moe dispatch plan: {}", who, what)); };
+  if (p.send_rows.size() != std::size_t(ranks) || p.recv_rows.size() != std::size_t(ranks))
+    fail(fmt::format("send_rows and recv_rows hold {} and {} counts, one a rank: {}", p.send_rows.size(),
+                     p.recv_rows.size(), ranks));
+  if (std::int64_t(p.send_order.size()) != sum(p.send_rows))
+    fail(fmt::format("send_order holds {} assignments, send_rows add up to {}", p.send_order.size(), sum(p.send_rows)));
+  for (int a : p.send_order)
+    if (a < 0 || std::size_t(a) >= r.expert.size())
+      fail(fmt::format("send_order names assignment {}; there are {}", a, r.expert.size()));
+  if (p.expert_offsets.size() != std::size_t(local) + 1 || p.expert_offsets.front() != 0 ||
+      p.expert_offsets.back() != int(p.expert_rows.size()) ||
+      !std::is_sorted(p.expert_offsets.begin(), p.expert_offsets.end()))
+    fail(fmt::format("expert_offsets must run from 0 to expert_rows' {} in {} steps, one an expert",
+                     p.expert_rows.size(), local));
+  if (std::int64_t(p.expert_rows.size()) != sum(p.recv_rows))
+    fail(fmt::format("expert_rows holds {} rows, recv_rows add up to {}", p.expert_rows.size(), sum(p.recv_rows)));
+  for (int row : p.expert_rows)
+    if (row < 0 || row >= int(p.expert_rows.size()))
+      fail(fmt::format("expert_rows names received row {}; there are {}", row, p.expert_rows.size()));
 }
 
 // The floats of an MLP's activations on one row (and as many of their gradients).
@@ -148,24 +159,19 @@ void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
   for (int e : routing_.expert) ++mine[std::size_t(e)];
   ep.all_gather(view_of(mine), view_of(chosen));
 
-  // Capacity over the group's tokens; each rank's kept assignments per expert
-  // follow from the counts of the ranks before it.
+  // Capacity over the group's tokens; what each rank's assignments keep of it
+  // follows from the counts of the ranks before it.
   const std::int64_t group_tokens = std::accumulate(chosen.begin(), chosen.end(), std::int64_t(0)) / k;
   stats_ = {std::vector<std::int64_t>(std::size_t(E), 0), std::vector<std::int64_t>(std::size_t(E), 0),
             expert_capacity(config_.capacity_factor, group_tokens, k, E), 0};
-  kept_.assign(chosen.size(), 0);
-  std::vector<std::int64_t> room(static_cast<std::size_t>(E));
-  for (int e = 0; e < E; ++e) {
-    std::int64_t before = 0;
-    for (int q = 0; q < G; ++q) {
-      const std::size_t i = std::size_t(q) * E + e;
-      if (q == rank_) room[std::size_t(e)] = std::max<std::int64_t>(stats_.capacity - before, 0);
-      kept_[i] = std::clamp<std::int64_t>(stats_.capacity - before, 0, chosen[i]);
-      before += chosen[i];
-      stats_.chosen[std::size_t(e)] += chosen[i];
-      stats_.kept[std::size_t(e)] += kept_[i];
-    }
+  const std::vector<std::int64_t> kept = kept_by_rank(chosen, stats_.capacity, E);
+  std::vector<std::int64_t> room(static_cast<std::size_t>(E), stats_.capacity);
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    stats_.chosen[i % std::size_t(E)] += chosen[i];
+    stats_.kept[i % std::size_t(E)] += kept[i];
+    if (int(i) / E < rank_) room[i % std::size_t(E)] -= chosen[i];
   }
+  for (std::int64_t& left : room) left = std::max<std::int64_t>(left, 0);
   drop_over_capacity(routing_, room);
   if (config_.balance == Balance::aux) {
     // P_e over the group's tokens: each rank's sum of probabilities, summed.
@@ -180,57 +186,42 @@ void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
   }
   phases_.route += ep.now() - route_started;
 
-  // Dispatch: the kept assignments' tokens, by expert (so by rank), each expert's in token order.
-  send_order_.clear();
-  for (int e = 0; e < E; ++e)
-    for (std::size_t a = 0; a < routing_.expert.size(); ++a)
-      if (routing_.expert[a] == e && routing_.kept[a]) send_order_.push_back(int(a));
+  // Dispatch: the kept assignments' tokens to their experts' ranks.
+  plan_ = plan_dispatch(routing_, kept, rank_, G);
+  check_plan(plan_, routing_, G, local, ep.who());
   send_counts_.assign(std::size_t(G), 0);
   recv_counts_.assign(std::size_t(G), 0);
-  for (int q = 0; q < G; ++q)
-    for (int i = 0; i < local; ++i) {
-      send_counts_[std::size_t(q)] += std::size_t(kept_[std::size_t(rank_) * E + q * local + i]) * C;
-      recv_counts_[std::size_t(q)] += std::size_t(kept_[std::size_t(q) * E + rank_ * local + i]) * C;
-    }
-  std::vector<float> rows(send_order_.size() * C);
-  for (std::size_t p = 0; p < send_order_.size(); ++p)
-    std::copy_n(x + std::size_t(send_order_[p] / k) * C, C, rows.data() + p * C);
+  for (int q = 0; q < G; ++q) {
+    send_counts_[std::size_t(q)] = std::size_t(plan_.send_rows[std::size_t(q)]) * C;
+    recv_counts_[std::size_t(q)] = std::size_t(plan_.recv_rows[std::size_t(q)]) * C;
+  }
+  std::vector<float> rows(plan_.send_order.size() * C);
+  for (std::size_t p = 0; p < plan_.send_order.size(); ++p)
+    std::copy_n(x + std::size_t(plan_.send_order[p] / k) * C, C, rows.data() + p * C);
   received_.assign(total(recv_counts_), 0.0f);
   double started = ep.now();
   exchange(ep, rows.data(), received_.data(), true);
   phases_.dispatch += ep.now() - started;
 
-  // The experts, each on its rows from every rank in rank order: the received
-  // rows regrouped expert by expert.
+  // The experts, each on its rows from every rank, in rank order.
   started = ep.now();
-  expert_rows_.clear();
-  expert_offsets_.assign(std::size_t(local) + 1, 0);
-  for (int i = 0; i < local; ++i) {
-    std::int64_t at = 0;
-    for (int q = 0; q < G; ++q) {
-      const std::int64_t* from = &kept_[std::size_t(q) * E + rank_ * local];
-      const std::int64_t skip = std::accumulate(from, from + i, std::int64_t(0));
-      for (std::int64_t n = 0; n < from[i]; ++n) expert_rows_.push_back(int(at + skip + n));
-      at += std::accumulate(from, from + local, std::int64_t(0));
-    }
-    expert_offsets_[std::size_t(i) + 1] = int(expert_rows_.size());
-  }
-  const int rows_in = int(expert_rows_.size());
+  const int rows_in = int(plan_.expert_rows.size());
   expert_in_.resize(std::size_t(rows_in) * C);
   for (int r = 0; r < rows_in; ++r)
-    std::copy_n(received_.data() + std::size_t(expert_rows_[std::size_t(r)]) * C, C, expert_in_.data() + std::size_t(r) * C);
+    std::copy_n(received_.data() + std::size_t(plan_.expert_rows[std::size_t(r)]) * C, C,
+                expert_in_.data() + std::size_t(r) * C);
   expert_acts_.assign(std::size_t(rows_in) * mlp_acts_per_row(C), 0.0f);
   expert_grads_.assign(expert_acts_.size(), 0.0f);
   std::vector<float> out_rows(received_.size());
   {
     Carver acts(expert_acts_.data(), expert_grads_.data());
     for (int i = 0; i < local; ++i) {
-      const int first = expert_offsets_[std::size_t(i)], n = expert_offsets_[std::size_t(i) + 1] - first;
+      const int first = plan_.expert_offsets[std::size_t(i)], n = plan_.expert_offsets[std::size_t(i) + 1] - first;
       const Mlp::Acts a(acts, n, C);
       experts[std::size_t(i)].forward(d, a, expert_in_.data() + std::size_t(first) * C, n);
       for (int r = 0; r < n; ++r)
         std::copy_n(a.out.value + std::size_t(r) * C, C,
-                    out_rows.data() + std::size_t(expert_rows_[std::size_t(first + r)]) * C);
+                    out_rows.data() + std::size_t(plan_.expert_rows[std::size_t(first + r)]) * C);
     }
   }
   ep.computed("experts", started, mlp_flops(rows_in, C));
@@ -241,12 +232,7 @@ void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
   returned_.assign(rows.size(), 0.0f);
   exchange(ep, out_rows.data(), returned_.data(), false);
   const double summed = ep.now();
-  std::fill_n(y, std::size_t(N) * C, 0.0f);
-  for (std::size_t p = 0; p < send_order_.size(); ++p) {
-    const int a = send_order_[p];
-    float* out = y + std::size_t(a / k) * C;
-    for (int c = 0; c < C; ++c) out[c] += routing_.gate[std::size_t(a)] * returned_[p * C + std::size_t(c)];
-  }
+  combine_with_gates(routing_, plan_.send_order, returned_.data(), C, y);
   shared_acts_.assign(shared.size() * std::size_t(N) * mlp_acts_per_row(C), 0.0f);
   shared_grads_.assign(shared_acts_.size(), 0.0f);
   Carver acts(shared_acts_.data(), shared_grads_.data());
@@ -274,9 +260,9 @@ void MoeLayer::backward(Comm& ep, float* dx, const float* dy, const float* x) {
       s.backward(d, dx, a, x, N);
     }
   }
-  std::vector<float> dgate(routing_.expert.size(), 0.0f), rows(send_order_.size() * C);
-  for (std::size_t p = 0; p < send_order_.size(); ++p) {
-    const int a = send_order_[p];
+  std::vector<float> dgate(routing_.expert.size(), 0.0f), rows(plan_.send_order.size() * C);
+  for (std::size_t p = 0; p < plan_.send_order.size(); ++p) {
+    const int a = plan_.send_order[p];
     const float* g = dy + std::size_t(a / k) * C;
     for (int c = 0; c < C; ++c) {
       dgate[std::size_t(a)] += g[c] * returned_[p * C + std::size_t(c)];
@@ -294,26 +280,26 @@ void MoeLayer::backward(Comm& ep, float* dx, const float* dy, const float* x) {
   {
     Carver acts(expert_acts_.data(), expert_grads_.data());
     for (int i = 0; i < local; ++i) {
-      const int first = expert_offsets_[std::size_t(i)], n = expert_offsets_[std::size_t(i) + 1] - first;
+      const int first = plan_.expert_offsets[std::size_t(i)], n = plan_.expert_offsets[std::size_t(i) + 1] - first;
       const Mlp::Acts a(acts, n, C);
       for (int r = 0; r < n; ++r)
-        std::copy_n(received.data() + std::size_t(expert_rows_[std::size_t(first + r)]) * C, C,
+        std::copy_n(received.data() + std::size_t(plan_.expert_rows[std::size_t(first + r)]) * C, C,
                     a.out.grad + std::size_t(r) * C);
       experts[std::size_t(i)].backward(d, din_expert.data() + std::size_t(first) * C, a,
                                        expert_in_.data() + std::size_t(first) * C, n);
     }
   }
-  for (std::size_t r = 0; r < expert_rows_.size(); ++r)
-    std::copy_n(din_expert.data() + r * C, C, din.data() + std::size_t(expert_rows_[r]) * C);
-  ep.computed("experts backward", started, 2 * mlp_flops(int(expert_rows_.size()), C));
+  for (std::size_t r = 0; r < plan_.expert_rows.size(); ++r)
+    std::copy_n(din_expert.data() + r * C, C, din.data() + std::size_t(plan_.expert_rows[r]) * C);
+  ep.computed("experts backward", started, 2 * mlp_flops(int(plan_.expert_rows.size()), C));
   phases_.experts += ep.now() - started;
 
   // Dispatch's backward: the input gradients back to the tokens' ranks.
   started = ep.now();
   std::vector<float> back(rows.size());
   exchange(ep, din.data(), back.data(), false);
-  for (std::size_t p = 0; p < send_order_.size(); ++p) {
-    float* g = dx + std::size_t(send_order_[p] / k) * C;
+  for (std::size_t p = 0; p < plan_.send_order.size(); ++p) {
+    float* g = dx + std::size_t(plan_.send_order[p] / k) * C;
     for (int c = 0; c < C; ++c) g[c] += back[p * C + std::size_t(c)];
   }
   phases_.dispatch += ep.now() - started;

@@ -62,3 +62,8 @@ labkit_grade_corpus(pipeline one_f_one_b_schedule warms_up_p_forwards SCORE 6.7
 # Its grade test trains ten pipelines: 2 s is too short on a slow machine.
 labkit_grade_corpus(pipeline pipeline_exchange sends_its_own_input_on SCORE 0.0 TIMEOUT 10
   SAYS "weights at offset .* are .* from one rank's")
+labkit_grade_corpus(moe top_k_routing gates_from_scores SCORE 6.7
+  SAYS "E=2, k=2, biased: token 0, choice 0: gate .*, expected .*the bias picks, the probabilities weigh" "2/3 +6.7/10")
+labkit_grade_corpus(moe combine_with_gates forgets_the_gates SCORE 0.0
+  SAYS "k=2, C=1: token 1, channel 0: 13, expected 6.66.*the sum of its kept outputs times their gates"
+       "the layer gives .* weighted by their gates")

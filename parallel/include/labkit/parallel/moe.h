@@ -75,12 +75,32 @@ struct Routing {
   int tokens() const { return k ? int(expert.size()) / k : 0; }
 };
 
-// Each token's k highest scores (N x E; ties to the lower expert), its gates
-// from probs (N x E). All kept.
+// Exercise 9.1 (solutions/top_k_routing.cpp): each token's k highest scores
+// (N x E; ties to the lower expert), its gates from probs (N x E), all kept;
+// then the assignments walked in order, each kept while its expert has room
+// (room[e] left of its capacity, taken as it goes), else dropped.
 Routing select_top_k(std::span<const float> scores, std::span<const float> probs, int experts, int k);
-// Walks the assignments in order and keeps each while its expert has room
-// (room[e] left of its capacity, taken as it goes), else drops it.
 void drop_over_capacity(Routing& r, std::vector<std::int64_t> room);
+
+// Exercise 9.2 (solutions/plan_dispatch.cpp): where this rank's kept
+// assignments travel, and where every rank's land. kept (ep x E) holds each
+// rank's kept assignments per expert; rank q holds experts [q E/ep, (q+1) E/ep).
+struct DispatchPlan {
+  // The send buffer's rows: this rank's kept assignments (t k + j) by expert
+  // (so by the rank that holds it), each expert's in token order.
+  std::vector<int> send_order;
+  std::vector<std::int64_t> send_rows, recv_rows;  // by peer
+  // The received buffer (each rank's rows in turn, each rank's by expert)
+  // regrouped by expert: this rank's expert i runs on the received rows
+  // expert_rows[expert_offsets[i]] .. expert_rows[expert_offsets[i + 1] - 1].
+  std::vector<int> expert_rows, expert_offsets;
+};
+DispatchPlan plan_dispatch(const Routing& r, std::span<const std::int64_t> kept, int rank, int ranks);
+
+// Exercise 9.3 (solutions/combine_with_gates.cpp): y (N x C) = each token's
+// kept assignments' outputs weighted by their gates; returned holds one row
+// per entry of send_order, in its order.
+void combine_with_gates(const Routing& r, std::span<const int> send_order, const float* returned, int C, float* y);
 
 // What the step's routing did, across the ep group.
 struct RoutingStats {
@@ -140,12 +160,8 @@ class MoeLayer {
   std::vector<float> probs_;  // N x E
   Routing routing_;
   RoutingStats stats_;
-  std::vector<std::int64_t> kept_;  // ep x E: every rank's kept assignments per expert
-  std::vector<int> send_order_;     // kept assignments (t k + j), by expert, each expert's in token order
-  std::vector<std::size_t> send_counts_, recv_counts_;  // floats, by peer
-  // The received rows grouped by expert: expert i's are expert_rows_[expert_offsets_[i] ..
-  // expert_offsets_[i + 1]), indices into the received buffer, rank by rank.
-  std::vector<int> expert_rows_, expert_offsets_;
+  DispatchPlan plan_;
+  std::vector<std::size_t> send_counts_, recv_counts_;  // the plan's rows, in floats
   std::vector<float> received_, expert_in_, expert_acts_, expert_grads_, returned_;
   std::vector<float> shared_acts_, shared_grads_;
   Traffic traffic_;
