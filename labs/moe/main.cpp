@@ -20,6 +20,7 @@
 
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/memory.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
@@ -204,10 +205,25 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, "also write the tables as JSON to this file");
+  app.add_option("--what-if", o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at "
+                                         "its scale on --ep ranks, payload-free, its experts in one node and one a node")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--seq", o.seq, "with --what-if: the tokens of a sequence (default 4096)")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option("--micro-batch", o.micro_batch, "with --what-if: the sequences a rank holds")
+      ->capture_default_str()->check(cli::in_range(1, 1024));
+  app.add_flag("--bench", o.bench, "with --what-if: the wall time the simulation took");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (!o.what_if.empty()) {
+      if (app.count("--ranks"))
+        throw Error("--ranks: --what-if simulates the ep group and the groups beside it on its nodes (set --ep)");
+      return what_if(o, run_options);
+    }
+    if (app.count("--seq") || app.count("--micro-batch") || o.bench)
+      throw Error("--seq, --micro-batch and --bench go with --what-if; the tiny GPT trains on its context (--batch)");
     o.moe.balance = parse_balance(o.balance);
     check_options(o, run_options, app.count("--ranks") > 0);
     if (!app.count("--ranks")) run_options.ranks = o.ep;

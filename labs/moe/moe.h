@@ -2,6 +2,8 @@
 //   main.cpp   the tiny GPT with an MoE layer in every block, trained on ep ranks and equal to one
 //              rank; what the routing did each step (tokens per expert, drops, the balance loss or
 //              the bias), the all-to-all bytes per layer beside their formula, the time per phase
+//   what_if.cpp  --what-if: one MoE layer of a real model (Mixtral, DeepSeek-V3) payload-free, its
+//              experts in one node or spread one a node
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,9 @@ struct Options {
   float lr = 0.01f;  // below the other labs' 0.05: the router swings less from step to step
   std::uint64_t seed = 1337;
   std::string json;
+  std::string what_if;  // a model preset with experts: one MoE layer at its scale, payload-free
+  int seq = 0, micro_batch = 1;  // with --what-if: s (0: 4096) and b, the tokens a rank holds
+  bool bench = false;            // with --what-if: say what the simulation took in wall time
 };
 
 // One MoE layer's routing in one step, across the ep group.
@@ -51,5 +56,9 @@ struct MoeRun {
 // every step's batch; then each rank trains ep = 1 on the whole batch beside
 // it, alone (a group of its own), and compares its weights and drops.
 MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
+// --what-if MODEL: one MoE layer of the model at --ep ranks, payload-free,
+// its experts packed into nodes and (where ep fits a node) one a node.
+int what_if(const Options& o, const RunOptions& run_options);
 
 }  // namespace moe_lab
