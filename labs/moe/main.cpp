@@ -59,7 +59,8 @@ constexpr std::size_t kPerLayer = 6;
 
 namespace moe_lab {
 
-MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+             bool compare) {
   const int T = config.max_seq, L = config.layers;
   MoeRun out;
   run(run_options, [&](Comm& comm) {
@@ -97,7 +98,7 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
     std::vector<SgdMomentum> one_sgd(2, SgdMomentum{.lr = o.lr});
     MoeGpt one(config, o.moe, 1, 0, o.seed);
     double unlike = 0;
-    for (int s = 0; s < o.steps; ++s) {
+    for (int s = 0; s < o.steps * int(compare); ++s) {
       batch(s, 0, o.batch);
       train_step(*alone, one, one_sgd, x, y, o.batch, T);
       for (int l = 0; l < L; ++l) {
@@ -107,8 +108,10 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
         for (std::size_t a = 0; a < mine.size(); ++a) unlike += mine[a] != all[first + a];
       }
     }
-    report.push_back(std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
-                              relative_difference(model.experts().to_host(), model.experts_of(one.experts().to_host()))));
+    report.push_back(compare ? std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
+                                        relative_difference(model.experts().to_host(),
+                                                            model.experts_of(one.experts().to_host())))
+                             : 0.0);
     report.push_back(unlike);
 
     const auto all = comm.inspect(view_of(report));  // an instrument: untraced, free of virtual time
@@ -166,13 +169,12 @@ std::string list(const std::vector<std::int64_t>& values) {
   return out;
 }
 
-// The busiest expert's assignments over the fair share, k x the group's tokens / E.
-double imbalance(const RoutingStats& s) {
+}  // namespace
+
+double moe_lab::imbalance(const RoutingStats& s) {
   const std::int64_t all = std::accumulate(s.chosen.begin(), s.chosen.end(), std::int64_t(0));
   return all ? double(*std::max_element(s.chosen.begin(), s.chosen.end())) * double(s.chosen.size()) / double(all) : 0;
 }
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Lab 9: mixture of experts: top-k routing with capacity, load balancing, expert parallelism"};
@@ -213,6 +215,9 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", o.micro_batch, "with --what-if: the sequences a rank holds")
       ->capture_default_str()->check(cli::in_range(1, 1024));
   app.add_flag("--bench", o.bench, "with --what-if: the wall time the simulation took");
+  app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)");
+  app.add_flag("--compare", o.compare, "train with each way of balancing (none, aux, bias) on the same batches: a "
+                                       "table, and with --plot their heatmaps side by side");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -230,6 +235,7 @@ int main(int argc, char** argv) {
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;
+    if (o.compare) return compare_balance(o, run_options, data, config);
     const MoeRun r = train(o, run_options, data, config);
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
@@ -320,6 +326,10 @@ int main(int argc, char** argv) {
       fmt::print("(times are wall clock here: every wait shows, the messages' and the processes' sharing the "
                  "machine's cores)\n");
 
+    if (!o.plot.empty()) {
+      plot_heatmaps({{fmt::format("balance {}: tokens per expert, layer 0", o.balance), &r}}, o.plot);
+      fmt::print("wrote {}\n", o.plot);
+    }
     const double limit = 1e-5;
     const bool equal = r.weights_vs_one_rank <= limit && r.drops_unlike_one_rank == 0;
     if (equal)

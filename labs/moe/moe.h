@@ -2,6 +2,8 @@
 //   main.cpp   the tiny GPT with an MoE layer in every block, trained on ep ranks and equal to one
 //              rank; what the routing did each step (tokens per expert, drops, the balance loss or
 //              the bias), the all-to-all bytes per layer beside their formula, the time per phase
+//   heatmap.cpp  --plot: the routing heatmap, tokens per expert by step; --compare: none, aux and bias
+//              side by side
 //   what_if.cpp  --what-if: one MoE layer of a real model (Mixtral, DeepSeek-V3) payload-free, its
 //              experts in one node or spread one a node
 #pragma once
@@ -29,6 +31,8 @@ struct Options {
   std::string what_if;  // a model preset with experts: one MoE layer at its scale, payload-free
   int seq = 0, micro_batch = 1;  // with --what-if: s (0: 4096) and b, the tokens a rank holds
   bool bench = false;            // with --what-if: say what the simulation took in wall time
+  std::string plot;              // the routing heatmap (.png or .svg)
+  bool compare = false;          // every way of balancing, side by side
 };
 
 // One MoE layer's routing in one step, across the ep group.
@@ -53,9 +57,22 @@ struct MoeRun {
 };
 
 // Trains on run_options.ranks = ep ranks, each on its consecutive share of
-// every step's batch; then each rank trains ep = 1 on the whole batch beside
-// it, alone (a group of its own), and compares its weights and drops.
-MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+// every step's batch; then, with `compare`, each rank trains ep = 1 on the
+// whole batch beside it, alone (a group of its own), and compares its weights
+// and drops.
+MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+             bool compare = true);
+
+// The busiest expert's assignments over the fair share, k x the group's tokens / E.
+double imbalance(const RoutingStats& s);
+
+// heatmap.cpp: runs' tokens per expert by step (layer 0), side by side; --compare.
+struct HeatmapPanel {
+  std::string title;
+  const MoeRun* run;
+};
+void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& path);
+int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 // --what-if MODEL: one MoE layer of the model at --ep ranks, payload-free,
 // its experts packed into nodes and (where ep fits a node) one a node.

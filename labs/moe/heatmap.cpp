@@ -1,0 +1,99 @@
+// The routing heatmap: a run's assignments per expert (rows) and step
+// (columns), layer 0, darker for more, beside the fair share and the
+// capacity in the colour bar's range. --compare trains once with each way of
+// balancing (none, aux, bias) on the same batches and draws the three side by
+// side: the collapse and its two cures.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/error.h"
+#include "labkit/output.h"
+#include "moe.h"
+
+namespace moe_lab {
+
+namespace {
+
+double last_drop_rate(const MoeRun& r) {
+  double dropped = 0;
+  for (const LayerStep& l : r.steps.back().layers) dropped += l.stats.drop_rate() / double(r.steps.back().layers.size());
+  return dropped;
+}
+
+}  // namespace
+
+void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& path) {
+  if (panels.empty()) throw Error("--plot: nothing to draw");
+  std::int64_t most = 1;
+  for (const HeatmapPanel& p : panels)
+    for (const StepRun& s : p.run->steps)
+      for (std::int64_t c : s.layers[0].stats.chosen) most = std::max(most, c);
+  const int experts = int(panels[0].run->steps[0].layers[0].stats.chosen.size());
+  std::string script = fmt::format(
+      "set terminal {} size {},{} font 'sans,9' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+      "set multiplot layout 1,{}\nset palette defined (0 '#ffffff', 1 '#fdd49e', 2 '#fc8d59', 3 '#b30000', "
+      "4 '#3f0000')\nset cbrange [0:{}]\nset xlabel 'step'\nset ylabel 'expert (layer 0)'\nset yrange [-0.5:{}]\n"
+      "set ytics 1\n",
+      gnuplot_terminal(path), 40 + 420 * panels.size(), 360, path, panels.size(), most, experts - 0.5);
+  std::vector<std::string> files;
+  for (std::size_t i = 0; i < panels.size(); ++i) {
+    const HeatmapPanel& p = panels[i];
+    const std::string data = fmt::format("{}.{}.dat", path, i);
+    files.push_back(data);
+    std::ofstream out = create_file(data);
+    for (std::size_t s = 0; s < p.run->steps.size(); ++s) {
+      for (std::size_t e = 0; e < p.run->steps[s].layers[0].stats.chosen.size(); ++e)
+        out << fmt::format("{} {} {}\n", s + 1, e, p.run->steps[s].layers[0].stats.chosen[e]);
+      out << '\n';
+    }
+    script += fmt::format("set title \"{}\"\nset xrange [0.5:{}]\nplot '{}' using 1:2:3 with image notitle\n", p.title,
+                          p.run->steps.size() + 0.5, data);
+  }
+  script += "unset multiplot\n";
+  run_gnuplot(script);
+  for (const std::string& f : files) std::remove(f.c_str());
+}
+
+int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  fmt::print("every way of balancing, {} steps on the same batches: {} experts, top-{}, capacity factor {:g}, ep {}; "
+             "aux at alpha {:g}, bias at gamma {:g}\n",
+             o.steps, o.moe.experts, o.moe.top_k, o.moe.capacity_factor, o.ep, o.moe.aux_weight, o.moe.bias_rate);
+  std::fflush(stdout);
+  fmt::print("{:<8} {:>8} {:>8} {:>9}  tokens per expert, layer 0, the last step\n", "balance", "loss", "dropped",
+             "max/mean");
+  std::vector<MoeRun> runs;
+  std::vector<HeatmapPanel> panels;
+  nlohmann::json rows = nlohmann::json::array();
+  for (Balance b : {Balance::none, Balance::aux, Balance::bias}) {
+    o.moe.balance = b;
+    runs.push_back(train(o, run_options, data, config, false));
+  }
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const MoeRun& r = runs[i];
+    if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
+    const std::string_view name = name_of(Balance(i));
+    const RoutingStats& last = r.steps.back().layers[0].stats;
+    double worst = 0;
+    for (const LayerStep& l : r.steps.back().layers) worst = std::max(worst, imbalance(l.stats));
+    std::string tokens;
+    for (std::int64_t c : last.chosen) tokens += fmt::format("{}{}", tokens.empty() ? "" : " ", c);
+    fmt::print("{:<8} {:>8.4f} {:>7.1f}% {:>9.2f}  {}\n", name, r.steps.back().loss, 100 * last_drop_rate(r), worst,
+               tokens);
+    rows.push_back({{"balance", name}, {"loss", r.steps.back().loss}, {"dropped", last_drop_rate(r)},
+                    {"max_over_mean", worst}, {"chosen", last.chosen}});
+    panels.push_back({fmt::format("{}: {:.0f}% dropped at step {}", name, 100 * last_drop_rate(r), r.steps.size()),
+                      &r});
+  }
+  fmt::print("(the last step; dropped: every layer's mean; max/mean: the busiest expert over the fair share, the "
+             "worst layer's)\n");
+  if (!o.plot.empty()) plot_heatmaps(panels, o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.json.empty()) create_file(o.json) << nlohmann::json{{"steps", o.steps}, {"runs", rows}}.dump(2) << '\n';
+  return 0;
+}
+
+}  // namespace moe_lab
