@@ -216,6 +216,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::in_range(1, 1024));
   app.add_flag("--bench", o.bench, "with --what-if: the wall time the simulation took");
   app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)");
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
+         "capacity=A..B: each capacity factor from A to B, 0.25 apart, trained on the same batches: the assignments "
+         "dropped and the MoE layers' time (with --plot drawn)")
+      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
   app.add_flag("--compare", o.compare, "train with each way of balancing (none, aux, bias) on the same batches: a "
                                        "table, and with --plot their heatmaps side by side");
   add_run_options(app, run_options);
@@ -236,6 +241,7 @@ int main(int argc, char** argv) {
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;
     if (o.compare) return compare_balance(o, run_options, data, config);
+    if (!o.sweep.over.empty()) return sweep(o, run_options, data, config);
     const MoeRun r = train(o, run_options, data, config);
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
 

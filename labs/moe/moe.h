@@ -4,6 +4,7 @@
 //              the bias), the all-to-all bytes per layer beside their formula, the time per phase
 //   heatmap.cpp  --plot: the routing heatmap, tokens per expert by step; --compare: none, aux and bias
 //              side by side
+//   sweep.cpp    --sweep capacity=A..B: the capacity factor against the drops and the time
 //   what_if.cpp  --what-if: one MoE layer of a real model (Mixtral, DeepSeek-V3) payload-free, its
 //              experts in one node or spread one a node
 #pragma once
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "labkit/cli.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/parallel/sequences.h"
@@ -33,7 +35,10 @@ struct Options {
   bool bench = false;            // with --what-if: say what the simulation took in wall time
   std::string plot;              // the routing heatmap (.png or .svg)
   bool compare = false;          // every way of balancing, side by side
+  cli::Sweep sweep;              // capacity=A..B: the capacity factor against drops and time
 };
+
+inline constexpr double kCapacityStep = 0.25;  // --sweep capacity's step
 
 // One MoE layer's routing in one step, across the ep group.
 struct LayerStep {
@@ -73,6 +78,10 @@ struct HeatmapPanel {
 };
 void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& path);
 int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
+// sweep.cpp: --sweep capacity=A..B, every kCapacityStep.
+cli::Sweep parse_sweep(const std::string& text);
+int sweep(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 // --what-if MODEL: one MoE layer of the model at --ep ranks, payload-free,
 // its experts packed into nodes and (where ep fits a node) one a node.
