@@ -1,4 +1,4 @@
-// Lab 9: mixture of experts. One file per view of it:
+// Lab 9: mixture of experts. One file per view of it (bench.cpp: --bench, the simulation's cost):
 //   main.cpp   the tiny GPT with an MoE layer in every block, trained on ep ranks and equal to one
 //              rank; what the routing did each step (tokens per expert, drops, the balance loss or
 //              the bias), the all-to-all bytes per layer beside their formula, the time per phase
@@ -32,7 +32,7 @@ struct Options {
   std::string json;
   std::string what_if;  // a model preset with experts: one MoE layer at its scale, payload-free
   int seq = 0, micro_batch = 1;  // with --what-if: s (0: 4096) and b, the tokens a rank holds
-  bool bench = false;            // with --what-if: say what the simulation took in wall time
+  bool bench = false;            // the simulation's wall time (with --what-if, the layer's)
   std::string plot;              // the routing heatmap (.png or .svg)
   bool compare = false;          // every way of balancing, side by side
   cli::Sweep sweep;              // capacity=A..B: the capacity factor against drops and time
@@ -78,6 +78,9 @@ struct HeatmapPanel {
 };
 void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& path);
 int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
+// bench.cpp: --bench, the MoE GPT's steps on ep simulated ranks against the dense tiny GPT's on one.
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 // sweep.cpp: --sweep capacity=A..B, every kCapacityStep.
 cli::Sweep parse_sweep(const std::string& text);

@@ -46,39 +46,41 @@ MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int e
     : config_(config), moe_(moe), ep_size_(ep_size), ep_rank_(ep_rank) {
   check(moe, ep_size);
   if (config.channels % config.heads) throw Error("moe gpt: channels must divide by heads");
-  // The whole model, as one rank holds it, drawn in one order whatever ep is.
   Carver dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
-  Modules(dense_count, experts_count, config, moe, 1, 0);
-  std::vector<float> dense(dense_count.taken()), whole(experts_count.taken());
-  Carver dense_init(dense.data(), nullptr), experts_init(whole.data(), nullptr);
-  const Modules p(dense_init, experts_init, config, moe, 1, 0);
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<float> normal(0.0f, 0.02f);
-  const auto draw = [&](float* values, std::size_t n, float scale) {
-    for (std::size_t i = 0; i < n; ++i) values[i] = normal(gen) * scale;
-  };
-  const auto fill = [&](const Linear& l, float scale) { draw(l.weight.value, std::size_t(l.in) * l.out, scale); };
-  const float residual_scale = 1.0f / std::sqrt(2.0f * config.layers);
-  draw(p.wte.value, std::size_t(config.vocab) * config.channels, 1);
-  draw(p.wpe.value, std::size_t(config.max_seq) * config.channels, 1);
-  for (const BlockModules& b : p.blocks) {
-    std::fill_n(b.ln1.weight.value, config.channels, 1.0f);
-    fill(b.attn.qkv, 1);
-    fill(b.attn.proj, residual_scale);
-    std::fill_n(b.ln2.weight.value, config.channels, 1.0f);
-    fill(b.moe.router, 1);
-    for (const auto* mlps : {&b.moe.shared, &b.moe.experts})
-      for (const Mlp& m : *mlps) fill(m.fc, 1), fill(m.proj, residual_scale);
-  }
-  std::fill_n(p.lnf.weight.value, config.channels, 1.0f);
-
-  dense_ = Tensor::from_host(std::span<const float>(dense), {dense.size()}, DeviceKind::cpu);
-  dense_grads_ = Tensor({dense.size()});
-  const std::vector<float> mine = experts_of(whole);
-  experts_ = Tensor::from_host(std::span<const float>(mine), {mine.size()}, DeviceKind::cpu);
-  expert_grads_ = Tensor({mine.size()});
+  Modules(dense_count, experts_count, config, moe, ep_size, ep_rank);
+  dense_ = Tensor({dense_count.taken()});
+  dense_grads_ = Tensor({dense_count.taken()});
+  experts_ = Tensor({experts_count.taken()});
+  expert_grads_ = Tensor({experts_count.taken()});
   Carver dense_params(dense_.data(), dense_grads_.data()), expert_params(experts_.data(), expert_grads_.data());
   m_.emplace(dense_params, expert_params, config, moe, ep_size, ep_rank);
+
+  // GPT-2's initialisation: the dense part drawn in its order from `seed`,
+  // each expert from a generator of its own (seed, layer, expert), so that a
+  // rank draws only its experts and every ep draws the same ones.
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  const auto fill = [&](std::mt19937_64& gen, const Linear& l, float scale) {
+    for (std::size_t i = 0; i < std::size_t(l.in) * l.out; ++i) l.weight.value[i] = normal(gen) * scale;
+  };
+  const float residual_scale = 1.0f / std::sqrt(2.0f * config.layers);
+  std::mt19937_64 gen(seed);
+  for (std::size_t i = 0; i < std::size_t(config.vocab) * config.channels; ++i) m_->wte.value[i] = normal(gen);
+  for (std::size_t i = 0; i < std::size_t(config.max_seq) * config.channels; ++i) m_->wpe.value[i] = normal(gen);
+  for (std::size_t l = 0; l < m_->blocks.size(); ++l) {
+    const BlockModules& b = m_->blocks[l];
+    std::fill_n(b.ln1.weight.value, config.channels, 1.0f);
+    fill(gen, b.attn.qkv, 1);
+    fill(gen, b.attn.proj, residual_scale);
+    std::fill_n(b.ln2.weight.value, config.channels, 1.0f);
+    fill(gen, b.moe.router, 1);
+    for (const Mlp& m : b.moe.shared) fill(gen, m.fc, 1), fill(gen, m.proj, residual_scale);
+    for (std::size_t i = 0; i < b.moe.experts.size(); ++i) {
+      std::seed_seq ids{seed, std::uint64_t(l), std::uint64_t(b.moe.first_expert()) + i};
+      std::mt19937_64 own(ids);
+      fill(own, b.moe.experts[i].fc, 1), fill(own, b.moe.experts[i].proj, residual_scale);
+    }
+  }
+  std::fill_n(m_->lnf.weight.value, config.channels, 1.0f);
 }
 
 std::size_t MoeGpt::experts_per_layer() const {

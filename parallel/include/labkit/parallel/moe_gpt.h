@@ -28,8 +28,9 @@ namespace labkit {
 
 class MoeGpt {
  public:
-  // Every rank draws the same whole model from `seed` (GPT-2's initialisation)
-  // and keeps the dense part and experts [rank E / ep, (rank + 1) E / ep) of each layer.
+  // Every rank draws the same dense part from `seed` (GPT-2's initialisation)
+  // and experts [rank E / ep, (rank + 1) E / ep) of each layer, each expert the
+  // same whatever ep is.
   MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed);
 
   // Mean cross-entropy over this rank's B x T tokens; every MoE layer's routing

@@ -1,0 +1,49 @@
+// --bench: what the simulation costs. The MoE GPT's --steps on --ep simulated
+// ranks against the dense tiny GPT's on one rank, the same batches, in wall
+// time: the experts compute k MLPs a token where the dense model computes
+// one, and the simulator adds its ranks, routing and all-to-alls (the target:
+// at most 2x).
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/optim.h"
+#include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/units.h"
+#include "moe.h"
+
+namespace moe_lab {
+
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point from) { return std::chrono::duration<double>(Clock::now() - from).count(); };
+  fmt::print("timing {} steps of {} sequences: the dense tiny GPT on one rank, then the MoE GPT ({} experts, top-{}) "
+             "on {} simulated ranks ...\n", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep);
+  std::fflush(stdout);
+  Clock::time_point started = Clock::now();
+  SgdMomentum sgd{.lr = o.lr};
+  train_one_rank(config, data, o.seed, o.steps, o.batch,
+                 [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+  const double dense = seconds(started);
+  started = Clock::now();
+  const MoeRun r = train(o, run_options, data, config, false);
+  const double moe = seconds(started);
+  if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
+  fmt::print("{:<34} {:>10} {:>10} {:>9}\n", "run", "wall", "a step", "vs dense");
+  fmt::print("{:<34} {:>10} {:>10} {:>8.2f}x\n", "dense tiny GPT, one rank", format_seconds(dense),
+             format_seconds(dense / o.steps), 1.0);
+  fmt::print("{:<34} {:>10} {:>10} {:>8.2f}x\n", fmt::format("MoE GPT, ep {} on the simulator", o.ep),
+             format_seconds(moe), format_seconds(moe / o.steps), moe / dense);
+  fmt::print("(wall time on this machine; the target is 2x)\n");
+  if (!o.json.empty())
+    create_file(o.json) << nlohmann::json{{"steps", o.steps}, {"ep", o.ep}, {"dense_seconds", dense},
+                                          {"moe_seconds", moe}, {"ratio", moe / dense}}
+                               .dump(2)
+                        << '\n';
+  return 0;
+}
+
+}  // namespace moe_lab
