@@ -21,8 +21,8 @@ namespace labkit {
 
 DispatchPlan plan_dispatch(const Routing& r, std::span<const std::int64_t> kept, int rank, int ranks) {
   const int E = int(kept.size()) / ranks, local = E / ranks;
-  DispatchPlan plan{{}, std::vector<std::int64_t>(std::size_t(ranks), 0), std::vector<std::int64_t>(std::size_t(ranks), 0),
-                    {}, std::vector<int>(std::size_t(local) + 1, 0)};
+  const std::vector<std::int64_t> none(std::size_t(ranks), 0);
+  DispatchPlan plan{{}, none, none, {}, std::vector<int>(std::size_t(local) + 1, 0)};
   // BEGIN EXERCISE: send_order: this rank's kept assignments by expert, each expert's in token order;
   //       send_rows[q] and recv_rows[q]: the rows this rank sends rank q and receives from it;
   //       expert_rows: for each of this rank's experts, its rows' places in the received buffer,

@@ -146,15 +146,11 @@ Trained train(int ep, const MoeConfig& moe, int steps) {
     MoeGpt model(tiny(), moe, ep, c.rank(), 5);
     const int share = kB / ep;
     for (int s = 0; s < steps; ++s) {
-      model.forward(c, tokens(c.rank() * share, share, s), tokens(c.rank() * share, share, s + 1), share, kT);
-      model.zero_grad();
-      model.backward(c);
-      model.average_gradients(c);
-      for (Tensor* t : {&model.dense(), &model.experts()}) {
-        const Tensor& g = t == &model.dense() ? model.dense_gradients() : model.expert_gradients();
-        for (std::size_t i = 0; i < t->size(); ++i) t->data()[i] -= 0.1f * g.data()[i];
-      }
-      model.update_bias();
+      const auto sgd = [](std::span<float> w, std::span<const float> g) {
+        for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.1f * g[i];
+      };
+      model.train_step(c, tokens(c.rank() * share, share, s), tokens(c.rank() * share, share, s + 1), share, kT, sgd,
+                       sgd);
       if (c.rank() == 0)
         for (int l = 0; l < model.config().layers; ++l) {
           out.kept.push_back(model.layer(l).stats().kept);

@@ -19,7 +19,9 @@ namespace moe_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
   using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point from) { return std::chrono::duration<double>(Clock::now() - from).count(); };
+  const auto seconds = [](Clock::time_point from) {
+    return std::chrono::duration<double>(Clock::now() - from).count();
+  };
   fmt::print("timing {} steps of {} sequences: the dense tiny GPT on one rank, then the MoE GPT ({} experts, top-{}) "
              "on {} simulated ranks ...\n", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep);
   std::fflush(stdout);

@@ -21,7 +21,8 @@ namespace {
 
 double last_drop_rate(const MoeRun& r) {
   double dropped = 0;
-  for (const LayerStep& l : r.steps.back().layers) dropped += l.stats.drop_rate() / double(r.steps.back().layers.size());
+  const auto& layers = r.steps.back().layers;
+  for (const LayerStep& l : layers) dropped += l.stats.drop_rate() / double(layers.size());
   return dropped;
 }
 

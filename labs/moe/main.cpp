@@ -33,21 +33,11 @@ using namespace moe_lab;
 
 namespace {
 
-// One optimizer step of `model` on `ep`: its tokens x, targets y (B x T).
+// One step of SGD with momentum, each of the model's two parts with its own.
 float train_step(Comm& ep, MoeGpt& model, std::vector<SgdMomentum>& sgd, const std::vector<int>& x,
                  const std::vector<int>& y, int B, int T) {
-  const float loss = model.forward(ep, x, y, B, T);
-  model.zero_grad();
-  model.backward(ep);
-  model.average_gradients(ep);
-  const double started = ep.now();
-  sgd[0].update({model.dense().data(), model.dense().size()},
-                {model.dense_gradients().data(), model.dense_gradients().size()});
-  sgd[1].update({model.experts().data(), model.experts().size()},
-                {model.expert_gradients().data(), model.expert_gradients().size()});
-  ep.computed("optimizer", started, 4.0 * double(model.dense().size() + model.experts().size()));
-  model.update_bias();
-  return loss;
+  return model.train_step(ep, x, y, B, T, [&](std::span<float> w, std::span<const float> g) { sgd[0].update(w, g); },
+                          [&](std::span<float> w, std::span<const float> g) { sgd[1].update(w, g); });
 }
 
 // What a rank reports to rank 0 after the run: its losses (by step), then
@@ -208,7 +198,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, "also write the tables as JSON to this file");
   app.add_option("--what-if", o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at "
-                                         "its scale on --ep ranks, payload-free, its experts in one node and one a node")
+                                         "its scale on --ep ranks, payload-free, its experts in one node and one a "
+                                         "node")
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_option("--seq", o.seq, "with --what-if: the tokens of a sequence (default 4096)")
       ->check(cli::in_range(1, 1 << 20));
@@ -309,7 +300,8 @@ int main(int argc, char** argv) {
       const double formula = 4.0 * k * kept * tokens * C * (ep - 1) / ep * sizeof(float);
       const double reading = 4.0 * tokens * C * (E - 1) / E * sizeof(float);
       fmt::print("{:>5} {:>11} {:>13} {:>11} {:>11} {:>14}\n", l, format_bytes(std::uint64_t(t.to_experts)),
-                 format_bytes(std::uint64_t(t.from_experts)), format_bytes(std::uint64_t(t.to_experts + t.from_experts)),
+                 format_bytes(std::uint64_t(t.from_experts)),
+                 format_bytes(std::uint64_t(t.to_experts + t.from_experts)),
                  format_bytes(std::uint64_t(formula)), format_bytes(std::uint64_t(reading)));
       traffic.push_back({{"layer", l}, {"to_experts", t.to_experts}, {"from_experts", t.from_experts},
                          {"formula", formula}, {"reading", reading}});

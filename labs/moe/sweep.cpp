@@ -26,7 +26,8 @@ cli::Sweep parse_sweep(const std::string& text) {
 }
 
 int sweep(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  fmt::print("--sweep capacity={:g}..{:g}: {} experts, top-{}, ep {}, balance {}, {} steps each on the same batches ...\n",
+  fmt::print("--sweep capacity={:g}..{:g}: {} experts, top-{}, ep {}, balance {}, {} steps each on the same "
+             "batches ...\n",
              o.sweep.from, o.sweep.to, o.moe.experts, o.moe.top_k, o.ep, o.balance, o.steps);
   std::fflush(stdout);
   fmt::print("{:>8} {:>9} {:>8} {:>11} {:>11} {:>10} {:>9}\n", "factor", "capacity", "dropped", "all-to-all",
@@ -39,8 +40,10 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
     double dropped = 0, worst = 0;
     for (const StepRun& s : r.steps)
-      for (const LayerStep& l : s.layers)
-        dropped += l.stats.drop_rate() / double(r.steps.size() * s.layers.size()), worst = std::max(worst, imbalance(l.stats));
+      for (const LayerStep& l : s.layers) {
+        dropped += l.stats.drop_rate() / double(r.steps.size() * s.layers.size());
+        worst = std::max(worst, imbalance(l.stats));
+      }
     const MoeLayer::Phases& p = r.phases;
     const double time = p.route + p.dispatch + p.experts + p.combine;
     std::int64_t bytes = 0;
@@ -49,7 +52,8 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
                100 * dropped, format_bytes(std::uint64_t(bytes)), format_seconds(time), r.steps.back().loss, worst);
     factors.push_back(c), drops.push_back(dropped), traffic.push_back(double(bytes));
     rows.push_back({{"capacity_factor", c}, {"capacity", r.steps.back().layers[0].stats.capacity},
-                    {"dropped", dropped}, {"all_to_all_bytes", bytes}, {"moe_seconds", time}, {"loss", r.steps.back().loss}, {"max_over_mean", worst}});
+                    {"dropped", dropped}, {"all_to_all_bytes", bytes}, {"moe_seconds", time},
+                    {"loss", r.steps.back().loss}, {"max_over_mean", worst}});
   }
   fmt::print("(capacity: an expert's, ceil(factor x k x tokens / E), tokens the group's; dropped: the assignments "
              "dropped over the run, every layer's; all-to-all: the last step's bytes between ranks, every layer's, "

@@ -24,7 +24,8 @@ std::string_view name_of(Balance b) {
 Balance parse_balance(std::string_view name) {
   for (Balance b : {Balance::none, Balance::aux, Balance::bias})
     if (name == name_of(b)) return b;
-  throw Error(fmt::format("balance '{}': none, aux (Switch's auxiliary loss) or bias (DeepSeek-V3's, loss-free)", name));
+  throw Error(
+      fmt::format("balance '{}': none, aux (Switch's auxiliary loss) or bias (DeepSeek-V3's, loss-free)", name));
 }
 
 void check(const MoeConfig& c, int ep) {
@@ -80,7 +81,9 @@ std::vector<std::int64_t> kept_by_rank(const std::vector<std::int64_t>& chosen, 
 // A plan the layer can run (exercise 9.2's, say): its sizes agree and every
 // index is in range, else an error that says which.
 void check_plan(const DispatchPlan& p, const Routing& r, int ranks, int local, const std::string& who) {
-  const auto sum = [](const std::vector<std::int64_t>& v) { return std::accumulate(v.begin(), v.end(), std::int64_t(0)); };
+  const auto sum = [](const std::vector<std::int64_t>& v) {
+    return std::accumulate(v.begin(), v.end(), std::int64_t(0));
+  };
   const auto fail = [&](const std::string& what) { throw Error(fmt::format("{}: moe dispatch plan: {}", who, what)); };
   if (p.send_rows.size() != std::size_t(ranks) || p.recv_rows.size() != std::size_t(ranks))
     fail(fmt::format("send_rows and recv_rows hold {} and {} counts, one a rank: {}", p.send_rows.size(),

@@ -181,6 +181,20 @@ void MoeGpt::average_gradients(Comm& ep) {
   for (std::size_t i = 0; i < expert_grads_.size(); ++i) expert_grads_.data()[i] *= share;
 }
 
+float MoeGpt::train_step(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
+                         const OptimizerUpdate& update_dense, const OptimizerUpdate& update_experts) {
+  const float loss = forward(ep, tokens, targets, B, T);
+  zero_grad();
+  backward(ep);
+  average_gradients(ep);
+  const double started = ep.now();
+  update_dense({dense_.data(), dense_.size()}, {dense_grads_.data(), dense_grads_.size()});
+  update_experts({experts_.data(), experts_.size()}, {expert_grads_.data(), expert_grads_.size()});
+  ep.computed("optimizer", started, 4.0 * double(dense_.size() + experts_.size()));
+  update_bias();
+  return loss;
+}
+
 void MoeGpt::update_bias() {
   for (BlockModules& b : m_->blocks) b.moe.update_bias();
 }

@@ -80,17 +80,11 @@ std::string check_training(int ep, Balance balance) {
   config.max_seq = kT;
   const MoeConfig moe{.experts = 8, .top_k = 2, .capacity_factor = 1.0, .balance = balance, .bias_rate = 0.01};
   const auto train = [&](Comm& c, MoeGpt& model, int first, int count) {
-    for (int s = 0; s < 2; ++s) {
-      model.forward(c, tokens(first, count, s), tokens(first, count, s + 1), count, kT);
-      model.zero_grad();
-      model.backward(c);
-      model.average_gradients(c);
-      for (Tensor* t : {&model.dense(), &model.experts()}) {
-        const Tensor& g = t == &model.dense() ? model.dense_gradients() : model.expert_gradients();
-        for (std::size_t i = 0; i < t->size(); ++i) t->data()[i] -= 0.05f * g.data()[i];
-      }
-      model.update_bias();
-    }
+    const auto sgd = [](std::span<float> w, std::span<const float> g) {
+      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.05f * g[i];
+    };
+    for (int s = 0; s < 2; ++s)
+      model.train_step(c, tokens(first, count, s), tokens(first, count, s + 1), count, kT, sgd, sgd);
   };
   std::vector<float> dense, experts;
   const Observed one = run_ranks(1, [&](Comm& c) {
@@ -159,14 +153,16 @@ std::string check_output(int ranks) {
         const std::vector<float> out = run_mlp(naive.experts[std::size_t(r.expert[a])], &x[std::size_t(t) * C]);
         for (int ch = 0; ch < C; ++ch) want[std::size_t(ch)] += r.gate[a] * out[std::size_t(ch)];
       }
-      for (int ch = 0; ch < C; ++ch)
-        if (std::abs(y[std::size_t(t) * C + ch] - want[std::size_t(ch)]) > 1e-4f * (1 + std::abs(want[std::size_t(ch)]))) {
+      for (int ch = 0; ch < C; ++ch) {
+        const float got = y[std::size_t(t) * C + ch], expected = want[std::size_t(ch)];
+        if (std::abs(got - expected) > 1e-4f * (1 + std::abs(expected))) {
           wrong[std::size_t(c.rank())] = fmt::format(
               "rank {}, token {}, channel {}: the layer gives {}, its kept experts ({}) weighted by their gates and "
-              "the shared expert give {} (experts {}..{} are on this rank)", c.rank(), t, ch, y[std::size_t(t) * C + ch],
-              r.k, want[std::size_t(ch)], c.rank() * local, (c.rank() + 1) * local - 1);
+              "the shared expert give {} (experts {}..{} are on this rank)", c.rank(), t, ch, got, r.k, expected,
+              c.rank() * local, (c.rank() + 1) * local - 1);
           break;
         }
+      }
     }
   });
   if (!run.error.empty()) return run.error;
@@ -292,15 +288,18 @@ TEST(plan_dispatch, EachKeptAssignmentGoesToItsExpertsRankAndLandsByExpert) {
                                  p.send_order.size() == order.size() ? " in another order" : "", order.size());
             for (int q = 0; q < ranks; ++q) {
               std::int64_t send = 0, recv = 0;
-              for (int i = 0; i < local; ++i)
-                send += kept[std::size_t(rank) * E + q * local + i], recv += kept[std::size_t(q) * E + rank * local + i];
+              for (int i = 0; i < local; ++i) {
+                send += kept[std::size_t(rank) * E + q * local + i];
+                recv += kept[std::size_t(q) * E + rank * local + i];
+              }
               if (p.send_rows.size() != std::size_t(ranks) || p.send_rows[std::size_t(q)] != send)
                 return fmt::format("rank {} sends rank {} {} rows; expected {} (its kept assignments to experts "
                                    "{}..{})", rank, q, p.send_rows.size() == std::size_t(ranks) ?
                                    p.send_rows[std::size_t(q)] : -1, send, q * local, (q + 1) * local - 1);
               if (p.recv_rows.size() != std::size_t(ranks) || p.recv_rows[std::size_t(q)] != recv)
                 return fmt::format("rank {} receives {} rows from rank {}; expected {}", rank,
-                                   p.recv_rows.size() == std::size_t(ranks) ? p.recv_rows[std::size_t(q)] : -1, q, recv);
+                                   p.recv_rows.size() == std::size_t(ranks) ? p.recv_rows[std::size_t(q)] : -1, q,
+                                   recv);
             }
             // Expert i's rows: from each rank q in turn, where q's rows for expert i sit in the received buffer.
             std::vector<int> rows, offsets = {0};

@@ -21,6 +21,7 @@
 
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/tensor.h"
 
@@ -44,6 +45,10 @@ class MoeGpt {
   // The dense gradients averaged over ep, the experts' divided by ep.
   void average_gradients(Comm& ep);
   void update_bias();  // DeepSeek-V3's, every layer's, after the step
+  // One training step: forward, backward, the gradients averaged, each part
+  // updated by its optimizer, the bias moved. Returns forward's loss.
+  float train_step(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
+                   const OptimizerUpdate& update_dense, const OptimizerUpdate& update_experts);
 
   Tensor& dense() { return dense_; }
   Tensor& dense_gradients() { return dense_grads_; }
@@ -85,7 +90,9 @@ class MoeGpt {
     Acts(Carver& acts, const GptConfig& c, int B, int T);
   };
   void prepare(int B, int T);
-  const float* stream(int layer) const { return layer < 0 ? a_->encoded.value : a_->blocks[std::size_t(layer)].out.value; }
+  const float* stream(int layer) const {
+    return layer < 0 ? a_->encoded.value : a_->blocks[std::size_t(layer)].out.value;
+  }
   float* stream_grad(int layer) const { return layer < 0 ? a_->encoded.grad : a_->blocks[std::size_t(layer)].out.grad; }
   std::size_t experts_per_layer() const;  // floats of one layer's experts on this rank
 
