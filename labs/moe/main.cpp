@@ -40,6 +40,36 @@ float train_step(Comm& ep, MoeGpt& model, std::vector<SgdMomentum>& sgd, const s
                           [&](std::span<float> w, std::span<const float> g) { sgd[1].update(w, g); });
 }
 
+// One rank on the whole batch, beside this rank, alone (a group of its own),
+// trained on the same batches: how far this rank's weights are from its, and
+// how many of this rank's assignments one of them kept and the other dropped
+// (`kept`: this rank's flags, by step and layer).
+std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const Sequences& data,
+                                           const GptConfig& config, MoeGpt& model,
+                                           const std::vector<std::vector<std::uint8_t>>& kept) {
+  const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
+  const DistributedSampler sampler(data.count, 1, 0, o.seed);
+  std::vector<int> x, y;
+  std::vector<SgdMomentum> sgd(2, SgdMomentum{.lr = o.lr});
+  MoeGpt one(config, o.moe, 1, 0, o.seed);
+  const int L = config.layers;
+  double unlike = 0;
+  for (int s = 0; s < o.steps; ++s) {
+    fill_batch(data, batch_of(sampler, s, o.batch), x, y);
+    train_step(*alone, one, sgd, x, y, o.batch, config.max_seq);
+    for (int l = 0; l < L; ++l) {
+      const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
+      const std::vector<std::uint8_t>& mine = kept[std::size_t(s * L + l)];
+      const std::size_t first = std::size_t(comm.rank()) * mine.size();
+      for (std::size_t a = 0; a < mine.size(); ++a) unlike += mine[a] != all[first + a];
+    }
+  }
+  const double weights = std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
+                                  relative_difference(model.experts().to_host(),
+                                                      model.experts_of(one.experts().to_host())));
+  return {weights, unlike};
+}
+
 // What a rank reports to rank 0 after the run: its losses (by step), then
 // for each layer its last step's traffic (2) and phases (4), then its weights'
 // distance from one rank's and its drops unlike one rank's.
@@ -83,25 +113,8 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
                                    p.combine});
     }
 
-    // One rank on the whole batch, beside this one: a group of its own.
-    const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
-    std::vector<SgdMomentum> one_sgd(2, SgdMomentum{.lr = o.lr});
-    MoeGpt one(config, o.moe, 1, 0, o.seed);
-    double unlike = 0;
-    for (int s = 0; s < o.steps * int(compare); ++s) {
-      batch(s, 0, o.batch);
-      train_step(*alone, one, one_sgd, x, y, o.batch, T);
-      for (int l = 0; l < L; ++l) {
-        const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
-        const std::vector<std::uint8_t>& mine = kept[std::size_t(s * L + l)];
-        const std::size_t first = std::size_t(comm.rank()) * mine.size();
-        for (std::size_t a = 0; a < mine.size(); ++a) unlike += mine[a] != all[first + a];
-      }
-    }
-    report.push_back(compare ? std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
-                                        relative_difference(model.experts().to_host(),
-                                                            model.experts_of(one.experts().to_host())))
-                             : 0.0);
+    const auto [weights, unlike] = compare ? against_one_rank(comm, o, data, config, model, kept) : std::pair{0.0, 0.0};
+    report.push_back(weights);
     report.push_back(unlike);
 
     const auto all = comm.inspect(view_of(report));  // an instrument: untraced, free of virtual time
