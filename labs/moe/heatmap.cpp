@@ -17,17 +17,6 @@
 
 namespace moe_lab {
 
-namespace {
-
-double last_drop_rate(const MoeRun& r) {
-  double dropped = 0;
-  const auto& layers = r.steps.back().layers;
-  for (const LayerStep& l : layers) dropped += l.stats.drop_rate() / double(layers.size());
-  return dropped;
-}
-
-}  // namespace
-
 void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& path) {
   if (panels.empty()) throw Error("--plot: nothing to draw");
   std::int64_t most = 1;
@@ -78,17 +67,13 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
     const MoeRun& r = runs[i];
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
     const std::string_view name = name_of(Balance(i));
-    const RoutingStats& last = r.steps.back().layers[0].stats;
-    double worst = 0;
-    for (const LayerStep& l : r.steps.back().layers) worst = std::max(worst, imbalance(l.stats));
-    std::string tokens;
-    for (std::int64_t c : last.chosen) tokens += fmt::format("{}{}", tokens.empty() ? "" : " ", c);
-    fmt::print("{:<8} {:>8.4f} {:>7.1f}% {:>9.2f}  {}\n", name, r.steps.back().loss, 100 * last_drop_rate(r), worst,
-               tokens);
-    rows.push_back({{"balance", name}, {"loss", r.steps.back().loss}, {"dropped", last_drop_rate(r)},
-                    {"max_over_mean", worst}, {"chosen", last.chosen}});
-    panels.push_back({fmt::format("{}: {:.0f}% dropped at step {}", name, 100 * last_drop_rate(r), r.steps.size()),
-                      &r});
+    const StepRun& last = r.steps.back();
+    const std::vector<std::int64_t>& chosen = last.layers[0].stats.chosen;
+    fmt::print("{:<8} {:>8.4f} {:>7.1f}% {:>9.2f}  {}\n", name, last.loss, 100 * last.drop_rate(), last.imbalance(),
+               counts_text(chosen));
+    rows.push_back({{"balance", name}, {"loss", last.loss}, {"dropped", last.drop_rate()},
+                    {"max_over_mean", last.imbalance()}, {"chosen", chosen}});
+    panels.push_back({fmt::format("{}: {:.0f}% dropped at step {}", name, 100 * last.drop_rate(), r.steps.size()), &r});
   }
   fmt::print("(the last step; dropped: every layer's mean; max/mean: the busiest expert over the fair share, the "
              "worst layer's)\n");

@@ -166,17 +166,28 @@ void check_options(const Options& o, const RunOptions& run_options, bool ranks_g
                             o.ep));
 }
 
-std::string list(const std::vector<std::int64_t>& values) {
+}  // namespace
+
+std::string moe_lab::counts_text(const std::vector<std::int64_t>& counts) {
   std::string out;
-  for (std::int64_t v : values) out += fmt::format("{}{}", out.empty() ? "" : " ", v);
+  for (std::int64_t c : counts) out += fmt::format("{}{}", out.empty() ? "" : " ", c);
   return out;
 }
 
-}  // namespace
+double moe_lab::StepRun::drop_rate() const {
+  double dropped = 0;
+  for (const LayerStep& l : layers) dropped += l.stats.drop_rate() / double(layers.size());
+  return dropped;
+}
 
-double moe_lab::imbalance(const RoutingStats& s) {
-  const std::int64_t all = std::accumulate(s.chosen.begin(), s.chosen.end(), std::int64_t(0));
-  return all ? double(*std::max_element(s.chosen.begin(), s.chosen.end())) * double(s.chosen.size()) / double(all) : 0;
+double moe_lab::StepRun::imbalance() const {
+  double worst = 0;
+  for (const LayerStep& l : layers) {
+    const std::vector<std::int64_t>& c = l.stats.chosen;
+    const std::int64_t all = std::accumulate(c.begin(), c.end(), std::int64_t(0));
+    if (all) worst = std::max(worst, double(*std::max_element(c.begin(), c.end())) * double(c.size()) / double(all));
+  }
+  return worst;
 }
 
 int main(int argc, char** argv) {
@@ -269,19 +280,18 @@ int main(int argc, char** argv) {
     const std::size_t every = (r.steps.size() + 19) / 20;  // at most about 20 rows
     for (std::size_t s = 0; s < r.steps.size(); ++s) {
       const StepRun& step = r.steps[s];
-      double balance = 0, dropped = 0, worst = 0;
+      double balance = 0;
       for (const LayerStep& l : step.layers) {
         balance += l.stats.balance_loss;
         if (m.balance == Balance::bias)
           balance = std::max(balance, double(*std::max_element(l.bias.begin(), l.bias.end()) -
                                              *std::min_element(l.bias.begin(), l.bias.end())));
-        dropped += l.stats.drop_rate() / double(step.layers.size());
-        worst = std::max(worst, imbalance(l.stats));
       }
+      const double dropped = step.drop_rate(), worst = step.imbalance();
       if (s == 0 || (s + 1) % every == 0 || s + 1 == r.steps.size())
         fmt::print("{:>5} {:>8.4f} {:>9} {:>7.1f}% {:>9.2f}  {}\n", s + 1, step.loss,
                    m.balance == Balance::none ? "-" : fmt::format("{:.4f}", balance), 100 * dropped, worst,
-                   list(step.layers[0].stats.chosen));
+                   counts_text(step.layers[0].stats.chosen));
       nlohmann::json layers = nlohmann::json::array();
       for (const LayerStep& l : step.layers)
         layers.push_back({{"chosen", l.stats.chosen}, {"kept", l.stats.kept}, {"capacity", l.stats.capacity},

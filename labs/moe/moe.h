@@ -49,6 +49,8 @@ struct LayerStep {
 struct StepRun {
   double loss = 0;  // the mean cross-entropy over the batch
   std::vector<LayerStep> layers;
+  double drop_rate() const;  // the assignments dropped, every layer's mean
+  double imbalance() const;  // the busiest expert's assignments over the fair share k x tokens / E, the worst layer's
 };
 
 struct MoeRun {
@@ -68,8 +70,8 @@ struct MoeRun {
 MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
              bool compare = true);
 
-// The busiest expert's assignments over the fair share, k x the group's tokens / E.
-double imbalance(const RoutingStats& s);
+// A layer's assignments per expert as the tables print them: "21 89 100 ...".
+std::string counts_text(const std::vector<std::int64_t>& counts);
 
 // heatmap.cpp: runs' tokens per expert by step (layer 0), side by side; --compare.
 struct HeatmapPanel {

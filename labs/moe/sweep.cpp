@@ -39,11 +39,10 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
     const MoeRun r = train(o, run_options, data, config, false);
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
     double dropped = 0, worst = 0;
-    for (const StepRun& s : r.steps)
-      for (const LayerStep& l : s.layers) {
-        dropped += l.stats.drop_rate() / double(r.steps.size() * s.layers.size());
-        worst = std::max(worst, imbalance(l.stats));
-      }
+    for (const StepRun& s : r.steps) {
+      dropped += s.drop_rate() / double(r.steps.size());
+      worst = std::max(worst, s.imbalance());
+    }
     const MoeLayer::Phases& p = r.phases;
     const double time = p.route + p.dispatch + p.experts + p.combine;
     std::int64_t bytes = 0;
