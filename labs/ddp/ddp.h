@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "labkit/cli.h"
+#include "labkit/sweep.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/gradient_compression.h"

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "labkit/cli.h"
+#include "labkit/sweep.h"
 #include "labkit/gpt.h"
 #include "labkit/memory_tracker.h"
 #include "labkit/optim.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "labkit/cli.h"
+#include "labkit/sweep.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/parallel/sequences.h"

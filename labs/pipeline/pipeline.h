@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "labkit/cli.h"
+#include "labkit/sweep.h"
 #include "labkit/gpt.h"
 #include "labkit/parallel/pipeline_schedule.h"
 #include "labkit/parallel/sequences.h"

@@ -24,6 +24,8 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "labkit/sweep.h"
+
 namespace labkit::cli {
 
 namespace detail {
@@ -97,22 +99,6 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
 // A byte count in labkit::parse_bytes's form (1024, 64K, 1M, 2G), at least `min` bytes.
 CLI::Validator byte_size(std::uint64_t min = 0);
-
-// A study's range, "NAME=A..B" (--sweep ranks=8..1024): the names a lab
-// allows, each with its bounds. A whole axis takes whole numbers from `min`;
-// any other takes numbers above `min`. `to` at most `max`, `from` <= `to`.
-struct SweepAxis {
-  std::string name;
-  double min, max;
-  bool whole;
-  std::string unit;  // " MiB": said after the bounds in the error
-};
-struct Sweep {
-  std::string over;  // an axis name; empty: no sweep
-  double from = 0, to = 0;
-};
-// Throws std::invalid_argument naming every allowed form.
-Sweep parse_sweep(const std::string& text, const std::vector<SweepAxis>& axes);
 
 // CLI11's errors on one line, "error: ..." as a lab's own errors read; CLI11
 // adds "Run with --help for more information." on a second.
