@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "labkit/error.h"
 #include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/expert_dispatch.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/parallel/moe_gpt.h"
 
@@ -187,4 +188,64 @@ TEST(MoeGpt, ExpertParallelRanksTrainToOneRanksWeights) {
         }
       }
     }
+}
+
+// DeepSeek-V3's layer over 64 GPUs on 8 nodes: every token's k = 8 experts
+// assigned, from at most M = 4 nodes when limited, and the copies crossing
+// between nodes as the formulas expect.
+TEST(ExpertDispatch, UniformRoutingAssignsKExpertsFromAtMostMNodes) {
+  const ExpertLayout layout{.ep = 64, .experts = 256, .ranks_per_node = 8};
+  const std::int64_t tokens = 2048;
+  for (int limit : {0, 4}) {
+    const UniformRouting r = route_uniformly(layout, 8, tokens, limit, 7);
+    double crossing_assignments = 0, crossing_tokens = 0;
+    for (int q = 0; q < layout.ep; ++q) {
+      std::int64_t assigned = 0, touched = 0;
+      for (int e = 0; e < layout.experts; ++e) {
+        assigned += r.assigned(q, e, layout.experts);
+        if (e / layout.experts_per_node() != q / 8) crossing_assignments += double(r.assigned(q, e, layout.experts));
+      }
+      for (int n = 0; n < r.nodes; ++n) {
+        touched += r.node_tokens[std::size_t(q * r.nodes + n)];
+        if (n != q / 8) crossing_tokens += double(r.node_tokens[std::size_t(q * r.nodes + n)]);
+      }
+      EXPECT_EQ(assigned, 8 * tokens) << "rank " << q;
+      EXPECT_LE(touched, (limit ? limit : 8) * tokens) << "rank " << q << ": a token on more nodes than allowed";
+    }
+    const double all = double(layout.ep) * double(tokens);
+    EXPECT_NEAR(crossing_assignments / all, crossings_per_token(layout, 8, limit, false), 0.01) << limit;
+    EXPECT_NEAR(crossing_tokens / all, crossings_per_token(layout, 8, limit, true), 0.01) << limit;
+  }
+  EXPECT_DOUBLE_EQ(crossings_per_token(layout, 8, 4, false), 7.0);  // k (N-1)/N, whatever the limit
+  EXPECT_NEAR(crossings_per_token(layout, 8, 0, true), 7 * 0.6618315, 1e-6);  // 7 (1 - C(224,8) / C(256,8))
+  EXPECT_LT(crossings_per_token(layout, 8, 4, true), 3.5);  // at most M (N-1)/N
+}
+
+// Played on the simulator, a rank sends over IB what its routing says: every
+// assignment to another node's expert (direct), or one copy a token per other
+// node (two-stage), and never more than once per node; the two-stage
+// dispatch of the node-limited routing is the fastest.
+TEST(ExpertDispatch, TwoStageSendsOneCopyPerNodeAndIsFaster) {
+  const ExpertLayout layout{.ep = 32, .experts = 64, .ranks_per_node = 8};
+  const int h = 1024;
+  double dispatch[2][2] = {};
+  for (int limit : {0, 2})
+    for (bool two_stage : {false, true}) {
+      const UniformRouting r = route_uniformly(layout, 8, 512, limit, 3);
+      std::vector<ExpertLayerCost> costs(std::size_t(layout.ep));
+      simulate(layout.ep, [&](Comm& c) { costs[std::size_t(c.rank())] = play_expert_layer(c, layout, r, two_stage, h, 1e6); },
+               "dgx-h100", false);
+      for (int q = 0; q < layout.ep; ++q) {
+        double across = 0;
+        for (int n = 0; n < r.nodes; ++n)
+          if (n != q / 8) {
+            if (two_stage) across += double(r.node_tokens[std::size_t(q * r.nodes + n)]);
+            for (int e = n * 16; e < (n + 1) * 16 && !two_stage; ++e) across += double(r.assigned(q, e, layout.experts));
+          }
+        EXPECT_DOUBLE_EQ(costs[std::size_t(q)].across, across * h * 2) << "rank " << q;
+        dispatch[limit > 0][two_stage] = std::max(dispatch[limit > 0][two_stage], costs[std::size_t(q)].dispatch);
+      }
+    }
+  EXPECT_LT(dispatch[1][1], dispatch[0][1]);
+  EXPECT_LT(dispatch[0][1], dispatch[0][0]);
 }

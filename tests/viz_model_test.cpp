@@ -2,7 +2,9 @@
 // rejects malformed files with a message that names the file and the fault;
 // the chunk history records whose data each chunk holds after every delivery;
 // the summary splits each rank's time and says what overlap hid.
+#include <algorithm>
 #include <fstream>
+#include <numeric>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -392,4 +394,35 @@ TEST(VizPipelineGrid, CellsAreReadBackFromTheExecutorsNames) {
     for (const viz::Span& span : t.spans) cells += span.kind == viz::Kind::compute && viz::pipeline_cell(span.name);
     EXPECT_EQ(cells, 16) << t.name;
   }
+}
+
+// The MoE scenario trains the lab's MoE GPT: its history holds every step's
+// routing of both layers, the group's assignments (k x batch x T a layer);
+// unbalanced, the routers collapse and drop most of them, while the bias
+// keeps the experts near their fair share. The timeline shows the tokens'
+// all-to-alls between the ranks.
+TEST(VizScenario, MoeTrainingRecordsEveryStepsRoutingAndItsCollapse) {
+  const viz::Scenario none = viz::parse_scenario("moe:4:none:20");
+  EXPECT_EQ(none.moe_ep, 4);
+  EXPECT_EQ(none.balance, "none");
+  const viz::RoutingHistory collapsed = viz::routing_history(none);
+  const viz::RoutingHistory balanced = viz::routing_history(viz::parse_scenario("moe:4:bias:20"));
+  ASSERT_EQ(collapsed.steps.size(), 20u);
+  ASSERT_EQ(collapsed.layers(), 2);
+  ASSERT_EQ(collapsed.experts(), 8);
+  for (const auto& step : collapsed.steps)
+    for (const labkit::RoutingStats& layer : step)
+      EXPECT_EQ(std::accumulate(layer.chosen.begin(), layer.chosen.end(), std::int64_t(0)), 2 * 8 * 32);  // k x batch x T
+  EXPECT_GT(collapsed.steps.back()[0].drop_rate(), 0.4);
+  EXPECT_LT(balanced.steps.back()[0].drop_rate(), collapsed.steps.back()[0].drop_rate() / 2);
+
+  const viz::TraceModel m = viz::run_scenario(viz::parse_scenario("moe:4:aux:2"));
+  ASSERT_EQ(m.tracks.size() - std::count_if(m.tracks.begin(), m.tracks.end(), [](const viz::Track& t) { return t.stream; }),
+            4u);
+  int exchanges = 0;
+  for (const viz::Span& span : m.tracks[0].spans) exchanges += span.name.find("all_to_allv") != std::string::npos;
+  EXPECT_GE(exchanges, 2 * 2 * 4) << "2 steps, 2 layers, dispatch and combine forward and backward";
+  EXPECT_TRUE(viz::routing_history(viz::parse_scenario("ring:4:1K")).steps.empty());
+  for (const char* bad : {"moe:3", "moe:4:fair", "moe:4:aux:0", "moe:4:aux:many", "moe:2:aux:4:nowhere"})
+    EXPECT_THROW(viz::parse_scenario(bad), std::exception) << bad;
 }

@@ -20,6 +20,9 @@ struct App {
   Scenario scenario;        // what the "run" panel simulates
   bool from_scenario = false;  // the model is a run of `scenario` (so algbw and busbw apply)
   ChunkHistory chunks;         // for the data-flow view, when the scenario has one
+  RoutingHistory routing;      // for the MoE routing panel, when the scenario trains the MoE GPT
+  int routing_layer = 0;
+  int routing_step = -1;       // the step the bars show; -1: the last
   std::array<char, 512> trace_path{};  // the "open" box
   std::string error;        // the last load or run error, shown instead of crashing
   double view_start = 0;    // timeline window, seconds
@@ -39,7 +42,7 @@ struct Panel {
 std::vector<Panel>& panels();
 void register_panel(std::string name, std::function<void(App&)> draw);
 
-void register_builtin_panels();  // timeline, data flow, summary, run, pipeline grid
+void register_builtin_panels();  // timeline, data flow, summary, run, pipeline grid, MoE routing
 
 // Shows a trace: the model, its summary, the whole run in the timeline.
 void show(App& app, TraceModel model);

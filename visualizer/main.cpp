@@ -36,17 +36,20 @@ void draw_frame(viz::App& app, ImVec2 screen) {
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
-  // Timeline, data flow, summary, run, pipeline grid; a pipeline step's grid
-  // takes the upper half of the timeline's place.
-  const bool pipeline = app.summary.pipeline_microbatches > 0;
+  // Timeline, data flow, summary, run, pipeline grid, MoE routing; a
+  // pipeline step's grid, or a training's routing, takes the upper half of
+  // the timeline's place, and a lab panel with nothing to show a small box.
+  const bool pipeline = app.summary.pipeline_microbatches > 0, routing = !app.routing.steps.empty();
   struct Place {
     float x, y, w, h;
   };
-  const Place layout[] = {{0, pipeline ? 0.75f : 0.5f, 1, pipeline ? 0.25f : 0.5f},
+  const Place wide{0, 0.5f, 1, 0.25f};
+  const Place layout[] = {{0, pipeline || routing ? 0.75f : 0.5f, 1, pipeline || routing ? 0.25f : 0.5f},
                           {0, 0, 0.4f, 0.5f},
                           {0.4f, 0, 0.35f, 0.5f},
-                          {0.75f, 0, 0.25f, pipeline ? 0.5f : 0.35f},
-                          pipeline ? Place{0, 0.5f, 1, 0.25f} : Place{0.75f, 0.35f, 0.25f, 0.15f}};
+                          {0.75f, 0, 0.25f, pipeline || routing ? 0.5f : 0.35f},
+                          pipeline ? wide : Place{0.75f, 0.35f, 0.25f, 0.075f},
+                          routing ? wide : Place{0.75f, 0.425f, 0.25f, 0.075f}};
   std::size_t i = 0;
   for (viz::Panel& p : viz::panels()) {
     const auto& l = layout[std::min(i++, std::size(layout) - 1)];
@@ -77,9 +80,10 @@ int main(int argc, char** argv) {
   bool headless = false;
   int frames = 3, width = 1280, height = 800;
   cli.add_option("trace", trace, "a Chrome trace (--trace of any lab, any backend)");
-  cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M, a DDP step: ddp:8:overlap, or a "
-                 "ZeRO step: fsdp:16:3:both, a tensor-parallel step of the tiny GPT: tp:4:sp, or ring attention: "
-                 "cp:8:contiguous")
+  cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M, a DDP step: "
+                 "ddp:8:overlap, a ZeRO step: fsdp:16:3:both, a tensor-parallel step of the tiny GPT: tp:4:sp, ring "
+                 "attention: cp:8:contiguous, a pipeline schedule: pp:4:zb-h1:8, or the MoE GPT's training: "
+                 "moe:4:none:40")
       ->check(labkit::cli::parsed_by(viz::parse_scenario));
   cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
   cli.add_option("--frames", frames, "--headless: frames to draw")

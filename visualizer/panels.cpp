@@ -9,6 +9,7 @@ void draw_dataflow(App& app);
 void draw_summary(App& app);
 void draw_run(App& app);
 void draw_pipeline(App& app);
+void draw_moe_routing(App& app);
 
 std::vector<Panel>& panels() {
   static std::vector<Panel> registered;
@@ -23,6 +24,7 @@ void show(App& app, TraceModel model) {
   app.model = std::move(model);
   app.summary = summarize(app.model);
   app.chunks = {};
+  app.routing = {};
   app.from_scenario = false;
   app.error.clear();
   app.view_span = 0;                // fit the whole run
@@ -32,6 +34,8 @@ void show(App& app, TraceModel model) {
 void run_scenario(App& app) {
   show(app, run_scenario(app.scenario));
   app.chunks = chunk_history(app.scenario);
+  app.routing = routing_history(app.scenario);
+  app.routing_step = -1;
   app.from_scenario = true;
 }
 
@@ -41,6 +45,7 @@ void register_builtin_panels() {
   register_panel("Summary", draw_summary);
   register_panel("Run", draw_run);
   register_panel("Pipeline grid", draw_pipeline);
+  register_panel("MoE routing", draw_moe_routing);
 }
 
 }  // namespace viz

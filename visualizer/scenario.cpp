@@ -10,10 +10,14 @@
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
+#include "labkit/optim.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
+#include "labkit/parallel/moe_gpt.h"
 #include "labkit/parallel/pipeline_executor.h"
 #include "labkit/parallel/ring_attention.h"
+#include "labkit/parallel/sampler.h"
+#include "labkit/parallel/sequences.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/run.h"
 #include "labkit/topology.h"
@@ -30,6 +34,42 @@ constexpr int kContextSequence = 65536;
 constexpr int kPipelineLayers = 96;
 constexpr double kPipelineTokens = 2048;
 
+// An moe scenario's model and training, the moe lab's defaults.
+constexpr int kMoeExperts = 8, kMoeTopK = 2, kMoeBatch = 8;
+constexpr double kMoeCapacityFactor = 1.25;
+constexpr float kMoeLearningRate = 0.01f;
+constexpr std::uint64_t kMoeSeed = 1337;
+
+// Trains the MoE GPT s.steps steps on s.moe_ep simulated ranks, each on its
+// share of every batch, as the moe lab does; records its routing when asked.
+labkit::RunResult train_moe(const Scenario& s, bool keep_trace, RoutingHistory* history) {
+  const labkit::Sequences data = labkit::training_sequences(kMoeSeed, labkit::gpt_preset("tiny-gpt", 1).max_seq);
+  const labkit::GptConfig config = labkit::gpt_preset("tiny-gpt", data.tokens.vocab);
+  const labkit::MoeConfig moe{.experts = kMoeExperts, .top_k = kMoeTopK, .capacity_factor = kMoeCapacityFactor,
+                              .balance = labkit::parse_balance(s.balance)};
+  labkit::RunOptions o;
+  o.ranks = s.moe_ep;
+  o.topology = s.topology;
+  o.keep_trace = keep_trace;
+  if (history) *history = {kMoeTopK, kMoeCapacityFactor, {}};
+  return labkit::run(o, [&](labkit::Comm& comm) {
+    const int share = kMoeBatch / comm.size(), T = config.max_seq;
+    const labkit::DistributedSampler sampler(data.count, 1, 0, kMoeSeed);
+    labkit::MoeGpt model(config, moe, comm.size(), comm.rank(), kMoeSeed);
+    labkit::SgdMomentum dense{.lr = kMoeLearningRate}, experts{.lr = kMoeLearningRate};
+    std::vector<int> x, y;
+    for (int step = 0; step < s.steps; ++step) {
+      const std::vector<std::size_t> batch = labkit::batch_of(sampler, step, kMoeBatch);
+      labkit::fill_batch(data, {batch.begin() + comm.rank() * share, batch.begin() + (comm.rank() + 1) * share}, x, y);
+      model.train_step(comm, x, y, share, T, [&](std::span<float> w, std::span<const float> g) { dense.update(w, g); },
+                       [&](std::span<float> w, std::span<const float> g) { experts.update(w, g); });
+      if (!history || comm.rank() != 0) continue;  // the stats are the group's, alike on every rank
+      auto& layers = history->steps.emplace_back();
+      for (int l = 0; l < config.layers; ++l) layers.push_back(model.layer(l).stats());
+    }
+  });
+}
+
 labkit::Schedule pipeline_schedule(const Scenario& s) {
   return labkit::make_schedule(s.pipeline, s.ranks, s.microbatches,
                                s.pipeline == "interleaved" || s.pipeline == "zbv" ? 2 : 1);
@@ -40,7 +80,8 @@ Scenario parse_scenario(const std::string& text) {
   std::vector<std::string> parts;
   std::stringstream in(text);
   for (std::string part; std::getline(in, part, ':');) parts.push_back(part);
-  const std::size_t fewest = !parts.empty() && (parts[0] == "tp" || parts[0] == "cp") ? 2 : 3;  // "tp:4", "cp:8"
+  const std::size_t fewest =
+      !parts.empty() && (parts[0] == "tp" || parts[0] == "cp" || parts[0] == "moe") ? 2 : 3;  // "tp:4", "moe:4"
   if (parts.size() < fewest || parts.size() > 5)
     throw labkit::Error(fmt::format("'{}' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)", text));
   Scenario s;
@@ -87,6 +128,21 @@ Scenario parse_scenario(const std::string& text) {
                                       kContextSequence / 2));
     s.cp_layout = parts.size() > 2 ? parts[2] : "zigzag";
     if (parts.size() > 3) s.topology = parts[3];
+    labkit::find_topology(s.topology);
+    return s;
+  }
+  if (s.algorithm == "moe") {
+    const auto whole = [](const std::string& text, int& value) {
+      const auto [at, bad] = std::from_chars(text.data(), text.data() + text.size(), value);
+      return at == text.data() + text.size() && bad == std::errc();
+    };
+    const bool steps = parts.size() < 4 || (whole(parts[3], s.steps) && s.steps >= 1 && s.steps <= 1000);
+    if (parts.size() > 5 || kMoeExperts % s.ranks != 0 || !steps)
+      throw labkit::Error(fmt::format("'{}' is not moe:EP[:none|aux|bias[:STEPS[:TOPOLOGY]]] (EP dividing the {} "
+                                      "experts, 1 to 1000 steps)", text, kMoeExperts));
+    s.moe_ep = s.ranks;
+    if (parts.size() > 2) s.balance = std::string(labkit::name_of(labkit::parse_balance(parts[2])));
+    if (parts.size() > 4) s.topology = parts[4];
     labkit::find_topology(s.topology);
     return s;
   }
@@ -168,6 +224,12 @@ TraceModel run_scenario(const Scenario& s) {
     });
     return from_trace(*r.trace, fmt::format("{} pipeline step of GPT-3 on {} stages, {} micro-batches, {}",
                                             schedule.name, s.ranks, s.microbatches, s.topology));
+  }
+  if (s.moe_ep > 0) {  // every step: each layer's routing, its tokens' all-to-alls, the gradients averaged
+    const labkit::RunResult r = train_moe(s, true, nullptr);
+    return from_trace(*r.trace, fmt::format("the MoE GPT ({} experts, top-{}, {} balancing) trained {} steps on "
+                                            "{} ep ranks, {}", kMoeExperts, kMoeTopK, s.balance, s.steps, s.moe_ep,
+                                            s.topology));
   }
   if (s.fsdp_stage >= 0) {  // each layer's gathers and reduce-scatters on the comm streams, beside its compute
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");
@@ -252,6 +314,12 @@ ChunkHistory chunk_history(const Scenario& s) {
       for (int c = 0; c < p; ++c)  // the first element of chunk c stands for the chunk
         state[r][c] = std::uint64_t(buffers[r][labkit::chunk_range(count, p, c).offset]);
   }
+  return h;
+}
+
+RoutingHistory routing_history(const Scenario& s) {
+  RoutingHistory h;
+  if (s.moe_ep > 0) train_moe(s, false, &h);
   return h;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "labkit/parallel/moe.h"
 #include "trace_model.h"
 
 namespace viz {
@@ -24,8 +25,12 @@ struct Scenario {
   std::string cp_layout;  // or ring attention over the ranks ("cp:8:zigzag"): contiguous or zigzag
   std::string pipeline;   // or a pipeline schedule's step ("pp:4:zb-h1:8"): naive, gpipe, 1f1b, interleaved, zb-h1, zbv
   int microbatches = 8;
+  int moe_ep = 0;  // or the MoE GPT's training ("moe:4:none:40"): ep ranks, the balance, the steps
+  std::string balance = "aux";
+  int steps = 20;
   bool is_training_step() const {
-    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty() || !pipeline.empty();
+    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty() || !pipeline.empty() ||
+           moe_ep > 0;
   }
 };
 
@@ -41,7 +46,10 @@ struct Scenario {
 // payload-free), e.g. "cp:8:contiguous"; or
 // "pp:STAGES:SCHEDULE[:MICROBATCHES[:TOPOLOGY]]", one step of a pipeline
 // schedule over GPT-3's 96 layers (the pipeline lab's --what-if, payload-free),
-// each rank's track its stage's grid row, e.g. "pp:4:zb-h1:8". Throws on junk.
+// each rank's track its stage's grid row, e.g. "pp:4:zb-h1:8"; or
+// "moe:EP[:BALANCE[:STEPS[:TOPOLOGY]]]", the MoE lab's GPT (8 experts, top-2,
+// capacity factor 1.25) trained on EP ranks (1, 2, 4 or 8) with none, aux or
+// bias balancing, e.g. "moe:4:none:40". Throws on junk.
 Scenario parse_scenario(const std::string& text);
 // Runs it on the simulator (payload-free, but the tiny GPT's step, which
 // computes) and returns its trace.
@@ -58,5 +66,17 @@ struct ChunkHistory {
   std::uint64_t everyone = 0;                                   // the bits of all ranks
 };
 ChunkHistory chunk_history(const Scenario& s);
+
+// What an moe scenario's routers did, step by step: each layer's assignments
+// per expert before and after capacity, over the whole ep group (the lab's
+// table). Empty for any other scenario.
+struct RoutingHistory {
+  int top_k = 0;
+  double capacity_factor = 0;
+  std::vector<std::vector<labkit::RoutingStats>> steps;  // [step][layer]
+  int experts() const { return steps.empty() ? 0 : int(steps[0][0].chosen.size()); }
+  int layers() const { return steps.empty() ? 0 : int(steps[0].size()); }
+};
+RoutingHistory routing_history(const Scenario& s);
 
 }  // namespace viz

@@ -158,7 +158,7 @@ std::vector<Architecture> presets() {
   p.push_back(mixtral);
   p.push_back({.name = "deepseek-v3", .layers = 61, .hidden = 7168, .heads = 128, .kv_heads = 128, .ffn = 2048,
                .gated_ffn = true, .vocab = 129280, .experts = 256, .active_experts = 8, .shared_experts = 1,
-               .dense_layers = 3, .dense_ffn = 18432, .latent = LatentAttention{1536, 512, 128, 64, 128}});
+               .dense_layers = 3, .dense_ffn = 18432, .node_limit = 4, .latent = LatentAttention{1536, 512, 128, 64, 128}});
   return p;
 }
 }  // namespace

@@ -40,6 +40,8 @@ struct Architecture {
   // Mixture of experts: every layer from `dense_layers` on routes each token to
   // `active_experts` of `experts`, plus `shared_experts` that see every token.
   int experts = 0, active_experts = 0, shared_experts = 0, dense_layers = 0, dense_ffn = 0;
+  // Node-limited routing: a token's experts on at most this many nodes (DeepSeek-V3: M = 4); 0: anywhere.
+  int node_limit = 0;
   std::optional<LatentAttention> latent = std::nullopt;
 
   int head_dim() const { return hidden / heads; }

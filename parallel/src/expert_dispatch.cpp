@@ -1,0 +1,139 @@
+#include "labkit/parallel/expert_dispatch.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "labkit/parallel/mesh.h"
+#include "labkit/view.h"
+
+namespace labkit {
+
+UniformRouting route_uniformly(const ExpertLayout& l, int k, std::int64_t tokens, int node_limit, std::uint64_t seed) {
+  const int nodes = l.nodes(), per_node = l.experts_per_node();
+  const int eligible_nodes = node_limit > 0 && node_limit < nodes ? node_limit : nodes;
+  // Partial Fisher-Yates shuffles of persistent arrays: after draw(v, n), v's
+  // first n entries are a uniform n-subset, in O(n), so 256 ranks of 4096
+  // tokens route in milliseconds.
+  std::vector<int> node_order(static_cast<std::size_t>(nodes));
+  std::vector<int> slots(static_cast<std::size_t>(eligible_nodes) * static_cast<std::size_t>(per_node));
+  std::iota(node_order.begin(), node_order.end(), 0);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::mt19937_64 gen(seed);
+  const auto draw = [&](std::vector<int>& v, int n) {
+    for (int i = 0; i < n; ++i)
+      std::swap(v[std::size_t(i)], v[std::size_t(std::uniform_int_distribution<int>(i, int(v.size()) - 1)(gen))]);
+  };
+  UniformRouting r{nodes, std::vector<std::int64_t>(std::size_t(l.ep) * std::size_t(l.experts)),
+                   std::vector<std::int64_t>(std::size_t(l.ep) * std::size_t(nodes))};
+  std::vector<char> touched(static_cast<std::size_t>(nodes));
+  for (int q = 0; q < l.ep; ++q)
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      if (eligible_nodes < nodes) draw(node_order, eligible_nodes);
+      draw(slots, k);  // slot s: expert s % per_node of the (s / per_node)-th eligible node
+      std::fill(touched.begin(), touched.end(), 0);
+      for (int i = 0; i < k; ++i) {
+        const int slot = slots[std::size_t(i)], node = node_order[std::size_t(slot / per_node)];
+        ++r.assignments[std::size_t(q) * std::size_t(l.experts) + std::size_t(node * per_node + slot % per_node)];
+        touched[std::size_t(node)] = 1;
+      }
+      for (int n = 0; n < nodes; ++n)
+        r.node_tokens[std::size_t(q) * std::size_t(nodes) + std::size_t(n)] += touched[std::size_t(n)];
+    }
+  return r;
+}
+
+// Direct: each of a token's k assignments crosses unless its expert is on the
+// token's own node, k (N - 1) / N. Two-stage: of the n nodes a token may use,
+// one is touched unless all k experts fall on the others, with probability
+// C(E' - E/N, k) / C(E', k), E' = n E / N; (N - 1) / N of those touched are
+// another node.
+double crossings_per_token(const ExpertLayout& l, int k, int node_limit, bool two_stage) {
+  const double nodes = l.nodes();
+  if (!two_stage) return k * (nodes - 1) / nodes;
+  const int n = node_limit > 0 && node_limit < l.nodes() ? node_limit : l.nodes();
+  const double eligible = double(n) * l.experts_per_node();
+  double untouched = 1;
+  for (int i = 0; i < k; ++i) untouched *= (eligible - l.experts_per_node() - i) / (eligible - i);
+  return n * (1 - untouched) * (nodes - 1) / nodes;
+}
+
+namespace {
+
+std::size_t total(const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t(0)); }
+
+// One all_to_allv over `group`, in rows of h bf16 values: `send[m]` rows to member m, `recv[m]` from it.
+struct Exchange {
+  Comm* group;
+  std::vector<std::size_t> send, recv;
+  void play(int h, bool back) const {  // back: the same sizes the other way (the combine)
+    const auto& out = back ? recv : send;
+    const auto& in = back ? send : recv;
+    std::vector<std::size_t> out_elems(out.size()), in_elems(in.size());
+    for (std::size_t m = 0; m < out.size(); ++m) out_elems[m] = out[m] * std::size_t(h), in_elems[m] = in[m] * std::size_t(h);
+    group->all_to_allv(sizes_only(total(out_elems), DType::bf16), out_elems, sizes_only(total(in_elems), DType::bf16),
+                       in_elems);
+  }
+};
+
+}  // namespace
+
+ExpertLayerCost play_expert_layer(Comm& ep, const ExpertLayout& l, const UniformRouting& routing, bool two_stage,
+                                  int h, double flops_per_row) {
+  const int q = ep.rank(), local = l.experts_per_rank();
+  const auto to_rank = [&](int from, int rank) {  // rows from ep rank `from` to ep rank `rank`'s experts
+    std::size_t n = 0;
+    for (int i = 0; i < local; ++i) n += std::size_t(routing.assigned(from, rank * local + i, l.experts));
+    return n;
+  };
+  std::vector<Exchange> stages;
+  std::unique_ptr<Mesh> nodes;
+  if (!two_stage) {
+    Exchange direct{&ep, std::vector<std::size_t>(std::size_t(l.ep)), std::vector<std::size_t>(std::size_t(l.ep))};
+    for (int m = 0; m < l.ep; ++m)
+      if (m != q) direct.send[std::size_t(m)] = to_rank(q, m), direct.recv[std::size_t(m)] = to_rank(m, q);
+    stages.push_back(std::move(direct));
+  } else {
+    // "across": the same GPU index on every node (IB); "within": this node's GPUs (NVLink).
+    const int N = l.nodes(), G = l.ranks_per_node, node = q / G, gpu = q % G;
+    nodes = std::make_unique<Mesh>(ep, std::vector<MeshDim>{{"across", N}, {"within", G}});
+    const auto rank_at = [&](int n, int g) { return n * G + g; };
+    Exchange ib{&nodes->group("across"), std::vector<std::size_t>(std::size_t(N)), std::vector<std::size_t>(std::size_t(N))};
+    for (int n = 0; n < N; ++n)
+      if (n != node) {
+        ib.send[std::size_t(n)] = std::size_t(routing.node_tokens[std::size_t(q) * N + n]);
+        ib.recv[std::size_t(n)] = std::size_t(routing.node_tokens[std::size_t(rank_at(n, gpu)) * N + node]);
+      }
+    // What reached this GPU (its own tokens included) goes on to its node's experts.
+    Exchange nvlink{&nodes->group("within"), std::vector<std::size_t>(std::size_t(G)), std::vector<std::size_t>(std::size_t(G))};
+    for (int g = 0; g < G; ++g)
+      for (int n = 0; n < N && g != gpu; ++n) {
+        nvlink.send[std::size_t(g)] += to_rank(rank_at(n, gpu), rank_at(node, g));
+        nvlink.recv[std::size_t(g)] += to_rank(rank_at(n, g), q);
+      }
+    stages.push_back(std::move(ib));
+    stages.push_back(std::move(nvlink));
+  }
+
+  ExpertLayerCost cost;
+  for (const Exchange& s : stages)
+    for (int m = 0; m < s.group->size(); ++m) {
+      const double bytes = double(s.send[std::size_t(m)]) * h * 2;  // bf16
+      cost.sent += bytes;
+      if (s.group->node_of(m) != s.group->node_of(s.group->rank())) cost.across += bytes;
+    }
+  double rows = 0;
+  for (int m = 0; m < l.ep; ++m) rows += double(to_rank(m, q));
+  double t = ep.now();
+  for (const Exchange& s : stages) s.play(h, false);
+  cost.dispatch = ep.now() - t;
+  t = ep.now();
+  ep.compute("experts", rows * flops_per_row);
+  cost.experts = ep.now() - t;
+  t = ep.now();
+  for (auto s = stages.rbegin(); s != stages.rend(); ++s) s->play(h, true);
+  cost.combine = ep.now() - t;
+  return cost;
+}
+
+}  // namespace labkit
