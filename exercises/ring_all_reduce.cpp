@@ -1,6 +1,7 @@
 // EXERCISE 2.1
 // Ring allreduce: a ring reduce-scatter followed by a ring all-gather
-// (Patarasuk & Yuan 2009; baidu-allreduce; the reading's Day 64 exercise).
+// (Patarasuk & Yuan 2009; baidu-allreduce; reading/001, "Day 64: Distributed
+// Training Fundamentals", its ring allreduce exercise).
 //
 //   0 → 1 → 2 → 3 → 0      every rank sends only to its right neighbour
 //

@@ -8,7 +8,7 @@
 //   rank 1   [2 3 4]  ->  [10 14 18]
 //   ...
 //
-// The inputs are the reading's (chapter 1, "Collective Operations"). --op all
+// The inputs are the reading's (reading/000, "Chapter 1", "Collective Operations"). --op all
 // runs every operation, then checks the identities that tie them together:
 // AllReduce == ReduceScatter + AllGather == Reduce + Broadcast, and
 // AllGather == Gather + Broadcast.

@@ -1,5 +1,5 @@
 // Tree allreduce: a binomial-tree reduce to rank 0, then a binomial-tree
-// broadcast back out (the reading's guide, section 3.2).
+// broadcast back out (reading/002, the long guide, section 3.2 "Tree-Based AllReduce").
 //
 //   reduce (up)             broadcast (down)
 //   0 ← 1   2 ← 3           0 → 4

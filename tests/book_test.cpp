@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -122,6 +124,33 @@ TEST_P(Book, EveryCommandPrintsWhatTheChapterShows) {
     EXPECT_EQ(diff, "") << GetParam() << ":" << c.line << ": $ " << c.command << "\n"
                         << "Update the book with what the command prints now, or fix the regression.";
   }
+}
+
+// No dangling references: every "chapter N" in the book and in the code a
+// learner reads (labs, the libraries, the visualizer, the solutions) names a
+// chapter that exists, book/NN-*.md.
+TEST(BookReferences, EveryChapterReferredToExists) {
+  const fs::path root(LABKIT_SOURCE_DIR);
+  std::set<int> present;
+  for (const auto& entry : fs::directory_iterator(root / "book")) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".md" && std::isdigit(static_cast<unsigned char>(name[0])))
+      present.insert(std::stoi(name));
+  }
+  const std::regex reference(R"([Cc]hapters? (\d+))");
+  int checked = 0;
+  for (const char* dir : {"book", "labs", "core", "parallel", "backends", "visualizer", "solutions", "bench"})
+    for (const auto& entry : fs::recursive_directory_iterator(root / dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (ext != ".md" && ext != ".cpp" && ext != ".h" && ext != ".cu") continue;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        for (std::sregex_iterator m(line.begin(), line.end(), reference), end; m != end; ++m, ++checked)
+          EXPECT_TRUE(present.count(std::stoi((*m)[1].str())))
+              << fs::relative(entry.path(), root).string() << ":" << n << ": " << (*m)[0].str() << " does not exist";
+    }
+  EXPECT_GT(checked, 20);
 }
 
 std::vector<std::string> chapters() {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "labkit/memory.h"
@@ -251,9 +252,13 @@ TEST(Estimate, ZeroThreeHoldsTheRootAndOneLayerWhole) {
 TEST(Recommend, FollowsTheDecisionFramework) {
   const Gpu h100 = gpu_preset("h100-80g");
   EXPECT_EQ(recommend(model_preset("gpt2"), Plan{}, h100, 8, 8).strategy, "DDP (data parallelism)");
-  EXPECT_EQ(recommend(model_preset("llama2-7b"), Plan{}, h100, 8, 8).strategy, "DDP with ZeRO-2 over 8 GPUs");
-  // 70B: even sharded 64 ways, 153 GB of activations per sequence do not fit without TP or recomputation.
+  EXPECT_EQ(recommend(model_preset("llama2-7b"), Plan{}, h100, 8, 8).strategy, "DDP with ZeRO-1 over 8 GPUs");
+  // 70B: even sharded 64 ways, 97 GB of activations per sequence (54 GB with FlashAttention) do not fit
+  // without TP or recomputation.
   EXPECT_EQ(recommend(model_preset("llama2-70b"), Plan{}, h100, 64, 8).strategy, "TP 8 x FSDP 8");
+  Plan flash;
+  flash.attention = AttentionKernel::flash;
+  EXPECT_EQ(recommend(model_preset("llama2-70b"), flash, h100, 64, 8).strategy, "TP 8 x FSDP 8");
   Plan recompute;
   recompute.recompute = Recompute::full;
   EXPECT_EQ(recommend(model_preset("llama2-70b"), recompute, h100, 64, 8).strategy, "FSDP / ZeRO-3 over 64 GPUs");
@@ -264,4 +269,73 @@ TEST(Recommend, FollowsTheDecisionFramework) {
             std::string::npos);
   EXPECT_EQ(gpus_needed(model_preset("llama2-70b"), Plan{}, h100), 0);  // activations alone exceed a GPU
   EXPECT_GT(gpus_needed(model_preset("llama2-70b"), recompute, h100), 8);
+}
+
+// Every recommendation uses the GPUs it is given: tp x pp x dp = GPUs for
+// training (a whole number of replicas where they do not divide), at most
+// them for inference, and the plan it names fits.
+TEST(Recommend, TheLayoutUsesTheGpusGiven) {
+  const Gpu h100 = gpu_preset("h100-80g");
+  for (std::string_view name : model_presets()) {
+    const Architecture m = model_preset(name);
+    for (int gpus : {1, 2, 4, 8, 12, 16, 24, 64, 256, 1024}) {
+      const Recommendation r = recommend(m, Plan{}, h100, gpus, 8);
+      if (r.gpus() == 0) {
+        EXPECT_NE(r.strategy.find("does not fit"), std::string::npos) << name << " on " << gpus;
+        continue;
+      }
+      if (r.tp * r.pp == 1 || gpus % (r.tp * r.pp) == 0)
+        EXPECT_EQ(r.gpus(), gpus) << name << " on " << gpus << ": " << r.strategy;
+      else
+        EXPECT_NE(r.strategy.find(fmt::format("({} of the {} GPUs)", r.gpus(), gpus)), std::string::npos) << r.strategy;
+      Plan inference;
+      inference.training = false;
+      const Recommendation serve = recommend(m, inference, h100, gpus, 8);
+      EXPECT_LE(serve.gpus(), gpus) << name << " served on " << gpus << ": " << serve.strategy;
+    }
+  }
+  // GPT-3 on 64 GPUs: even TP 8 x PP 8 leaves 78 GB of model state and activations a GPU, 100 GB with
+  // overheads; selective recomputation brings it within a layout of all 64.
+  const Recommendation gpt3 = recommend(model_preset("gpt3-175b"), Plan{}, h100, 64, 8);
+  EXPECT_EQ(gpt3.strategy, "does not fit on 64 GPUs");
+  EXPECT_NE(gpt3.reasons.back().find("even TP 8 x PP 8 with ZeRO-3"), std::string::npos) << gpt3.reasons.back();
+  Plan selective;
+  selective.recompute = Recompute::selective;
+  const Recommendation recomputed = recommend(model_preset("gpt3-175b"), selective, h100, 64, 8);
+  EXPECT_EQ(recomputed.gpus(), 64) << recomputed.strategy;
+}
+
+// The architecture's own count: GPT with dropout and eager attention is
+// Korthikanti's sbh(34 + 5as/h) in every parallel form; LLaMA-2 70B keeps
+// no dropout masks, a gated MLP and GQA's narrow K and V, and with
+// FlashAttention none of the 80 sbh of scores Korthikanti's count gives it.
+TEST(Activations, FollowTheArchitecture) {
+  const Architecture gpt3 = model_preset("gpt3-175b");
+  for (int t : {1, 8})
+    for (bool sp : {false, true})
+      for (Recompute r : {Recompute::none, Recompute::selective, Recompute::full}) {
+        const ActivationShape x{2048, 1, 12288, 96, t, sp, r};
+        EXPECT_NEAR(layer_activations(gpt3, x, AttentionKernel::eager, false).total(), activation_bytes_per_layer(x),
+                    1e-6 * activation_bytes_per_layer(x))
+            << "t " << t << " sp " << sp << " recompute " << int(r);
+      }
+  const Architecture llama = model_preset("llama2-70b");
+  const ActivationShape x{2048, 1, 8192, 64};
+  const double sbh = 2048.0 * 8192;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(x) / sbh, 34 + 80);  // Korthikanti's, scores 5as/h = 80
+  const LayerActivations eager = layer_activations(llama, x, AttentionKernel::eager, false);
+  EXPECT_DOUBLE_EQ(eager.scores / sbh, 32);  // softmax's output alone: 2as/h
+  EXPECT_DOUBLE_EQ(eager.attention / sbh, 2 + 2 + 4.0 / 8 + 2);
+  EXPECT_DOUBLE_EQ(eager.mlp / sbh, 2 + 8 * 28672.0 / 8192);
+  EXPECT_DOUBLE_EQ(eager.total() / sbh, 72.5);
+  const LayerActivations flash = layer_activations(llama, x, AttentionKernel::flash, false);
+  EXPECT_EQ(flash.scores, 0);
+  EXPECT_NEAR(flash.total() / sbh, 40.5, 0.05);
+  EXPECT_DOUBLE_EQ(activation_bytes(llama, x, AttentionKernel::flash), 80 * flash.total());
+  // An MoE layer keeps one MLP's tensors per expert a token visits.
+  const Architecture mixtral = model_preset("mixtral-8x7b");
+  const ActivationShape y{4096, 1, 4096, 32};
+  EXPECT_DOUBLE_EQ(layer_activations(mixtral, y, AttentionKernel::flash, true).mlp,
+                   2 * 4096.0 * 4096 + 2 * 8 * 4096.0 * 14336);
+  EXPECT_THROW(parse_attention("sdpa"), std::invalid_argument);
 }

@@ -233,14 +233,17 @@ TEST(ExpertDispatch, TwoStageSendsOneCopyPerNodeAndIsFaster) {
     for (bool two_stage : {false, true}) {
       const UniformRouting r = route_uniformly(layout, 8, 512, limit, 3);
       std::vector<ExpertLayerCost> costs(std::size_t(layout.ep));
-      simulate(layout.ep, [&](Comm& c) { costs[std::size_t(c.rank())] = play_expert_layer(c, layout, r, two_stage, h, 1e6); },
-               "dgx-h100", false);
+      simulate(
+          layout.ep,
+          [&](Comm& c) { costs[std::size_t(c.rank())] = play_expert_layer(c, layout, r, two_stage, h, 1e6); },
+          "dgx-h100", false);
       for (int q = 0; q < layout.ep; ++q) {
         double across = 0;
         for (int n = 0; n < r.nodes; ++n)
           if (n != q / 8) {
             if (two_stage) across += double(r.node_tokens[std::size_t(q * r.nodes + n)]);
-            for (int e = n * 16; e < (n + 1) * 16 && !two_stage; ++e) across += double(r.assigned(q, e, layout.experts));
+            for (int e = n * 16; e < (n + 1) * 16 && !two_stage; ++e)
+              across += double(r.assigned(q, e, layout.experts));
           }
         EXPECT_DOUBLE_EQ(costs[std::size_t(q)].across, across * h * 2) << "rank " << q;
         dispatch[limit > 0][two_stage] = std::max(dispatch[limit > 0][two_stage], costs[std::size_t(q)].dispatch);

@@ -412,13 +412,13 @@ TEST(VizScenario, MoeTrainingRecordsEveryStepsRoutingAndItsCollapse) {
   ASSERT_EQ(collapsed.experts(), 8);
   for (const auto& step : collapsed.steps)
     for (const labkit::RoutingStats& layer : step)
-      EXPECT_EQ(std::accumulate(layer.chosen.begin(), layer.chosen.end(), std::int64_t(0)), 2 * 8 * 32);  // k x batch x T
+      EXPECT_EQ(std::accumulate(layer.chosen.begin(), layer.chosen.end(), std::int64_t(0)), 2 * 8 * 32);  // k B T
   EXPECT_GT(collapsed.steps.back()[0].drop_rate(), 0.4);
   EXPECT_LT(balanced.steps.back()[0].drop_rate(), collapsed.steps.back()[0].drop_rate() / 2);
 
   const viz::TraceModel m = viz::run_scenario(viz::parse_scenario("moe:4:aux:2"));
-  ASSERT_EQ(m.tracks.size() - std::count_if(m.tracks.begin(), m.tracks.end(), [](const viz::Track& t) { return t.stream; }),
-            4u);
+  const auto streams = std::count_if(m.tracks.begin(), m.tracks.end(), [](const viz::Track& t) { return t.stream; });
+  ASSERT_EQ(m.tracks.size() - std::size_t(streams), 4u);
   int exchanges = 0;
   for (const viz::Span& span : m.tracks[0].spans) exchanges += span.name.find("all_to_allv") != std::string::npos;
   EXPECT_GE(exchanges, 2 * 2 * 4) << "2 steps, 2 layers, dispatch and combine forward and backward";

@@ -24,7 +24,8 @@ constexpr float kLabelWidth = 24, kLegendHeight = 20;
 // Load over fair share to colour: the idle grey at 0, the compute orange at twice fair and above.
 ImU32 load_color(double load) {
   const double t = std::clamp(load / 2, 0.0, 1.0);
-  const ImVec4 from = ImGui::ColorConvertU32ToFloat4(colors::idle), to = ImGui::ColorConvertU32ToFloat4(colors::compute);
+  const ImVec4 from = ImGui::ColorConvertU32ToFloat4(colors::idle);
+  const ImVec4 to = ImGui::ColorConvertU32ToFloat4(colors::compute);
   const auto mix = [&](float a, float b) { return a + (b - a) * float(t); };
   return ImGui::ColorConvertFloat4ToU32({mix(from.x, to.x), mix(from.y, to.y), mix(from.z, to.z), 1});
 }
@@ -89,8 +90,9 @@ void draw_moe_routing(App& app) {
   ImGui::SliderInt("step", &app.routing_step, 0, last);
   const labkit::RoutingStats& stats = h.steps[std::size_t(app.routing_step)][std::size_t(app.routing_layer)];
   ImGui::SameLine();
-  ImGui::Text("%s dropped, capacity %lld (factor %.2f, top-%d)", fmt::format("{:.1f}%", 100 * stats.drop_rate()).c_str(),
-              static_cast<long long>(stats.capacity), h.capacity_factor, h.top_k);
+  ImGui::TextUnformatted(fmt::format("{:.1f}% dropped, capacity {} (factor {:.2f}, top-{})", 100 * stats.drop_rate(),
+                                     stats.capacity, h.capacity_factor, h.top_k)
+                             .c_str());
 
   const ImVec2 origin = ImGui::GetCursorScreenPos(), avail = ImGui::GetContentRegionAvail();
   const float height = std::max(avail.y - kLegendHeight, 40.0f), heatmap_w = std::max(avail.x * 0.65f, 80.0f);

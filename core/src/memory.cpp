@@ -24,7 +24,7 @@ constexpr std::array kPrecisions = {
     PrecisionInfo{Precision::fp8_e5m2, "fp8-e5m2", 1}, PrecisionInfo{Precision::int8, "int8", 1},
     PrecisionInfo{Precision::int4, "int4", 0.5}};
 
-// The reading's optimizer table (chapter 1), states per parameter.
+// The reading's optimizer table (reading/000, "Chapter 1"), states per parameter.
 constexpr std::array kOptimizers = {
     Optimizer{"sgd", 0, "none (the learning rate is a scalar)"},
     Optimizer{"momentum", 1, "velocity v"},
@@ -64,6 +64,14 @@ Recompute parse_recompute(std::string_view name) {
   if (name == "full") return Recompute::full;
   throw std::invalid_argument(fmt::format("unknown recomputation '{}' (none, selective, full)", name));
 }
+
+AttentionKernel parse_attention(std::string_view name) {
+  if (name == "eager") return AttentionKernel::eager;
+  if (name == "flash") return AttentionKernel::flash;
+  throw std::invalid_argument(fmt::format("unknown attention '{}' (eager, flash)", name));
+}
+
+std::string_view name_of(AttentionKernel k) { return k == AttentionKernel::eager ? "eager" : "flash"; }
 
 std::span<const Optimizer> optimizers() { return kOptimizers; }
 
@@ -137,7 +145,8 @@ namespace {
 // (Jiang et al. 2024), DeepSeek-V3 (DeepSeek-AI 2024, HF config).
 Architecture gpt2(std::string name, int layers, int hidden, int heads) {
   return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = heads,
-          .ffn = 4 * hidden, .vocab = 50257, .positions = 1024, .tied_embeddings = true, .biases = true};
+          .ffn = 4 * hidden, .vocab = 50257, .positions = 1024, .tied_embeddings = true, .biases = true,
+          .dropout = true};
 }
 Architecture llama2(std::string name, int layers, int hidden, int heads, int kv_heads, int ffn) {
   return {.name = std::move(name), .layers = layers, .hidden = hidden, .heads = heads, .kv_heads = kv_heads,
@@ -217,7 +226,7 @@ double llmc_activation_bytes(const Architecture& a, double seq, double micro_bat
 // ---- the breakdown ------------------------------------------------------------
 
 namespace {
-// The reading's real-world overheads (chapter 1, "Real-World Considerations").
+// The reading's real-world overheads (reading/000, "Chapter 1", "Real-World Considerations").
 constexpr double kFramework = 2 * GB;      // CUDA context and PyTorch allocator: 1-2 GB
 constexpr double kCommBuffers = 4 * GB;    // NCCL buffers when distributed: 2-5 GB
 constexpr double kSafetyMargin = 0.20;     // fragmentation and spikes: 10-20% for training, 20-30% to be safe
@@ -249,7 +258,8 @@ void add_overheads(Breakdown& b, bool distributed) {
   for (const Line& l : b.lines) base += l.bytes;
   b.lines.push_back({"framework (CUDA context, allocator)", kFramework, "reading: 1-2 GB", true});
   if (distributed) b.lines.push_back({"communication buffers", kCommBuffers, "reading: 2-5 GB per GPU", true});
-  b.lines.push_back({"safety margin", kSafetyMargin * base, "20% of the above: fragmentation, spikes", true});
+  b.lines.push_back({"safety margin", kSafetyMargin * base, "20% of model state and activations: fragmentation, spikes",
+                     true});
   for (const Line& l : b.lines) b.total += l.bytes;
 }
 }  // namespace
@@ -277,6 +287,7 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   ModelStatePrecision precision = p.state;
   precision.weights = p.precision;
   const ModelStateBytes state = model_state_bytes(local, precision, find_optimizer(p.optimizer), p.zero, shard);
+  b.model_state = state.total();
   const std::string sharded = p.zero ? fmt::format(" (ZeRO-{} over {})", p.zero, shard) : "";
   const Units units = fsdp_units(model, local);
   const double secondary = p.zero >= 3 && p.hpz > 0 ? (local - units.root) / p.hpz * bytes_per_element(p.precision) : 0;
@@ -313,17 +324,57 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   } else {
     // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its
     // layers/pp layers: as much as one micro-batch through every layer.
-    activations = model.layers * activation_bytes_per_layer({p.seq, p.micro_batch, double(model.hidden),
-                                                             double(model.heads), p.tp, p.sequence_parallel,
-                                                             p.recompute});
-    note = fmt::format("s {:g} x b {:g} x {} layers{}{}", p.seq, p.micro_batch, model.layers,
+    const ActivationShape shape{p.seq, p.micro_batch, double(model.hidden), double(model.heads), p.tp,
+                                p.sequence_parallel, p.recompute};
+    activations = activation_bytes(model, shape, p.attention);
+    const AttentionKernel other = p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
+    // Beside it, the other kernel's and Korthikanti's GPT formula (exercise 3.2), which the reading uses for every model.
+    note = fmt::format("s {:g} x b {:g} x {} layers, {} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
+                       p.seq, p.micro_batch, model.layers, name_of(p.attention),
                        p.recompute == Recompute::full ? ", full recompute"
                        : p.recompute == Recompute::selective ? ", selective recompute" : "",
-                       p.sequence_parallel ? ", SP" : "");
+                       p.sequence_parallel ? ", SP" : "", name_of(other), activation_bytes(model, shape, other) / GB,
+                       model.layers * activation_bytes_per_layer(shape) / GB);
   }
   b.lines.push_back({"activations", activations, note});
   add_overheads(b, double(p.dp) * model_parallel > 1);
   return b;
+}
+
+// Bytes of 16-bit tensors: E = s b tokens, each tensor E x width x 2. Tensor
+// parallelism splits what lives inside its blocks (per head, per MLP column)
+// by t; sequence parallelism splits the rest (the blocks' inputs, the norms,
+// dropout's masks after them) by t as well.
+LayerActivations layer_activations(const Architecture& m, const ActivationShape& x, AttentionKernel kernel,
+                                   bool moe_layer) {
+  const double E = x.seq * x.micro_batch, h = x.hidden, t = x.tp, outside = x.sequence_parallel ? t : 1;
+  const double kv = double(m.kv_heads) / m.heads;  // K and V as wide as their heads (GQA)
+  const double mask = m.dropout ? 1 : 0;           // a dropout mask: one byte an element
+  LayerActivations a;
+  if (x.recompute == Recompute::full) {  // each layer's input only; the rest is recomputed
+    a.norms = 2 * E * h / outside;
+    return a;
+  }
+  // The QKV projection's input, Q, K, V, the output projection's input, and dropout's mask after it.
+  a.attention = (2 * E * h + mask * E * h) / outside + (2 + 4 * kv + 2) * E * h / t;
+  const double scores = x.heads * x.seq * x.seq * x.micro_batch / t;  // a x s x s x b elements
+  if (kernel == AttentionKernel::flash)
+    a.attention += 4 * x.heads * E / t;  // the fp32 logsumexp of each head's rows
+  else if (x.recompute != Recompute::selective)
+    a.scores = (2 + 3 * mask) * scores;  // softmax's output; dropout's mask (1 byte) and output (2)
+  const double f = moe_layer || !m.dense_ffn ? m.ffn : m.dense_ffn;
+  const double copies = moe_layer ? m.active_experts + m.shared_experts : 1;
+  // fc1's input and dropout's mask after fc2; inside, GPT keeps GeLU's input and output, a gated MLP its
+  // gate, up, SiLU(gate) and their product.
+  a.mlp = (2 * E * h + mask * E * h) / outside + copies * (m.gated_ffn ? 8 : 4) * E * f / t;
+  a.norms = 2 * 2 * E * h / outside;
+  return a;
+}
+
+double activation_bytes(const Architecture& m, const ActivationShape& x, AttentionKernel kernel) {
+  const int dense = m.experts ? m.dense_layers : m.layers;
+  return dense * layer_activations(m, x, kernel, false).total() +
+         (m.layers - dense) * layer_activations(m, x, kernel, true).total();
 }
 
 double Breakdown::bytes_of(std::string_view component) const {
@@ -370,15 +421,22 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
     if (one.fits()) {
       r.strategy = "one GPU per replica (vLLM or SGLang); more GPUs only add throughput as replicas";
     } else {
-      for (p.tp = 2; p.tp <= per_node && !fits(p).fits(); p.tp *= 2) {}
-      if (p.tp <= per_node) {
+      for (p.tp = 2; p.tp <= std::min(per_node, gpus) && !fits(p).fits(); p.tp *= 2) {}
+      if (p.tp <= std::min(per_node, gpus)) {
+        r.tp = p.tp;
         r.strategy = fmt::format("tensor parallelism over {} GPUs of one node", p.tp);
         r.reasons.push_back("TP splits every layer's weights and KV heads; it needs NVLink, so it stays in a node");
       } else {
-        p.tp = per_node;
-        for (p.pp = 2; p.pp * per_node <= gpus && !fits(p).fits(); p.pp *= 2) {}
-        r.strategy = fmt::format("TP {} inside each node x PP {} across nodes", per_node, p.pp);
-        r.reasons.push_back("one node is not enough: pipeline stages across nodes only pass activations");
+        p.tp = std::min(per_node, gpus);
+        for (p.pp = 2; p.pp * p.tp <= gpus && !fits(p).fits(); p.pp *= 2) {}
+        if (p.pp * p.tp <= gpus) {
+          r.tp = p.tp, r.pp = p.pp;
+          r.strategy = fmt::format("TP {} inside each node x PP {} across nodes", p.tp, p.pp);
+          r.reasons.push_back("one node is not enough: pipeline stages across nodes only pass activations");
+        } else {
+          r.tp = r.pp = r.dp = 0;
+          r.strategy = fmt::format("does not fit on {} GPUs", gpus);
+        }
       }
     }
     if (model.experts) r.reasons.push_back("MoE: expert parallelism (EP) spreads the experts; tokens move by all-to-all");
@@ -390,9 +448,10 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
   p.zero = 0;
   const Breakdown ddp = fits(p);
   r.reasons.push_back(fmt::format("a full replica needs {} per GPU; one GPU has {}", gb(ddp.total), gb(gpu.bytes)));
+  r.dp = gpus;
   if (ddp.fits()) {
     r.strategy = "DDP (data parallelism)";
-    r.reasons.push_back("the model fits: replicate it, split the batch, allreduce the gradients (chapter 4)");
+    r.reasons.push_back("the model fits: replicate it, split the batch, allreduce the gradients (chapter 5)");
   } else {
     for (p.zero = 1; p.zero <= 3 && !fits(p).fits(); ++p.zero) {}
     if (p.zero <= 3) {
@@ -402,24 +461,38 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
                                       p.zero == 1 ? "the optimizer states" : p.zero == 2 ? "optimizer states and gradients"
                                                                                          : "everything",
                                       gpus, gb(fits(p).total)));
-      if (p.zero == 3) r.reasons.push_back("FSDP gathers each layer's weights when it runs: 3N bytes per step, not 2N");
+      if (p.zero == 3)
+        r.reasons.push_back("FSDP gathers each layer's weights when it runs, in forward and again in backward: it "
+                            "moves 3 times the parameters per step (two all-gathers, a reduce-scatter), DDP 2 times "
+                            "(its allreduce)");
     } else {
       p.zero = 3;
       p.tp = std::min(per_node, gpus);
       p.sequence_parallel = true;
-      p.dp = std::max(1, gpus / p.tp);
-      for (p.pp = 1; p.tp * p.pp <= gpus && !fits(p).fits(); p.pp *= 2) p.dp = std::max(1, gpus / (p.tp * p.pp));
-      if (p.tp * p.pp <= gpus && fits(p).fits()) {
+      // Each doubling of the stages halves the replicas that shard the model state.
+      for (p.pp = 1; p.tp * p.pp <= gpus; p.pp *= 2) {
+        p.dp = gpus / (p.tp * p.pp);
+        if (fits(p).fits()) break;
+      }
+      if (p.tp * p.pp <= gpus) {
+        r.tp = p.tp, r.pp = p.pp, r.dp = p.dp;
         r.strategy = fmt::format("TP {}", p.tp);
         if (p.pp > 1) r.strategy += fmt::format(" x PP {}", p.pp);
         if (p.dp > 1) r.strategy += fmt::format(" x FSDP {}", p.dp);
+        if (r.gpus() < gpus) r.strategy += fmt::format(" ({} of the {} GPUs)", r.gpus(), gpus);
         r.reasons.push_back("ZeRO-3 alone is not enough: it shards model state, not activations "
                             "(recomputing activations is the other way out)");
         r.reasons.push_back("TP (with sequence parallelism) inside a node, on NVLink");
         if (p.pp > 1) r.reasons.push_back("PP across nodes: stages exchange activations point-to-point");
       } else {
+        r.tp = r.pp = r.dp = 0;
         r.strategy = fmt::format("does not fit on {} GPUs", gpus);
-        r.reasons.push_back(fmt::format("with ZeRO-3 it needs at least {} GPUs", gpus_needed(model, base, gpu)));
+        p.pp /= 2;  // the most split layout tried
+        p.dp = gpus / (p.tp * p.pp);
+        r.reasons.push_back(fmt::format("even TP {} x PP {}{} with ZeRO-3 and sequence parallelism needs {} per GPU: "
+                                        "recompute activations (--recompute selective or full), or add GPUs",
+                                        p.tp, p.pp, p.dp > 1 ? fmt::format(" x FSDP {}", p.dp) : "",
+                                        gb(fits(p).total)));
       }
     }
   }

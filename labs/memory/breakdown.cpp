@@ -1,4 +1,6 @@
 // The breakdown per GPU, the step timeline and the recommendation.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "memory_lab.h"
@@ -69,10 +71,30 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
     fmt::print("GPUs needed {}: {}\n", how, needed);
   else
     fmt::print("GPUs needed {}: none suffice; shrink activations (--recompute, --tp with --sp) or batch\n", how);
-  return {{"model", model.name},        {"parameters", plan.params.value_or(count_parameters(model).total)},
-          {"gpu", gpu.name},            {"gpu_bytes", gpu.bytes},
-          {"lines", lines},             {"total_bytes", b.total},
-          {"fits", b.fits()},           {"gpus_needed", needed}};
+  nlohmann::json out = {{"model", model.name},
+                        {"parameters", plan.params.value_or(count_parameters(model).total)},
+                        {"gpu", gpu.name},
+                        {"gpu_bytes", gpu.bytes},
+                        {"lines", lines},
+                        {"total_bytes", b.total},
+                        {"fits", b.fits()},
+                        {"gpus_needed", needed}};
+  if (!plan.training) return out;
+  // The reading's totals count model state alone (16N for bf16 and Adam, ZeRO's Figure 1 per GPU), and its
+  // GPU counts divide a replica's by 80 GB: what activations, overheads and the margin add is the difference.
+  Plan replica = plan;
+  replica.dp = replica.tp = replica.pp = 1;
+  replica.zero = 0;
+  const double state = b.model_state, replica_state = estimate(model, replica, gpu).model_state;
+  const int reading_gpus = int(std::ceil(replica_state / (80 * GB)));
+  fmt::print("model state per GPU: {:.2f} GB (weights, gradients, master weights and optimizer states, as ZeRO shards "
+             "them; the lines above add activations, overheads and what FSDP holds whole for a while)\n", state / GB);
+  fmt::print("the reading's count: a replica's model state, {:.0f} GB, over 80 GB GPUs: {} (activations, overheads "
+             "and the margin are why the count above differs)\n", replica_state / GB, reading_gpus);
+  out["model_state_bytes"] = state;
+  out["replica_model_state_bytes"] = replica_state;
+  out["reading_gpus"] = reading_gpus;
+  return out;
 }
 
 nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Lab 3: what training and inference need per GPU"};
   cli::one_line_errors(app);
   std::string model = "llama2-7b", gpu = "h100-80g", precision = "bf16", grads = "bf16", states = "fp32";
-  std::string kv = "bf16", recompute = "none", sweep, json, plot;
+  std::string kv = "bf16", recompute = "none", attention = "eager", sweep, json, plot;
   Plan plan;
   bool no_master = false, inference = false, timeline = false, advice = false, list = false;
   double activations_gb = -1;
@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   app.add_flag("--sp", plan.sequence_parallel, "sequence parallelism (with --tp)");
   app.add_option("--recompute", recompute, "activation recomputation: none, selective, full")
       ->capture_default_str()->check(cli::parsed_by(parse_recompute));
+  app.add_option("--attention", attention, "attention's kernel: eager (keeps the s x s scores) or flash")
+      ->capture_default_str()->check(cli::parsed_by(parse_attention));
   // Whole numbers, held as doubles by the formulas.
   app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")
       ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
     plan.state = {plan.precision, parse_precision(grads), parse_precision(states), !no_master};
     plan.kv_dtype = parse_precision(kv);
     plan.recompute = parse_recompute(recompute);
+    plan.attention = parse_attention(attention);
     if (activations_gb >= 0) plan.activations = activations_gb * 1e9;
     if (params > 0) plan.params = params;
     check_plan(arch, plan);

@@ -67,7 +67,8 @@ LayerRun play(const Variant& v, const RunOptions& given, const UniformRouting& r
     if (world.rank() != 0) return;
     ExpertLayerCost& s = out.slowest;
     for (const std::vector<double>& r : all) {
-      s.dispatch = std::max(s.dispatch, r[0]), s.experts = std::max(s.experts, r[1]), s.combine = std::max(s.combine, r[2]);
+      s.dispatch = std::max(s.dispatch, r[0]), s.experts = std::max(s.experts, r[1]);
+      s.combine = std::max(s.combine, r[2]);
       s.sent += r[3] / double(all.size()), s.across += r[4] / double(all.size());
     }
   });
@@ -129,7 +130,8 @@ int what_if(const Options& o, const RunOptions& run_options) {
     const ExpertLayerCost& r = run.slowest;
     wall += run.wall;
     const std::string routing_name = v.limit ? fmt::format("<= {} nodes", v.limit) : fmt::format("any {}", k);
-    const double crossings = r.across / (2.0 * h * double(tokens)), formula = crossings_per_token(l, k, v.limit, v.two_stage);
+    const double crossings = r.across / (2.0 * h * double(tokens));
+    const double formula = crossings_per_token(l, k, v.limit, v.two_stage);
     const double a2a = (r.dispatch + r.combine) / (r.dispatch + r.experts + r.combine);
     fmt::print("{:<20} {:<12} {:<9} {:>5} {:>10} {:>10} {:>8.2f} {:>8.2f} {:>9} {:>9} {:>9} {:>3.0f}%\n",
                v.placement->name, routing_name, v.two_stage ? "two-stage" : "direct", v.placement->world,

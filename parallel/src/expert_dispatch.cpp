@@ -70,7 +70,10 @@ struct Exchange {
     const auto& out = back ? recv : send;
     const auto& in = back ? send : recv;
     std::vector<std::size_t> out_elems(out.size()), in_elems(in.size());
-    for (std::size_t m = 0; m < out.size(); ++m) out_elems[m] = out[m] * std::size_t(h), in_elems[m] = in[m] * std::size_t(h);
+    for (std::size_t m = 0; m < out.size(); ++m) {
+      out_elems[m] = out[m] * std::size_t(h);
+      in_elems[m] = in[m] * std::size_t(h);
+    }
     group->all_to_allv(sizes_only(total(out_elems), DType::bf16), out_elems, sizes_only(total(in_elems), DType::bf16),
                        in_elems);
   }
@@ -98,14 +101,16 @@ ExpertLayerCost play_expert_layer(Comm& ep, const ExpertLayout& l, const Uniform
     const int N = l.nodes(), G = l.ranks_per_node, node = q / G, gpu = q % G;
     nodes = std::make_unique<Mesh>(ep, std::vector<MeshDim>{{"across", N}, {"within", G}});
     const auto rank_at = [&](int n, int g) { return n * G + g; };
-    Exchange ib{&nodes->group("across"), std::vector<std::size_t>(std::size_t(N)), std::vector<std::size_t>(std::size_t(N))};
+    Exchange ib{&nodes->group("across"), std::vector<std::size_t>(std::size_t(N)),
+                std::vector<std::size_t>(std::size_t(N))};
     for (int n = 0; n < N; ++n)
       if (n != node) {
         ib.send[std::size_t(n)] = std::size_t(routing.node_tokens[std::size_t(q) * N + n]);
         ib.recv[std::size_t(n)] = std::size_t(routing.node_tokens[std::size_t(rank_at(n, gpu)) * N + node]);
       }
     // What reached this GPU (its own tokens included) goes on to its node's experts.
-    Exchange nvlink{&nodes->group("within"), std::vector<std::size_t>(std::size_t(G)), std::vector<std::size_t>(std::size_t(G))};
+    Exchange nvlink{&nodes->group("within"), std::vector<std::size_t>(std::size_t(G)),
+                    std::vector<std::size_t>(std::size_t(G))};
     for (int g = 0; g < G; ++g)
       for (int n = 0; n < N && g != gpu; ++n) {
         nvlink.send[std::size_t(g)] += to_rank(rank_at(n, gpu), rank_at(node, g));

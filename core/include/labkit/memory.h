@@ -1,7 +1,8 @@
 // The memory estimator: what training and inference need per GPU.
 //
-// Sources: the reading (chapter 1 "Estimating Model Resource Requirements"; the
-// guide's "Memory Wall" and ZeRO sections), Rajbhandari et al. 2020 (ZeRO: model
+// Sources: the reading (reading/000, "Chapter 1: Introduction to Modern
+// Distributed AI", its "Estimating Model Resource Requirements"; reading/002,
+// the long guide, its "Memory Wall" and ZeRO sections), Rajbhandari et al. 2020 (ZeRO: model
 // state (2 + 2 + K) Psi for mixed-precision Adam, K = 12), and Korthikanti et al.
 // 2022 (activations per transformer layer, sbh(34 + 5as/h) and its TP,
 // sequence-parallel and recomputation forms).
@@ -37,6 +38,7 @@ struct Architecture {
   int positions = 0;       // learned position embeddings (GPT-2/3); 0 = rotary
   bool tied_embeddings = false;
   bool biases = false;     // GPT-style linear biases and LayerNorm; else RMSNorm
+  bool dropout = false;    // trained with dropout after attention and the MLP (GPT-2, GPT-3; not LLaMA)
   // Mixture of experts: every layer from `dense_layers` on routes each token to
   // `active_experts` of `experts`, plus `shared_experts` that see every token.
   int experts = 0, active_experts = 0, shared_experts = 0, dense_layers = 0, dense_ffn = 0;
@@ -116,6 +118,33 @@ struct ActivationShape {
 // (Korthikanti et al. 2022, Table 2): sbh(34 + 5as/h), and its t, SP and recompute forms.
 double activation_bytes_per_layer(const ActivationShape& shape);
 
+// How attention keeps what its backward needs: eager keeps the s x s scores
+// (softmax output, and dropout's mask and output where the model has
+// dropout); FlashAttention (Dao et al. 2022) keeps only the output and a
+// logsumexp per row, and recomputes the scores in backward.
+enum class AttentionKernel { eager, flash };
+AttentionKernel parse_attention(std::string_view name);  // "eager", "flash"
+std::string_view name_of(AttentionKernel k);
+
+// What one layer keeps for backward, 16-bit activations, counted tensor by
+// tensor as Korthikanti et al. (2022, section 4.1) count GPT's, for the
+// model's own architecture: GQA's narrower K and V, a gated MLP's four f-wide
+// tensors (gate, up, SiLU(gate), their product) against GPT's two, dropout's
+// masks only where the model has dropout, the scores only with eager
+// attention. An MoE layer keeps its MLP's once per expert a token visits.
+// For GPT with eager attention it is sbh(34 + 5as/h), Table 2's row.
+struct LayerActivations {
+  double attention = 0;  // the projections' inputs and outputs, Q, K, V (and FlashAttention's logsumexp)
+  double scores = 0;     // eager: softmax's s x s output (and dropout's mask and output)
+  double mlp = 0;
+  double norms = 0;      // the two norms' inputs
+  double total() const { return attention + scores + mlp + norms; }
+};
+LayerActivations layer_activations(const Architecture& model, const ActivationShape& shape, AttentionKernel kernel,
+                                   bool moe_layer);
+// Every layer's, dense and MoE.
+double activation_bytes(const Architecture& model, const ActivationShape& shape, AttentionKernel kernel);
+
 // Which tensors an implementation keeps for backward, and in what format.
 enum class ActivationLayout {
   megatron,  // Korthikanti et al.'s count: 16-bit, autograd's saved tensors, dropout masks
@@ -164,6 +193,7 @@ struct Plan {
   int shard_group = 0;   // HSDP: ZeRO-3 inside groups of this many ranks, replicas across them
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  AttentionKernel attention = AttentionKernel::eager;
   ActivationLayout activation_layout = ActivationLayout::megatron;
   bool reshard_after_forward = true;  // ZeRO-3: free each layer after its forward (else it stays whole until backward)
   bool prefetch = false;              // ZeRO-3: the next layer gathering while the current one computes
@@ -186,6 +216,8 @@ struct Breakdown {
   std::vector<Line> lines;  // components, then overheads
   double total = 0;
   double gpu_bytes = 0;
+  double model_state = 0;  // training: weights, gradients, master weights and optimizer states as ZeRO shards them
+                           // (its Figure 1), less what FSDP holds whole for a while
   bool fits() const { return total <= gpu_bytes; }
   double bytes_of(std::string_view component) const;  // a component's line, 0 if the plan has none
 };
@@ -213,6 +245,8 @@ int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu);
 struct Recommendation {
   std::string strategy;
   std::vector<std::string> reasons;
+  int tp = 1, pp = 1, dp = 1;  // the layout it recommends (0 when nothing fits); a replica per GPU group for inference
+  int gpus() const { return tp * pp * dp; }
 };
 Recommendation recommend(const Architecture& model, const Plan& plan, const Gpu& gpu, int gpus, int gpus_per_node);
 
