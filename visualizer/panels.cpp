@@ -32,9 +32,10 @@ void show(App& app, TraceModel model) {
 }
 
 void run_scenario(App& app) {
-  show(app, run_scenario(app.scenario));
+  RoutingHistory routing;
+  show(app, run_scenario(app.scenario, &routing));
   app.chunks = chunk_history(app.scenario);
-  app.routing = routing_history(app.scenario);
+  app.routing = std::move(routing);
   app.routing_step = -1;
   app.from_scenario = true;
 }

@@ -40,9 +40,15 @@ constexpr double kMoeCapacityFactor = 1.25;
 constexpr float kMoeLearningRate = 0.01f;
 constexpr std::uint64_t kMoeSeed = 1337;
 
+// `text` is a whole number from min to max (no sign, no trailing junk): into value.
+bool whole_number(const std::string& text, int min, int max, int& value) {
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return end == text.data() + text.size() && error == std::errc() && value >= min && value <= max;
+}
+
 // Trains the MoE GPT s.steps steps on s.moe_ep simulated ranks, each on its
 // share of every batch, as the moe lab does; records its routing when asked.
-labkit::RunResult train_moe(const Scenario& s, bool keep_trace, RoutingHistory* history) {
+labkit::RunResult train_moe(const Scenario& s, RoutingHistory* history) {
   const labkit::Sequences data = labkit::training_sequences(kMoeSeed, labkit::gpt_preset("tiny-gpt", 1).max_seq);
   const labkit::GptConfig config = labkit::gpt_preset("tiny-gpt", data.tokens.vocab);
   const labkit::MoeConfig moe{.experts = kMoeExperts, .top_k = kMoeTopK, .capacity_factor = kMoeCapacityFactor,
@@ -50,7 +56,7 @@ labkit::RunResult train_moe(const Scenario& s, bool keep_trace, RoutingHistory* 
   labkit::RunOptions o;
   o.ranks = s.moe_ep;
   o.topology = s.topology;
-  o.keep_trace = keep_trace;
+  o.keep_trace = true;
   if (history) *history = {kMoeTopK, kMoeCapacityFactor, {}};
   return labkit::run(o, [&](labkit::Comm& comm) {
     const int share = kMoeBatch / comm.size(), T = config.max_seq;
@@ -86,10 +92,8 @@ Scenario parse_scenario(const std::string& text) {
     throw labkit::Error(fmt::format("'{}' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)", text));
   Scenario s;
   s.algorithm = parts[0];
-  const std::string& ranks = parts[1];
-  const auto [end, error] = std::from_chars(ranks.data(), ranks.data() + ranks.size(), s.ranks);
-  if (end != ranks.data() + ranks.size() || error != std::errc() || s.ranks < 1 || s.ranks > kMaxRanks)
-    throw labkit::Error(fmt::format("'{}': '{}' is not a rank count from 1 to {}", text, ranks, kMaxRanks));
+  if (!whole_number(parts[1], 1, kMaxRanks, s.ranks))
+    throw labkit::Error(fmt::format("'{}': '{}' is not a rank count from 1 to {}", text, parts[1], kMaxRanks));
   if (s.algorithm == "ddp") {
     if (parts.size() > 4) throw labkit::Error(fmt::format("'{}' is not ddp:RANKS:MODE[:TOPOLOGY]", text));
     s.ddp_mode = std::string(labkit::name_of(labkit::parse_ddp_mode(parts[2])));
@@ -132,11 +136,7 @@ Scenario parse_scenario(const std::string& text) {
     return s;
   }
   if (s.algorithm == "moe") {
-    const auto whole = [](const std::string& text, int& value) {
-      const auto [at, bad] = std::from_chars(text.data(), text.data() + text.size(), value);
-      return at == text.data() + text.size() && bad == std::errc();
-    };
-    const bool steps = parts.size() < 4 || (whole(parts[3], s.steps) && s.steps >= 1 && s.steps <= 1000);
+    const bool steps = parts.size() < 4 || whole_number(parts[3], 1, 1000, s.steps);
     if (parts.size() > 5 || kMoeExperts % s.ranks != 0 || !steps)
       throw labkit::Error(fmt::format("'{}' is not moe:EP[:none|aux|bias[:STEPS[:TOPOLOGY]]] (EP dividing the {} "
                                       "experts, 1 to 1000 steps)", text, kMoeExperts));
@@ -148,12 +148,8 @@ Scenario parse_scenario(const std::string& text) {
   }
   if (s.algorithm == "pp") {
     s.pipeline = parts[2];
-    if (parts.size() > 3) {
-      const std::string& m = parts[3];
-      const auto [at, bad] = std::from_chars(m.data(), m.data() + m.size(), s.microbatches);
-      if (at != m.data() + m.size() || bad != std::errc() || s.microbatches < 1 || s.microbatches > 1024)
-        throw labkit::Error(fmt::format("'{}': '{}' is not a micro-batch count from 1 to 1024", text, m));
-    }
+    if (parts.size() > 3 && !whole_number(parts[3], 1, 1024, s.microbatches))
+      throw labkit::Error(fmt::format("'{}': '{}' is not a micro-batch count from 1 to 1024", text, parts[3]));
     if (parts.size() > 4) s.topology = parts[4];
     const int chunks = s.ranks * (s.pipeline == "interleaved" || s.pipeline == "zbv" ? 2 : 1);
     if (kPipelineLayers % chunks != 0)
@@ -172,7 +168,7 @@ Scenario parse_scenario(const std::string& text) {
   return s;
 }
 
-TraceModel run_scenario(const Scenario& s) {
+TraceModel run_scenario(const Scenario& s, RoutingHistory* routing) {
   labkit::RunOptions o;
   o.ranks = s.ranks;
   o.topology = s.topology;
@@ -226,7 +222,7 @@ TraceModel run_scenario(const Scenario& s) {
                                             schedule.name, s.ranks, s.microbatches, s.topology));
   }
   if (s.moe_ep > 0) {  // every step: each layer's routing, its tokens' all-to-alls, the gradients averaged
-    const labkit::RunResult r = train_moe(s, true, nullptr);
+    const labkit::RunResult r = train_moe(s, routing);
     return from_trace(*r.trace, fmt::format("the MoE GPT ({} experts, top-{}, {} balancing) trained {} steps on "
                                             "{} ep ranks, {}", kMoeExperts, kMoeTopK, s.balance, s.steps, s.moe_ep,
                                             s.topology));
@@ -314,12 +310,6 @@ ChunkHistory chunk_history(const Scenario& s) {
       for (int c = 0; c < p; ++c)  // the first element of chunk c stands for the chunk
         state[r][c] = std::uint64_t(buffers[r][labkit::chunk_range(count, p, c).offset]);
   }
-  return h;
-}
-
-RoutingHistory routing_history(const Scenario& s) {
-  RoutingHistory h;
-  if (s.moe_ep > 0) train_moe(s, false, &h);
   return h;
 }
 

@@ -51,9 +51,22 @@ struct Scenario {
 // capacity factor 1.25) trained on EP ranks (1, 2, 4 or 8) with none, aux or
 // bias balancing, e.g. "moe:4:none:40". Throws on junk.
 Scenario parse_scenario(const std::string& text);
-// Runs it on the simulator (payload-free, but the tiny GPT's step, which
-// computes) and returns its trace.
-TraceModel run_scenario(const Scenario& s);
+
+// What an moe scenario's routers did, step by step: each layer's assignments
+// per expert before and after capacity, over the whole ep group (the lab's
+// table).
+struct RoutingHistory {
+  int top_k = 0;
+  double capacity_factor = 0;
+  std::vector<std::vector<labkit::RoutingStats>> steps;  // [step][layer]
+  int experts() const { return steps.empty() ? 0 : int(steps[0][0].chosen.size()); }
+  int layers() const { return steps.empty() ? 0 : int(steps[0].size()); }
+};
+
+// Runs it on the simulator (payload-free, but the tiny GPT's steps, which
+// compute) and returns its trace; an moe scenario's routing, from the same
+// run, into `routing` when given (left alone for any other scenario).
+TraceModel run_scenario(const Scenario& s, RoutingHistory* routing = nullptr);
 
 // Every rank's buffer, chunk by chunk, after every delivery. Rank r contributes
 // the bit 1 << r, so a chunk's value is the set of ranks whose data it holds
@@ -66,17 +79,5 @@ struct ChunkHistory {
   std::uint64_t everyone = 0;                                   // the bits of all ranks
 };
 ChunkHistory chunk_history(const Scenario& s);
-
-// What an moe scenario's routers did, step by step: each layer's assignments
-// per expert before and after capacity, over the whole ep group (the lab's
-// table). Empty for any other scenario.
-struct RoutingHistory {
-  int top_k = 0;
-  double capacity_factor = 0;
-  std::vector<std::vector<labkit::RoutingStats>> steps;  // [step][layer]
-  int experts() const { return steps.empty() ? 0 : int(steps[0][0].chosen.size()); }
-  int layers() const { return steps.empty() ? 0 : int(steps[0].size()); }
-};
-RoutingHistory routing_history(const Scenario& s);
 
 }  // namespace viz

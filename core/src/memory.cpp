@@ -167,7 +167,8 @@ std::vector<Architecture> presets() {
   p.push_back(mixtral);
   p.push_back({.name = "deepseek-v3", .layers = 61, .hidden = 7168, .heads = 128, .kv_heads = 128, .ffn = 2048,
                .gated_ffn = true, .vocab = 129280, .experts = 256, .active_experts = 8, .shared_experts = 1,
-               .dense_layers = 3, .dense_ffn = 18432, .node_limit = 4, .latent = LatentAttention{1536, 512, 128, 64, 128}});
+               .dense_layers = 3, .dense_ffn = 18432, .node_limit = 4,
+               .latent = LatentAttention{1536, 512, 128, 64, 128}});
   return p;
 }
 }  // namespace
@@ -327,8 +328,10 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
     const ActivationShape shape{p.seq, p.micro_batch, double(model.hidden), double(model.heads), p.tp,
                                 p.sequence_parallel, p.recompute};
     activations = activation_bytes(model, shape, p.attention);
-    const AttentionKernel other = p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
-    // Beside it, the other kernel's and Korthikanti's GPT formula (exercise 3.2), which the reading uses for every model.
+    const AttentionKernel other =
+        p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
+    // Beside it, the other kernel's count and Korthikanti's GPT formula (exercise 3.2), which the reading
+    // uses for every model.
     note = fmt::format("s {:g} x b {:g} x {} layers, {} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
                        p.seq, p.micro_batch, model.layers, name_of(p.attention),
                        p.recompute == Recompute::full ? ", full recompute"

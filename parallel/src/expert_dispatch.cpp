@@ -62,20 +62,14 @@ namespace {
 
 std::size_t total(const std::vector<std::size_t>& v) { return std::accumulate(v.begin(), v.end(), std::size_t(0)); }
 
-// One all_to_allv over `group`, in rows of h bf16 values: `send[m]` rows to member m, `recv[m]` from it.
+// One all_to_allv over `group`: `send[m]` bf16 elements to member m, `recv[m]` from it.
 struct Exchange {
   Comm* group;
   std::vector<std::size_t> send, recv;
-  void play(int h, bool back) const {  // back: the same sizes the other way (the combine)
+  void play(bool back) const {  // back: the same sizes the other way (the combine)
     const auto& out = back ? recv : send;
     const auto& in = back ? send : recv;
-    std::vector<std::size_t> out_elems(out.size()), in_elems(in.size());
-    for (std::size_t m = 0; m < out.size(); ++m) {
-      out_elems[m] = out[m] * std::size_t(h);
-      in_elems[m] = in[m] * std::size_t(h);
-    }
-    group->all_to_allv(sizes_only(total(out_elems), DType::bf16), out_elems, sizes_only(total(in_elems), DType::bf16),
-                       in_elems);
+    group->all_to_allv(sizes_only(total(out), DType::bf16), out, sizes_only(total(in), DType::bf16), in);
   }
 };
 
@@ -121,22 +115,26 @@ ExpertLayerCost play_expert_layer(Comm& ep, const ExpertLayout& l, const Uniform
   }
 
   ExpertLayerCost cost;
+  for (Exchange& s : stages) {  // counted in rows above; all_to_allv counts elements, h a row
+    for (std::size_t& c : s.send) c *= std::size_t(h);
+    for (std::size_t& c : s.recv) c *= std::size_t(h);
+  }
   for (const Exchange& s : stages)
     for (int m = 0; m < s.group->size(); ++m) {
-      const double bytes = double(s.send[std::size_t(m)]) * h * 2;  // bf16
+      const double bytes = double(s.send[std::size_t(m)]) * 2;  // bf16
       cost.sent += bytes;
       if (s.group->node_of(m) != s.group->node_of(s.group->rank())) cost.across += bytes;
     }
   double rows = 0;
   for (int m = 0; m < l.ep; ++m) rows += double(to_rank(m, q));
   double t = ep.now();
-  for (const Exchange& s : stages) s.play(h, false);
+  for (const Exchange& s : stages) s.play(false);
   cost.dispatch = ep.now() - t;
   t = ep.now();
   ep.compute("experts", rows * flops_per_row);
   cost.experts = ep.now() - t;
   t = ep.now();
-  for (auto s = stages.rbegin(); s != stages.rend(); ++s) s->play(h, true);
+  for (auto s = stages.rbegin(); s != stages.rend(); ++s) s->play(true);
   cost.combine = ep.now() - t;
   return cost;
 }
