@@ -11,6 +11,10 @@
 // shows what the step would take on the topology's device. The data-parallel,
 // FSDP, tensor- and pipeline-parallel labs check their runs against this one.
 //
+// It ends with the run's model FLOPs utilization (MFU: Chowdhery et al. 2022,
+// "PaLM", appendix B): model FLOPs per second over the peak, on the simulated
+// device and, with --mfu, on this one (its peak measured as in chapter 10).
+//
 // --checkpoint-every N saves the run every N steps (and after the last) to
 // --checkpoint; --resume goes on from there and ends bit for bit where a run
 // that was never stopped ends (--fail-rank 0 --at T stops one on purpose).
@@ -24,19 +28,39 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/gpt.h"
+#include "labkit/op_bench.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/run.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 
 using namespace labkit;
+
+namespace {
+// MFU = model FLOPs / seconds / peak FLOP/s. On the simulator a step's FLOPs are
+// charged at --efficiency of the device's peak, so its MFU is that efficiency:
+// the simulator assumes what a real run measures.
+void print_mfu(double model_flops, double wall, double simulated, const RunOptions& o, const Device& here,
+               bool measure_here) {
+  const DeviceModel sim = find_topology(o.topology).device;
+  fmt::print("model FLOPs {:.3g} (matmuls and attention, forward and backward: Gpt::flops_per_step); {:.2f} GFLOP/s "
+             "here\n", model_flops, model_flops / wall / 1e9);
+  fmt::print("MFU on the simulated {}: {:.1f}% of {:.0f} TFLOP/s (it charges FLOPs at --efficiency {:g})\n",
+             sim.name, 100 * model_flops / simulated / sim.peak_flops, sim.peak_flops / 1e12, o.efficiency);
+  if (!measure_here) return;
+  const double peak = measure_peak_flops(here, here.kind == DeviceKind::cpu ? 1024 : 8192);
+  fmt::print("MFU on this {}: {:.1f}% of {:.1f} GFLOP/s, its peak as the kit's matmul reaches it (one core on a CPU)\n",
+             here.kind == DeviceKind::cpu ? "CPU" : "GPU", 100 * model_flops / wall / peak, peak / 1e9);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
   cli::one_line_errors(app);
   std::string model_name = "tiny-gpt", json, device_name = "cpu", checkpoint = "train.ckpt";
   int steps = 200, batch = 8, every = 20, checkpoint_every = 0;
-  bool resume = false;
+  bool resume = false, mfu = false;
   float lr = 3e-3f;
   std::uint64_t seed = 1337;
   RunOptions run_options;
@@ -57,6 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint-every", checkpoint_every, "save the run every N steps and after the last")
       ->check(cli::at_least(1));
   app.add_flag("--resume", resume, "go on from --checkpoint instead of from step 0");
+  app.add_flag("--mfu", mfu, "also measure this device's peak FLOP/s and print the MFU here");
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
 
@@ -140,6 +165,7 @@ int main(int argc, char** argv) {
         for (MemoryUse use : kMemoryUses)
           held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));
         fmt::print("memory per rank: {}peak {}\n", held, format_bytes(comm.memory().peak_total));
+        print_mfu(ran * model.flops_per_step(batch, T), wall, comm.now(), run_options, model.device(), mfu);
       }
     });
     if (!json.empty()) create_file(json) << curve.dump(2) << '\n';

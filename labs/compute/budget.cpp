@@ -1,0 +1,91 @@
+// --budget: the reading's compute budgets (Day 64, "Distributed Training
+// Fundamentals"): C = 6 N D for four runs, and the A100 GPU-hours beside them.
+//
+//   hours = C / (peak x MFU) / 3600
+//
+// Its GPU-hours column mixes assumptions: GPT-2's is 70% MFU of the A100's
+// 312 TFLOP/s; the LLaMA-2 rows are Meta's measured hours (Touvron et al.
+// 2023, Table 2: 184,320 and 1,720,320), about 40% MFU; GPT-4's uses its total
+// parameter count, where 6ND wants the parameters a token meets.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "compute_lab.h"
+
+using namespace labkit::compute;
+
+namespace compute_lab {
+
+namespace {
+struct Run {
+  const char* model;
+  double params, tokens;
+  double reading_flops, reading_hours;  // as the reading prints them
+  const char* note;                     // where the reading's hours come from, if not from the MFU asked
+};
+
+constexpr Run kReadingRuns[] = {
+    {"GPT-2", 1.5e9, 40e9, 3.6e20, 460, ""},
+    {"LLaMA-2 7B", 7e9, 2e12, 8.4e22, 180e3, "Meta's measured 184,320 hours (Llama 2, Table 2)"},
+    {"LLaMA-2 70B", 70e9, 2e12, 8.4e23, 1.7e6, "Meta's measured 1,720,320 hours (Llama 2, Table 2)"},
+    {"GPT-4 (est.)", 1.8e12, 13e12, 1.4e26, 200e6, "1.8T is every expert; see below"},
+};
+
+// GPT-4 as estimated by SemiAnalysis (Patel & Wong, "GPT-4 Architecture,
+// Infrastructure, Training Dataset, Costs", 2023): a mixture of 16 experts, 2 per
+// token, about 280B of its 1.8T parameters used per token; ~25,000 A100s for
+// 90-100 days (the reading's epigraph: "25,000 GPUs for 3 months").
+constexpr double kGpt4Active = 280e9, kGpt4Gpus = 25000, kGpt4Days = 90;
+
+std::string count(double v) {
+  if (v >= 1e12) return fmt::format("{:g}T", v / 1e12);
+  if (v >= 1e9) return fmt::format("{:g}B", v / 1e9);
+  return fmt::format("{:g}M", v / 1e6);
+}
+
+// The reading's "~180K" style: three significant figures at most.
+std::string rounded(double hours) {
+  if (hours >= 1e6) return fmt::format("~{:g}M", hours / 1e6);
+  if (hours >= 1e4) return fmt::format("~{:g}K", hours / 1e3);
+  return fmt::format("~{:g}", hours);
+}
+}  // namespace
+
+std::string grouped(double value) {
+  std::string digits = fmt::format("{:.0f}", std::round(value));
+  for (int at = int(digits.size()) - 3; at > (digits[0] == '-' ? 1 : 0); at -= 3) digits.insert(std::size_t(at), ",");
+  return digits;
+}
+
+nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
+  const double peak = gpu.roof.peak_flops;
+  fmt::print("# C = 6 N D (Kaplan et al. 2020): 2 FLOPs per parameter per token forward, 4 backward\n");
+  fmt::print("# {}-hours = C / ({:.0f} TFLOP/s dense BF16 x {:.0f}% MFU) / 3600\n", gpu.name, peak / 1e12, mfu * 100);
+  fmt::print("{:<13} {:>6} {:>6} {:>9} {:>9} {:>14} {:>10} {:>8}  {}\n", "model", "N", "D", "C = 6ND", "reading",
+             gpu.name + "-hours", "reading", "its MFU", "note");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Run& r : kReadingRuns) {
+    const double flops = training_flops(r.params, r.tokens), hours = device_hours(flops, peak, mfu);
+    // The reading's hours are A100-hours: the MFU they imply is on the A100's peak.
+    const double its_mfu = implied_mfu(r.reading_flops, r.reading_hours, accelerator("a100").roof.peak_flops);
+    const bool differs = std::abs(hours / r.reading_hours - 1) > 0.1;
+    fmt::print("{:<13} {:>6} {:>6} {:>9.2e} {:>9.1e} {:>14} {:>10} {:>7.0f}%  {}{}\n", r.model, count(r.params),
+               count(r.tokens), flops, r.reading_flops, grouped(hours), rounded(r.reading_hours), its_mfu * 100,
+               differs ? "differs: " : "", differs ? r.note : "");
+    rows.push_back({{"model", r.model}, {"params", r.params}, {"tokens", r.tokens}, {"flops", flops},
+                    {"reading_flops", r.reading_flops}, {"hours", hours}, {"reading_hours", r.reading_hours},
+                    {"reading_mfu", its_mfu}, {"differs", differs}});
+  }
+  const double gpt4 = training_flops(kGpt4Active, 13e12), epigraph = kGpt4Gpus * kGpt4Days * 24;
+  const double epigraph_mfu = implied_mfu(gpt4, epigraph, accelerator("a100").roof.peak_flops);
+  fmt::print("# GPT-4 is a mixture of experts (est. 16, 2 per token): a token meets ~{} of its {} parameters, so\n"
+             "#   C = 6 x {} x 13T = {:.2e}, not 1.4e26 (6ND counts the parameters a token uses)\n", count(kGpt4Active),
+             count(1.8e12), count(kGpt4Active), gpt4);
+  fmt::print("# the reading's epigraph, {} GPUs for 3 months = {} A100-hours, is that C at {:.0f}% MFU "
+             "(its table says ~200M)\n", grouped(kGpt4Gpus), grouped(epigraph), epigraph_mfu * 100);
+  return {{"gpu", gpu.name}, {"peak_flops", peak}, {"mfu", mfu}, {"runs", rows},
+          {"gpt4_active_flops", gpt4}, {"gpt4_epigraph_hours", epigraph}, {"gpt4_epigraph_mfu", epigraph_mfu}};
+}
+
+}  // namespace compute_lab

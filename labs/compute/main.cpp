@@ -1,0 +1,63 @@
+// Lab: compute — what training costs in FLOPs, and what bounds each op.
+//
+//   ./labkit lab compute --budget
+//
+//   # C = 6 N D (Kaplan et al. 2020): 2 FLOPs per parameter per token forward, 4 backward
+//   model              N      D   C = 6ND   reading   a100-hours   reading  its MFU  note
+//   GPT-2           1.5B    40B  3.60e+20   3.6e+20          458      ~460      70%
+//   ...
+//
+// --budget the reading's compute budgets and GPU-hours at --mfu, --ccr the
+// communication roofline of data parallelism (the guide's tables, corrected),
+// --roofline this machine's peak and memory bandwidth, measured, and the tiny
+// GPT's ops against them (--plot FILE draws it); --json FILE all of it. The
+// train lab prints its MFU (labs/train.cpp). Formulas: core/src/compute.cpp.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "compute_lab.h"
+#include "labkit/cli.h"
+#include "labkit/error.h"
+#include "labkit/output.h"
+
+namespace cli = labkit::cli;
+
+int main(int argc, char** argv) {
+  CLI::App app{"Lab: compute budgets, the roofline and the communication roofline"};
+  cli::one_line_errors(app);
+  bool budget = false, ccr = false, roofline = false;
+  double mfu = 0.7;
+  int batch = 2048;
+  std::string gpu = "a100", device = "cpu", plot, json;
+  app.add_flag("--budget", budget, "C = 6ND for the reading's runs, and GPU-hours at --mfu");
+  app.add_option("--mfu", mfu, "--budget: model FLOPs utilization (the reading's GPT-2 row implies 0.7)")
+      ->capture_default_str()->check(cli::above(0.0, 1.0));
+  app.add_option("--gpu", gpu, "--budget: a100 or h100 (dense BF16 peak)")
+      ->capture_default_str()->check(cli::one_of("gpu", {"a100", "h100"}));
+  app.add_flag("--ccr", ccr, "the communication-to-computation ratio of data parallelism, and its ridge");
+  app.add_flag("--roofline", roofline, "measure this machine's roofs and time the tiny GPT's ops against them");
+  app.add_option("--device", device, "--roofline: cpu, or cuda (a GPU)")
+      ->capture_default_str()->check(cli::parsed_by(labkit::parse_device));
+  app.add_option("--batch", batch, "--roofline: sequences of 32 tokens (large: the tensors outgrow the caches)")
+      ->capture_default_str()->check(cli::in_range(1, 16384));
+  app.add_option("--plot", plot, "--roofline: draw it, ops as points, SVG or PNG (gnuplot)");
+  app.add_option("--json", json, "also write every table as JSON to this file");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (!plot.empty() && !roofline) throw labkit::Error("--plot " + plot + ": draws --roofline (add it)");
+    if (!budget && !ccr && !roofline) budget = ccr = true;
+    nlohmann::json report;
+    if (budget) report["budget"] = compute_lab::print_budget(labkit::compute::accelerator(gpu), mfu);
+    if (budget && ccr) fmt::print("\n");
+    if (ccr) report["ccr"] = compute_lab::print_ccr();
+    if (roofline) {
+      if (budget || ccr) fmt::print("\n");
+      report["roofline"] = compute_lab::print_roofline(labkit::parse_device(device), batch, plot);
+    }
+    if (!json.empty()) labkit::create_file(json) << report.dump(2) << '\n';
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}

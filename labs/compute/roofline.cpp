@@ -1,0 +1,151 @@
+// --roofline: this machine's roofs, measured by the kit, and each op of the tiny
+// GPT's training step against them (Williams, Waterman & Patterson 2009):
+//
+//   intensity  = FLOPs / bytes moved            (labkit/op_bench.h counts both)
+//   attainable = min(peak, intensity x memory bandwidth)
+//
+// An op left of the ridge (peak / bandwidth) is memory-bound: a faster ALU would
+// not speed it up, moving fewer bytes would (fusion, FlashAttention). The batch
+// is large so that each op's tensors outgrow the caches and meet the DRAM roof;
+// at the train lab's batch of 8 they fit in cache, which is faster than DRAM.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "compute_lab.h"
+#include "labkit/gpt.h"
+#include "labkit/op_bench.h"
+#include "labkit/output.h"
+
+using namespace labkit;
+
+namespace compute_lab {
+
+namespace {
+constexpr double GF = 1e9, MB = 1e6;
+
+struct Measured {
+  OpCost cost;
+  double flops_per_second;
+};
+
+// The model the train lab trains: tiny-gpt over its character corpus.
+GptConfig tiny_gpt() { return gpt_preset("tiny-gpt", character_tokens(synthetic_corpus(200000, 1337)).vocab); }
+
+compute::Roofline measure_machine(const Device& device) {
+  const bool gpu = device.kind == DeviceKind::cuda;
+  const int n = gpu ? 8192 : 1024;
+  const std::size_t array = std::size_t(gpu ? 1024 : 128) << 20;
+  fmt::print(stderr, "measuring the peak: {0} x {0} x {0} matmuls ...\n", n);
+  const double peak = measure_peak_flops(device, n);
+  fmt::print(stderr, "measuring memory bandwidth: out = a + b over 3 x {} MB ...\n", array >> 20);
+  const double bandwidth = measure_bandwidth(device, array);
+  fmt::print("# the roofline of this {}, measured by the kit\n", gpu ? "GPU" : "CPU");
+  fmt::print("peak     {:>8.1f} GFLOP/s  the kit's matmul on {} x {} x {} ({})\n", peak / GF, n, n, n,
+             gpu ? "cuBLAS sgemm, fp32" : "OpenBLAS sgemm, one core: the kit's ops run on one thread");
+  fmt::print("memory   {:>8.1f} GB/s     out = a + b over 3 x {} MB (STREAM's add; the kit's residual_forward)\n",
+             bandwidth / GF, array >> 20);
+  const compute::Roofline roof{peak, bandwidth};
+  fmt::print("ridge    {:>8.2f} FLOP/byte\n", roof.ridge());
+  return roof;
+}
+
+std::vector<Measured> measure_ops(const GptConfig& config, int batch, const Device& device) {
+  const GptOpBench bench(config, batch, device);
+  std::vector<Measured> out;
+  for (std::size_t i = 0; i < bench.costs().size(); ++i) {
+    const OpCost& op = bench.costs()[i];
+    fmt::print(stderr, "timing op {:>2}/{}: {} {} ...\n", i + 1, bench.costs().size(), op.name, op.pass);
+    out.push_back({op, op.flops / bench.best_seconds(i)});
+  }
+  return out;
+}
+
+nlohmann::json print_ops(const std::vector<Measured>& ops, const compute::Roofline& roof) {
+  const compute::Roofline h100 = compute::accelerator("h100").roof;
+  fmt::print("{:<22} {:<9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>7}  {:<7} {}\n", "op", "pass", "MFLOP", "MB",
+             "FLOP/byte", "roof GF/s", "measured", "of roof", "bound", "on H100");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Measured& m : ops) {
+    const double intensity = m.cost.intensity(), attainable = roof.attainable(intensity);
+    fmt::print("{:<22} {:<9} {:>9.1f} {:>8.1f} {:>9.2f} {:>10.2f} {:>10.2f} {:>6.0f}%  {:<7} {}\n", m.cost.name,
+               m.cost.pass, m.cost.flops / MB, m.cost.bytes / MB, intensity, attainable / GF,
+               m.flops_per_second / GF, 100 * m.flops_per_second / attainable,
+               roof.memory_bound(intensity) ? "memory" : "compute",
+               h100.memory_bound(intensity) ? "memory" : "compute");
+    rows.push_back({{"op", m.cost.name}, {"pass", m.cost.pass}, {"flops", m.cost.flops}, {"bytes", m.cost.bytes},
+                    {"intensity", intensity}, {"attainable", attainable}, {"measured", m.flops_per_second}});
+  }
+  fmt::print("# of roof over 100%: the op's tensors stayed in cache, which is faster than the memory roof\n");
+  return rows;
+}
+
+nlohmann::json print_datasheet_ridges(const std::vector<Measured>& ops) {
+  fmt::print("\n# datasheet roofs (dense BF16 tensor peak / HBM bandwidth; NVIDIA H100 and A100 datasheets)\n");
+  fmt::print("{:<6} {:>8} {:>9} {:>7}  {:>26}  {}\n", "gpu", "peak TF", "HBM TB/s", "ridge", "ridge at the sparse peak",
+             "tiny GPT ops memory-bound there");
+  nlohmann::json rows = nlohmann::json::array();
+  for (const compute::Accelerator& a : compute::accelerators()) {
+    int bound = 0;
+    for (const Measured& m : ops) bound += a.roof.memory_bound(m.cost.intensity());
+    const compute::Roofline sparse{a.sparse_flops, a.roof.bandwidth};
+    fmt::print("{:<6} {:>8.0f} {:>9.2f} {:>7.0f}  {:>26.0f}  {} of {}\n", a.name, a.roof.peak_flops / 1e12,
+               a.roof.bandwidth / 1e12, a.roof.ridge(), sparse.ridge(), bound, ops.size());
+    rows.push_back({{"gpu", a.name}, {"peak_flops", a.roof.peak_flops}, {"bandwidth", a.roof.bandwidth},
+                    {"ridge", a.roof.ridge()}, {"sparse_ridge", sparse.ridge()}, {"memory_bound_ops", bound}});
+  }
+  return rows;
+}
+
+// The roofline, log-log, with the ops as points and the datasheet ridges as dashed lines.
+void plot_roofline(const std::vector<Measured>& ops, const compute::Roofline& roof, const std::string& title,
+                   const std::string& path) {
+  std::string points[2];  // forward; backward and update
+  for (const Measured& m : ops) {
+    const std::string label = m.cost.name.substr(0, m.cost.name.find(" ("));  // "matmul qkv"
+    points[m.cost.pass == "forward" ? 0 : 1] +=
+        fmt::format("{} {} \"{}\"\n", m.cost.intensity(), m.flops_per_second / GF, label);
+  }
+  std::string ridges;
+  for (const compute::Accelerator& a : compute::accelerators())
+    ridges += fmt::format("set arrow from {0}, graph 0 to {0}, graph 1 nohead dashtype 2 lc rgb '#888888'\n"
+                          "set label '{1} ridge {0:.0f}' at {0}, graph 0.03 left rotate by 90 offset -0.7,0 "
+                          "textcolor rgb '#666666'\n", a.roof.ridge(), a.name);
+  const std::string script = fmt::format(
+      "set terminal {terminal} size 900,600 font 'sans,10' background '#ffffff'\n"
+      "set output '{path}'\nset termoption noenhanced\nset title '{title}'\n"
+      "set logscale xy\nset xrange [0.05:1000]\nset yrange [0.01:{top}]\nset grid\nset key top left\n"
+      "set xlabel 'arithmetic intensity (FLOP/byte)'\nset ylabel 'GFLOP/s'\n"
+      "peak = {peak}\nbw = {bw}\nroof(x) = x * bw < peak ? x * bw : peak\nset samples 500\n{ridges}"
+      "$forward << EOD\n{forward}EOD\n$backward << EOD\n{backward}EOD\n"
+      "plot roof(x) with lines lw 2 lc rgb '#000000' title sprintf('this machine: %.1f GFLOP/s, %.1f GB/s', peak, bw),"
+      " $forward using 1:2 with points pt 7 ps 1.2 lc rgb '#1f77b4' title 'forward',"
+      " $backward using 1:2 with points pt 5 ps 1.2 lc rgb '#d62728' title 'backward, update',"
+      " $forward using 1:2:3 with labels left offset 0.8,0.3 font ',8' notitle,"
+      " $backward using 1:2:3 with labels left offset 0.8,-0.5 font ',8' notitle\n",
+      fmt::arg("terminal", gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("title", title),
+      fmt::arg("top", 4 * roof.peak_flops / GF), fmt::arg("peak", roof.peak_flops / GF),
+      fmt::arg("bw", roof.bandwidth / GF), fmt::arg("ridges", ridges), fmt::arg("forward", points[0]),
+      fmt::arg("backward", points[1]));
+  run_gnuplot(script);
+}
+}  // namespace
+
+nlohmann::json print_roofline(DeviceKind where, int batch, const std::string& plot) {
+  const Device& device = labkit::device(where);
+  const compute::Roofline roof = measure_machine(device);
+  const GptConfig config = tiny_gpt();
+  const std::vector<Measured> ops = measure_ops(config, batch, device);
+  fmt::print("\n# the tiny GPT's ops on {} sequences of {} tokens (C {}, {} heads, vocabulary {}), one of each "
+             "shape,\n# fp32; FLOPs and bytes as labkit/op_bench.h counts them\n", batch, config.max_seq,
+             config.channels, config.heads, config.vocab);
+  nlohmann::json out = {{"peak_flops", roof.peak_flops}, {"bandwidth", roof.bandwidth}, {"batch", batch}};
+  out["ops"] = print_ops(ops, roof);
+  out["datasheets"] = print_datasheet_ridges(ops);
+  if (!plot.empty())
+    plot_roofline(ops, roof, fmt::format("tiny GPT ops on this {}, batch {} x {}", device.name, batch, config.max_seq),
+                  plot);
+  return out;
+}
+
+}  // namespace compute_lab
