@@ -19,6 +19,7 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
+#include "labkit/run.h"
 
 namespace cli = labkit::cli;
 
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
     if (budget && ccr) fmt::print("\n");
     if (ccr) report["ccr"] = compute_lab::print_ccr();
     if (roofline) {
+      // Measuring takes seconds: the option fuzzer (fuzz/) stops here, as where a lab's ranks would start.
+      if (labkit::before_ranks_start) labkit::before_ranks_start(labkit::RunOptions{});
       if (budget || ccr) fmt::print("\n");
       report["roofline"] = compute_lab::print_roofline(labkit::parse_device(device), batch, plot);
     }
