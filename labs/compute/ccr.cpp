@@ -50,15 +50,23 @@ std::vector<Config> practical_configs() {
   };
 }
 
+// The CCR the guide prints for GPT-3 at each batch: calculate_ccr.py's output,
+// and its worked example (batch 32) in the roofline section.
+struct ReadingCcr {
+  int batch;
+  const char* prints;
+};
+constexpr ReadingCcr kReadingCcr[] = {{1, "3072.0"},  {4, "12288.0"},  {16, "49152.0"},
+                                      {32, "98,304"}, {64, "196608.0"}, {256, "786432.0"}};
+
 nlohmann::json print_gpt3_sweep() {
   fmt::print("# CCR = 6 N tokens / (2 N x 2 bytes) = 1.5 tokens per rank per step: N cancels\n");
   fmt::print("# GPT-3 175B, sequences of {:.0f} tokens, bf16 gradients (the guide's calculate_ccr.py)\n", kSeq);
   fmt::print("{:>6} {:>9} {:>16} {:>12}\n", "batch", "tokens", "CCR (FLOP/byte)", "reading");
   nlohmann::json rows = nlohmann::json::array();
-  for (int batch : {1, 4, 16, 32, 64, 256}) {
+  for (const auto [batch, prints] : kReadingCcr) {
     const double ccr = ddp_ccr(kGpt3, batch * kSeq, kBf16);
-    fmt::print("{:>6} {:>9.0f} {:>16} {:>12}\n", batch, batch * kSeq, grouped(ccr),
-               batch == 32 ? "98,304" : fmt::format("{:.1f}", ccr));
+    fmt::print("{:>6} {:>9.0f} {:>16} {:>12}\n", batch, batch * kSeq, grouped(ccr), prints);
     rows.push_back({{"batch", batch}, {"tokens", batch * kSeq}, {"ccr", ccr}});
   }
   return rows;
@@ -84,10 +92,11 @@ nlohmann::json print_gpt3_example() {
              grouped(kit.ridge()), ccr > kit.ridge() ? "compute-bound" : "communication-bound", ccr / kit.ridge());
   fmt::print("efficiency {:.1f}% with communication fully overlapped (the guide's min of the roofs), {:.1f}% with "
              "none: 1 / (1 + CCR*/CCR)\n", overlapped * 100, serial * 100);
-  const double a100_h100_link = 312 * TF / (900 * GB), a100 = accelerator("a100").roof.peak_flops;
+  const Accelerator a100 = accelerator("a100");
+  const double a100_h100_link = 312 * TF / (900 * GB);
   fmt::print("the guide's diagram, 312 TFLOPS / 900 GB/s = {:.0f}, is an A100's peak over an H100's NVLink; an A100 "
-             "over its own, {:.0f} GB/s each way: {}\n", a100_h100_link, accelerator("a100").nvlink / GB,
-             grouped(a100 / accelerator("a100").nvlink));
+             "over its own, {:.0f} GB/s each way: {}\n", a100_h100_link, a100.nvlink / GB,
+             grouped(a100.roof.peak_flops / a100.nvlink));
   return {{"ccr", ccr}, {"reading_ridge", reading.ridge()}, {"dense_ridge_both_directions", dense_both.ridge()},
           {"ridge", kit.ridge()}, {"efficiency_overlapped", overlapped}, {"efficiency_serial", serial}};
 }
