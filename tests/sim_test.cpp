@@ -682,6 +682,26 @@ TEST(SimOverlap, CollectivesStartedOnOneGroupRunOneAfterAnother) {
   }
 }
 
+// DDP's pattern: a bucket is posted while the one before is still running on
+// the stream (here a labkit algorithm, which blocks the stream mid-call), so
+// the rank's queue grows under the running call, and each must still finish
+// on its own buffers.
+TEST(SimOverlap, CallsPostedWhileOneRunsLeaveItIntact) {
+  const int buckets = 33;
+  simulate(8, [&](Comm& c) {
+    use_algorithm(c, Collective::all_reduce, "ring");
+    std::vector<std::vector<float>> grads;
+    for (int i = 0; i < buckets; ++i) grads.emplace_back(1024, float(c.rank() + i));
+    std::vector<Request> in_flight;
+    for (std::vector<float>& g : grads) {
+      in_flight.push_back(c.i_all_reduce(view_of(g), ReduceOp::avg));
+      c.compute_for("backward", 1e-7);  // the stream starts the call and blocks in it
+    }
+    for (Request& r : in_flight) r.wait();
+    for (int i = 0; i < buckets; ++i) EXPECT_EQ(grads[i][0], 3.5f + float(i)) << "bucket " << i;  // mean of rank + i
+  });
+}
+
 TEST(SimOverlap, TheStreamIsDrawnOnItsOwnTrackUnderTheRank) {
   for (const std::string algo : {"native", "ring"}) {
     auto run = simulate(2, [&](Comm& c) {

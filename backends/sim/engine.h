@@ -224,7 +224,7 @@ class Engine {
       const Algorithm* algorithm;
       double posted = 0, ended = 0;
     };
-    std::vector<Call> calls;
+    std::deque<Call> calls;  // a deque: the running call stays put while the rank posts more
     std::size_t next = 0;  // calls before it have ended
     std::string error;     // a failure that stopped the stream (RankFailedError)
   };
