@@ -133,13 +133,3 @@ TEST(Topology, RefusesBadFieldsNamingThem) {
             "topology '" + path + "': devices_per_node = 2.5: must be a whole number from 1 to 1048576");
 }
 
-TEST(CostModel, NativeAllReducePicksTreeForSmallAndRingForLarge) {
-  const Link nvlink{1e-6, 450e9};
-  const CostEstimate small = native_cost(Collective::all_reduce, 1024, 8, nvlink);
-  const CostEstimate large = native_cost(Collective::all_reduce, 1 << 30, 8, nvlink);
-  EXPECT_EQ(small.algorithm, "tree");
-  EXPECT_NEAR(small.seconds, 2 * 3 * 1e-6 + 2 * 3 * 1024 / 450e9, 1e-15);
-  EXPECT_EQ(large.algorithm, "ring");
-  EXPECT_NEAR(large.seconds, 2 * 7 * 1e-6 + 2.0 * 7 / 8 * (1 << 30) / 450e9, 1e-12);
-  EXPECT_EQ(native_cost(Collective::all_gather, 1 << 20, 1, nvlink).seconds, 0);
-}

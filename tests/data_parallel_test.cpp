@@ -9,6 +9,7 @@
 #include "harness.h"
 #include "labkit/gpt.h"
 #include "labkit/memory.h"
+#include "labkit/nccl_model.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/sampler.h"
 
@@ -124,13 +125,16 @@ TEST(ShapedModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheL
 // buckets, ready evenly through backward, on a uniform cluster (one GPU per
 // node). Both regimes: communication keeping up with backward (the last
 // bucket's allreduce exposed) and falling behind (k calls' latency exposed).
+// Each bucket's allreduce costs what NCCL's tuning model gives its size (the
+// line of the algorithm and protocol NCCL picks there).
 TEST(BucketOverheadModel, PredictsTheSimulatedExposedCommunication) {
   const int p = 8;
-  const double alpha = 2e-6, bandwidth = 50e9;  // ib-ndr's links
-  const AllReduceLine line{2.0 * (p - 1) * alpha, 2.0 * (p - 1) / p / bandwidth};
+  const NcclSystem ib_ndr = nccl_system(find_topology("ib-ndr"), p, p);
   const std::size_t gradient_bytes = std::size_t(1) << 30;
   for (double backward : {0.05, 0.02})  // G b = 37.6 ms: hidden, then not
     for (int k : {4, 16, 64}) {
+      const NcclEstimate call = nccl_choice(Collective::all_reduce, gradient_bytes / 2 / k * 2, ib_ndr);
+      const AllReduceLine line{call.latency, 1 / call.bandwidth};
       ShapedModel m;
       for (int i = 0; i < k; ++i) m.pieces.push_back({gradient_bytes / 2 / k, backward / k});
       const double step = simulate(p, [&](Comm& c) {

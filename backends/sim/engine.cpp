@@ -553,9 +553,11 @@ void Engine::finish_native(Rendezvous& rv, int comm_id) {
   std::size_t bytes = 0;
   for (const CollectiveCall& c : calls) bytes = std::max({bytes, c.send.bytes(), c.recv.bytes()});
   const Topology& t = options_.topology;
-  const bool spans_nodes =
-      std::any_of(group.begin(), group.end(), [&](int g) { return t.node_of(g) != t.node_of(group.front()); });
-  const CostEstimate cost = native_cost(calls[0].op, bytes, int(group.size()), spans_nodes ? t.inter : t.intra);
+  std::vector<int> nodes;
+  for (int g : group) nodes.push_back(t.node_of(g));
+  std::sort(nodes.begin(), nodes.end());
+  const int spanned = int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+  const CostEstimate cost = native_cost(calls[0].op, bytes, int(group.size()), spanned, t);
   if (stream_free_.size() <= std::size_t(comm_id)) stream_free_.resize(comm_id + 1);
   std::vector<double>& stream_free = stream_free_[comm_id];
   stream_free.resize(group.size(), 0.0);

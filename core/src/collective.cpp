@@ -15,15 +15,15 @@ double whole_buffer(int) { return 1; }
 // Every collective, once, in enum order.
 constexpr std::array<CollectiveInfo, kCollectives.size()> kInfo = {{
     // op                          name              root   reduce counts             bus factor    native cost
-    {Collective::broadcast,      "broadcast",      true,  false, Counts::in_place,  whole_buffer, NativeCost::chain},
-    {Collective::reduce,         "reduce",         true,  true,  Counts::in_place,  whole_buffer, NativeCost::chain},
-    {Collective::all_reduce,     "all_reduce",     false, true,  Counts::in_place,  two_passes,   NativeCost::ring_or_tree},
-    {Collective::gather,         "gather",         true,  false, Counts::gathers,   one_pass,     NativeCost::ring},
-    {Collective::scatter,        "scatter",        true,  false, Counts::scatters,  one_pass,     NativeCost::ring},
-    {Collective::all_gather,     "all_gather",     false, false, Counts::gathers,   one_pass,     NativeCost::ring},
-    {Collective::reduce_scatter, "reduce_scatter", false, true,  Counts::scatters,  one_pass,     NativeCost::ring},
-    {Collective::all_to_all,     "all_to_all",     false, false, Counts::exchanges, one_pass,     NativeCost::ring},
-    {Collective::all_to_allv,    "all_to_allv",    false, false, Counts::per_peer,  one_pass,     NativeCost::ring},
+    {Collective::broadcast,      "broadcast",      true,  false, Counts::in_place,  whole_buffer, NativeCost::nccl},
+    {Collective::reduce,         "reduce",         true,  true,  Counts::in_place,  whole_buffer, NativeCost::nccl},
+    {Collective::all_reduce,     "all_reduce",     false, true,  Counts::in_place,  two_passes,   NativeCost::nccl},
+    {Collective::gather,         "gather",         true,  false, Counts::gathers,   one_pass,     NativeCost::point_to_point},
+    {Collective::scatter,        "scatter",        true,  false, Counts::scatters,  one_pass,     NativeCost::point_to_point},
+    {Collective::all_gather,     "all_gather",     false, false, Counts::gathers,   one_pass,     NativeCost::nccl},
+    {Collective::reduce_scatter, "reduce_scatter", false, true,  Counts::scatters,  one_pass,     NativeCost::nccl},
+    {Collective::all_to_all,     "all_to_all",     false, false, Counts::exchanges, one_pass,     NativeCost::point_to_point},
+    {Collective::all_to_allv,    "all_to_allv",    false, false, Counts::per_peer,  one_pass,     NativeCost::point_to_point},
     {Collective::barrier,        "barrier",        false, false, Counts::none,      whole_buffer, NativeCost::dissemination},
 }};
 

@@ -200,20 +200,16 @@ void Comm::trace_collective(const CollectiveCall& c, double start, std::string_v
           std::move(args), {}, on_stream});
 }
 
-const std::vector<int>& Comm::nodes() const {
-  if (nodes_.empty())
-    for (int r = 0; r < size_; ++r) nodes_.push_back(node_of(r));
-  return nodes_;
+const GroupNodes& Comm::nodes() const {
+  if (!nodes_) {
+    std::vector<int> node_of_rank;
+    for (int r = 0; r < size_; ++r) node_of_rank.push_back(node_of(r));
+    nodes_.emplace(std::move(node_of_rank));
+  }
+  return *nodes_;
 }
 
-int Comm::nodes_spanned() const {
-  if (nodes_spanned_ == 0) {
-    std::vector<int> distinct = nodes();
-    std::sort(distinct.begin(), distinct.end());
-    nodes_spanned_ = int(std::unique(distinct.begin(), distinct.end()) - distinct.begin());
-  }
-  return nodes_spanned_;
-}
+int Comm::nodes_spanned() const { return nodes().count; }
 
 void Comm::divide_if_avg(const CollectiveCall& call) {
   if (has_reduce_op(call.op) && call.reduce_op == ReduceOp::avg && (call.op != Collective::reduce || rank_ == call.root))

@@ -3,51 +3,70 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "labkit/nccl_model.h"
+
 namespace labkit {
 
-CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link& link) {
-  if (ranks <= 1) return {0.0, "none"};
-  const double p = ranks, n = double(bytes), a = link.alpha, b = 1.0 / link.bandwidth;
-  const double log_p = std::bit_width(unsigned(ranks - 1));  // ceil(log2 P)
+CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, int nodes, const Topology& topology) {
+  if (ranks <= 1) return {0.0, "none", {}};
+  const double p = ranks, n = double(bytes);
+  const Link& link = nodes > 1 ? topology.inter : topology.intra;
   switch (info(op).native_cost) {
-    case NativeCost::ring_or_tree: {
-      // Ring: reduce-scatter then all-gather, 2(P-1) steps of n/P bytes.
-      // Tree: reduce up and broadcast down a binary tree, 2 log2 P steps of n bytes.
-      // NCCL's tuner takes the faster one; tree wins for small messages.
-      const double ring = 2 * (p - 1) * a + 2 * (p - 1) / p * n * b;
-      const double tree = 2 * log_p * a + 2 * log_p * n * b;
-      return ring <= tree ? CostEstimate{ring, "ring"} : CostEstimate{tree, "tree"};
+    case NativeCost::nccl: {
+      const NcclEstimate e = nccl_choice(op, bytes, nccl_system(topology, ranks, nodes));
+      return {e.seconds, name_of(e.algorithm), name_of(e.protocol)};
     }
-    case NativeCost::ring:
-      // P-1 steps, each rank moving (P-1)/P of the large buffer once.
-      return {(p - 1) * a + (p - 1) / p * n * b, "ring"};
-    case NativeCost::chain:
-      // A pipelined chain: P-1 hops of latency, the buffer crosses each link once.
-      return {(p - 1) * a + n * b, "ring"};
-    case NativeCost::dissemination:
-      return {log_p * a, "dissemination"};
+    case NativeCost::point_to_point: return {(p - 1) * link.alpha + (p - 1) / p * n / link.bandwidth, "ring", {}};
+    case NativeCost::dissemination: return {std::bit_width(unsigned(ranks - 1)) * link.alpha, "dissemination", {}};
   }
-  return {0.0, "none"};
+  return {0.0, "none", {}};
 }
 
+GroupNodes::GroupNodes(std::vector<int> node_of_rank) : node(std::move(node_of_rank)) {
+  std::map<int, int> index_of, ranks_on;
+  for (int n : node) {
+    if (index_of.emplace(n, count).second) ++count;
+    ++ranks_on[n];
+  }
+  for (int n : node) {
+    index.push_back(index_of[n]);
+    share.push_back(ranks_on[n]);
+  }
+}
+
+namespace {
+// What a node sends off itself in NCCL's double binary tree: in each tree, its
+// half of the buffer up to its parent and down to each child.
+std::uint64_t tree_node_bytes(int index, int count, std::uint64_t n) {
+  std::uint64_t bytes = 0;
+  for (int tree : {0, 1}) {
+    const TreeLinks links = nccl_tree(tree, count, index);
+    bytes += (std::uint64_t(links.parent >= 0) + links.children.size()) * (n / 2);
+  }
+  return bytes;
+}
+}  // namespace
+
 std::uint64_t native_off_node_bytes(const CollectiveCall& call, std::string_view algorithm, int rank,
-                                    std::span<const int> nodes) {
+                                    const GroupNodes& group) {
+  const std::vector<int>& nodes = group.node;
   const int p = int(nodes.size());
   const auto off = [&](int peer) { return nodes[std::size_t(peer)] != nodes[std::size_t(rank)]; };
   const int next = (rank + 1) % p;
   const std::uint64_t n = std::max(call.send.bytes(), call.recv.bytes());
+  const auto share = std::uint64_t(group.share[std::size_t(rank)]);
+  if (group.count == 1) return 0;
   std::uint64_t bytes = 0;
   switch (call.op) {
-    case Collective::all_reduce:
-      if (algorithm != "tree") return off(next) ? 2 * (std::uint64_t(p) - 1) * n / std::uint64_t(p) : 0;
-      if (rank > 0 && off((rank - 1) / 2)) bytes += n;  // reduced up to the parent
-      for (int child : {2 * rank + 1, 2 * rank + 2})
-        if (child < p && off(child)) bytes += n;  // broadcast down
-      return bytes;
+    case Collective::all_reduce: {
+      if (algorithm != "tree") return 2 * (std::uint64_t(p) - 1) * n / std::uint64_t(p) / share;
+      return tree_node_bytes(group.index[std::size_t(rank)], group.count, n) / share;
+    }
     case Collective::broadcast:  // a chain from the root, ending at the rank before it
       return next != call.root && off(next) ? n : 0;
     case Collective::reduce:  // a chain from the rank after the root, ending at the root
@@ -57,8 +76,8 @@ std::uint64_t native_off_node_bytes(const CollectiveCall& call, std::string_view
       if (rank == call.root)
         for (int r = 0; r < p; ++r) bytes += off(r) ? call.recv.bytes() : 0;
       return bytes;
-    case Collective::all_gather: return off(next) ? (std::uint64_t(p) - 1) * call.send.bytes() : 0;
-    case Collective::reduce_scatter: return off(next) ? (std::uint64_t(p) - 1) * call.recv.bytes() : 0;
+    case Collective::all_gather: return (std::uint64_t(p) - 1) * call.send.bytes() / share;
+    case Collective::reduce_scatter: return (std::uint64_t(p) - 1) * call.recv.bytes() / share;
     case Collective::all_to_all:
       for (int r = 0; r < p; ++r) bytes += off(r) ? call.send.bytes() / std::uint64_t(p) : 0;
       return bytes;
@@ -199,7 +218,7 @@ double predict(Collective op, std::string_view algo, std::size_t bytes, int p, c
   // all_to_allv as it runs with even counts.
   if ((op == Collective::all_to_all || op == Collective::all_to_allv) && algo == "pairwise") return pairwise(t, n, p);
   if (op == Collective::barrier && algo == "dissemination") return dissemination(t, p);
-  if (algo == "native") return native_cost(op, bytes, p, t.node_of(p - 1) > 0 ? t.inter : t.intra).seconds;
+  if (algo == "native") return native_cost(op, bytes, p, t.node_of(p - 1) + 1, t).seconds;
   throw std::invalid_argument("predict: no model for " + std::string(name_of(op)) + " algorithm '" +
                               std::string(algo) + "'");
 }

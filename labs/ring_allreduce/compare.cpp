@@ -2,7 +2,9 @@
 // collective benchmark (bench/: nccl-tests' table, one section per algorithm,
 // then busbw side by side), and beside it what this lab adds: the alpha-beta
 // model's error against the simulator, and the fastest labkit algorithm per size,
-// as NCCL's tuner would pick it (native is NCCL's own choice).
+// as NCCL's tuner would pick it (native is NCCL's own choice); then NCCL's
+// tuning model at each size, which algorithm and protocol it runs and why.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -139,6 +141,10 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
                  rows[i].algo, format_bytes(rows[i].bytes), modeled[i].error * 100);
       break;
     }
+  std::vector<std::size_t> sizes;
+  for (const Row& r : rows)
+    if (r.algo == kAlgorithms.front()) sizes.push_back(r.bytes);
+  const std::vector<NcclEstimate> nccl = print_nccl_choices(Collective::all_reduce, sizes, run_options.ranks, topology);
   if (nodes > 1)
     fmt::print("# across nodes every flat-ring step waits for the slowest hop ({} at {:g} GB/s, not {} at {:g} "
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",
@@ -151,6 +157,8 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
       row["model_us"] = modeled[i].seconds * 1e6;
       row["model_error"] = modeled[i].error;
       row["fastest"] = fastest.at(rows[i].bytes) == rows[i].algo;
+      const NcclEstimate& pick = nccl[std::size_t(std::find(sizes.begin(), sizes.end(), rows[i].bytes) - sizes.begin())];
+      row["nccl_runs"] = fmt::format("{}/{}", name_of(pick.algorithm), name_of(pick.protocol));
       json.push_back(std::move(row));
     }
     create_file(o.json) << json.dump(2) << '\n';

@@ -1,15 +1,17 @@
 // --what-if: the reading's exercise (Day 64). Data parallelism alone: every step
-// each GPU computes on its share of the global batch, then ring-allreduces the
+// each GPU computes on its share of the global batch, then allreduces the
 // bf16 gradients (2 bytes x N) with no overlap. Where does it stop working?
 //
 //   compute per GPU = 6 N tokens / (peak x MFU)      (6N FLOPs per token: Kaplan et al. 2020)
-//   communication   = ring allreduce of 2N bytes     (the cost model, on the topology)
+//   communication   = NCCL's allreduce of 2N bytes: the ring or tree its tuning model picks
+//                     (nccl_model.h), beside labkit's single flat ring on the same topology
 //   CCR             = FLOPs per GPU / bytes each GPU sends; compute-bound above
-//                     CCR* = achieved FLOP/s / link bytes/s (the reading's ridge point)
+//                     CCR* = achieved FLOP/s / the bus bandwidth NCCL's channels reach (the reading's ridge point)
 //   memory          = 16 N bytes per replica (bf16 weights and grads, fp32 master and Adam m, v)
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
+#include "labkit/nccl_model.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -37,30 +39,43 @@ int what_if(const WhatIfOptions& o) {
                                 {"70B on 64 H100, 8 nodes (IB)", 70e9, 64, "dgx-h100"},
                                 {"1T on 4096 H100, 512 nodes (IB)", 1e12, 4096, "dgx-h100"}};
   constexpr double gpu_memory = 80e9;
-  fmt::print("# data parallelism alone: global batch {} tokens per step, MFU {:.0f}%, bf16 gradients, ring "
+  fmt::print("# data parallelism alone: global batch {} tokens per step, MFU {:.0f}%, bf16 gradients, NCCL's "
              "allreduce, no overlap\n", count(o.global_batch_tokens), o.mfu * 100);
-  fmt::print("# {:<32} {:>9} {:>10} {:>10} {:>9} {:>8} {:>10} {:>10} {:>11}\n", "scenario", "link", "grads",
-             "comm", "compute", "CCR", "CCR*", "efficiency", "16N/GPU");
+  fmt::print("# {:<32} {:>9} {:>8} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}\n", "scenario", "busbw",
+             "grads", "NCCL runs", "comm", "one ring", "compute", "CCR", "CCR*", "efficiency", "16N/GPU");
+  double last_ccr_over_ridge = 0, last_comm_share = 0;  // the largest scenario's, for the summary below
   for (const Scenario& s : scenarios) {
     const Topology t = find_topology(s.topology);
-    const Link& link = s.gpus > t.devices_per_node ? t.inter : t.intra;
+    const int nodes = t.node_of(s.gpus - 1) + 1;
+    const NcclSystem system = nccl_system(t, s.gpus, nodes);
     const double grads = 2 * s.params;
-    const double comm = predict(Collective::all_reduce, "ring", std::uint64_t(grads), s.gpus, t);
+    const CostEstimate nccl = native_cost(Collective::all_reduce, std::uint64_t(grads), s.gpus, nodes, t);
+    const double ring = predict(Collective::all_reduce, "ring", std::uint64_t(grads), s.gpus, t);
     const double tokens = o.global_batch_tokens / s.gpus;
     const double flops = 6 * s.params * tokens, achieved = t.device.peak_flops * o.mfu;
     const double compute = flops / achieved;
-    const double ccr = flops / (2.0 * (s.gpus - 1) / s.gpus * grads), ridge = achieved / link.bandwidth;
-    const double efficiency = compute / (compute + comm), memory = 16 * s.params;
-    fmt::print("  {:<32} {:>5.0f}GB/s {:>10} {:>10} {:>9} {:>8.0f} {:>10.0f} {:>9.1f}% {:>8.0f} GB{}\n", s.name,
-               link.bandwidth / 1e9, fmt::format("{:.0f} GB", grads / 1e9), format_seconds(comm), format_seconds(compute),
-               ccr, ridge, efficiency * 100, memory / 1e9, memory > gpu_memory ? " !" : "");
+    const double ccr = flops / (2.0 * (s.gpus - 1) / s.gpus * grads), ridge = achieved / system.bus_bandwidth;
+    const double efficiency = compute / (compute + nccl.seconds), memory = 16 * s.params;
+    last_ccr_over_ridge = ccr / ridge, last_comm_share = 1 - efficiency;
+    fmt::print("  {:<32} {:>5.0f}GB/s {:>8} {:>11} {:>10} {:>10} {:>9} {:>8.0f} {:>8.0f} {:>9.1f}% {:>8.0f} GB{}\n",
+               s.name, system.bus_bandwidth / 1e9, fmt::format("{:.0f} GB", grads / 1e9),
+               fmt::format("{}/{}", nccl.algorithm, nccl.protocol), format_seconds(nccl.seconds),
+               format_seconds(ring), format_seconds(compute), ccr, ridge, efficiency * 100, memory / 1e9,
+               memory > gpu_memory ? " !" : "");
   }
+  fmt::print("# one ring: labkit's flat ring leaves each node through one NIC; NCCL's channels run rings through "
+             "all of the node's NICs at once\n");
+  // Which NCCL runs depends on the size: the 70B scenario's 64 GPUs, from a bucket to the whole gradient.
+  print_nccl_choices(Collective::all_reduce, {1 << 10, 1 << 15, 1 << 20, 1 << 25, 1ull << 30, 1ull << 35}, 64,
+                     find_topology("dgx-h100"));
   fmt::print("# ! a full replica (16 bytes per parameter) does not fit in 80 GB: shard it (ZeRO/FSDP, chapter 6)\n");
   fmt::print("# where data parallelism alone breaks down:\n"
              "#  - memory first: above 80 GB / 16 B = 5B parameters no replica fits, so even 7B needs ZeRO or FSDP;\n"
-             "#  - then communication: with the global batch fixed, tokens per GPU shrink as GPUs are added, CCR\n"
-             "#    falls below CCR*, and at 1T on 4096 GPUs most of every step is the allreduce. Tensor and\n"
-             "#    pipeline parallelism (chapters 7, 8) cut the bytes each GPU must synchronize.\n");
+             "#  - then communication: with the global batch fixed, tokens per GPU shrink as GPUs are added and CCR\n"
+             "#    falls toward CCR*: at 1T on 4096 GPUs it is {:.1f} CCR*, and the allreduce {:.0f}% of every step\n"
+             "#    (without overlap the efficiency is about 1 / (1 + CCR*/CCR)). Tensor and pipeline parallelism\n"
+             "#    (chapters 7, 8) cut the bytes each GPU must synchronize.\n",
+             last_ccr_over_ridge, 100 * last_comm_share);
 
   // The reading's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
   const double reading = 2.0 * 7 / 8 * 14e9 / 50e9;

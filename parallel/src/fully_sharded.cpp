@@ -30,7 +30,7 @@ View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r
 // How many ranks each node holds, where every node holds as many, numbered
 // node by node (qgZ's two hops need it); else the error says what the nodes hold.
 int ranks_per_node(const Comm& comm, std::string_view op) {
-  const std::vector<int>& nodes = comm.nodes();
+  const std::vector<int>& nodes = comm.nodes().node;
   const auto per_node = int(std::count(nodes.begin(), nodes.end(), nodes.front()));
   std::vector<int> firsts;  // each run of per_node ranks' node: all distinct when the nodes are filled evenly
   for (int r = 0; r < comm.size(); r += per_node) firsts.push_back(nodes[std::size_t(r)]);

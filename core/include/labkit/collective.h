@@ -51,12 +51,11 @@ enum class Counts {
   none,       // no buffers (barrier)
 };
 
-// What a vendor library (NCCL) takes, in the alpha-beta model (cost_model.cpp).
+// How the simulator charges a native collective (cost_model.cpp).
 enum class NativeCost {
-  ring_or_tree,   // all_reduce: the faster of a ring and a binary tree
-  ring,           // P-1 steps, (P-1)/P of the large buffer over each rank's link
-  chain,          // a pipelined chain: P-1 hops of latency, the buffer once over each link
-  dissemination,  // ceil(log2 P) rounds of latency
+  nccl,            // NCCL's tuning model: its ring or tree, whichever it predicts faster (nccl_model.h)
+  point_to_point,  // NCCL's grouped sends: every peer at once, (P-1)/P of the large buffer over each link
+  dissemination,   // ceil(log2 P) rounds of latency (NCCL has no barrier: an allreduce of nothing)
 };
 
 struct CollectiveInfo {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "labkit/collective.h"
+#include "labkit/cost_model.h"
 #include "labkit/memory_tracker.h"
 #include "labkit/trace.h"
 #include "labkit/view.h"
@@ -92,7 +93,7 @@ class Comm {
   int node_of(int group_rank) const { return node_of_global(global_rank(group_rank)); }
   // How many nodes this group's ranks run on: its collectives cross the network when more than one.
   int nodes_spanned() const;
-  const std::vector<int>& nodes() const;  // node_of each rank of this group, in rank order
+  const GroupNodes& nodes() const;  // node_of each rank of this group, counted once
 
   // ---- point-to-point. A blocking send returns once the message is delivered
   // (rendezvous, like MPI_Ssend), so two ranks that both send first deadlock:
@@ -238,8 +239,7 @@ class Comm {
   int comm_id_;
   int rank_;
   int size_;
-  mutable std::vector<int> nodes_;  // node_of each rank, filled on first use
-  mutable int nodes_spanned_ = 0;   // 0: not counted yet
+  mutable std::optional<GroupNodes> nodes_;  // counted on first use
   Members global_ranks_;
   TraceTrack* track_;  // null when not tracing
   std::array<const Algorithm*, kCollectives.size()> algorithms_{};  // null: native

@@ -1,8 +1,8 @@
 // The alpha-beta cost model (the reading's guide, section 5; Hockney 1994):
 // a message of n bytes over a link costs alpha + n beta, beta = 1 / bandwidth.
 //
-// native_cost: what a vendor library (NCCL) would take — the simulator charges
-// it for a native collective.
+// native_cost: what NCCL would take (its own tuning model, nccl_model.h) — the
+// simulator charges it for a native collective.
 // predict: the closed form of each labkit algorithm, step by step, where a step
 // costs its slowest pair's alpha + bytes beta (so it is topology-aware). On a
 // uniform topology these are the reading's formulas. The model is free of
@@ -16,8 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <string_view>
+#include <vector>
 
 #include "labkit/collective.h"
 #include "labkit/topology.h"
@@ -27,20 +27,32 @@ namespace labkit {
 struct CostEstimate {
   double seconds;
   std::string_view algorithm;  // the algorithm the library would pick: "ring", "tree"
+  std::string_view protocol;   // and NCCL's protocol for it: "LL", "LL128", "Simple" (empty where none)
 };
 
-CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, const Link& link);
+// `ranks` ranks of `topology` spanning `nodes` nodes.
+CostEstimate native_cost(Collective op, std::size_t bytes, int ranks, int nodes, const Topology& topology);
+
+// A group's ranks by node, counted once per group (a collective asks for
+// every rank, and groups reach thousands): rank i is on node node[i], which is
+// the index[i]-th node the group's ranks meet in rank order and holds share[i]
+// of them.
+struct GroupNodes {
+  explicit GroupNodes(std::vector<int> node_of_rank);
+  std::vector<int> node, index, share;
+  int count = 0;  // distinct nodes
+};
 
 // The bytes group rank `rank` sends to ranks on other nodes when the library
-// runs `call` as `algorithm` (native_cost's choice) over a group whose rank i
-// is on node nodes[i]. A ring hands each block to the next rank, so a rank
-// sends off its node only where the ring leaves the node: once per node, the
-// rest of the ring stays on NVLink (NCCL's channels are that ring several
-// times, the same bytes split). A tree sends the whole buffer up to each
-// parent and down to each child; a chain (broadcast, reduce) to the next rank;
-// gather and scatter to and from the root; all-to-all each peer its block.
+// runs `call` as `algorithm` (native_cost's choice) over `group`. NCCL orders its rings node by node, so a ring leaves
+// each node once per channel, and its channels leave through different GPUs'
+// NICs: the node's off-node bytes, (P-1)/P of the buffer a pass, are shared by
+// its ranks. So is the tree's: in each of the two trees over nodes a node
+// sends its half of the buffer up to its parent and down to each child. A
+// chain (broadcast, reduce) sends to the next rank; gather and scatter to and
+// from the root; all-to-all each peer its block.
 std::uint64_t native_off_node_bytes(const CollectiveCall& call, std::string_view algorithm, int rank,
-                                    std::span<const int> nodes);
+                                    const GroupNodes& group);
 
 // Seconds for labkit's `algo` (a name from the registry) on ranks 0..ranks-1.
 double predict(Collective op, std::string_view algo, std::size_t bytes, int ranks, const Topology& topology);
