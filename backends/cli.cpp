@@ -1,10 +1,16 @@
 #include "labkit/cli.h"
 
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include <fmt/ranges.h>
 
+#include "labkit/output.h"
 #include "labkit/units.h"
 
 namespace labkit::cli {
@@ -41,6 +47,33 @@ CLI::Validator byte_size(std::uint64_t min) {
           },
           min > 0 ? fmt::format("(SIZE >= {})", min) : "(SIZE)"};
 }
+
+CLI::Validator output_file(std::vector<std::string> extensions) {
+  namespace fs = std::filesystem;
+  const std::string allowed = fmt::format("{}", fmt::join(extensions, " or "));
+  return {[extensions, allowed](std::string& path) -> std::string {
+            const std::string extension = fs::path(path).extension().string();
+            if (!extensions.empty() && std::find(extensions.begin(), extensions.end(), extension) == extensions.end())
+              return fmt::format("'{}': writes {} only, chosen by the extension", path, allowed);
+            if (this_process_is_quiet()) return "";  // under mpirun rank 0 writes, and checks
+            std::error_code error;
+            if (fs::is_directory(path, error)) return fmt::format("'{}' is a folder, not a file", path);
+            if (const fs::path folder = fs::path(path).parent_path(); !folder.empty()) {
+              fs::create_directories(folder, error);
+              if (error) return fmt::format("'{}': cannot create its folder {} ({})", path, folder.string(),
+                                            error.message());
+            }
+            // Opened to append, so a file that is there is left as it is; one made here is removed.
+            const bool existed = fs::exists(path, error);
+            if (!std::ofstream(path, std::ios::app))
+              return fmt::format("'{}' cannot be written ({})", path, std::strerror(errno));
+            if (!existed) fs::remove(path, error);
+            return "";
+          },
+          extensions.empty() ? "" : "(" + allowed + ")"};
+}
+
+CLI::Validator figure_file() { return output_file({".svg", ".png"}); }
 
 Sweep parse_sweep(const std::string& text, const std::vector<SweepAxis>& axes) {
   const std::size_t equals = text.find('='), dots = text.find("..");

@@ -69,7 +69,7 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--network", o.network, "sim: fair (messages on one port share its bandwidth, as SimGrid "
                  "models it) or serial (a port carries one message at a time)")
       ->capture_default_str()->check(cli::one_of("network", {"fair", "serial"}));
-  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file");
+  app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file")->check(cli::output_file());
   app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
       ->check(cli::parsed_by(algorithm_choices));
   app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");

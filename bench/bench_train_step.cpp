@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(cli::at_least(0));
   app.add_option("--vocab", vocab, "vocabulary size")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--dump", dump, "write the initial weights, the batch and the config here");
-  app.add_option("--json", json, "write the result as JSON");
+  app.add_option("--json", json, "write the result as JSON")->check(cli::output_file());
   CLI11_PARSE(app, argc, argv);
 
   try {

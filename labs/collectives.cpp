@@ -266,28 +266,25 @@ int main(int argc, char** argv) {
          "(--nonblocking)")
       ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
   std::string json_path, mesh, plot;
-  app.add_option("--json", json_path, "also write what is printed as JSON to this file");
+  app.add_option("--json", json_path, "also write what is printed as JSON to this file")->check(cli::output_file());
   app.add_option("--mesh", mesh, "lay the ranks out as a device mesh, e.g. pp=2,dp=2,tp=2 (the last dimension "
                                  "varies fastest), and print each rank's coordinates instead of running --op")
       ->check(cli::parsed_by(parse_mesh_dims));
-  app.add_option("--plot", plot, "--mesh: draw the ranks by node to this SVG or PNG (gnuplot)");
+  app.add_option("--plot", plot, "--mesh: draw the ranks by node to this SVG or PNG (gnuplot)")
+      ->check(cli::figure_file());
   add_run_options(app, run_options);
   CLI11_PARSE(app, argc, argv);
-  if (!plot.empty() && mesh.empty()) {
-    fmt::print(stderr, "error: --plot {}: draws --mesh (add it)\n", plot);
-    return 1;
-  }
-  std::vector<MeshDim> mesh_dims;
-  if (!mesh.empty()) {
-    mesh_dims = parse_mesh_dims(mesh);
-    int product = 1;  // at most 2^20 (parse_mesh_dims)
-    for (const MeshDim& d : mesh_dims) product *= d.size;
-    if (!run_options.ranks_given) run_options.ranks = product;  // under mpirun, -np decides
-  }
-
   bool identities_hold = true;
   nlohmann::json report = nlohmann::json::array();  // what rank 0 printed, for --json
   try {
+    if (!plot.empty() && mesh.empty()) throw Error(fmt::format("--plot {}: draws --mesh (add it)", plot));
+    std::vector<MeshDim> mesh_dims;
+    if (!mesh.empty()) {
+      mesh_dims = parse_mesh_dims(mesh);
+      int product = 1;  // at most 2^20 (parse_mesh_dims)
+      for (const MeshDim& d : mesh_dims) product *= d.size;
+      if (!run_options.ranks_given) run_options.ranks = product;  // under mpirun, -np decides
+    }
     run(run_options, [&](Comm& comm) {
       if (!mesh_dims.empty()) return show_mesh(comm, mesh_dims, report, plot);
       if (comm.rank() == 0 && o.compute > 0)
@@ -297,10 +294,10 @@ int main(int argc, char** argv) {
       for (const std::string& name : all) demo(comm, name, o, report);
       if (!check_identities(comm, report)) identities_hold = false;
     });
+    if (!json_path.empty()) create_file(json_path) << report.dump(2) << '\n';
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }
-  if (!json_path.empty()) create_file(json_path) << report.dump(2) << '\n';
   return identities_hold ? 0 : 1;
 }

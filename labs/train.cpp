@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   app.add_option("--print-every", every, "steps between loss lines")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--device", device_name, "where the model trains: cpu, or cuda (a GPU)")
       ->capture_default_str()->check(cli::parsed_by(parse_device));
-  app.add_option("--json", json, "also write the loss curve as JSON");
+  app.add_option("--json", json, "also write the loss curve as JSON")->check(cli::output_file());
   app.add_option("--checkpoint", checkpoint, "the file --checkpoint-every writes and --resume reads")
       ->capture_default_str();
   app.add_option("--checkpoint-every", checkpoint_every, "save the run every N steps and after the last")

@@ -88,6 +88,13 @@ bool last_place_apart(const std::string& a, const std::string& b) {
   return std::abs(x - y) <= 1.5 * std::pow(10.0, -double(a.size() - point - 1));
 }
 
+// A token without the punctuation around it, "(9.1e-09)," as 9.1e-09.
+std::string bare_number(const std::string& token) {
+  const std::size_t first = token.find_first_not_of("([");
+  const std::size_t last = token.find_last_not_of(")],;:");
+  return first == std::string::npos || last < first ? token : token.substr(first, last - first + 1);
+}
+
 // Two lines that say the same: equal, or equal but for rounding-level numbers.
 bool same_line(const std::string& a, const std::string& b) {
   if (a == b) return true;
@@ -96,7 +103,9 @@ bool same_line(const std::string& a, const std::string& b) {
   for (;;) {
     const bool more_x = bool(ta >> x), more_y = bool(tb >> y);
     if (!more_x || !more_y) return more_x == more_y && a.size() == b.size();
-    if (x != y && !(rounding_level(x) && rounding_level(y)) && !last_place_apart(x, y)) return false;
+    if (x == y) continue;
+    x = bare_number(x), y = bare_number(y);
+    if (!(rounding_level(x) && rounding_level(y)) && !last_place_apart(x, y)) return false;
   }
 }
 

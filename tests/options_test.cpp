@@ -30,7 +30,6 @@ namespace {
 
 // Options whose every value is acceptable, and why.
 const std::map<std::string, std::string> kAnyValue = {
-    {"--json", "a file to write"},       {"--trace", "a file to write"},   {"--plot", "a file to write"},
     {"--output_file", "a file to write"}, {"--out", "a file to write"},     {"--screenshot", "a file to write"},
     {"--dump", "a folder to write"},     {"trace", "a trace to read; a missing one is the loader's error"},
     {"--gradescope", "a file to write"}, {"--manifest", "a file to read; a missing one is the grader's error"}};
@@ -162,6 +161,11 @@ std::vector<std::string> outside(const std::string& range) {
 // The values `o` must refuse; empty if any value will do.
 std::vector<std::string> bad_values(const Option& o) {
   if (kAnyValue.contains(o.name())) return {};
+  // What a lab writes is refused before it runs where it cannot be written: a
+  // folder, a path no one may create (a file under /proc), and for a figure a
+  // format gnuplot is not asked to draw.
+  if (o.name() == "--json" || o.name() == "--trace") return {::testing::TempDir(), "/proc/labkit/out.json"};
+  if (o.name() == "--plot") return {::testing::TempDir(), "/proc/labkit/out.svg", "figure.jpg"};
   if (o.type == "TEXT") {
     std::vector<std::string> values = {"bogus"};
     std::smatch m;

@@ -157,7 +157,7 @@ int main(int argc, char** argv) {
   app.add_option("-f,--stepfactor", factor, "size multiplier")->capture_default_str()->check(cli::in_range(2, 1 << 20));
   app.add_option("--tolerance", tolerance, "largest |fair - smpi| / smpi that passes")
       ->capture_default_str()->check(cli::above(0.0, 1.0));
-  app.add_option("--json", json, "write the rows as JSON to this file");
+  app.add_option("--json", json, "write the rows as JSON to this file")->check(cli::output_file());
   app.add_option("--smpi-program", program, "the MPI program SMPI runs")->capture_default_str();
   cli::one_line_errors(app);
   CLI11_PARSE(app, argc, argv);

@@ -28,13 +28,22 @@ std::ofstream create_file(const std::string& path) {
   return out;
 }
 
+std::string row_file(const std::string& path, std::string_view row) {
+  const std::size_t name = path.find_last_of('/') + 1;  // 0 when there is no folder
+  const std::size_t dot = path.find('.', name);
+  if (dot == std::string::npos) return path + "." + std::string(row);
+  return path.substr(0, dot) + "." + std::string(row) + path.substr(dot);
+}
+
 std::string_view gnuplot_terminal(const std::string& path) {
   return path.size() > 4 && path.substr(path.size() - 4) == ".png" ? "pngcairo" : "svg";
 }
 
 void run_gnuplot(const std::string& script) {
   if (quiet) return;
-  FILE* gnuplot = popen("gnuplot", "w");
+  // Its standard output to nowhere: where it cannot open the figure, gnuplot
+  // would draw it there, hundreds of lines of SVG in the lab's output.
+  FILE* gnuplot = popen("gnuplot >/dev/null", "w");
   if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
   std::fputs(script.c_str(), gnuplot);
   if (pclose(gnuplot) != 0) throw Error("--plot: gnuplot failed");

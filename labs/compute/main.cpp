@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::parsed_by(labkit::parse_device));
   app.add_option("--batch", batch, "--roofline: sequences of 32 tokens (large: the tensors outgrow the caches)")
       ->capture_default_str()->check(cli::in_range(1, 16384));
-  app.add_option("--plot", plot, "--roofline: draw it, ops as points, SVG or PNG (gnuplot)");
-  app.add_option("--json", json, "also write every table as JSON to this file");
+  app.add_option("--plot", plot, "--roofline: draw it, ops as points, SVG or PNG (gnuplot)")->check(cli::figure_file());
+  app.add_option("--json", json, "also write every table as JSON to this file")->check(cli::output_file());
   CLI11_PARSE(app, argc, argv);
   try {
     if (!plot.empty() && !roofline) throw labkit::Error("--plot " + plot + ": draws --roofline (add it)");

@@ -49,8 +49,15 @@ void plot_losses(const std::string& path, const std::string& name, const ModeRun
 
 int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,
                         const GptConfig& config) {
-  const ModeRun plain = train(o, run_options, DdpMode::naive, corpus, config, CompressionSpec{});
-  const ModeRun compressed = train(o, run_options, DdpMode::naive, corpus, config, o.compress);
+  // --trace: a file for each run, the uncompressed and the compressed one ("powersgd:2" named "powersgd").
+  RunOptions plain_run = run_options, compressed_run = run_options;
+  if (!run_options.trace.empty()) {
+    const std::string name = name_of(o.compress);
+    plain_run.trace = row_file(run_options.trace, "none");
+    compressed_run.trace = row_file(run_options.trace, name.substr(0, name.find(':')));
+  }
+  const ModeRun plain = train(o, plain_run, DdpMode::naive, corpus, config, CompressionSpec{});
+  const ModeRun compressed = train(o, compressed_run, DdpMode::naive, corpus, config, o.compress);
   if (plain.weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
   const std::string name = name_of(o.compress);
   fmt::print("ddp --compress {}: tiny-gpt, {} ranks, global batch {}, {} steps, {}, {}; per step, rank 0\n", name,
@@ -74,6 +81,7 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   fmt::print("{:>4} {:>10} {:>12}\n", "step", "loss none", fmt::format("loss {}", name));
   for (std::size_t s = 0; s < plain.losses.size(); ++s)
     fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
+  if (!run_options.trace.empty()) fmt::print("traces, one per row: {}, {}\n", plain_run.trace, compressed_run.trace);
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
 

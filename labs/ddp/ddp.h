@@ -69,10 +69,12 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
 
 // One rank, no communication, on the whole global batch of every step: what
 // every data-parallel run must equal. Its first step's gradients and its last weights.
+// `reversed`: each batch's sequences in reverse order, to measure what rounding
+// alone does over the run (labkit::rounding_limit).
 struct OneRank {
   std::vector<float> first_grads, weights;
 };
-OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config);
+OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false);
 
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes);
 // Each mode's step as a stacked bar (forward, backward, optimizer, exposed

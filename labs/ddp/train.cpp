@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -137,14 +138,16 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
   return out;
 }
 
-OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config) {
+OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed) {
   OneRank out;
   Gpt model(config, o.seed, parse_device(o.device));
   Optimizer optimizer(o);
   const DistributedSampler sampler(corpus.count, 1, 0, o.seed);
   std::vector<int> x, y;
   for (int s = 0; s < o.steps; ++s) {
-    fill_batch(corpus, batch_of(sampler, s, o.batch * o.accum), x, y);
+    std::vector<std::size_t> picked = batch_of(sampler, s, o.batch * o.accum);
+    if (reversed) std::reverse(picked.begin(), picked.end());
+    fill_batch(corpus, picked, x, y);
     model.forward(x, y, o.batch * o.accum, config.max_seq);
     model.zero_grad();
     model.backward();

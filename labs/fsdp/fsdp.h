@@ -28,6 +28,10 @@ namespace fsdp_lab {
 
 using namespace labkit;
 
+// Each optimizer's default learning rate for the tiny GPT: AdamW's step is about
+// lr whatever the gradient's size, so it wants one far below SGD's.
+inline constexpr float kSgdLr = 0.05f, kAdamwLr = 3e-3f;
+
 struct Options {
   std::vector<int> stages = {0, 1, 2, 3};
   int hsdp = 0;  // HSDP: shard within groups of this many ranks, replicate across them (0: shard over all)
@@ -37,7 +41,7 @@ struct Options {
   bool qgz = false;  // stage 3, ZeRO++'s qgZ: int4 gradient reduces in two all-to-all hops, likewise
   int steps = 10, batch = 16;
   std::string optimizer = "sgd";
-  float lr = 0.05f;
+  float lr = kSgdLr;  // --lr, or kAdamwLr with adamw
   std::uint64_t seed = 1337;
   std::string json;
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
@@ -95,8 +99,10 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
 double off_node_bytes(const Trace& trace, std::string_view last_region = {});
 
 // One rank, no communication, on the whole global batch of every step: what
-// every stage must equal.
-std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config);
+// every stage must equal. `reversed`: each batch's sequences in reverse order,
+// to measure what rounding alone does over the run (labkit::rounding_limit).
+std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config,
+                                  bool reversed = false);
 
 // Prints rank 0's peak memory by use beside the memory lab's estimate; returns the rows.
 nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config);

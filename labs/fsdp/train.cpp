@@ -155,10 +155,11 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
   return out;
 }
 
-std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config) {
+std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config, bool reversed) {
   Optimizer optimizer(o);
   return labkit::train_one_rank(config, data, o.seed, o.steps, o.batch,
-                                [&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
+                                [&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); },
+                                reversed);
 }
 
 }  // namespace fsdp_lab

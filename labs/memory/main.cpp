@@ -100,8 +100,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(1));
   app.add_option("--sweep", sweep, "zero (stages 0-3) or gpus (1 to 1024 ranks)")
       ->check(cli::one_of("sweep", {"zero", "gpus"}));
-  app.add_option("--plot", plot, "--sweep zero: a stacked bar per stage, SVG or PNG (gnuplot)");
-  app.add_option("--json", json, "also write everything as JSON to this file");
+  app.add_option("--plot", plot, "--sweep zero: a stacked bar per stage, SVG or PNG (gnuplot)")
+      ->check(cli::figure_file());
+  app.add_option("--json", json, "also write everything as JSON to this file")->check(cli::output_file());
   CLI11_PARSE(app, argc, argv);
   try {
     if (list) return memory_lab::list_models();

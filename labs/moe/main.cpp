@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "labkit/cli.h"
@@ -220,7 +221,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "learning rate (SGD, momentum 0.9)")->capture_default_str()->check(cli::above(0.0f));
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
-  app.add_option("--json", o.json, "also write the tables as JSON to this file");
+  app.add_option("--json", o.json, "also write the tables as JSON to this file")->check(cli::output_file());
   app.add_option("--what-if", o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at "
                                          "its scale on --ep ranks, payload-free, its experts in one node and one a "
                                          "node")
@@ -231,7 +232,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::in_range(1, 1024));
   app.add_flag("--bench", o.bench, "time the simulation: the MoE GPT's steps on --ep ranks against the dense tiny "
                                    "GPT's on one (target 2x); with --what-if the layer's wall time");
-  app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)");
+  app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)")
+      ->check(cli::figure_file());
   app.add_option_function<std::string>(
          "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
          "capacity=A..B: each capacity factor from A to B, 0.25 apart, trained on the same batches: the assignments "
@@ -354,15 +356,18 @@ int main(int argc, char** argv) {
       fmt::print("wrote {}\n", o.plot);
     }
     const double limit = 1e-5;
-    const bool equal = r.weights_vs_one_rank <= limit && r.drops_unlike_one_rank == 0;
-    if (equal)
+    std::vector<std::string> failed;  // each criterion missed, named
+    if (!(r.weights_vs_one_rank <= limit))
+      failed.push_back(failed_criterion("a rank's weights", r.weights_vs_one_rank, limit));
+    if (r.drops_unlike_one_rank != 0)
+      failed.push_back(fmt::format("{} assignments kept on one side and dropped on the other",
+                                   r.drops_unlike_one_rank));
+    if (failed.empty())
       fmt::print("equal to one rank: every rank's weights within {:g} of one rank's on the whole batch after {} "
                  "step{} ({:.1e}), the same assignments dropped\n",
                  limit, o.steps, o.steps == 1 ? "" : "s", r.weights_vs_one_rank);
     else
-      fmt::print("MISMATCH: a rank's weights are {:.1e} from one rank's (limit {:g}); {} assignments kept on one "
-                 "side and dropped on the other\n",
-                 r.weights_vs_one_rank, limit, r.drops_unlike_one_rank);
+      fmt::print("MISMATCH: {}\n", fmt::join(failed, "; "));
     if (!o.json.empty())
       create_file(o.json) << nlohmann::json{{"experts", E}, {"top_k", k}, {"capacity_factor", m.capacity_factor},
                                             {"ep", ep}, {"balance", o.balance}, {"shared_experts", m.shared_experts},
@@ -374,7 +379,7 @@ int main(int argc, char** argv) {
                                             {"drops_unlike_one_rank", r.drops_unlike_one_rank}}
                                  .dump(2)
                           << '\n';
-    return equal ? 0 : 1;
+    return failed.empty() ? 0 : 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());

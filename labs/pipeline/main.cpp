@@ -200,13 +200,14 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "learning rate (SGD, momentum 0.9)")->capture_default_str()->check(cli::above(0.0f));
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
-  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--json", o.json, "also write the table as JSON to this file")->check(cli::output_file());
   app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, "
                                          "its layers cut into the chunks")
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
       ->check(cli::in_range(1, 1 << 20));
-  app.add_option("--plot", o.plot, "draw the step's pipeline grid, stage by time (.svg or .png)");
+  app.add_option("--plot", o.plot, "draw the step's pipeline grid, stage by time (.svg or .png)")
+      ->check(cli::figure_file());
   app.add_flag("--compare", o.compare, "every schedule at --stages and --microbatches played out side by side at "
                                        "--times: the bubble table, and with --plot their grids");
   app.add_option("--times", o.times, "with --compare: a stage's forward, backward for the input and for the weights, "
@@ -313,7 +314,7 @@ int main(int argc, char** argv) {
       fmt::print("equal to one rank: every stage's weights within {:g} of one rank's after {} step{}\n", limit,
                  o.steps, o.steps == 1 ? "" : "s");
     else
-      fmt::print("MISMATCH: a stage's weights are {:.1e} from one rank's, past {:g}\n", r.weights_vs_one_rank, limit);
+      fmt::print("MISMATCH: {}\n", failed_criterion("a stage's weights", r.weights_vs_one_rank, limit));
     if (!o.json.empty()) {
       nlohmann::json stages = nlohmann::json::array();
       for (const StageRun& s : r.stages)

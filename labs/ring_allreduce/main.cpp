@@ -64,8 +64,9 @@ int main(int argc, char** argv) {
   labkit::bench::add_sweep_options(app, min_bytes, max_bytes, compare.sweep);
   app.add_option("--check-max", check_max, "--compare: move data and check results up to this size (sizes only above)")
       ->capture_default_str()->check(cli::byte_size());
-  app.add_option("-J,--json", compare.json, "--compare: also write the results as JSON");
-  app.add_option("--plot", compare.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)");
+  app.add_option("-J,--json", compare.json, "--compare: also write the results as JSON")->check(cli::output_file());
+  app.add_option("--plot", compare.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)")
+      ->check(cli::figure_file());
   app.add_option("--global-batch", what_if.global_batch_tokens, "--what-if: tokens per step")
       ->capture_default_str()->check(cli::above(0.0));
   app.add_option("--mfu", what_if.mfu, "--what-if: achieved fraction of peak FLOP/s")

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "labkit/cli.h"
@@ -295,7 +296,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr, "learning rate (SGD, momentum 0.9)")->capture_default_str()->check(cli::above(0.0f));
   app.add_option("--seed", o.seed, "initialisation, corpus and sampling")
       ->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
-  app.add_option("--json", o.json, "also write the table as JSON to this file");
+  app.add_option("--json", o.json, "also write the table as JSON to this file")->check(cli::output_file());
   app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor "
                                          "parallelism inside a node and across nodes, payload-free")
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
@@ -308,7 +309,7 @@ int main(int argc, char** argv) {
       ->check(cli::at_least(1));
   app.add_option("--plot", o.plot, "draw layer 0's timeline on rank 0 with Megatron's f and g (with --cp, the two "
                                   "layouts' attention matrices coloured by the rank that computes each block) to this "
-                                  "file (.svg or .png)");
+                                  "file (.svg or .png)")->check(cli::figure_file());
   app.add_option("--seq", o.seq, "with --cp: the sequence length (default: the tiny GPT's context); with --what-if: "
                                 "the layer's (default: the model's learned context)")
       ->check(cli::at_least(1));
@@ -365,14 +366,18 @@ int main(int argc, char** argv) {
     print_readings_example();
     const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 6 && r.scatters_per_layer == 4
                                               : r.allreduces_per_layer == 4;
-    const bool equal = r.weights_vs_dense <= limit && collectives_as_megatron &&
-                       std::abs(r.sent_per_layer - formula) <= 1e-6 * formula;
-    if (equal)
+    std::vector<std::string> failed;  // each criterion missed, named
+    if (!(r.weights_vs_dense <= limit)) failed.push_back(failed_criterion("weights", r.weights_vs_dense, limit));
+    if (!collectives_as_megatron)
+      failed.push_back(fmt::format("{} per layer, where Megatron runs {}", collectives,
+                                   o.sp ? "6 AG + 4 RS" : "4 allreduces"));
+    if (!(std::abs(r.sent_per_layer - formula) <= 1e-6 * formula))
+      failed.push_back(fmt::format("sent {:.0f} bytes per layer, the formula {:.0f}", r.sent_per_layer, formula));
+    if (failed.empty())
       fmt::print("equal to one rank: every rank's slice within {:g} of the dense model's weights, {} per layer, "
                  "sent = formula\n", limit, collectives);
     else
-      fmt::print("MISMATCH: weights past {:g} of the dense model's, or collectives off Megatron's per layer\n",
-                 limit);
+      fmt::print("MISMATCH: {}\n", fmt::join(failed, "; "));
     if (!o.plot.empty()) plot_layer(r.layer, r.ranks, o.sp, o.plot), fmt::print("wrote {}\n", o.plot);
     if (!o.json.empty())
       create_file(o.json) << nlohmann::json{{"tp", r.ranks}, {"parameters", n}, {"kept", r.kept},
@@ -387,7 +392,7 @@ int main(int argc, char** argv) {
                                             {"activations", activation_memory}, {"layer_traffic", layer_traffic}}
                                  .dump(2)
                           << '\n';
-    return equal ? 0 : 1;
+    return failed.empty() ? 0 : 1;
   } catch (const std::exception& e) {
     std::fflush(stdout);
     fmt::print(stderr, "error: {}\n", e.what());

@@ -100,6 +100,14 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 // A byte count in labkit::parse_bytes's form (1024, 64K, 1M, 2G), at least `min` bytes.
 CLI::Validator byte_size(std::uint64_t min = 0);
 
+// A file the lab writes (--json, --trace, --plot), refused when parsed, before
+// any work, where it cannot be written: a folder, a path through a file, a place
+// this user may not write. Its folders are created, as the lab would. With
+// `extensions`, only those (gnuplot draws .svg or .png, chosen by extension).
+CLI::Validator output_file(std::vector<std::string> extensions = {});
+// A figure (--plot): an output_file that is .svg or .png.
+CLI::Validator figure_file();
+
 // CLI11's errors on one line, "error: ..." as a lab's own errors read; CLI11
 // adds "Run with --help for more information." on a second.
 void one_line_errors(CLI::App& app);

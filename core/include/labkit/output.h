@@ -11,6 +11,11 @@ namespace labkit {
 // In a quiet process, a stream to nowhere.
 std::ofstream create_file(const std::string& path);
 
+// The file one row of a table writes, where a lab runs once per row and each
+// run has a file of its own (--trace): the row's name before the first
+// extension, out/ddp.trace.json and "overlap" giving out/ddp.overlap.trace.json.
+std::string row_file(const std::string& path, std::string_view row);
+
 // Under mpirun every process runs the whole lab, and one of them, rank 0, speaks
 // for it: the launcher quiets the others' standard output and files, so a lab
 // prints and writes once, as on the simulator.

@@ -3,25 +3,36 @@
 // run in another order), measured as numpy.linalg.norm compares vectors.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "labkit/gpt.h"
 #include "labkit/parallel/sequences.h"
 
 namespace labkit {
 
-// ||a - b|| / ||b||, Euclidean norms: the difference relative to the whole vector.
+// ||a - b|| / ||b||, Euclidean norms: the difference relative to the whole
+// vector. Infinite where either holds a NaN or an infinity: a run that diverged
+// is never equal to anything, and std::max over stages or ranks keeps it.
 inline double relative_difference(std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double diff = 0, norm = 0;
   for (std::size_t i = 0; i < b.size(); ++i) {
     diff += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
     norm += double(b[i]) * b[i];
   }
-  return std::sqrt(diff / norm);
+  const double relative = std::sqrt(diff / norm);
+  return std::isfinite(diff) && std::isfinite(norm) && !std::isnan(relative) ? relative
+                                                                             : std::numeric_limits<double>::infinity();
 }
 
 // The same over the parts of a and b that `ranges` pick: the parameters a
@@ -36,14 +47,36 @@ inline double relative_difference(std::span<const float> a, std::span<const floa
   return relative_difference(mine, theirs);
 }
 
+// A verdict's criterion that failed, in its words: "weights 1.2e-03 from one
+// rank's, past 9.0e-04", or "weights not finite: the run diverged (lower --lr)".
+inline std::string failed_criterion(std::string_view what, double difference, double limit) {
+  if (!std::isfinite(difference)) return fmt::format("{} not finite: the run diverged (lower --lr)", what);
+  return fmt::format("{} {:.1e} from one rank's, past {:.1e}", what, difference, limit);
+}
+
 // What an optimizer does to the parameters it updates, given their gradients.
 using OptimizerUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
 
 // The reference: one rank, the whole tiny GPT (seeded), `steps` steps on
 // `batch` sequences each, drawn from `data` by a sampler over all of it with
 // the same seed (so a parallel run's global batches are the same). Returns
-// the weights at the end.
+// the weights at the end. `reversed` takes each batch's sequences in reverse
+// order: the same sums over the batch, in another order (rounding_limit).
 std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
-                                  int batch, const OptimizerUpdate& update);
+                                  int batch, const OptimizerUpdate& update, bool reversed = false);
+
+// How far a parallel run may land from one rank's weights, given how far the
+// reference lands from itself when only the order of its sums changes
+// (`reordered`: relative_difference of a reversed run against the reference).
+// N ranks sum their shards, then the shards' sums: another order again, so
+// their distance is of that size, whatever it grows to over the run. With SGD
+// it stays near float's 6e-8; AdamW and LAMB divide each step by sqrt(v), so a
+// gradient element that nearly cancels moves its weight a full step either
+// way, and the more steps and the higher the rate, the further (1e-6 to 1e-3
+// on the tiny GPT). kRoundingMargin over it, and never below 1e-6.
+inline constexpr double kRoundingMargin = 10;
+inline double rounding_limit(double reordered) {
+  return std::isfinite(reordered) ? std::max(kRoundingMargin * reordered, 1e-6) : 0.0;
+}
 
 }  // namespace labkit
