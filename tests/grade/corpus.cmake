@@ -75,6 +75,9 @@ labkit_grade_corpus(collectives binomial_tree_broadcast sends_past_the_last_rank
   SAYS "fails at P = 3, 5, 6, 7, 9 \\(the ones that are not powers of two\\); passes at P = 1, 2, 4, 8"
        "fails at P = 5, 6 \\(the ones that are not powers of two\\); passes at P = 8"
        "Hint: a rank returned while another still waits for its message")
+labkit_grade_corpus(ring_allreduce ring_all_reduce deletes_its_buffer_twice SCORE 0.0
+  SAYS "crashed \\(SIGABRT\\) in ring_all_reduce, P=2, count=1(, on rank .)?: memory was corrupted"
+       "double free" "AddressSanitizer stops at the bad write")
 labkit_grade_corpus(ring_allreduce ring_all_reduce receives_into_an_empty_vector SCORE 0.0
   SAYS "rank 1: recv\\(from=0\\): the receive buffer is a null pointer with a count of 1 \\(f32\\)")
 labkit_grade_corpus(pipeline pipeline_exchange receives_into_its_output SCORE 0.0 TIMEOUT 10
