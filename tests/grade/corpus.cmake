@@ -82,3 +82,6 @@ labkit_grade_corpus(ring_allreduce ring_all_reduce receives_into_an_empty_vector
   SAYS "rank 1: recv\\(from=0\\): the receive buffer is a null pointer with a count of 1 \\(f32\\)")
 labkit_grade_corpus(pipeline pipeline_exchange receives_into_its_output SCORE 0.0 TIMEOUT 10
   SAYS "stage 1 \\(layers \\[1, 2\\)\\) received into stream\\(1\\); receive_activation fills the stage's input")
+labkit_grade_corpus(ring_allreduce ring_all_reduce all_gather_receives_the_chunk_it_sends SCORE 0.0
+  SAYS "P=2, count=1: rank 0: recv\\(from=1, tag=0\\): the message is 4 bytes but the receive buffer holds 0 bytes"
+       "Hint: a receive takes the first message from its peer with its tag")
