@@ -2,7 +2,7 @@
 // process of its own, so that nothing a learner writes can stop the others
 // from being graded.
 //
-//   grader [LAB...] [--timeout 10] [--jobs N] [--gradescope results.json]
+//   grader [LAB...] [--timeout 10] [--jobs N] [--gradescope results.json] [--build-log FILE]
 //
 // The exercises come from the manifest CMake writes (grade_manifest.json: lab,
 // exercise, binary; each binary links the learner's version of one exercise and
@@ -221,8 +221,8 @@ void finish(Running& r, int status, double timeout) {
     const std::string rank = crash_rank >= 0 ? fmt::format(", on rank {}", crash_rank) : "";
     if (const std::string printed = last_lines(r.output, 6); sig == SIGABRT && memory_corrupted(printed)) {
       t.messages.push_back(fmt::format(
-          "crashed ({}) in {}{}: memory was corrupted. The C library found its heap broken and stopped the "
-          "process; it said:\n{}Hint: a write past the end of a buffer (an index or a count too large, a "
+          "crashed ({}) in {}{}: memory was corrupted. The C library caught it and stopped the process; it "
+          "said:\n{}Hint: a write past the end of a buffer (an index or a count too large, a "
           "receive bigger than its buffer) or a double delete, anywhere before this point. AddressSanitizer stops "
           "at the bad write and names its line: configure the asan preset with -DLABKIT_EXERCISES=ON in a build "
           "directory of its own, and run this exercise's grade binary there.",
@@ -370,7 +370,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(cli::in_range(0.1, 3600.0));
   app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(cli::in_range(1, 1024));
   app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here");
-  app.add_option("--build-log", build_log, "the build's output, to quote an exercise's compiler errors from");
+  app.add_option("--build-log", build_log, "the build's output (if there is one), to quote an exercise's compiler errors from");
   app.add_option("--manifest", manifest, "the exercises and their grade binaries")->capture_default_str();
   cli::one_line_errors(app);
   CLI11_PARSE(app, argc, argv);
