@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <bit>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "labkit/algorithms.h"
+#include "labkit/error.h"
 #include "labkit/topology.h"
 #include "sim/engine.h"
 #include "worker.h"
@@ -48,12 +50,18 @@ std::vector<Posted> Observed::posted_by(int rank, bool is_send) const {
 namespace {
 // What a learner should try when the simulator stopped the run.
 std::string hint_for(const std::string& error) {
+  // The simulator's report ends with the wait-for cycle, or says there is none (engine.cpp, deadlock_report).
+  if (error.starts_with("deadlock") && error.find("no wait-for cycle") != std::string::npos)
+    return "\nHint: a rank returned while another still waits for its message: every send needs its receive on "
+           "the peer, at every P and every rank (a loop bound or an `if` that lets a rank skip its part?).";
   if (error.starts_with("deadlock"))
     return "\nHint: a blocking send returns only once its receive is posted, so two ranks that both send first wait "
            "for each other; exchange with sendrecv (or isend/irecv, then wait).";
+  // Messages between two ranks on one tag match in the order posted, whatever their size.
   if (error.find("but the receive buffer holds") != std::string::npos)
-    return "\nHint: sender and receiver disagree on which chunk moves at this step (chunks differ in size when the "
-           "count does not divide by P); both must compute the same chunk index.";
+    return "\nHint: a receive takes the first message from its peer with its tag, so sender and receiver must agree "
+           "on what moves in which order: the same chunk index on both sides (chunks differ in size when the count "
+           "does not divide by P), and a tag of its own for each of two messages in flight between the same ranks.";
   if (error.find("is out of range for") != std::string::npos)
     return "\nHint: a peer is a rank from 0 to P-1: compute neighbours and partners mod P, and check the rank "
            "count your formula assumes (a power of two?).";
@@ -61,6 +69,20 @@ std::string hint_for(const std::string& error) {
     return "\nHint: a rank never messages itself; copy locally instead (copy_local), and at P=1 there is nothing to "
            "send.";
   return "";
+}
+
+// A grade run carries payloads, so a view with a count and no data (an empty
+// std::vector's data() is null) would move nothing where the simulator's
+// payload-free runs move sizes only: the learner's values come out wrong with
+// no word of why. (Labs time sizes-only messages inside payload runs, so the
+// simulator itself lets them through.)
+void check_has_data(int rank, bool is_send, int peer, View buf) {
+  if (buf.data || buf.count == 0) return;
+  fail(fmt::format("rank {}", rank), is_send ? fmt::format("send(to={})", peer) : fmt::format("recv(from={})", peer),
+       "the {} buffer is a null pointer with a count of {} ({}): it holds no memory, so nothing {}; {} a buffer of "
+       "that many elements (an empty std::vector's data() is null: size it first)",
+       is_send ? "send" : "receive", buf.count, name_of(buf.dtype), is_send ? "is sent" : "lands",
+       is_send ? "send from" : "receive into");
 }
 }  // namespace
 
@@ -85,6 +107,7 @@ Observed run_ranks(int p, const std::function<void(Comm&)>& fn, const std::strin
                       .trace = run.trace.get(),
                       .on_post = [&](int rank, bool is_send, int peer, View buf) {
                         run.posted[rank].push_back({is_send, peer, buf});
+                        check_has_data(rank, is_send, peer, buf);
                       }});
   watch(&engine);
   try {
@@ -135,24 +158,21 @@ struct Shared {
 };
 
 // The property that exactly the failing configurations share, if one does.
+// Only a contrast names one: with nothing passing, every property of the
+// configurations tried (their count, their root) holds of the failures alone
+// by default. The rank count is asked first, since a P that always fails
+// explains the counts tried with it; and P = 1 (where nothing is sent) passes
+// too much wrong code to be the only contrast for a property of P.
 std::string what_failures_share(const std::vector<std::pair<Config, std::string>>& failed,
                                 const std::vector<Config>& passed) {
   std::set<int> failing_p, passing_p;
   for (const auto& [c, _] : failed) failing_p.insert(c.p);
   for (const Config& c : passed) passing_p.insert(c.p);
-  for (int p : failing_p) passing_p.erase(p);
   if (failing_p.count(0)) return "";  // not a communication exercise
+  if (passed.empty()) return fmt::format("fails at every P tried ({})", fmt::join(failing_p, ", "));
+  const bool p_decides = std::none_of(failing_p.begin(), failing_p.end(), [&](int p) { return passing_p.count(p); });
+  for (int p : failing_p) passing_p.erase(p);
 
-  const Shared by_count[] = {
-      {"where the count does not divide by P", "where it does", [](const Config& c) { return c.count % c.p != 0; }},
-      {"where the count is smaller than P", "where it is not", [](const Config& c) { return c.count < std::size_t(c.p); }},
-      {"where the root is not rank 0", "where it is", [](const Config& c) { return c.root > 0; }}};
-  for (const Shared& s : by_count) {
-    const bool exact = std::all_of(failed.begin(), failed.end(), [&](auto& f) { return s.holds(f.first); }) &&
-                       std::none_of(passed.begin(), passed.end(), s.holds);
-    if (exact) return fmt::format("fails {} ({} of {} configurations); passes {}", s.failing, failed.size(),
-                                  failed.size() + passed.size(), s.passing);
-  }
   const Shared by_p[] = {
       {"the ones that are not powers of two", "", [](const Config& c) { return !std::has_single_bit(unsigned(c.p)); }},
       {"the powers of two", "", [](const Config& c) { return std::has_single_bit(unsigned(c.p)); }},
@@ -160,17 +180,34 @@ std::string what_failures_share(const std::vector<std::pair<Config, std::string>
       {"the even ones", "", [](const Config& c) { return c.p % 2 == 0; }},
       {"more than one node of 8", "", [](const Config& c) { return c.p > 8; }}};
   std::string share;
-  if (!passing_p.empty())
+  if (!passing_p.empty() && *passing_p.rbegin() > 1)
     for (const Shared& s : by_p) {
       auto holds = [&](int p) { return s.holds(Config{.p = p, .label = "", .root = -1}); };
-      if (std::all_of(failing_p.begin(), failing_p.end(), holds) && std::none_of(passing_p.begin(), passing_p.end(), holds)) {
+      if (std::all_of(failing_p.begin(), failing_p.end(), holds) &&
+          std::none_of(passing_p.begin(), passing_p.end(), holds)) {
         share = fmt::format(" ({})", s.failing);
         break;
       }
     }
-  if (passing_p.empty()) return fmt::format("fails at every P tried ({})", fmt::join(failing_p, ", "));
-  return fmt::format("fails at P = {}{}; passes at P = {}", fmt::join(failing_p, ", "), share,
-                     fmt::join(passing_p, ", "));
+  const std::string by_rank_count = fmt::format("fails at P = {}{}; passes at P = {}", fmt::join(failing_p, ", "),
+                                                share, fmt::join(passing_p, ", "));
+  if (p_decides) return by_rank_count;
+
+  const Shared by_count[] = {
+      {"where the count does not divide by P", "where it does", [](const Config& c) { return c.count % c.p != 0; }},
+      {"where the count is smaller than P", "where it is not",
+       [](const Config& c) { return c.count < std::size_t(c.p); }},
+      {"where the root is not rank 0", "where it is", [](const Config& c) { return c.root > 0; }}};
+  for (const Shared& s : by_count) {
+    const bool exact = std::all_of(failed.begin(), failed.end(), [&](auto& f) { return s.holds(f.first); }) &&
+                       std::none_of(passed.begin(), passed.end(), s.holds);
+    if (exact) return fmt::format("fails {} ({} of {} configurations); passes {}", s.failing, failed.size(),
+                                  failed.size() + passed.size(), s.passing);
+  }
+  if (passing_p.empty())
+    return fmt::format("fails in {} of {} configurations, at every P tried ({})", failed.size(),
+                       failed.size() + passed.size(), fmt::join(failing_p, ", "));
+  return by_rank_count;
 }
 }  // namespace
 
@@ -180,15 +217,22 @@ void Sweep::report(const std::string& hint) const {
   if (const std::string shared = what_failures_share(failed_, passed_); !shared.empty()) out += shared + ".\n";
   // The first failure at each P (a learner fixes the smallest case first), three at most.
   std::set<int> ranks_shown;
+  // A hint a failure carries (a deadlock's) is the same at every P: it is said once, after them.
+  std::vector<std::string> hints;
   std::size_t shown = 0;
   for (const auto& [config, wrong] : failed_) {
     if (shown == 3) break;
     if (config.p && !ranks_shown.insert(config.p).second) continue;
-    out += fmt::format("{}: {}\n", config.label, wrong);
+    out += config.label + ": ";
+    std::istringstream lines(wrong);
+    for (std::string line; std::getline(lines, line);)
+      if (!line.starts_with("Hint: ")) out += line.empty() ? "" : line + "\n";
+      else if (std::find(hints.begin(), hints.end(), line) == hints.end()) hints.push_back(line);
     ++shown;
   }
   if (failed_.size() > shown) out += fmt::format("({} failing configurations in all)\n", failed_.size());
-  ADD_FAILURE() << out << (hint.empty() ? "" : "Hint: " + hint);
+  if (!hint.empty()) hints.push_back("Hint: " + hint);
+  ADD_FAILURE() << out << fmt::format("{}", fmt::join(hints, "\n"));
 }
 
 }  // namespace labkit::grade

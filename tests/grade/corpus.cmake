@@ -49,8 +49,9 @@ labkit_grade_corpus(fsdp zero_step sums_instead_of_averaging SCORE 0.0
   SAYS "fails at P = 2, 3, 4, 8; passes at P = 1" "P=2, count=7: rank 0, element 0: expected -250, got -1500")
 labkit_grade_corpus(fsdp gather_compute_free keeps_the_unit SCORE 5.0
   SAYS "rank 0 still holds 28 bytes gathered after gather_compute_free returned, 28 too many")
+# Only t = 1 passes, where nothing is communicated: no "(the even ones)" from that one contrast.
 labkit_grade_corpus(tp column_parallel_linear forgets_the_input_gradient_sum SCORE 0.0
-  SAYS "t=2: rank 0's input gradient: off the dense layer's")
+  SAYS "t=2: rank 0's input gradient: off the dense layer's" "fails at P = 2, 4; passes at P = 1\\.")
 labkit_grade_corpus(tp row_parallel_linear bias_on_every_rank SCORE 0.0
   SAYS "t=2: rank 0's output: off the dense layer's" "is the bias added on one rank only")
 labkit_grade_corpus(tp sequence_parallel_collectives gathers_without_reordering SCORE 3.3
@@ -61,9 +62,26 @@ labkit_grade_corpus(pipeline one_f_one_b_schedule warms_up_p_forwards SCORE 6.7
   SAYS "P=2, M=3: stage 0 holds 3 micro-batches at once; 1F1B's is min\\(P - s, M\\) = 2" "2/3 +6.7/10")
 # Its grade test trains ten pipelines: 2 s is too short on a slow machine.
 labkit_grade_corpus(pipeline pipeline_exchange sends_its_own_input_on SCORE 0.0 TIMEOUT 10
-  SAYS "weights at offset .* are .* from one rank's")
+  SAYS "weights at offset .* are .* from one rank's"
+       "stage 0 \\(layers \\[0, 1\\)\\) sent stream\\(-1\\); send_activation sends")
 labkit_grade_corpus(moe top_k_routing gates_from_scores SCORE 6.7
   SAYS "E=2, k=2, biased: token 0, choice 0: gate .*, expected .*the bias picks, the probabilities weigh" "2/3 +6.7/10")
 labkit_grade_corpus(moe combine_with_gates forgets_the_gates SCORE 0.0
   SAYS "k=2, C=1: token 1, channel 0: 13, expected 6.66.*the sum of its kept outputs times their gates"
        "the layer gives .* weighted by their gates")
+# The wrap past P - 1 leaves a rank waiting on one that returned: not the hint for two ranks that both send first;
+# the pattern test fails at P = 5 and 6 for their rank count, not for the count 1024 they do not divide.
+labkit_grade_corpus(collectives binomial_tree_broadcast sends_past_the_last_rank SCORE 0.0
+  SAYS "fails at P = 3, 5, 6, 7, 9 \\(the ones that are not powers of two\\); passes at P = 1, 2, 4, 8"
+       "fails at P = 5, 6 \\(the ones that are not powers of two\\); passes at P = 8"
+       "Hint: a rank returned while another still waits for its message")
+labkit_grade_corpus(ring_allreduce ring_all_reduce deletes_its_buffer_twice SCORE 0.0
+  SAYS "crashed \\(SIGABRT\\) in ring_all_reduce, P=2, count=1(, on rank .)?: memory was corrupted"
+       "double free" "AddressSanitizer stops at the bad write")
+labkit_grade_corpus(ring_allreduce ring_all_reduce receives_into_an_empty_vector SCORE 0.0
+  SAYS "rank 1: recv\\(from=0\\): the receive buffer is a null pointer with a count of 1 \\(f32\\)")
+labkit_grade_corpus(pipeline pipeline_exchange receives_into_its_output SCORE 0.0 TIMEOUT 10
+  SAYS "stage 1 \\(layers \\[1, 2\\)\\) received into stream\\(1\\); receive_activation fills the stage's input")
+labkit_grade_corpus(ring_allreduce ring_all_reduce all_gather_receives_the_chunk_it_sends SCORE 0.0
+  SAYS "P=2, count=1: rank 0: recv\\(from=1, tag=0\\): the message is 4 bytes but the receive buffer holds 0 bytes"
+       "Hint: a receive takes the first message from its peer with its tag")

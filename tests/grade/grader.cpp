@@ -2,7 +2,7 @@
 // process of its own, so that nothing a learner writes can stop the others
 // from being graded.
 //
-//   grader [LAB...] [--timeout 10] [--jobs N] [--gradescope results.json]
+//   grader [LAB...] [--timeout 10] [--jobs N] [--gradescope results.json] [--build-log FILE]
 //
 // The exercises come from the manifest CMake writes (grade_manifest.json: lab,
 // exercise, binary; each binary links the learner's version of one exercise and
@@ -14,7 +14,9 @@
 // tests, and nothing if a pattern test failed (right values by the wrong
 // communication pattern are not the exercise).
 #include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -77,6 +79,37 @@ std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std:
   return labs.empty() ? all : chosen;
 }
 
+// What the compiler said about `e` in the build's log (`./labkit grade` keeps
+// ninja's output): the first failed step that compiles exercises/NAME.cpp or
+// links grade_NAME, without its command line, at most `n` lines; "" if none.
+std::string compiler_errors(const fs::path& build_log, const Exercise& e, std::size_t n) {
+  std::ifstream in(build_log);
+  std::string line, out;
+  auto is_its = [&](std::string failed) {  // "FAILED: OUTPUT " (ninja ends it with a space)
+    failed.erase(failed.find_last_not_of(' ') + 1);
+    return failed.find("exercises/" + e.name + ".cpp") != std::string::npos || failed.ends_with("/grade_" + e.name);
+  };
+  while (std::getline(in, line) && !(line.starts_with("FAILED: ") && is_its(line))) {}
+  if (!in || !std::getline(in, line)) return "";  // the failed step's command line
+  std::size_t kept = 0;
+  while (std::getline(in, line) && !line.starts_with("FAILED: ") && !line.starts_with("ninja: ") &&
+         !(line.starts_with("[") && line.size() > 1 && std::isdigit(static_cast<unsigned char>(line[1])))) {
+    if (kept++ == n) {
+      out += "...\n";
+      break;
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+// Why an exercise has no grade binary, in the words the terminal and Gradescope show.
+std::string does_not_compile(const fs::path& build_log, const Exercise& e) {
+  const std::string errors = build_log.empty() ? "" : compiler_errors(build_log, e, 20);
+  if (errors.empty()) return "does not compile (its grade binary is missing): see the build's errors";
+  return "does not compile; the compiler's first errors:\n" + errors;
+}
+
 // Runs a command, returning its exit status and what it printed.
 std::pair<int, std::string> capture(const std::string& command) {
   std::FILE* pipe = popen(command.c_str(), "r");
@@ -109,7 +142,7 @@ std::vector<std::string> list_tests(const Exercise& e) {
 struct Running {
   Test* test;
   pid_t pid;
-  fs::path report;
+  fs::path report, output;  // its trail, and what it printed
   std::chrono::steady_clock::time_point started;
   bool killed = false;
 };
@@ -129,7 +162,31 @@ Running start(Test& test, const fs::path& dir, int index, double timeout) {
   const int error = posix_spawn(&pid, argv[0], &files, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&files);
   if (error) throw std::runtime_error(fmt::format("cannot start {}: {}", argv[0], std::strerror(error)));
-  return {&test, pid, report, std::chrono::steady_clock::now()};
+  return {&test, pid, report, output, std::chrono::steady_clock::now()};
+}
+
+// The last `n` lines a test printed after GoogleTest's own ("[ RUN      ] ..."),
+// each indented: what glibc or the C++ runtime said as the process died.
+std::string last_lines(const fs::path& output, std::size_t n) {
+  std::ifstream in(output);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with("[ RUN ")) lines.clear();
+    else if (!line.empty()) lines.push_back(line);
+  std::string out;
+  for (std::size_t i = lines.size() > n ? lines.size() - n : 0; i < lines.size(); ++i) out += "  " + lines[i] + "\n";
+  return out;
+}
+
+// Whether an abort is glibc's finding that memory was overwritten: its heap
+// checks ("double free or corruption (out)", "free(): invalid next size",
+// "malloc(): corrupted top size", "munmap_chunk(): invalid pointer") and the
+// stack protector ("*** stack smashing detected ***") abort with these words.
+bool memory_corrupted(const std::string& printed) {
+  for (const char* words : {"free(): ", "malloc(): ", "double free", "corrupted", "munmap_chunk", "realloc(): ",
+                            "stack smashing"})
+    if (printed.find(words) != std::string::npos) return true;
+  return false;
 }
 
 // Reads the trail a test left (worker.h) and its exit status into the test.
@@ -162,6 +219,16 @@ void finish(Running& r, int status, double timeout) {
     }
     const std::string name = crash.empty() ? fmt::format("SIG{}", sigabbrev_np(sig)) : "SIG" + crash;
     const std::string rank = crash_rank >= 0 ? fmt::format(", on rank {}", crash_rank) : "";
+    if (const std::string printed = last_lines(r.output, 6); sig == SIGABRT && memory_corrupted(printed)) {
+      t.messages.push_back(fmt::format(
+          "crashed ({}) in {}{}: memory was corrupted. The C library caught it and stopped the process; it "
+          "said:\n{}Hint: a write past the end of a buffer (an index or a count too large, a "
+          "receive bigger than its buffer) or a double delete, anywhere before this point. AddressSanitizer stops "
+          "at the bad write and names its line: configure the asan preset with -DLABKIT_EXERCISES=ON in a build "
+          "directory of its own, and run this exercise's grade binary there.",
+          name, where, rank, printed));
+      return;
+    }
     t.messages.push_back(fmt::format(
         "crashed ({}) in {}{}.\nHint: {}", name, where, rank,
         sig == SIGSEGV || sig == SIGBUS ? "a null or dangling pointer, an index past the end of a buffer, or a "
@@ -226,6 +293,9 @@ struct Score {
   std::string feedback;
 };
 
+// Points to the hundredth, as Gradescope shows them: 23.33, not 23.333333333333336.
+double in_hundredths(double points) { return std::round(points * 100) / 100; }
+
 std::vector<Score> score(const std::vector<Exercise>& exercises, const std::vector<Test>& tests) {
   std::vector<Score> scores;
   for (const Exercise& e : exercises) {
@@ -243,7 +313,7 @@ std::vector<Score> score(const std::vector<Exercise>& exercises, const std::vect
         for (std::string line; std::getline(lines, line);) s.feedback += "  " + line + "\n";
       }
     }
-    s.points = s.pattern_failed ? 0 : kPoints * s.passed / s.total;
+    s.points = s.pattern_failed ? 0 : in_hundredths(kPoints * s.passed / s.total);
     if (s.pattern_failed && s.passed > 0)
       s.feedback += "  The communication pattern is wrong, so the exercise earns nothing, whatever its values.\n";
     scores.push_back(std::move(s));
@@ -280,7 +350,7 @@ void write_gradescope(const fs::path& path, const std::vector<Score>& scores) {
   const fs::path temporary = path.string() + ".tmp";
   {
     std::ofstream out(temporary);
-    out << json{{"score", total}, {"tests", tests}}.dump(2) << '\n';
+    out << json{{"score", in_hundredths(total)}, {"tests", tests}}.dump(2) << '\n';
     if (!out) throw std::runtime_error(fmt::format("cannot write {}", temporary.string()));
   }
   fs::rename(temporary, path);
@@ -292,6 +362,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Score the exercises: every graded test in a process of its own"};
   std::vector<std::string> labs;
   std::string gradescope;
+  fs::path build_log;
   fs::path manifest = fs::path(argv[0]).parent_path() / "grade_manifest.json";
   double timeout = 10;
   int jobs = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -299,6 +370,7 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(cli::in_range(0.1, 3600.0));
   app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(cli::in_range(1, 1024));
   app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here");
+  app.add_option("--build-log", build_log, "the build's output (if there is one), to quote an exercise's compiler errors from");
   app.add_option("--manifest", manifest, "the exercises and their grade binaries")->capture_default_str();
   cli::one_line_errors(app);
   CLI11_PARSE(app, argc, argv);
@@ -310,7 +382,7 @@ int main(int argc, char** argv) {
     std::vector<Test> tests;
     for (const Exercise& e : exercises) {
       // An exercise whose binary is missing or cannot even list its tests scores 0 with the reason.
-      std::string broken = fs::exists(e.binary) ? "" : "does not compile: the compiler's errors are printed above";
+      std::string broken = fs::exists(e.binary) ? "" : does_not_compile(build_log, e);
       std::vector<std::string> names;
       if (broken.empty()) try {
           names = list_tests(e);

@@ -6,6 +6,7 @@
 // in its place.
 // Run: ./labkit grade pipeline
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -72,6 +73,15 @@ std::string check_training(const Schedule& schedule, int layers) {
   for (const std::string& w : wrong)
     if (!w.empty()) return w;
   return "";
+}
+
+// Which of the model's residual-stream buffers `buf` is, as the exercise names them.
+std::string stream_named(Gpt& model, int layers, const View& buf) {
+  for (int l = -1; l < layers; ++l) {
+    if (buf.data == model.stream(l).data()) return fmt::format("stream({})", l);
+    if (buf.data == model.stream_grad(l).data()) return fmt::format("stream_grad({})", l);
+  }
+  return "a buffer that is none of the model's streams";
 }
 
 std::string label(int P, int M) { return fmt::format("P={}, M={}", P, M); }
@@ -153,8 +163,9 @@ TEST(pipeline_exchange, ReceivesBlockAndSendsReturnTheirRequest) {
     config.layers = 2, config.max_seq = kT;
     const Schedule s = gpipe_schedule(2, 1);
     std::string wrong;
+    std::vector<std::unique_ptr<Gpt>> models(2);  // they outlive the run, to name the buffers its messages used
     const Observed run = run_ranks(2, [&](Comm& c) {
-      Gpt model(config, 3);
+      Gpt& model = *(models[std::size_t(c.rank())] = std::make_unique<Gpt>(config, 3));
       model.prepare(1, kT);
       const int first = c.rank(), last = c.rank() + 1;
       if (c.rank() == 0) {
@@ -169,7 +180,18 @@ TEST(pipeline_exchange, ReceivesBlockAndSendsReturnTheirRequest) {
                                 model.stream(0)[i], float(i));
       }
     });
-    return run.error.empty() ? wrong : run.error;
+    if (!run.error.empty()) return run.error;
+    const std::vector<Posted> sent = run.sends(0), received = run.recvs(1);
+    if (sent.size() != 1 || received.size() != 1)
+      return fmt::format("stage 0 sent {} messages and stage 1 received {}; one activation moves, one message",
+                         sent.size(), received.size());
+    if (sent[0].buf.data != models[0]->stream(0).data())
+      return fmt::format("stage 0 (layers [0, 1)) sent {}; send_activation sends the stage's output, "
+                         "stream(last - 1) = stream(0)", stream_named(*models[0], config.layers, sent[0].buf));
+    if (received[0].buf.data != models[1]->stream(0).data())
+      return fmt::format("stage 1 (layers [1, 2)) received into {}; receive_activation fills the stage's input, "
+                         "stream(first - 1) = stream(0)", stream_named(*models[1], config.layers, received[0].buf));
+    return wrong;
   });
   sweep.report("receive_activation on stage 1 (layers [1, 2)) fills stream(0), which stage 0 sends from its "
                "stream(0): a blocking recv, then return Request(); a send returns pp.isend(...).");
