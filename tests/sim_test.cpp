@@ -291,6 +291,22 @@ TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {
   EXPECT_DOUBLE_EQ(with, without);
 }
 
+// Each rank's stack was two memory maps of its own (the stack and its guard
+// page), and Linux gives a process 65530 (vm.max_map_count): 32768 ranks and more
+// ended in std::bad_alloc. From one pool's slabs (stack_pool.h) they fit.
+TEST(SimScale, FortyThousandRanksRunPastTheMemoryMapLimit) {
+  constexpr int kRanks = 40000;
+  std::vector<char> passed(kRanks, 0);
+  simulate(kRanks, [&](Comm& c) {
+    const View token = sizes_only(1, DType::f32);
+    Request from_left = c.irecv(token, (c.rank() + kRanks - 1) % kRanks);
+    c.send(token, (c.rank() + 1) % kRanks);
+    from_left.wait();
+    passed[std::size_t(c.rank())] = 1;
+  }, "dgx-h100", false);
+  EXPECT_EQ(std::count(passed.begin(), passed.end(), 1), kRanks);
+}
+
 // ---- every collective, natively and as each labkit algorithm ---------------------
 
 namespace {
