@@ -47,13 +47,16 @@ void StackPool::add_slab() {
 
 void StackPool::guard(char* page) {
   if (madvise(page, page_bytes_, kGuardInstall) == 0) return;
-  if (errno == EINVAL && mprotect(page, page_bytes_, PROT_NONE) == 0) return;  // a kernel before 6.13
+  if (errno != EINVAL)
+    throw Error(fmt::format("sim: the stack of fiber {} (ranks and their streams): madvise(MADV_GUARD_INSTALL) of "
+                            "its guard page: {}", stacks_, std::strerror(errno)));
+  if (mprotect(page, page_bytes_, PROT_NONE) == 0) return;  // a kernel before 6.13: a map of its own
   const std::string why = std::strerror(errno);
   const long maps = max_map_count();
-  throw Error(fmt::format("sim: the stack of fiber {} (ranks and their streams): its guard page: {}; this kernel has "
-                          "no MADV_GUARD_INSTALL (Linux 6.13), so every guard page is a memory map of its own, and "
-                          "a process may hold vm.max_map_count = {}: about {} ranks fit; run fewer or raise it "
-                          "(sysctl -w vm.max_map_count=N)",
+  throw Error(fmt::format("sim: the stack of fiber {} (ranks and their streams): mprotect of its guard page: {}; "
+                          "this kernel has no MADV_GUARD_INSTALL (Linux 6.13), so every guard page is a memory map "
+                          "of its own, and a process may hold vm.max_map_count = {}: about {} ranks fit; run fewer "
+                          "or raise it (sysctl -w vm.max_map_count=N)",
                           stacks_, why, maps, maps / 2));
 }
 
