@@ -97,6 +97,7 @@ int main(int argc, char** argv) {
     const GptConfig config = gpt_preset(model_name, corpus.vocab);
     const DeviceKind where = parse_device(device_name);
     const int T = config.max_seq;
+    check_batch_fits(config, batch, T);
     nlohmann::json curve = nlohmann::json::array();
     const auto start = std::chrono::steady_clock::now();
     run(run_options, [&](Comm& comm) {

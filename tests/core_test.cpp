@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 
 #include <gtest/gtest.h>
 
@@ -67,6 +68,23 @@ TEST(Units, ReadsBest) {
   EXPECT_THROW(parse_seconds("-1us"), std::invalid_argument);
   EXPECT_THROW(parse_seconds("10 us"), std::invalid_argument);
   EXPECT_THROW(parse_seconds("soon"), std::invalid_argument);
+}
+
+// Past the ladder of units, engineering notation: ddp --straggler 1:1e-300
+// printed a step of 1e300 s as 301 digits, and 1e-13 s read "0.00 ns".
+TEST(Units, ExtremeValuesReadInEngineeringNotation) {
+  EXPECT_EQ(format_seconds(1e300), "1.00e+300 s");
+  EXPECT_EQ(format_seconds(2.5e301), "25.0e+300 s");
+  EXPECT_EQ(format_seconds(-4.56e8), "-456e+06 s");
+  EXPECT_EQ(format_seconds(std::numeric_limits<double>::max()), "180e+306 s");
+  EXPECT_EQ(format_seconds(999999), "999999 s");  // the ladder's last
+  EXPECT_EQ(format_seconds(1e6), "1.00e+06 s");
+  EXPECT_EQ(format_seconds(0.07e-9), "0.07 ns");  // still the ladder's
+  EXPECT_EQ(format_seconds(1.23e-13), "123e-15 s");
+  EXPECT_EQ(format_seconds(std::numeric_limits<double>::denorm_min()), "4.94e-324 s");
+  EXPECT_EQ(format_seconds(std::numeric_limits<double>::infinity()), "inf s");
+  EXPECT_EQ(format_bytes(std::uint64_t(3) << 50), "3 PiB");
+  EXPECT_EQ(format_bytes(std::numeric_limits<std::uint64_t>::max()), "16 EiB");
 }
 
 // Host buffers come zeroed, and from 2 MiB up they start on a 2 MiB boundary, so

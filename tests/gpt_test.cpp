@@ -247,6 +247,22 @@ TEST(Gpt, HoldsWhatTheMemoryLabEstimates) {
   EXPECT_EQ(llmc_activation_bytes(architecture_of(three.config()), T, B), three.activation_bytes());
 }
 
+// A batch is refused by name before anything is allocated: train --batch 100000
+// ended in std::bad_alloc, --batch 100000000 in "cannot create std::vector larger
+// than max_size()" (B x T overflowed an int).
+TEST(Gpt, ABatchBeyondThisMachinesMemoryIsRefusedByName) {
+  const GptConfig tiny = gpt_preset("tiny-gpt", 64);
+  EXPECT_NO_THROW(check_batch_fits(tiny, 8, tiny.max_seq));
+  try {
+    check_batch_fits(tiny, 100000000, tiny.max_seq);
+    ADD_FAILURE() << "a batch of 1e8 sequences was not refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("--batch 100000000: its activations and their gradients need ", 0), 0u) << what;
+    EXPECT_NE(what.find(" a sequence of 32 tokens), more than this machine's "), std::string::npos) << what;
+  }
+}
+
 // A run saved after 3 steps and loaded into a fresh model and optimizer takes
 // the next 2 steps exactly as the run that never stopped; what cannot be
 // resumed is refused with the file and the reason.

@@ -1,5 +1,10 @@
 // backends/sim: timing model, contention, determinism, deadlocks, misuse errors,
 // sub-groups, payload-free runs, and every collective on every rank count.
+#include <signal.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <csignal>
 #include <numeric>
 #include <sstream>
 #include <type_traits>
@@ -289,6 +294,57 @@ TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {
   const double without = simulate(64, scenario(false), "dgx-h100", false).elapsed;
   EXPECT_GT(with, 0);
   EXPECT_DOUBLE_EQ(with, without);
+}
+
+// Each rank's stack was two memory maps of its own (the stack and its guard
+// page), and Linux gives a process 65530 (vm.max_map_count): 32768 ranks and more
+// ended in std::bad_alloc. From one pool's slabs (stack_pool.h) they fit.
+TEST(SimScale, FortyThousandRanksRunPastTheMemoryMapLimit) {
+  constexpr int kRanks = 40000;
+  std::vector<char> passed(kRanks, 0);
+  simulate(kRanks, [&](Comm& c) {
+    const View token = sizes_only(1, DType::f32);
+    Request from_left = c.irecv(token, (c.rank() + kRanks - 1) % kRanks);
+    c.send(token, (c.rank() + 1) % kRanks);
+    from_left.wait();
+    passed[std::size_t(c.rank())] = 1;
+  }, "dgx-h100", false);
+  EXPECT_EQ(std::count(passed.begin(), passed.end(), 1), kRanks);
+}
+
+namespace {
+// A kilobyte a frame, written, so the stack grows through every page; on the
+// fault, from an alternate stack, how deep it went.
+volatile std::sig_atomic_t depth_reached = 0;
+int recurse_forever(int depth) {
+  volatile char frame[1024];
+  frame[depth % sizeof(frame)] = char(depth);
+  depth_reached = depth;
+  return recurse_forever(depth + 1) + frame[0];
+}
+void report_depth(int) {
+  char text[32] = "faulted at depth ";
+  char* end = std::to_chars(text + 17, text + sizeof(text) - 1, int(depth_reached)).ptr;
+  *end++ = '\n';
+  [[maybe_unused]] const ssize_t written = write(2, text, std::size_t(end - text));
+  _exit(1);
+}
+}  // namespace
+
+// Rank 1's stack lies just above rank 0's in the pool's slab: its guard page
+// stops a runaway recursion within its own 256 KiB (some 250 frames of a
+// kilobyte); without one it would run on through rank 0's stack, past 500.
+TEST(SimScaleDeathTest, ARunawayRecursionFaultsOnItsGuardPage) {
+  EXPECT_DEATH(simulate(2, [](Comm& c) {
+    static char alternate[1 << 16];
+    const stack_t on_alternate{.ss_sp = alternate, .ss_flags = 0, .ss_size = sizeof(alternate)};
+    sigaltstack(&on_alternate, nullptr);
+    struct sigaction on_fault {};
+    on_fault.sa_handler = report_depth;
+    on_fault.sa_flags = SA_ONSTACK;
+    sigaction(SIGSEGV, &on_fault, nullptr);
+    if (c.rank() == 1) recurse_forever(0);
+  }), "faulted at depth [12]?[0-9]?[0-9]\n");
 }
 
 // ---- every collective, natively and as each labkit algorithm ---------------------

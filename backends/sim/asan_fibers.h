@@ -15,7 +15,8 @@
 #include <deque>
 
 #include <boost/context/fiber.hpp>
-#include <boost/context/protected_fixedsize_stack.hpp>
+
+#include "stack_pool.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define LABKIT_ASAN 1
@@ -42,22 +43,22 @@ class AsanFibers {
   // One more fiber (a rank's communication stream), numbered after the others.
   void add() { ranks_.emplace_back(); }
 
-  // Boost's protected_fixedsize_stack for one rank, noting where the stack lies.
+  // A stack from the pool for one rank, noting where the stack lies.
   class Allocator {
    public:
-    Allocator(std::size_t bytes, Stack* where) : stacks_(bytes), where_(where) {}
+    Allocator(StackPool& stacks, Stack* where) : stacks_(&stacks), where_(where) {}
     boost::context::stack_context allocate() {
-      boost::context::stack_context s = stacks_.allocate();
+      boost::context::stack_context s = stacks_->allocate();
       *where_ = {static_cast<char*>(s.sp) - s.size, s.size};
       return s;
     }
-    void deallocate(boost::context::stack_context& s) noexcept { stacks_.deallocate(s); }
+    void deallocate(boost::context::stack_context& s) noexcept { stacks_->deallocate(s); }
 
    private:
-    boost::context::protected_fixedsize_stack stacks_;
+    StackPool* stacks_;
     Stack* where_;
   };
-  Allocator allocator(int rank, std::size_t bytes) { return {bytes, &ranks_.at(rank)}; }
+  Allocator allocator(int rank, StackPool& stacks) { return {stacks, &ranks_.at(rank)}; }
 
   // A jump and the way back, while in scope: the scheduler resuming a rank, or a
   // rank yielding to the scheduler. The way back is noted in the destructor, so

@@ -15,16 +15,17 @@ namespace labkit::sim {
 
 namespace ctx = boost::context;
 
-// 256 KiB per rank with a guard page: a learner's runaway recursion faults
-// cleanly instead of corrupting a neighbour; 4096 ranks reserve 1 GiB of
-// address space and touch only what they use.
+// 256 KiB per rank with a guard page (stack_pool.h): a learner's runaway
+// recursion faults cleanly instead of corrupting a neighbour; 4096 ranks reserve
+// 1 GiB of address space and touch only what they use.
 constexpr std::size_t kStackBytes = 256 * 1024;
 
 // The ready queue's entry for the failure (Options::fail_rank): it sorts before
 // every rank at its time, so nothing happens at fail_at before the failure.
 constexpr int kFailure = -1;
 
-Engine::Engine(Options options) : options_(std::move(options)), ranks_(options_.ranks), asan_(options_.ranks) {
+Engine::Engine(Options options)
+    : options_(std::move(options)), stacks_(kStackBytes), ranks_(options_.ranks), asan_(options_.ranks) {
   if (options_.ranks < 1) throw Error(fmt::format("sim: ranks={} must be at least 1", options_.ranks));
   if (options_.fail_rank >= options_.ranks || options_.fail_at < 0)
     throw Error(fmt::format("sim: fail_rank={} at {} s: the rank must be below {} and the time 0 or more",
@@ -58,7 +59,7 @@ double Engine::elapsed() const {
 
 void Engine::run(const std::function<void(Comm&)>& rank_fn) {
   for (int r = 0; r < options_.ranks; ++r) {
-    actor(r).fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, kStackBytes),
+    actor(r).fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, stacks_),
                                  [this, r, &rank_fn](ctx::fiber&& scheduler) {
                                    const AsanFibers::InRank in_rank(asan_, r);
                                    actor(r).scheduler = std::move(scheduler);
@@ -700,7 +701,7 @@ Engine::Stream& Engine::stream(int rank, int comm_id, TraceTrack* track) {
 // fiber once as it makes it, and ASan keeps the frames of that first entry on
 // the stack that made it, which for a rank's stack ends with the rank.
 ctx::fiber Engine::stream_fiber(Stream& st) {
-  return ctx::fiber(std::allocator_arg, asan_.allocator(st.actor, kStackBytes), [this, &st](ctx::fiber&& scheduler) {
+  return ctx::fiber(std::allocator_arg, asan_.allocator(st.actor, stacks_), [this, &st](ctx::fiber&& scheduler) {
     const AsanFibers::InRank in_rank(asan_, st.actor);
     actor(st.actor).scheduler = std::move(scheduler);
     run_stream(st);

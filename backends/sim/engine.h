@@ -252,6 +252,7 @@ class Engine {
   std::string failure_report() const;
 
   Options options_;
+  StackPool stacks_;  // before the actors: their fibers give their stacks back to it
   // The actors: the ranks, then the streams as they start (a deque: references
   // stay valid as it grows), reached by number through actors_.
   std::vector<RankState> ranks_;

@@ -1,5 +1,7 @@
 #include "labkit/gpt.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -15,6 +17,7 @@
 #include "labkit/error.h"
 #include "labkit/ops.h"
 #include "labkit/output.h"
+#include "labkit/units.h"
 
 namespace labkit {
 
@@ -129,6 +132,17 @@ void Gpt::prepare(int B, int T, int set, int sets) {
   }
   set_ = set;
   carve();
+}
+
+void check_batch_fits(const GptConfig& config, int batch, int T, const std::string& option) {
+  // The memory lab's count of llm.c's buffers, which the model allocates to the byte (gpt_test).
+  const double per_sequence = memory::llmc_activation_bytes(architecture_of(config), T, 1);
+  const double needed = per_sequence * batch;
+  const double memory = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (needed > memory)
+    throw Error(fmt::format("{} {}: its activations and their gradients need {} ({} a sequence of {} tokens), more "
+                            "than this machine's {} of memory", option, batch, format_bytes(std::uint64_t(needed)),
+                            format_bytes(std::uint64_t(per_sequence)), T, format_bytes(std::uint64_t(memory))));
 }
 
 void Gpt::hold_layers(std::vector<bool> held) {

@@ -15,11 +15,27 @@ std::string three_digits(double v, const char* unit) {
   const int decimals = v >= 100 ? 0 : v >= 10 ? 1 : 2;
   return fmt::format("{:.{}f} {}", v, decimals, unit);
 }
+
+// Engineering notation, three significant digits and an exponent that is a
+// multiple of 3: "1.00e+300 s", "12.0e-15 s". Taken from "{:.2e}" (d.dde+X,
+// rounded once) by moving the point X mod 3 places right, so it holds from the
+// smallest subnormal to the largest double, where scaling by a power of ten
+// would overflow.
+std::string engineering(double v, const char* unit) {
+  std::string text = fmt::format("{:.2e}", std::fabs(v));  // "1.23e+05"
+  const int exponent = std::stoi(text.substr(5));
+  const int shift = ((exponent % 3) + 3) % 3;
+  std::string digits = text.substr(0, 1) + text.substr(2, 2);  // "123"
+  if (shift < 2) digits.insert(std::size_t(1 + shift), ".");
+  return fmt::format("{}{}e{:+03d} {}", v < 0 ? "-" : "", digits, exponent - shift, unit);
+}
 }  // namespace
 
 std::string format_seconds(double s) {
   const double a = std::fabs(s);
   if (a == 0) return "0 s";
+  if (!std::isfinite(s)) return fmt::format("{} s", s);
+  if (a < 1e-12 || a >= 1e6) return engineering(s, "s");  // below 0.001 ns, or past six digits of seconds
   if (a < 1e-6) return three_digits(s * 1e9, "ns");
   if (a < 1e-3) return three_digits(s * 1e6, "us");
   if (a < 1) return three_digits(s * 1e3, "ms");
@@ -27,7 +43,7 @@ std::string format_seconds(double s) {
 }
 
 std::string format_bytes(std::uint64_t bytes) {
-  constexpr std::array units = {"B", "KiB", "MiB", "GiB", "TiB"};
+  constexpr std::array units = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};  // 2^64 B is 16 EiB
   double v = double(bytes);
   std::size_t u = 0;
   while (v >= 1024 && u + 1 < units.size()) {

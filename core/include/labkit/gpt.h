@@ -141,6 +141,11 @@ class Gpt {
   std::size_t set_floats_ = 0;  // one set's activations
 };
 
+// Refuses, before anything is allocated, a batch whose activations and their
+// gradients outgrow this machine's memory (its RAM: a lower bound on what the
+// run needs), naming the option, what it needs and what there is.
+void check_batch_fits(const GptConfig& config, int batch, int T, const std::string& option = "--batch");
+
 // A character-level corpus made here from a small grammar, seeded, so nothing is
 // downloaded and every run sees the same text.
 std::string synthetic_corpus(std::size_t chars, std::uint64_t seed);
