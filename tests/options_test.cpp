@@ -260,6 +260,10 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"calibrate", "--algos", "ring", "--use", "binomial_tree"}, {"--use binomial_tree", "--algos"}},
       {{"calibrate", "--check", "1M"}, {"--check 1M", "--maxbytes 64M"}},
       {{"calibrate", "--latency-below", "512"}, {"--latency-below 512", "--minbytes 1K"}},
+      // A flag that would do nothing where it is given, refused with the reason.
+      {{"moe", "--compare", "--balance", "bias"}, {"--balance bias", "--compare", "every way of balancing"}},
+      {{"moe", "--balance", "none", "--alpha", "0.5"}, {"--alpha 0.5", "--balance aux", "balances by none"}},
+      {{"moe", "--balance", "aux", "--gamma", "0.01"}, {"--gamma 0.01", "--balance bias", "balances by aux"}},
   };
   for (const auto& [args, words] : cases) {
     ASSERT_TRUE(path.contains(args[0])) << args[0] << " is not in " << LABKIT_PROGRAMS;
