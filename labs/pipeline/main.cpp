@@ -287,7 +287,7 @@ int main(int argc, char** argv) {
                split ? ", backward for the input alone" : "",
                schedule.name == "naive" ? "(P-1)/P"
                : schedule.name == "interleaved" ? "(P-1)/(VM+P-1)"
-               : schedule.name == "zb-h1" ? "(P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W))"
+               : schedule.name == "zb-h1" ? "(P-1)(F+max(B-W,0)) / (M(F+B+W) + (P-1)(F+max(B-W,0)))"
                : schedule.name == "zbv" ? "the fill alone, (P-1)F / (2M(F+B+W) + (P-1)F)"
                : schedule.name == "by hand" ? "none for a schedule written by hand"
                                         : "(P-1)/(M+P-1)");
