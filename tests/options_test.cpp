@@ -264,6 +264,11 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"moe", "--compare", "--balance", "bias"}, {"--balance bias", "--compare", "every way of balancing"}},
       {{"moe", "--balance", "none", "--alpha", "0.5"}, {"--alpha 0.5", "--balance aux", "balances by none"}},
       {{"moe", "--balance", "aux", "--gamma", "0.01"}, {"--gamma 0.01", "--balance bias", "balances by aux"}},
+      {{"pipeline", "--times", "2:1:1"}, {"--times 2:1:1", "--compare"}},
+      // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
+      // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
+      {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
+       {"--schedule interleaved: a stage's 3 layers", "2 equal chunks", "by default (--virtual)"}},
   };
   for (const auto& [args, words] : cases) {
     ASSERT_TRUE(path.contains(args[0])) << args[0] << " is not in " << LABKIT_PROGRAMS;
