@@ -265,6 +265,9 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"moe", "--balance", "none", "--alpha", "0.5"}, {"--alpha 0.5", "--balance aux", "balances by none"}},
       {{"moe", "--balance", "aux", "--gamma", "0.01"}, {"--gamma 0.01", "--balance bias", "balances by aux"}},
       {{"pipeline", "--times", "2:1:1"}, {"--times 2:1:1", "--compare"}},
+      {{"fsdp", "--stage", "1", "--reshard-after-forward", "off"}, {"--reshard-after-forward off", "only stage 3"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--reshard-after-forward", "off"},
+       {"--reshard-after-forward off", "--what-if"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
       {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},

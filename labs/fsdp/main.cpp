@@ -189,6 +189,11 @@ int main(int argc, char** argv) {
     if (o.prefetch != "none" && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
                               o.prefetch));
+    if (!o.reshard_after_forward && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
+      throw Error("--reshard-after-forward off: does nothing here: only stage 3 gathers parameters, so only it can "
+                  "keep them whole from forward to backward");
+    if (!o.reshard_after_forward && (!o.what_if.empty() || !o.sweep.over.empty()))
+      throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);
     if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);
