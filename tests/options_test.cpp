@@ -272,6 +272,8 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
       {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
        {"--schedule interleaved: a stage's 3 layers", "2 equal chunks", "by default (--virtual)"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--seq", "1.5"}, {"--seq", "1.5 is not a whole number", "(must be 1 to"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--seq", "1e19"}, {"--seq", "1e19", "(must be 1 to"}},
   };
   for (const auto& [args, words] : cases) {
     ASSERT_TRUE(path.contains(args[0])) << args[0] << " is not in " << LABKIT_PROGRAMS;

@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
   app.add_option("--seq", o.seq, "--what-if: tokens per sequence (one sequence per GPU)")
-      ->capture_default_str()->check(cli::at_least(1.0));
+      ->capture_default_str()->check(cli::in_range(1, 1 << 20));
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
   app.add_option("--prefetch", o.prefetch, "stage 3: gather the next block under the current one's compute in the "
