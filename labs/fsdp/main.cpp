@@ -218,13 +218,14 @@ int main(int argc, char** argv) {
     // (the DDP lab measures it).
     const double limit = o.optimizer == "sgd" ? 1e-6 : 1e-4;
     const StageRun& r0 = runs.front();
-    fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks{}, global batch {}, {} steps, {}; per step, rank 0\n",
-               r0.parameters, r0.ranks,
+    fmt::print("fsdp: tiny-gpt ({} parameters), {} rank{}{}, global batch {}, {} step{}, {}; per step, rank 0\n",
+               r0.parameters, r0.ranks, r0.ranks == 1 ? "" : "s",
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format(" (HSDP: sharded in {} groups of {}, replicated across them)",
                                                              r0.ranks / o.hsdp, o.hsdp)
-               : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} groups of {})", r0.ranks / o.hpz, o.hpz)
+               : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} group{} of {})", r0.ranks / o.hpz,
+                                         r0.ranks / o.hpz == 1 ? "" : "s", o.hpz)
                            : "",
-               o.batch, o.steps, o.optimizer);
+               o.batch, o.steps, o.steps == 1 ? "" : "s", o.optimizer);
     std::size_t name_width = 5;  // "stage", or the longest row's name: "3 qwZ qgZ"
     for (const StageRun& r : runs) name_width = std::max(name_width, r.name.size());
     fmt::print("{:<{}} {:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage", name_width,
