@@ -268,6 +268,9 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"fsdp", "--stage", "1", "--reshard-after-forward", "off"}, {"--reshard-after-forward off", "only stage 3"}},
       {{"fsdp", "--what-if", "llama2-7b", "--reshard-after-forward", "off"},
        {"--reshard-after-forward off", "--what-if"}},
+      {{"memory", "--sp"}, {"--sp", "--tp 1"}},
+      {{"memory", "--inference", "--timeline"}, {"--timeline", "training step", "--inference"}},
+      {{"memory", "--inference", "--zero", "3"}, {"--zero 3", "--inference"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
       {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
