@@ -271,8 +271,10 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"memory", "--sp"}, {"--sp", "--tp 1"}},
       {{"memory", "--inference", "--timeline"}, {"--timeline", "training step", "--inference"}},
       {{"memory", "--inference", "--zero", "3"}, {"--zero 3", "--inference"}},
+      {{"tp", "--what-if", "gpt3-175b", "--sp"}, {"--sp", "--what-if"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
+      {{"tp", "--what-if", "gpt3-175b", "--ranks", "8"}, {"--ranks 8", "--what-if times its layer"}},
       {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
        {"--schedule interleaved: a stage's 3 layers", "2 equal chunks", "by default (--virtual)"}},
       {{"fsdp", "--what-if", "llama2-7b", "--seq", "1.5"}, {"--seq", "1.5 is not a whole number", "(must be 1 to"}},
