@@ -271,6 +271,7 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"memory", "--sp"}, {"--sp", "--tp 1"}},
       {{"memory", "--inference", "--timeline"}, {"--timeline", "training step", "--inference"}},
       {{"memory", "--inference", "--zero", "3"}, {"--zero 3", "--inference"}},
+      {{"train", "--ranks", "2"}, {"--ranks 2", "one model on one rank"}},
       {{"tp", "--what-if", "gpt3-175b", "--sp"}, {"--sp", "--what-if"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
