@@ -101,8 +101,9 @@ int main(int argc, char** argv) {
     nlohmann::json curve = nlohmann::json::array();
     const auto start = std::chrono::steady_clock::now();
     run(run_options, [&](Comm& comm) {
-      if ((checkpoint_every || resume) && comm.size() > 1)
-        throw Error("--checkpoint-every, --resume: a checkpoint holds one model; run them with --ranks 1");
+      if (comm.size() != 1)  // --ranks, or mpirun's -np
+        throw Error(fmt::format("--ranks {}: the lab trains one model on one rank; more would each train their own, "
+                                "unshared (the ddp lab trains one over several ranks)", comm.size()));
       Gpt model(config, seed, where);
       AdamW adamw{.lr = lr};
       const DataOrder order{.seed = seed, .batch = batch};
@@ -113,10 +114,10 @@ int main(int argc, char** argv) {
       }
       const int first = adamw.step;  // batch s is the same in a resumed run as in an unbroken one
       std::vector<int> x(batch * T), y(batch * T);
-      // Batch s of rank r: windows spread over the training text, so ranks never share one.
+      // Batch s: windows spread over the training text.
       auto load = [&](int s, std::size_t lo, std::size_t hi) {
         for (int b = 0; b < batch; ++b) {
-          const std::size_t window = (std::size_t(s) * batch * comm.size() + comm.rank() * batch + b) * 7919;
+          const std::size_t window = (std::size_t(s) * batch + b) * 7919;
           const std::size_t at = lo + window % (hi - lo - T - 1);
           for (int t = 0; t < T; ++t) {
             x[b * T + t] = ids[at + t];
@@ -127,10 +128,9 @@ int main(int argc, char** argv) {
       const std::int64_t model_bytes = std::int64_t(model.parameter_count() * sizeof(float));
       comm.track_memory(MemoryUse::weights, model_bytes);
       comm.track_memory(MemoryUse::gradients, model_bytes);
-      if (comm.rank() == 0)
-        fmt::print("{}: {} parameters, {} layers, {} channels, context {}, vocabulary {}\n", model_name,
-                   model.parameter_count(), config.layers, config.channels, T, config.vocab);
-      if (resume && comm.rank() == 0) fmt::print("resumed from {} at step {}\n", checkpoint, first);
+      fmt::print("{}: {} parameters, {} layers, {} channels, context {}, vocabulary {}\n", model_name,
+                 model.parameter_count(), config.layers, config.channels, T, config.vocab);
+      if (resume) fmt::print("resumed from {} at step {}\n", checkpoint, first);
       for (int s = first; s <= steps; ++s) {
         const bool report = s % every == 0 || s == steps;
         float val = 0;
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
         load(s, 0, split);
         const float loss = model.forward(x, y, batch, T);
         if (report) {
-          if (comm.rank() == 0) fmt::print("step {:>5}/{}  loss {:.4f}  val {:.4f}\n", s, steps, loss, val);
+          fmt::print("step {:>5}/{}  loss {:.4f}  val {:.4f}\n", s, steps, loss, val);
           curve.push_back({{"step", s}, {"loss", loss}, {"val_loss", val}});
         }
         if (s == steps) break;
@@ -156,18 +156,16 @@ int main(int argc, char** argv) {
         if (checkpoint_every && ((s + 1) % checkpoint_every == 0 || s + 1 == steps))
           save_checkpoint(checkpoint, model, adamw, order);
       }
-      if (comm.rank() == 0) {
-        const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const int ran = steps - first;
-        fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", ran, batch * T,
-                   ran * batch * T / wall, device_name == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()),
-                   run_options.topology);
-        std::string held;
-        for (MemoryUse use : kMemoryUses)
-          held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));
-        fmt::print("memory per rank: {}peak {}\n", held, format_bytes(comm.memory().peak_total));
-        print_mfu(ran * model.flops_per_step(batch, T), wall, comm.now(), run_options, model.device(), mfu);
-      }
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const int ran = steps - first;
+      fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", ran, batch * T,
+                 ran * batch * T / wall, device_name == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()),
+                 run_options.topology);
+      std::string held;
+      for (MemoryUse use : kMemoryUses)
+        held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));
+      fmt::print("memory per rank: {}peak {}\n", held, format_bytes(comm.memory().peak_total));
+      print_mfu(ran * model.flops_per_step(batch, T), wall, comm.now(), run_options, model.device(), mfu);
     });
     if (!json.empty()) create_file(json) << curve.dump(2) << '\n';
   } catch (const std::exception& e) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "harness.h"
@@ -133,6 +134,15 @@ TEST(FullyShardedGpt, KeepingBlocksWholeUntilBackwardTrainsTheSame) {
   for (int ranks : {2, 3, 4}) {
     const ShardedRun run = train_sharded(ranks, 3, {.reshard_after_forward = false});
     EXPECT_LE(relative_difference(run.weights[0], want), 1e-6) << ranks << " ranks";
+  }
+  // Below stage 3 nothing is gathered, so there is nothing to keep whole: refused, not ignored.
+  for (int stage : {0, 1, 2}) {
+    const std::string refused = labkit::test::error_of(2, [&](Comm& c) {
+      Gpt model(kConfig, 5);
+      FullyShardedGpt zero(c, model, stage, {.reshard_after_forward = false});
+    });
+    EXPECT_NE(refused.find(fmt::format("reshard_after_forward=false at stage={}: only stage 3", stage)),
+              std::string::npos) << refused;
   }
 }
 

@@ -51,6 +51,13 @@ TEST(MoeRouting, TopKTakesTheHighestScoresAndRenormalizesTheirProbabilities) {
 TEST(MoeRouting, AnExpertKeepsAssignmentsInOrderUpToItsCapacity) {
   EXPECT_EQ(expert_capacity(1.25, 64, 2, 8), 20);
   EXPECT_EQ(expert_capacity(1.0, 10, 1, 4), 3);  // ceil(2.5)
+  // Exact where the product of doubles is not: 1.1 x 800 x 2 / 8 = 220 and
+  // 1.1 x 50 / 5 = 11 (doubles give 220.00000000000003 and 11.000000000000002).
+  EXPECT_EQ(expert_capacity(1.1, 800, 2, 8), 220);
+  EXPECT_EQ(expert_capacity(1.1, 50, 1, 5), 11);
+  EXPECT_EQ(expert_capacity(1.1, 51, 1, 5), 12);   // 11.22
+  EXPECT_EQ(expert_capacity(2.5e-7, 8, 1, 2), 1);  // the smallest share still takes one
+  EXPECT_EQ(expert_capacity(1e6, 3, 2, 7), 857143);  // 6e6 / 7 = 857142.86
   // Five tokens all choosing expert 0 first and expert 1 second; room for 2 and 4.
   const std::vector<float> probs = {0.6f, 0.3f, 0.1f, 0.6f, 0.3f, 0.1f, 0.6f, 0.3f, 0.1f,
                                     0.6f, 0.3f, 0.1f, 0.6f, 0.3f, 0.1f};

@@ -264,6 +264,26 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"calibrate", "--algos", "ring", "--use", "binomial_tree"}, {"--use binomial_tree", "--algos"}},
       {{"calibrate", "--check", "1M"}, {"--check 1M", "--maxbytes 64M"}},
       {{"calibrate", "--latency-below", "512"}, {"--latency-below 512", "--minbytes 1K"}},
+      // A flag that would do nothing where it is given, refused with the reason.
+      {{"moe", "--compare", "--balance", "bias"}, {"--balance bias", "--compare", "every way of balancing"}},
+      {{"moe", "--balance", "none", "--alpha", "0.5"}, {"--alpha 0.5", "--balance aux", "balances by none"}},
+      {{"moe", "--balance", "aux", "--gamma", "0.01"}, {"--gamma 0.01", "--balance bias", "balances by aux"}},
+      {{"pipeline", "--times", "2:1:1"}, {"--times 2:1:1", "--compare"}},
+      {{"fsdp", "--stage", "1", "--reshard-after-forward", "off"}, {"--reshard-after-forward off", "only stage 3"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--reshard-after-forward", "off"},
+       {"--reshard-after-forward off", "--what-if"}},
+      {{"memory", "--sp"}, {"--sp", "--tp 1"}},
+      {{"memory", "--inference", "--timeline"}, {"--timeline", "training step", "--inference"}},
+      {{"memory", "--inference", "--zero", "3"}, {"--zero 3", "--inference"}},
+      {{"train", "--ranks", "2"}, {"--ranks 2", "one model on one rank"}},
+      {{"tp", "--what-if", "gpt3-175b", "--sp"}, {"--sp", "--what-if"}},
+      // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
+      // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
+      {{"tp", "--what-if", "gpt3-175b", "--ranks", "8"}, {"--ranks 8", "--what-if times its layer"}},
+      {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
+       {"--schedule interleaved: a stage's 3 layers", "2 equal chunks", "by default (--virtual)"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--seq", "1.5"}, {"--seq", "1.5 is not a whole number", "(must be 1 to"}},
+      {{"fsdp", "--what-if", "llama2-7b", "--seq", "1e19"}, {"--seq", "1e19", "(must be 1 to"}},
   };
   for (const auto& [args, words] : cases) {
     ASSERT_TRUE(path.contains(args[0])) << args[0] << " is not in " << LABKIT_PROGRAMS;

@@ -68,6 +68,23 @@ TEST(PipelineSchedule, ZeroBubbleSchedulesShrinkTheBubble) {
   }
 }
 
+// ZB-H1's formula is the played bubble at any split of the backward: the
+// weights' parts fill the (P-1)B of waiting for gradients, all of it once
+// W >= B, never the last stage's (P-1)F wait for its first input. At F:B:W =
+// 1:1:3 (P = 4, M = 8) that is 3 / 43 = 7.0%, where (P-1)(F+B-W) gave -8.1%.
+TEST(PipelineSchedule, ZbH1FormulaHoldsWhenTheWeightsOutlastTheInput) {
+  EXPECT_NEAR(bubble_formula(zb_h1_schedule(4, 8), {1, 1, 3}), 3.0 / 43, 1e-12);
+  for (const PipeTimes t : {PipeTimes{1, 1, 1}, PipeTimes{1, 1.5, 0.5}, PipeTimes{1, 1, 2}, PipeTimes{1, 1, 3},
+                            PipeTimes{2, 1, 5}})
+    for (const int P : {2, 4, 8})
+      for (const int M : {P, 2 * P, 4 * P}) {
+        const Schedule s = zb_h1_schedule(P, M);
+        EXPECT_NEAR(validate(s, t).bubble, bubble_formula(s, t), 1e-12)
+            << "P=" << P << " M=" << M << " F:B:W " << t.forward << ":" << t.backward_input << ":"
+            << t.backward_weight;
+      }
+}
+
 // ZB-V at F = B = W: from M = 3P/2 the step is the work plus the fill, (P - 1)
 // chunk forwards, and the bubble is the formula's; from M = 2P - 1 every stage
 // works without a gap from its first forward to its last weight gradient (the

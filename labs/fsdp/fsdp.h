@@ -47,7 +47,7 @@ struct Options {
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
   double step_seconds = 2;  // --what-if: compute per step
   std::string gpu = "h100-80g";
-  double seq = 4096;        // --what-if: tokens per sequence, one sequence per GPU
+  int seq = 4096;           // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
   std::string prefetch = "none";  // stage 3: which pass gathers the next block under the current one
   cli::Sweep sweep;  // ranks=A..B: the what-if on A, 2A, ... B GPUs of every topology; hidden=A..B: prefetch's boundary

@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
   app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
   app.add_option("--seq", o.seq, "--what-if: tokens per sequence (one sequence per GPU)")
-      ->capture_default_str()->check(cli::at_least(1.0));
+      ->capture_default_str()->check(cli::in_range(1, 1 << 20));
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
   app.add_option("--prefetch", o.prefetch, "stage 3: gather the next block under the current one's compute in the "
@@ -192,6 +192,11 @@ int main(int argc, char** argv) {
     if (o.prefetch != "none" && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
       throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
                               o.prefetch));
+    if (!o.reshard_after_forward && std::find(o.stages.begin(), o.stages.end(), 3) == o.stages.end())
+      throw Error("--reshard-after-forward off: does nothing here: only stage 3 gathers parameters, so only it can "
+                  "keep them whole from forward to backward");
+    if (!o.reshard_after_forward && (!o.what_if.empty() || !o.sweep.over.empty()))
+      throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);
     if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);
@@ -224,13 +229,14 @@ int main(int argc, char** argv) {
     const double reordered = relative_difference(train_one_rank(o, data, config, true), one_rank);
     const double limit = rounding_limit(reordered);
     const StageRun& r0 = runs.front();
-    fmt::print("fsdp: tiny-gpt ({} parameters), {} ranks{}, global batch {}, {} steps, {}; per step, rank 0\n",
-               r0.parameters, r0.ranks,
+    fmt::print("fsdp: tiny-gpt ({} parameters), {} rank{}{}, global batch {}, {} step{}, {}; per step, rank 0\n",
+               r0.parameters, r0.ranks, r0.ranks == 1 ? "" : "s",
                o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format(" (HSDP: sharded in {} groups of {}, replicated across them)",
                                                              r0.ranks / o.hsdp, o.hsdp)
-               : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} groups of {})", r0.ranks / o.hpz, o.hpz)
+               : o.hpz > 0 ? fmt::format(" (hpZ: secondary shards in {} group{} of {})", r0.ranks / o.hpz,
+                                         r0.ranks / o.hpz == 1 ? "" : "s", o.hpz)
                            : "",
-               o.batch, o.steps, o.optimizer);
+               o.batch, o.steps, o.steps == 1 ? "" : "s", o.optimizer);
     std::size_t name_width = 5;  // "stage", or the longest row's name: "3 qwZ qgZ"
     for (const StageRun& r : runs) name_width = std::max(name_width, r.name.size());
     fmt::print("{:<{}} {:<28} {:>10} {:>8} {:>10} {:>10} {:>10} {:>7} {:>9} {:>8} {:>13}  {}  {}\n", "stage", name_width,

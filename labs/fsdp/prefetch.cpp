@@ -129,7 +129,7 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
     return predict(Collective::all_gather, algorithm, shard * std::size_t(p) * dtype_bytes, p, topology);
   };
 
-  fmt::print("fsdp --sweep hidden={:g}..{:g}: {}'s layer at each hidden size, stage 3 on {} ranks of {}, {:g} tokens "
+  fmt::print("fsdp --sweep hidden={:g}..{:g}: {}'s layer at each hidden size, stage 3 on {} ranks of {}, {} tokens "
              "per GPU, compute at {:.0f}% of {}'s peak; per layer of the forward ...\n",
              o.sweep.from, o.sweep.to, name, p, topology.name, o.seq, 100 * run_options.efficiency,
              topology.device.name);
@@ -190,7 +190,7 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
              first_hidden ? fmt::format("hidden from {}", *first_hidden) : "hidden at none",
              agrees ? "agrees with" : "DISAGREES with");
   if (!o.plot.empty())
-    plot_boundary(rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {:g} tokens "
+    plot_boundary(rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {} tokens "
                                               "per GPU", name, p, topology.name, o.seq),
                   o.plot);
   if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';

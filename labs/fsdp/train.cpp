@@ -73,7 +73,7 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
     FullyShardedGpt sharded(comm, model, stage,
                             {.shard_group = o.hsdp,
-                             .reshard_after_forward = o.reshard_after_forward,
+                             .reshard_after_forward = stage != 3 || o.reshard_after_forward,
                              .prefetch = stage == 3 ? parse_prefetch(o.prefetch) : Prefetch::none,
                              .hpz_group = stage == 3 ? o.hpz : 0,
                              .quantize_weights = quantized && o.qwz,

@@ -155,7 +155,7 @@ int what_if(const Options& o, RunOptions run_options) {
   }
   const double n = memory::count_parameters(arch).total;
   fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
-             "AdamW, one sequence of {:g} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
+             "AdamW, one sequence of {} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
              n / 1e9, o.hsdp > 0 && o.hsdp < p ? fmt::format("{} (HSDP: groups of {})", p, o.hsdp) : fmt::format("{}", p),
              run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
              o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
@@ -221,7 +221,7 @@ int sweep(const Options& o, RunOptions run_options) {
   }
   const std::vector<std::string_view> topologies = topology_presets();
   fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {} of compute per step, stages {}{}, {} "
-             "topologies; per GPU, mixed-precision AdamW, one sequence of {:g} tokens, {} recomputation ...\n",
+             "topologies; per GPU, mixed-precision AdamW, one sequence of {} tokens, {} recomputation ...\n",
              o.sweep.from, o.sweep.to, name, memory::count_parameters(arch).total / 1e9, format_seconds(o.step_seconds),
              fmt::join(o.stages, " "),
              o.hsdp > 0 ? fmt::format(" (HSDP: sharded within groups of {}, replicated across them)", o.hsdp) : "",

@@ -27,8 +27,9 @@ namespace cli = labkit::cli;
 namespace {
 // What the model's shape allows: tensor parallelism gives each rank whole
 // attention heads (and splits the KV heads, or copies each to the same number
-// of ranks), a pipeline stage holds at least one layer, and HSDP's shard groups
-// split the data-parallel ranks evenly.
+// of ranks), a pipeline stage holds at least one layer, HSDP's shard groups
+// split the data-parallel ranks evenly, and sequence parallelism has tensor-
+// parallel ranks to shard over.
 void check_plan(const Architecture& m, const Plan& p) {
   if (m.heads % p.tp != 0) {
     std::vector<int> divisors;
@@ -45,6 +46,9 @@ void check_plan(const Architecture& m, const Plan& p) {
                                     m.name, m.layers));
   if (p.shard_group > 0 && p.dp % p.shard_group != 0)
     throw labkit::Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
+  if (p.sequence_parallel && p.tp == 1)
+    throw labkit::Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the "
+                        "tensor-parallel ranks; with --tp 1 there are none to split over (add --tp)");
 }
 }  // namespace
 
@@ -117,6 +121,13 @@ int main(int argc, char** argv) {
     if (params > 0) plan.params = params;
     check_plan(arch, plan);
     if (!sweep.empty() && inference) throw labkit::Error("--sweep " + sweep + ": sweeps compare training plans");
+    if (timeline && inference)
+      throw labkit::Error("--timeline: the memory over one training step (gradients, the optimizer's step); "
+                          "--inference holds its weights and KV cache throughout");
+    if (app.count("--zero") && inference)
+      throw labkit::Error(fmt::format("--zero {}: ZeRO shards what training keeps (optimizer states, gradients, "
+                                      "weights) over --dp; --inference splits its weights by --tp and --pp",
+                                      plan.zero));
     if (!plot.empty() && sweep != "zero") throw labkit::Error("--plot " + plot + ": draws --sweep zero (add it)");
     const Gpu device = gpu_preset(gpu);
 

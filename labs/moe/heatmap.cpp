@@ -50,9 +50,10 @@ void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& p
 }
 
 int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  fmt::print("every way of balancing, {} steps on the same batches: {} experts, top-{}, capacity factor {:g}, ep {}; "
+  fmt::print("every way of balancing, {} step{} on the same batches: {} experts, top-{}, capacity factor {:g}, ep {}; "
              "aux at alpha {:g}, bias at gamma {:g}\n",
-             o.steps, o.moe.experts, o.moe.top_k, o.moe.capacity_factor, o.ep, o.moe.aux_weight, o.moe.bias_rate);
+             o.steps, o.steps == 1 ? "" : "s", o.moe.experts, o.moe.top_k, o.moe.capacity_factor, o.ep,
+             o.moe.aux_weight, o.moe.bias_rate);
   std::fflush(stdout);
   fmt::print("{:<8} {:>8} {:>8} {:>9}  tokens per expert, layer 0, the last step\n", "balance", "loss", "dropped",
              "max/mean");

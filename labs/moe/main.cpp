@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <numeric>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -148,9 +149,19 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
 
 namespace {
 
-// What the command line asks that cannot be, before any rank starts.
-void check_options(const Options& o, const RunOptions& run_options, bool ranks_given) {
+// What the command line asks that cannot be, or that would do nothing, before
+// any rank starts.
+void check_options(const Options& o, const RunOptions& run_options, const CLI::App& app) {
   const MoeConfig& m = o.moe;
+  if (o.compare && app.count("--balance"))
+    throw Error(fmt::format("--balance {}: --compare trains with every way of balancing (none, aux and bias) on the "
+                            "same batches", o.balance));
+  for (const auto& [option, value, balance, what] :
+       {std::tuple{"--alpha", m.aux_weight, Balance::aux, "the auxiliary loss's weight"},
+        std::tuple{"--gamma", m.bias_rate, Balance::bias, "the bias's step"}})
+    if (app.count(option) && !o.compare && m.balance != balance)
+      throw Error(fmt::format("{} {:g}: {}, which only --balance {} has; this run balances by {}", option, value, what,
+                              name_of(balance), o.balance));
   if (m.top_k > m.experts)
     throw Error(fmt::format("--top-k {}: more than the {} experts (--experts): 1 to {}", m.top_k, m.experts,
                             m.experts));
@@ -162,7 +173,7 @@ void check_options(const Options& o, const RunOptions& run_options, bool ranks_g
   if (run_options.payload_free) throw Error("--payload-free: the tiny GPT computes with real values");
   if (run_options.backend == "nccl")
     throw Error("--backend nccl: the MoE layer keeps its tokens and experts in host memory (sim or mpi for now)");
-  if (run_options.backend == "sim" && ranks_given && run_options.ranks != o.ep)
+  if (run_options.backend == "sim" && app.count("--ranks") && run_options.ranks != o.ep)
     throw Error(fmt::format("--ranks {}: the lab runs one rank per expert-parallel rank, --ep {}", run_options.ranks,
                             o.ep));
 }
@@ -253,7 +264,7 @@ int main(int argc, char** argv) {
     if (app.count("--seq") || app.count("--micro-batch"))
       throw Error("--seq and --micro-batch go with --what-if; the tiny GPT trains on its context (--batch)");
     o.moe.balance = parse_balance(o.balance);
-    check_options(o, run_options, app.count("--ranks") > 0);
+    check_options(o, run_options, app);
     if (!app.count("--ranks")) run_options.ranks = o.ep;
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);

@@ -26,9 +26,9 @@ cli::Sweep parse_sweep(const std::string& text) {
 }
 
 int sweep(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  fmt::print("--sweep capacity={:g}..{:g}: {} experts, top-{}, ep {}, balance {}, {} steps each on the same "
+  fmt::print("--sweep capacity={:g}..{:g}: {} experts, top-{}, ep {}, balance {}, {} step{} each on the same "
              "batches ...\n",
-             o.sweep.from, o.sweep.to, o.moe.experts, o.moe.top_k, o.ep, o.balance, o.steps);
+             o.sweep.from, o.sweep.to, o.moe.experts, o.moe.top_k, o.ep, o.balance, o.steps, o.steps == 1 ? "" : "s");
   std::fflush(stdout);
   fmt::print("{:>8} {:>9} {:>8} {:>11} {:>11} {:>10} {:>9}\n", "factor", "capacity", "dropped", "all-to-all",
              "MoE a step", "loss", "max/mean");

@@ -146,7 +146,10 @@ Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool 
   if (tiny && run_options.payload_free)
     throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are --what-if's)");
   if ((L / P) % V != 0)
-    throw Error(fmt::format("--virtual {}: a stage's {} layers do not cut into {} equal chunks", V, L / P, V));
+    throw Error(o.virtual_stages
+                    ? fmt::format("--virtual {}: a stage's {} layers do not cut into {} equal chunks", V, L / P, V)
+                    : fmt::format("--schedule {}: a stage's {} layers do not cut into the {} equal chunks it runs "
+                                  "by default (--virtual)", o.schedule, L / P, V));
   if (const int B = o.batch_or_default(); B % M != 0)
     throw Error(fmt::format("--batch {}: it does not cut into {} equal micro-batches (--microbatches)", B, M));
   if (run_options.backend == "sim" && ranks_given && run_options.ranks != P)
@@ -242,6 +245,9 @@ int main(int argc, char** argv) {
       o.stages = s.stages, o.microbatches = s.microbatches;
     }
     if (o.compare) return compare(o, parse_times(o.times));
+    if (app.count("--times"))
+      throw Error(fmt::format("--times {}: the stage times --compare plays the schedules at; a training run measures "
+                              "its own (add --compare)", o.times));
     const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config);
     if (!app.count("--ranks")) run_options.ranks = o.stages;
     if (!o.sweep.over.empty() && o.what_if.empty())
@@ -288,7 +294,7 @@ int main(int argc, char** argv) {
                split ? ", backward for the input alone" : "",
                schedule.name == "naive" ? "(P-1)/P"
                : schedule.name == "interleaved" ? "(P-1)/(VM+P-1)"
-               : schedule.name == "zb-h1" ? "(P-1)(F+B-W) / (M(F+B+W) + (P-1)(F+B-W))"
+               : schedule.name == "zb-h1" ? "(P-1)(F+max(B-W,0)) / (M(F+B+W) + (P-1)(F+max(B-W,0)))"
                : schedule.name == "zbv" ? "the fill alone, (P-1)F / (2M(F+B+W) + (P-1)F)"
                : schedule.name == "by hand" ? "none for a schedule written by hand"
                                         : "(P-1)/(M+P-1)");

@@ -230,6 +230,13 @@ void check_options(const Options& o, const RunOptions& run_options, const GptCon
     if (run_options.payload_free && o.what_if.empty())
       throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
                   "and --what-if's)");
+    if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
+      if (run_options.ranks_given)
+        throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
+                                "each on as many ranks", ranks));
+      if (o.sp) throw Error("--sp: --what-if times Megatron's 4 allreduces a layer, without sequence parallelism");
+      return;
+    }
     if (!ranks_known) return;
     if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
       throw Error(fmt::format("--ranks {}: {}", ranks, no));

@@ -54,6 +54,9 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
   if (options.prefetch != Prefetch::none && stage != 3)
     fail(comm.who(), "FullyShardedGpt", "prefetch at stage={}: only stage 3 gathers parameters before they compute",
          stage);
+  if (!options.reshard_after_forward && stage != 3)
+    fail(comm.who(), "FullyShardedGpt", "reshard_after_forward=false at stage={}: only stage 3 gathers parameters, "
+         "so only it can keep them whole from forward to backward", stage);
   if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
     fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
          comm.size());

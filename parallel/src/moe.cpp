@@ -1,7 +1,7 @@
 #include "labkit/parallel/moe.h"
 
 #include <algorithm>
-#include <cmath>
+#include <charconv>
 #include <numeric>
 #include <string>
 
@@ -42,8 +42,48 @@ void check(const MoeConfig& c, int ep) {
   if (c.shared_experts < 0) throw Error(fmt::format("moe: {} shared experts (0 or more)", c.shared_experts));
 }
 
+namespace {
+
+// The factor as the decimal it was written as, digits x 10^exponent: the
+// shortest digits that read back as the same double (1.1 is 11 x 10^-1, not the
+// binary fraction just above it that the double holds).
+struct Decimal {
+  std::int64_t digits = 0;
+  int exponent = 0;
+};
+
+Decimal decimal_of(double x) {
+  char text[32];  // "1.1e+00": at most 17 digits, a sign, a point and "e-308"
+  const char* const begin = text;
+  const char* const end = std::to_chars(text, text + sizeof text, x, std::chars_format::scientific).ptr;
+  const char* const e = std::find(begin, end, 'e');
+  Decimal d;
+  int fraction_digits = 0;
+  for (const char* c = begin; c != e; ++c) {
+    if (*c == '.') fraction_digits = int(e - c - 1);
+    else d.digits = d.digits * 10 + (*c - '0');
+  }
+  std::from_chars(e + 1 + (e[1] == '+'), end, d.exponent);
+  d.exponent -= fraction_digits;
+  return d;
+}
+
+}  // namespace
+
 std::int64_t expert_capacity(double factor, std::int64_t tokens, int k, int experts) {
-  return std::int64_t(std::ceil(factor * double(tokens) * k / experts));
+  // ceil(digits x 10^exponent x tokens x k / experts) in integers: the
+  // product of doubles is off by one ulp where it is not exact (1.1 x 800 x 2
+  // / 8 is 220.00000000000003, and its ceil 221). A ceil of a ceil over
+  // positive integers is the ceil of the whole quotient, so each power of 10
+  // below 1 divides in turn: 128 bits hold the rest for any factor up to 1e15.
+  const Decimal d = decimal_of(factor);
+  using Wide = __int128;
+  Wide numerator = Wide(d.digits) * tokens * k;
+  for (int e = 0; e < d.exponent; ++e) numerator *= 10;
+  const auto ceil_div = [](Wide a, Wide b) { return (a + b - 1) / b; };
+  Wide capacity = ceil_div(numerator, experts);
+  for (int e = d.exponent; e < 0 && capacity > 1; ++e) capacity = ceil_div(capacity, 10);
+  return std::int64_t(capacity);
 }
 
 double RoutingStats::drop_rate() const {

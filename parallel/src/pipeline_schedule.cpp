@@ -389,8 +389,8 @@ double bubble_formula(const Schedule& s, const PipeTimes& t) {
   if (s.name == "naive") return (P - 1) / P;
   if (s.name == "gpipe" || s.name == "1f1b") return (P - 1) / (M + P - 1);
   if (s.name == "interleaved") return (P - 1) / (V * M + P - 1);
-  if (s.name == "zb-h1") {
-    const double idle = (P - 1) * (t.forward + t.backward_input - t.backward_weight);
+  if (s.name == "zb-h1") {  // the weights' part fills what it can of the wait for the input's
+    const double idle = (P - 1) * (t.forward + std::max(t.backward_input - t.backward_weight, 0.0));
     return idle / (M * (t.forward + t.backward_input + t.backward_weight) + idle);
   }
   const double fill = (P - 1) * t.forward;  // zbv

@@ -93,7 +93,8 @@ struct ShardingOptions {
   // Stage 3: free each block's parameters after its forward and gather them
   // again for its backward (FSDP's default); false keeps every block whole from
   // its forward to its backward, gathering once: 2N per step instead of 3N, for
-  // the memory of the whole model at the turn of the step.
+  // the memory of the whole model at the turn of the step. Below stage 3
+  // nothing is gathered, and false is refused.
   bool reshard_after_forward = true;
   // Stage 3: gather the next block while this one computes, into a buffer of
   // its own (MemoryUse::prefetched until it computes).

@@ -63,7 +63,9 @@ struct MoeConfig {
 // capacity factor <= 0, an ep group whose size does not divide the experts.
 void check(const MoeConfig& c, int ep);
 
-// ceil(factor x tokens x k / experts): how many assignments an expert takes.
+// ceil(factor x tokens x k / experts): how many assignments an expert takes,
+// exactly, the factor read as the decimal it prints as (1.1 x 800 x 2 / 8 is
+// 220, where the product of doubles rounds to just above and takes 221).
 std::int64_t expert_capacity(double factor, std::int64_t tokens, int k, int experts);
 
 // One rank's tokens' assignments: token t's j-th choice is entry t k + j.

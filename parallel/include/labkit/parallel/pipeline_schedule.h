@@ -119,7 +119,10 @@ inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", 
 //   naive        (P-1)/P
 //   gpipe, 1f1b  (P-1)/(M+P-1)
 //   interleaved  (P-1)/(VM+P-1): the bubble's time is 1F1B's over V (Narayanan et al. 2021)
-//   zb-h1        (P-1)(F+B-W) idle against M(F+B+W) of work (Qi et al. 2024)
+//   zb-h1        (P-1)(F + max(B-W, 0)) idle against M(F+B+W) of work: 1F1B's waits of
+//                (P-1)(F+B) less the weights' parts, which fill the (P-1)B of waiting for
+//                gradients (all of it when W >= B) but not the last stage's (P-1)F wait for
+//                its first input; Qi et al. 2024's (P-1)(F+B-W) holds for W <= B
 //   zbv          (P-1)F idle against 2M(F+B+W) of work: the fill alone, the last stage
 //                waiting for its first input, which no schedule of one step avoids. Met
 //                when F = B = W and M >= 3P/2. The paper's "zero bubble" counts from each
