@@ -387,9 +387,11 @@ TEST(VizPipelineGrid, CellsAreReadBackFromTheExecutorsNames) {
             viz::PipelineCell::Kind::backward);
   for (const char* other : {"optimizer", "forward", "forward x", "column-parallel 2", "backward -1"})
     EXPECT_FALSE(viz::pipeline_cell(other)) << other;
-  // Every compute span of a pipeline scenario is a cell: M forwards and M backwards per stage.
+  // Every compute span of a pipeline scenario is a cell: M forwards and M backwards per stage
+  // (its sends, in flight while it computes, are on the stage's stream).
   const viz::TraceModel m = viz::run_scenario(viz::parse_scenario("pp:4:1f1b:8"));
   for (const viz::Track& t : m.tracks) {
+    if (t.stream) continue;
     int cells = 0;
     for (const viz::Span& span : t.spans) cells += span.kind == viz::Kind::compute && viz::pipeline_cell(span.name);
     EXPECT_EQ(cells, 16) << t.name;
