@@ -90,7 +90,8 @@ class Checker {
         if (b->value("name", "") != name || b->value("args", nlohmann::json()) != e.value("args", nlohmann::json()))
           fault(fmt::format("tid {}: 'E' at {} ns, {}, does not match the span last begun, {}", track.second, ts,
                             e.dump(), b->dump()));
-        if (ts < start) fault(fmt::format("tid {}: '{}' ends at {} ns, before it begins at {} ns", track.second, name, ts, start));
+        if (ts < start)
+          fault(fmt::format("tid {}: '{}' ends at {} ns, before it begins at {} ns", track.second, name, ts, start));
         add(track, start, ts, name);
       } else {
         (ph == "s" ? starts : finishes)[e.at("id").get<std::uint64_t>()].push_back({track, ts});

@@ -213,7 +213,8 @@ TEST(ChromeTrace, ASubNanosecondSpanIsLeftOutWithItsArrow) {
   std::vector<std::string> names;
   for (const Drawn& d : spans_of(doc)) names.push_back(d.name);
   EXPECT_EQ(names, (std::vector<std::string>{"forward", "recv"}));
-  for (const json& e : doc["traceEvents"]) EXPECT_TRUE(e["ph"] != "s" && e["ph"] != "f") << "an arrow from nothing: " << e;
+  for (const json& e : doc["traceEvents"])
+    EXPECT_TRUE(e["ph"] != "s" && e["ph"] != "f") << "an arrow from nothing: " << e;
 }
 
 // Issue 37: the pipeline's sends were drawn on the rank's own track, from when

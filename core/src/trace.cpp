@@ -95,7 +95,8 @@ bool drawn(const TraceEvent& e) { return is_span(e) && nanos(e.end) > nanos(e.st
 // flight is no part of another, and is not drawn inside one.
 bool holds(const TraceEvent& outer, const TraceEvent& inner) {
   using K = TraceEvent::Kind;
-  const bool pair = (outer.kind == K::recv && inner.kind == K::send) || (outer.kind == K::send && inner.kind == K::recv);
+  const bool pair =
+      (outer.kind == K::recv && inner.kind == K::send) || (outer.kind == K::send && inner.kind == K::recv);
   return outer.kind == K::collective || (pair && outer.start == inner.start);
 }
 
