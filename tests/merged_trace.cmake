@@ -16,7 +16,7 @@ set(tracks)
 set(sends 0)
 foreach(i RANGE ${last})
   string(JSON ph GET "${events}" ${i} ph)
-  if(ph STREQUAL "X")
+  if(ph STREQUAL "B")  # a span begins
     string(JSON tid GET "${events}" ${i} tid)
     list(APPEND tracks ${tid})
   elseif(ph STREQUAL "s")

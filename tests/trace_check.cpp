@@ -2,8 +2,12 @@
 // it, checked in whole nanoseconds (the unit Perfetto reads times into):
 //
 //   - every ts and dur is a whole number of nanoseconds (3 decimals of microseconds);
-//   - on each track the "X" spans nest strictly: any two are disjoint (abutting
-//     counts) or one lies inside the other, so no span stays open past its end;
+//   - each "E" ends the "B" last begun on its track, with the same name and args
+//     (speedscope matches them so), no earlier, and every "B" ends;
+//   - no span has zero length (Perfetto sorts an "E" before a "B" at one time);
+//   - on each track the spans ("B"/"E" pairs and "X") nest strictly: any two are
+//     disjoint (abutting counts) or one lies inside the other, so no span stays
+//     open past its end;
 //   - every flow "s" has exactly one "f" with its id, no earlier than it, and each
 //     end lies inside a span of its own track, which the arrow binds to.
 //
@@ -57,15 +61,45 @@ class Checker {
     }
     const nlohmann::json doc = nlohmann::json::parse(in);
     std::map<std::pair<int, int>, std::vector<Span>> tracks;
+    std::map<std::pair<int, int>, std::vector<std::pair<const nlohmann::json*, std::int64_t>>> begun;  // not yet ended
     std::map<std::uint64_t, std::vector<FlowEnd>> starts, finishes;
+    auto add = [&](std::pair<int, int> track, std::int64_t start, std::int64_t end, const std::string& name) {
+      if (end == start)
+        fault(fmt::format("tid {}: '{}' at {} ns has zero length (Perfetto sorts its end before its begin)",
+                          track.second, name, start));
+      tracks[track].push_back({start, end, name});
+    };
     for (const nlohmann::json& e : doc.at("traceEvents")) {
       const std::string ph = e.at("ph");
-      if (ph != "X" && ph != "s" && ph != "f") continue;
+      if (ph != "X" && ph != "B" && ph != "E" && ph != "s" && ph != "f") continue;
       const std::pair<int, int> track = {e.at("pid"), e.at("tid")};
       const std::int64_t ts = nanos(e, "ts");
-      if (ph == "X") tracks[track].push_back({ts, ts + nanos(e, "dur"), e.value("name", "")});
-      else (ph == "s" ? starts : finishes)[e.at("id").get<std::uint64_t>()].push_back({track, ts});
+      const std::string name = e.value("name", "");
+      if (ph == "X") {
+        add(track, ts, ts + nanos(e, "dur"), name);
+      } else if (ph == "B") {
+        begun[track].push_back({&e, ts});
+      } else if (ph == "E") {
+        auto& open = begun[track];
+        if (open.empty()) {
+          fault(fmt::format("tid {}: 'E' of '{}' at {} ns ends nothing", track.second, name, ts));
+          continue;
+        }
+        const auto [b, start] = open.back();
+        open.pop_back();
+        if (b->value("name", "") != name || b->value("args", nlohmann::json()) != e.value("args", nlohmann::json()))
+          fault(fmt::format("tid {}: 'E' at {} ns, {}, does not match the span last begun, {}", track.second, ts,
+                            e.dump(), b->dump()));
+        if (ts < start)
+          fault(fmt::format("tid {}: '{}' ends at {} ns, before it begins at {} ns", track.second, name, ts, start));
+        add(track, start, ts, name);
+      } else {
+        (ph == "s" ? starts : finishes)[e.at("id").get<std::uint64_t>()].push_back({track, ts});
+      }
     }
+    for (const auto& [track, open] : begun)
+      for (const auto& [b, start] : open)
+        fault(fmt::format("tid {}: '{}' begins at {} ns and never ends", track.second, b->value("name", ""), start));
     std::size_t spans = 0;
     for (auto& [track, list] : tracks) {
       nest(track, list);

@@ -38,7 +38,8 @@ std::optional<int> stream_of(const std::string& name) {
   return rank;
 }
 
-// labkit's layout: rank r is thread r, its stream thread ranks + r. So one
+// labkit's layout: rank r is thread r, its stream thread ranks + r (and more
+// lanes of work in flight, where it overlaps, k * ranks + r). So one
 // thread named as a stream tells where the ranks end; with none (a trace
 // without streams, or from another tool) every thread is a rank.
 int ranks_in(const TraceModel& m) {
@@ -52,7 +53,7 @@ void assign_ranks(TraceModel& m, int ranks) {
   for (int tid = 0; tid < int(m.tracks.size()); ++tid) {
     Track& t = m.tracks[tid];
     t.stream = tid >= ranks;
-    t.rank = t.stream ? tid - ranks : tid;
+    t.rank = tid % ranks;  // a rank's stream is thread ranks + r, further lanes beside it k * ranks + r
     if (t.name.empty()) t.name = t.stream ? fmt::format("rank {} / comm", t.rank) : fmt::format("rank {}", t.rank);
     m.ranks = std::max(m.ranks, t.rank + 1);
   }
@@ -137,6 +138,18 @@ TraceModel load_chrome_trace(const std::string& path) {
   m.source = path;
   std::map<std::uint64_t, Flow> starts;                          // flow id -> its "s" end
   std::map<std::uint64_t, std::pair<int, double>> finishes;     // flow id -> its "f" end (any order)
+  std::map<int, std::vector<std::pair<const nlohmann::json*, std::int64_t>>> begun;  // per tid, "B"s not yet ended
+  // A span from its begin event (name, category, args) and its ends in nanoseconds.
+  auto add_span = [&](int tid, const nlohmann::json& e, std::int64_t start_ns, std::int64_t end_ns) {
+    const nlohmann::json args = e.value("args", nlohmann::json::object());
+    const std::string name = e.value("name", ""), cat = e.value("cat", "");
+    Span s{kind_of(cat, name), name, start_ns * 1e-9, end_ns * 1e-9, integer<std::int64_t>(args, "bytes", 0),
+           integer<int>(args, "peer", -1), ""};
+    if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
+    if (args.contains("error"))  // with fmt: GCC 12 warns falsely (-Wrestrict) on "\n" + std::string here
+      s.detail += fmt::format("{}{}", s.detail.empty() ? "" : "\n", args["error"].get<std::string>());
+    track(m, tid).spans.push_back(std::move(s));
+  };
   std::size_t index = 0;
   for (const nlohmann::json& e : *events) {
     ++index;
@@ -151,15 +164,15 @@ TraceModel load_chrome_trace(const std::string& path) {
       const std::int64_t ts_ns = nanos(e.at("ts"));
       const double ts = ts_ns * 1e-9;
       if (ph == "X") {
-        const nlohmann::json args = e.value("args", nlohmann::json::object());
-        const std::string name = e.value("name", ""), cat = e.value("cat", "");
-        const double end = (ts_ns + (e.contains("dur") ? nanos(e["dur"]) : 0)) * 1e-9;
-        Span s{kind_of(cat, name), name, ts, end, integer<std::int64_t>(args, "bytes", 0),
-               integer<int>(args, "peer", -1), ""};
-        if (args.contains("algo")) s.detail = fmt::format("algo {}", args["algo"].get<std::string>());
-        if (args.contains("error"))  // with fmt: GCC 12 warns falsely (-Wrestrict) on "\n" + std::string here
-          s.detail += fmt::format("{}{}", s.detail.empty() ? "" : "\n", args["error"].get<std::string>());
-        track(m, tid).spans.push_back(std::move(s));
+        add_span(tid, e, ts_ns, ts_ns + (e.contains("dur") ? nanos(e["dur"]) : 0));
+      } else if (ph == "B") {
+        begun[tid].push_back({&e, ts_ns});
+      } else if (ph == "E") {  // ends the span last begun on its thread, as the format nests them
+        auto& open = begun[tid];
+        if (open.empty()) throw labkit::Error(fmt::format("an end (\"E\") at {} us with no span begun on tid {}",
+                                                          ts_ns * 1e-3, tid));
+        add_span(tid, *open.back().first, open.back().second, ts_ns);
+        open.pop_back();
       } else if (ph == "i" && e.value("cat", "") == "fault") {
         track(m, tid).spans.push_back({Kind::fault, e.value("name", ""), ts, ts, 0, -1, ""});
       } else if (ph == "s" || ph == "f") {

@@ -122,9 +122,21 @@ void Comm::finish(Request& r, std::string_view error) {
       e.flow = is_send ? flow_id(me, peer, r.tag_) : flow_id(peer, me, r.tag_);
     }
     if (is_send && node_of(r.peer_) != node_of(rank_)) e.args.emplace_back("off_node_bytes", std::to_string(e.bytes));
+    e.on_stream = worked_since(r.posted_);
     record(std::move(e));
   }
   r.comm_ = nullptr;  // a second wait is a no-op
+}
+
+// Whether this rank did other work than messaging (computed, ran a collective)
+// since `posted`: a message pending meanwhile was in flight under that work, as
+// the pipeline's sends are under its stages' compute, and is drawn on the
+// rank's communication track (TraceEvent::on_stream), not around the work on
+// its own. A blocking send, or sendrecv's pair, stays the rank's operation.
+bool Comm::worked_since(double posted) const {
+  for (auto e = track_->events.rbegin(); e != track_->events.rend() && e->end > posted; ++e)
+    if (!e->on_stream && e->kind != TraceEvent::Kind::send && e->kind != TraceEvent::Kind::recv) return true;
+  return false;
 }
 
 // ---- collectives -------------------------------------------------------------

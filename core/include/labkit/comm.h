@@ -229,6 +229,7 @@ class Comm {
   friend class Request;
   bool complete(Request& r, bool block);  // wait (block) or test, then finish
   void finish(Request& r, std::string_view error = {});
+  bool worked_since(double posted) const;  // computed or ran a collective since then: a message was in flight
   void check_peer(std::string_view op, int peer, std::string_view arg) const;
   void validate(const CollectiveCall& call) const;
   void trace_collective(const CollectiveCall& call, double start, std::string_view native_algo,

@@ -1,11 +1,13 @@
 // The trace: what every backend records, and the contract between the runtime and
 // everything that shows results. Written as Chrome Trace Event Format JSON
 // (https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU):
-// one track per rank (and one under it for its communication stream, where it
-// has non-blocking work), "X" spans for collectives, sends, receives and compute,
-// "s"/"f" flow events that draw an arrow from each send to its receive, "C"
-// counters of each rank's memory by use, and an "i" instant where a rank failed.
-// Perfetto (ui.perfetto.dev) and chrome://tracing open it.
+// one track per rank (and under it its communication stream, "rank 3 / comm",
+// where it has work in flight beside its own, and more such lanes where that work
+// overlaps), spans for collectives, sends, receives and compute as "B"/"E" pairs
+// in whole nanoseconds that nest strictly on each track, "s"/"f" flow events
+// that draw an arrow from each send to its receive, "C" counters of each rank's
+// memory by use, and an "i" instant where a rank failed. Perfetto
+// (ui.perfetto.dev), speedscope and chrome://tracing open it.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +33,9 @@ struct TraceEvent {
   std::vector<std::pair<std::string, std::string>> args = {};
   // Memory: the bytes held at `start`, by use (a Chrome counter event).
   std::vector<std::pair<std::string, double>> counters = {};
-  // On the rank's communication stream (a non-blocking collective and its
-  // messages): drawn on a track of its own under the rank, "rank 3 / comm".
+  // In flight beside the rank's own work: on its communication stream (a
+  // non-blocking collective and its messages), or a message pending while the
+  // rank computed. Drawn on a track under the rank, "rank 3 / comm".
   bool on_stream = false;
 };
 
