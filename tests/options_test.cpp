@@ -32,7 +32,8 @@ namespace {
 const std::map<std::string, std::string> kAnyValue = {
     {"--output_file", "a file to write"}, {"--out", "a file to write"},     {"--screenshot", "a file to write"},
     {"--dump", "a folder to write"},     {"trace", "a trace to read; a missing one is the loader's error"},
-    {"--gradescope", "a file to write"}, {"--manifest", "a file to read; a missing one is the grader's error"}};
+    {"--gradescope", "a file to write"}, {"--manifest", "a file to read; a missing one is the grader's error"},
+    {"--build-log", "./labkit grade's build output, to quote compile errors from; none when it is missing"}};
 
 struct Program {
   std::string name, path;
