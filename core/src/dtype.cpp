@@ -1,6 +1,7 @@
 #include "labkit/dtype.h"
 
 #include "labkit/device.h"
+#include "labkit/error.h"
 
 #include <algorithm>
 #include <array>
@@ -91,6 +92,10 @@ ReduceOp parse_reduce_op(std::string_view name) {
 }
 
 void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
+  if (!in != !inout && count > 0)
+    throw Error(fmt::format("reduce_local: {} is a null pointer (a view with no data, such as an empty "
+                            "std::vector's) while {} holds {} values of {}: nothing would be reduced",
+                            in ? "inout" : "in", in ? "in" : "inout", count, name_of(dtype)));
   if (!in || !inout) return;
   if (const Device& d = device_of(inout); d.kind != DeviceKind::cpu) return d.reduce(op, dtype, in, inout, count);
   switch (dtype) {

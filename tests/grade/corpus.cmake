@@ -80,6 +80,8 @@ labkit_grade_corpus(ring_allreduce ring_all_reduce deletes_its_buffer_twice SCOR
        "double free" "AddressSanitizer stops at the bad write")
 labkit_grade_corpus(ring_allreduce ring_all_reduce receives_into_an_empty_vector SCORE 0.0
   SAYS "rank 1: recv\\(from=0\\): the receive buffer is a null pointer with a count of 1 \\(f32\\)")
+labkit_grade_corpus(ring_allreduce ring_all_reduce reduces_into_an_empty_vector SCORE 0.0
+  SAYS "reduce_local: inout is a null pointer \\(a view with no data, such as an empty std::vector's\\) while in holds")
 labkit_grade_corpus(pipeline pipeline_exchange receives_into_its_output SCORE 0.0 TIMEOUT 10
   SAYS "stage 1 \\(layers \\[1, 2\\)\\) received into stream\\(1\\); receive_activation fills the stage's input")
 labkit_grade_corpus(ring_allreduce ring_all_reduce all_gather_receives_the_chunk_it_sends SCORE 0.0

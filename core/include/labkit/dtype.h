@@ -56,7 +56,9 @@ template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 
 // inout[i] = op(inout[i], in[i]) for i < count. avg is not an elementwise operator:
 // the Comm runs an avg collective as sum and then calls divide_local (as NCCL does).
-// Null pointers are a payload-free run (sizes only): nothing to compute.
+// Null pointers are a payload-free run (sizes only): nothing to compute. One
+// null beside real data is a view with no data in a run that carries payloads
+// (an empty std::vector's data()), which would drop the reduction unseen: an Error.
 // bf16 is computed in float and rounded once per element (to_bf16), as NCCL's
 // reduction does: one bf16 add on sm_80 and newer (__hadd2), a float add then
 // __float2bfloat16 before; either way each step's partial result is stored,
