@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "labkit/cli.h"
+#include "labkit/lab/main.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
 
@@ -45,17 +46,12 @@ void each_rank(Comm& comm, const Options& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Lab template: every rank adds its rank number to a sum with allreduce"};
-  cli::one_line_errors(app);
   Options o;
   RunOptions run_options;
   app.add_option("--count", o.count, "elements per rank")->capture_default_str()->check(cli::at_least(1));
   add_run_options(app, run_options);
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return lab::run_main(app, argc, argv, [&] {
     run(run_options, [&](Comm& comm) { each_rank(comm, o); });
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -18,14 +18,15 @@
 #include "compute_lab.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/main.h"
 #include "labkit/output.h"
 #include "labkit/run.h"
 
 namespace cli = labkit::cli;
+namespace lab = labkit::lab;
 
 int main(int argc, char** argv) {
   CLI::App app{"Lab: compute budgets, the roofline and the communication roofline"};
-  cli::one_line_errors(app);
   bool budget = false, ccr = false, roofline = false;
   double mfu = 0.7;
   int batch = 2048;
@@ -43,8 +44,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::in_range(1, 16384));
   app.add_option("--plot", plot, "--roofline: draw it, ops as points, SVG or PNG (gnuplot)")->check(cli::figure_file());
   app.add_option("--json", json, "also write every table as JSON to this file")->check(cli::output_file());
-  CLI11_PARSE(app, argc, argv);
-  try {
+  return lab::run_main(app, argc, argv, [&] {
     if (!plot.empty() && !roofline) throw labkit::Error("--plot " + plot + ": draws --roofline (add it)");
     if (!budget && !ccr && !roofline) budget = ccr = true;
     nlohmann::json report;
@@ -59,8 +59,5 @@ int main(int argc, char** argv) {
     }
     if (!json.empty()) labkit::create_file(json) << report.dump(2) << '\n';
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return 1;
-  }
+  });
 }

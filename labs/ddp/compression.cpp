@@ -4,11 +4,14 @@
 // each rank sends per step (counted, from the formula, from the trace), the
 // times, and the two loss curves.
 #include <cstdio>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/cli.h"
+#include "labkit/error.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 
@@ -47,8 +50,31 @@ void plot_losses(const std::string& path, const std::string& name, const ModeRun
 
 }  // namespace
 
+void add_compress_option(CLI::App& app, Options& o) {
+  app.add_option_function<std::string>(
+         "--compress", [&o](const std::string& t) { o.compress = parse_compression(t); },
+         "none, bf16, powersgd:R or topk:F: average each step's gradients compressed, beside an uncompressed run "
+         "(bytes, times and loss curves; --plot draws the curves)")
+      ->check(cli::parsed_by([](const std::string& t) { parse_compression(t); }));
+}
+
+void check_compress_alone(const CLI::App& app, const Options& o, const RunOptions& run_options) {
+  const std::string compress = "--compress " + name_of(o.compress);
+  for (const char* other : {"--mode", "--what-if", "--sweep", "--volume", "--bench"})
+    if (app.count(other))
+      throw Error(fmt::format("{}: it replaces the gradient averaging with one compressed average per step after "
+                              "backward, and takes no {}", compress, other));
+  if (run_options.backend == "nccl")
+    throw Error(fmt::format("{}: compresses in host memory, which --backend nccl cannot send (sim or mpi)", compress));
+}
+
 int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,
                         const GptConfig& config) {
+  try {
+    check_compression(o.compress, Gpt(config, o.seed).tensors(), "the tiny GPT");
+  } catch (const std::invalid_argument& e) {
+    throw Error(fmt::format("--compress {}: {}", name_of(o.compress), e.what()));
+  }
   // --trace: a file for each run, the uncompressed and the compressed one ("powersgd:2" named "powersgd").
   RunOptions plain_run = run_options, compressed_run = run_options;
   if (!run_options.trace.empty()) {

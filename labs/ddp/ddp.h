@@ -1,5 +1,6 @@
 // Lab 5: data parallelism (DDP). One file per view of it:
-//   main.cpp     the tiny GPT trained data-parallel in each mode, times per step, equal to one rank
+//   main.cpp     the options, and which view runs
+//   modes.cpp    the tiny GPT trained data-parallel in each mode, times per step, equal to one rank
 //   train.cpp    the training loop: the corpus, each rank's shard, the optimizer
 //   what_if.cpp  --what-if, --sweep, --volume: payload-free steps of real models' shapes
 //   bench.cpp    --bench: what the simulation costs in wall time
@@ -13,6 +14,7 @@
 
 #include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/gradient_compression.h"
 #include "labkit/parallel/sequences.h"
@@ -26,21 +28,18 @@ using namespace labkit;
 // A, 2A, ... MiB up to B ("bucket-mb"); `over` empty: no sweep.
 using SweepRange = cli::Sweep;
 
-struct Options {
+struct Options : lab::TrainingOptions {
+  Options() : TrainingOptions{.steps = 20, .batch = 16, .lr = 3e-3f} {}
   std::vector<std::string> modes = {"naive", "bucketed", "overlap"};
-  int steps = 20, batch = 16, accum = 1;
+  int accum = 1;
   double bucket_mb = 25, first_bucket_mb = 1;
-  std::uint64_t seed = 1337;
   std::string optimizer = "adamw";
   int warmup = 0;   // steps of linear learning-rate warmup
   double clip = 0;  // clip the gradients' global norm to this (0: never)
   std::string device = "cpu";
-  float lr = 3e-3f;
-  std::string json;
   std::string what_if;       // a model preset: its payload-free step instead of the tiny GPT
   double step_seconds = 2;   // --what-if: compute per step
   bool volume = false;
-  bool bench = false;
   SweepRange sweep;
   std::string plot;
   CompressionSpec compress;  // --compress: none trains the --mode runs instead
@@ -76,6 +75,13 @@ struct OneRank {
 };
 OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false);
 
+// The studies' options (--what-if, --step-seconds, --volume, --sweep), and --compress's.
+void add_what_if_options(CLI::App& app, Options& o);
+void add_compress_option(CLI::App& app, Options& o);
+
+// The tiny GPT trained in each mode, its table, and the verdict against one rank; the exit status.
+int train_modes(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes,
+                const Sequences& corpus, const GptConfig& config);
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes);
 // Each mode's step as a stacked bar (forward, backward, optimizer, exposed
 // communication), to an SVG or PNG through gnuplot.
@@ -85,6 +91,11 @@ int sweep(const Options& o, RunOptions run_options);
 int bucket_sweep(const Options& o, RunOptions run_options);
 int volume(const Options& o, int ranks);
 int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config);
+// --compress replaces the averaging, so it takes no --mode, and trains the
+// tiny GPT, so no payload-free study; its arithmetic reads host memory, which
+// NCCL's collectives cannot send. Throws naming what it is refused beside.
+void check_compress_alone(const CLI::App& app, const Options& o, const RunOptions& run_options);
+// The tiny GPT averaged plainly and with --compress on the same batches, side by side.
 int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,
                         const GptConfig& config);
 

@@ -7,12 +7,36 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/cli.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
 
 namespace ddp_lab {
+
+namespace {
+
+// --sweep's forms: weak scaling over rank counts, or the bucket cap in MiB.
+SweepRange parse_sweep(const std::string& text) {
+  return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}, {"bucket-mb", 0, 65536, false, " MiB"}});
+}
+
+}  // namespace
+
+void add_what_if_options(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes "
+                                         "per mode, against the reading's estimate")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
+         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "
+         "bucket-mb=A..B: its exposed communication against the bucket cap, beside an overhead model's optimum")
+      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+}
 
 namespace {
 // One payload-free step of `model` in `mode`, measured from rank 0's trace, and

@@ -112,6 +112,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   RunOptions run_all = run_options;
   run_all.check_arguments = false;  // time the collective alone
   std::vector<Row> rows;
+  RunOptions ran = run_options;  // under mpirun, -np ranks rather than --ranks
   run(run_all, [&](Comm& comm) {
     comm.set_algorithm(Collective::barrier, nullptr);  // the barrier that starts each clock
     const std::vector<std::size_t> counts = counts_of(o.sweep, comm.size());
@@ -119,18 +120,21 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
       if (isatty(STDERR_FILENO))
         std::fprintf(stderr, "\r  measured %-10s", format_bytes(count * size_of(o.sweep.dtype)).c_str());
     });
-    if (comm.rank() == 0) rows = rows_of(timings, kAlgorithms, counts, o.sweep.dtype);
+    if (comm.rank() != 0) return;
+    rows = rows_of(timings, kAlgorithms, counts, o.sweep.dtype);
+    ran.ranks = comm.size();
   });
   if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%40s\r", "");
+  if (rows.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
-  const int nodes = (run_options.ranks + topology.devices_per_node - 1) / topology.devices_per_node;
+  const int nodes = (ran.ranks + topology.devices_per_node - 1) / topology.devices_per_node;
   fmt::print("# all_reduce, {} ranks on {} ({} node{} x {}), backend {}; #wrong checked up to {} (sizes only above)\n",
-             run_options.ranks, topology.name, nodes, nodes > 1 ? "s" : "",
-             std::min(run_options.ranks, topology.devices_per_node), run_options.backend,
+             ran.ranks, topology.name, nodes, nodes > 1 ? "s" : "",
+             std::min(ran.ranks, topology.devices_per_node), ran.backend,
              format_bytes(o.sweep.data_max_bytes));
-  const Table table{all_reduce, o.sweep.dtype, bus_bandwidth_factor(Collective::all_reduce, run_options.ranks)};
+  const Table table{all_reduce, o.sweep.dtype, bus_bandwidth_factor(Collective::all_reduce, ran.ranks)};
   const std::int64_t wrong = print_table(table, kAlgorithms, rows);
-  const std::vector<Modeled> modeled = model_rows(rows, run_options);
+  const std::vector<Modeled> modeled = model_rows(rows, ran);
   const std::map<std::size_t, std::string> fastest = fastest_per_size(rows);
   print_model_errors(rows, modeled, fastest);
   // Where the model and the simulator part ways, ports are shared.
@@ -144,7 +148,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   std::vector<std::size_t> sizes;
   for (const Row& r : rows)
     if (r.algo == kAlgorithms.front()) sizes.push_back(r.bytes);
-  const std::vector<NcclEstimate> nccl = print_nccl_choices(Collective::all_reduce, sizes, run_options.ranks, topology);
+  const std::vector<NcclEstimate> nccl = print_nccl_choices(Collective::all_reduce, sizes, ran.ranks, topology);
   if (nodes > 1)
     fmt::print("# across nodes every flat-ring step waits for the slowest hop ({} at {:g} GB/s, not {} at {:g} "
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",
@@ -163,7 +167,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
     }
     create_file(o.json) << json.dump(2) << '\n';
   }
-  if (!o.plot.empty()) write_plot(rows, o.plot, run_options);
+  if (!o.plot.empty()) write_plot(rows, o.plot, ran);
   return wrong ? 1 : 0;
 }
 

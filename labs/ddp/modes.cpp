@@ -1,0 +1,98 @@
+// The tiny GPT trained data-parallel in each --mode, timed per step from rank
+// 0's trace, and held against one rank training on the whole global batch:
+// every mode must end with the same weights on every rank, and one rank's.
+//
+// naive allreduces every gradient after backward; bucketed packs them into
+// PyTorch's buckets (1 MiB first, then --bucket-mb) and allreduces each after
+// backward; overlap starts each bucket's allreduce the moment its last gradient
+// is ready, while backward goes on. `model` is the overlap model
+// T_fwd + max(T_bwd, T_comm) + T_opt.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ddp.h"
+#include "labkit/lab/table.h"
+#include "labkit/lab/verdict.h"
+#include "labkit/output.h"
+#include "labkit/parallel/equivalence.h"
+
+namespace ddp_lab {
+
+namespace {
+
+lab::Table modes_table() {
+  using lab::Align;
+  return lab::Table({{.header = "mode", .key = "mode", .width = 9, .align = Align::left},
+                     {.header = "buckets", .key = "buckets", .width = 7},
+                     {.header = "T_fwd", .key = "t_fwd", .width = 9},
+                     {.header = "T_bwd", .key = "t_bwd", .width = 9},
+                     {.header = "T_comm", .key = "t_comm", .width = 9},
+                     {.header = "T_opt", .key = "t_opt", .width = 9},
+                     {.header = "exposed", .key = "exposed", .width = 9},
+                     {.header = "T_step", .key = "t_step", .width = 9},
+                     {.header = "model", .key = "overlap_model", .width = 9},
+                     {.header = "loss", .key = "loss", .width = 7},
+                     {.header = "grads vs 1", .key = "gradients_vs_one_rank", .width = 12, .gap = 2},
+                     {.header = "weights vs 1", .key = "weights_vs_one_rank", .width = 12},
+                     {.header = "ranks agree", .key = "ranks_agree", .align = Align::left, .gap = 2},
+                     {.key = "ranks"},
+                     {.key = "weights_limit"},
+                     {.key = "weights_fingerprint"}});
+}
+
+}  // namespace
+
+int train_modes(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes,
+                const Sequences& corpus, const GptConfig& config) {
+  std::vector<ModeRun> runs;
+  std::vector<std::string> traces;  // --trace: one file per mode where there are several
+  for (DdpMode mode : modes) {
+    RunOptions row = run_options;
+    if (!row.trace.empty() && modes.size() > 1) traces.push_back(row.trace = row_file(row.trace, name_of(mode)));
+    runs.push_back(train(o, row, mode, corpus, config));
+  }
+  if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
+
+  const OneRank one_rank = train_one_rank(o, corpus, config);
+  const double reordered = relative_difference(train_one_rank(o, corpus, config, true).weights, one_rank.weights);
+  const double weight_limit = rounding_limit(reordered);
+  fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",
+             runs.front().ranks, o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps,
+             o.optimizer, run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
+  lab::Table table = modes_table();
+  table.print_header();
+  lab::Verdict verdict;
+  for (const ModeRun& r : runs) {
+    const StepTimes& t = r.per_step;
+    const double model = t.forward + std::max(t.backward, t.comm) + t.optimizer;
+    const double grads = relative_difference(r.first_grads, one_rank.first_grads);
+    const double weights = relative_difference(r.weights, one_rank.weights);
+    const std::string mode(name_of(r.mode));
+    verdict.within(mode + ": first gradients", grads, 1e-6);
+    verdict.within(mode + ": weights", weights, weight_limit);
+    verdict.require(r.ranks_agree, mode + ": ranks' weights differ");
+    table.add({mode, r.buckets, lab::seconds(t.forward), lab::seconds(t.backward), lab::seconds(t.comm),
+               lab::seconds(t.optimizer), lab::seconds(t.exposed()), lab::seconds(t.step), lab::seconds(model),
+               {r.losses, fmt::format("{:.4f}", r.losses.back())}, lab::number(grads, "{:.1e}"),
+               lab::number(weights, "{:.1e}"), lab::yes_no(r.ranks_agree), r.ranks, weight_limit,
+               fmt::format("{:016x}", r.fingerprint)});
+  }
+  fmt::print("(vs 1: ||x - x1|| / ||x1|| against one rank on the global batch; the first step's averaged "
+             "gradients, the last weights)\n");
+  if (!traces.empty()) fmt::print("traces, one per mode: {}\n", fmt::join(traces, ", "));
+  const int status = verdict.print(fmt::format(
+      "equal to one rank: gradients within 1e-6, weights within {:.1e} ({}: {}x, at least 1e-6, what reversing "
+      "each batch does to one rank's, {:.1e}), every rank bit for bit the same",
+      weight_limit, o.optimizer, kRoundingMargin, reordered));
+  if (!o.json.empty()) create_file(o.json) << table.json().dump(2) << '\n';
+  if (!o.plot.empty()) {
+    std::vector<std::pair<DdpMode, StepTimes>> steps;
+    for (const ModeRun& r : runs) steps.emplace_back(r.mode, r.per_step);
+    plot_step_bars(o.plot, fmt::format("DDP step of the tiny GPT on {} ranks", runs.front().ranks), steps);
+  }
+  return status;
+}
+
+}  // namespace ddp_lab

@@ -1,0 +1,74 @@
+// labkit::lab::Table — a lab's table, printed and written as JSON from one list
+// of columns, as nccl-tests prints its one header and a row per size:
+//
+//   lab::Table table({{.header = "mode", .key = "mode", .width = 9, .align = lab::Align::left},
+//                     {.header = "T_step", .key = "t_step", .width = 9},
+//                     {.key = "weights_limit"}});            // in the JSON only
+//   table.print_header();                                    // mode         T_step
+//   table.add({"naive", lab::seconds(t), limit});            // naive       11.6 us
+//   create_file(json) << table.json().dump(2);               // [{"mode": "naive", "t_step": 1.16e-05, ...}]
+//
+// A cell is a value for the JSON and the text printed for it (by default the
+// value in fmt's "{}"): a loss column prints the last loss and writes the curve.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+namespace labkit::lab {
+
+enum class Align { left, right };
+
+struct Column {
+  std::string header;  // printed above the column; empty: the column is in the JSON only
+  std::string key;     // its name in the JSON
+  int width = 0;       // printed width; 0: as wide as its text (a last column)
+  Align align = Align::right;
+  int gap = 1;         // spaces before it (none before the first)
+};
+
+struct Cell {
+  nlohmann::json value;
+  std::string text;
+
+  Cell(const char* text) : value(text), text(text) {}
+  Cell(std::string text) : value(text), text(std::move(text)) {}
+  Cell(nlohmann::json value, std::string text) : value(std::move(value)), text(std::move(text)) {}
+  template <class T>
+    requires std::is_arithmetic_v<T>
+  Cell(T number) : value(number), text(fmt::format("{}", number)) {}
+};
+
+// A number printed in fmt's `spec` ("{:.4f}", "{:.1e}"), written whole to the JSON.
+template <class T>
+Cell number(T value, std::string_view spec) {
+  return {value, fmt::format(fmt::runtime(spec), value)};
+}
+// Seconds printed with their unit ("11.6 us"), written in seconds.
+Cell seconds(double seconds);
+// true as "yes", false as "NO": a check that failed stands out in a column of yeses.
+Cell yes_no(bool holds);
+
+class Table {
+ public:
+  explicit Table(std::vector<Column> columns);
+
+  void print_header() const;
+  // Prints the row (one cell per column, in order) and keeps it for json().
+  void add(std::vector<Cell> row);
+  // Every row so far, an object each, keyed by the columns' keys.
+  const nlohmann::json& json() const { return rows_; }
+
+ private:
+  std::string line(const std::vector<std::string>& texts) const;
+
+  std::vector<Column> columns_;
+  nlohmann::json rows_ = nlohmann::json::array();
+};
+
+}  // namespace labkit::lab

@@ -1,0 +1,41 @@
+// labkit::lab::TrainingOptions — the options every training lab takes, each
+// checked the same way everywhere; a lab gives its defaults and its words.
+//
+//   struct Options : lab::TrainingOptions {
+//     Options() : TrainingOptions{.steps = 20, .batch = 16, .lr = 3e-3f} {}
+//     ...
+//   };
+//   lab::add_training_options(app, o, {.batch = "global batch: sequences per step over all ranks"});
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace labkit::lab {
+
+struct TrainingOptions {
+  int steps = 4;
+  int batch = 8;
+  float lr = 0.1f;
+  std::uint64_t seed = 1337;
+  std::string json;   // also write the lab's tables as JSON to this file
+  bool bench = false;  // time the simulation instead
+};
+
+// What each option means in this lab, on its --help line. An empty `batch` or
+// `bench` leaves that option to the lab.
+struct TrainingWords {
+  std::string batch = "sequences per step";
+  int max_batch = 0;  // 0: no bound but the int's
+  std::string lr = "learning rate";
+  std::string seed = "initialisation, corpus and sampling";
+  std::string json = "also write the table as JSON to this file";
+  std::string bench;
+};
+
+// Adds --steps, --batch, --lr, --seed, --json and --bench, with `o`'s values as their defaults.
+void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words);
+
+}  // namespace labkit::lab

@@ -1,0 +1,47 @@
+#include "labkit/lab/table.h"
+
+#include <stdexcept>
+
+#include "labkit/units.h"
+
+namespace labkit::lab {
+
+Cell seconds(double seconds) { return {seconds, format_seconds(seconds)}; }
+
+Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }
+
+Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+
+std::string Table::line(const std::vector<std::string>& texts) const {
+  std::string out;
+  bool first = true;
+  for (std::size_t i = 0; i < columns_.size(); ++i) {
+    const Column& c = columns_[i];
+    if (c.header.empty()) continue;
+    if (!first) out.append(std::size_t(c.gap), ' ');
+    first = false;
+    out += c.align == Align::left ? fmt::format("{:<{}}", texts[i], c.width) : fmt::format("{:>{}}", texts[i], c.width);
+  }
+  return out;
+}
+
+void Table::print_header() const {
+  std::vector<std::string> headers;
+  for (const Column& c : columns_) headers.push_back(c.header);
+  fmt::print("{}\n", line(headers));
+}
+
+void Table::add(std::vector<Cell> row) {
+  if (row.size() != columns_.size())
+    throw std::logic_error(fmt::format("Table::add: {} cells for {} columns", row.size(), columns_.size()));
+  std::vector<std::string> texts;
+  nlohmann::json object = nlohmann::json::object();
+  for (std::size_t i = 0; i < row.size(); ++i) {
+    texts.push_back(std::move(row[i].text));
+    object[columns_[i].key] = std::move(row[i].value);
+  }
+  fmt::print("{}\n", line(texts));
+  rows_.push_back(std::move(object));
+}
+
+}  // namespace labkit::lab

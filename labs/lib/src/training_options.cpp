@@ -1,0 +1,19 @@
+#include "labkit/lab/training_options.h"
+
+#include "labkit/cli.h"
+
+namespace labkit::lab {
+
+void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words) {
+  app.add_option("--steps", o.steps, "optimizer steps")->capture_default_str()->check(cli::at_least(1));
+  if (!words.batch.empty())
+    app.add_option("--batch", o.batch, words.batch)
+        ->capture_default_str()
+        ->check(words.max_batch ? cli::in_range(1, words.max_batch) : cli::at_least(1));
+  app.add_option("--lr", o.lr, words.lr)->capture_default_str()->check(cli::above(0.0f));
+  app.add_option("--seed", o.seed, words.seed)->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  app.add_option("--json", o.json, words.json)->check(cli::output_file());
+  if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);
+}
+
+}  // namespace labkit::lab
