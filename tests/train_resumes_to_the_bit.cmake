@@ -10,7 +10,7 @@ endif()
 file(REMOVE ${OUT}/resumed.ckpt)
 execute_process(COMMAND ${LAB} ${args} --checkpoint ${OUT}/resumed.ckpt --fail-rank 0 --at 8us
                 OUTPUT_VARIABLE stopped ERROR_VARIABLE err RESULT_VARIABLE status)
-if(status EQUAL 0 OR NOT err MATCHES "rank 0 failed at t = 8.00 us" OR NOT stopped MATCHES "step +20/40"
+if(NOT status STREQUAL "1" OR NOT err MATCHES "rank 0 failed at t = 8.00 us" OR NOT stopped MATCHES "step +20/40"
    OR stopped MATCHES "step +25/40")
   message(FATAL_ERROR "the run did not stop between steps 20 and 25 (exit ${status}):\n${stopped}${err}")
 endif()
@@ -27,10 +27,10 @@ if(differ OR NOT straight_losses STREQUAL resumed_losses OR NOT straight_losses)
 endif()
 # What cannot be resumed is refused in one line.
 execute_process(COMMAND ${LAB} --resume --checkpoint ${OUT}/missing.ckpt ERROR_VARIABLE err RESULT_VARIABLE status)
-if(status EQUAL 0 OR NOT err MATCHES "error: checkpoint '[^']*missing.ckpt': cannot open it\n$")
+if(NOT status STREQUAL "1" OR NOT err MATCHES "error: checkpoint '[^']*missing.ckpt': cannot open it\n$")
   message(FATAL_ERROR "a missing checkpoint was not refused clearly (exit ${status}): ${err}")
 endif()
 execute_process(COMMAND ${LAB} --checkpoint-every 0 ERROR_VARIABLE err RESULT_VARIABLE status)
-if(status EQUAL 0 OR NOT err MATCHES "^error: --checkpoint-every: 0 is out of range")
+if(NOT status STREQUAL "105" OR NOT err MATCHES "^error: --checkpoint-every: 0 is out of range")
   message(FATAL_ERROR "--checkpoint-every 0 was not refused (exit ${status}): ${err}")
 endif()
