@@ -10,11 +10,12 @@
 #include <vector>
 
 #include "scenario.h"
-#include "scenarios/collective.h"
 #include "summary.h"
 #include "trace_model.h"
 
 namespace viz {
+
+struct CollectiveScenario;  // scenarios/collective.h
 
 struct App {
   TraceModel model;

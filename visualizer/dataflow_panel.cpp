@@ -14,6 +14,7 @@
 #include "colors.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 

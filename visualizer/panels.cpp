@@ -1,6 +1,7 @@
 // The panel registry. Labs add theirs with register_panel; the visualizer draws
 // every registered panel each frame, in registration order.
 #include "app.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 

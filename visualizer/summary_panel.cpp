@@ -9,6 +9,7 @@
 #include "labkit/collective.h"
 #include "labkit/cost_model.h"
 #include "labkit/units.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 
