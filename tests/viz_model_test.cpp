@@ -271,7 +271,7 @@ TEST(VizSummary, ATraceWithoutStreamsHidesNothing) {
 }
 
 TEST(VizChunks, RingAllReduceReducesOneChunkPerRankThenGathersThem) {
-  const viz::ChunkHistory h = viz::chunk_history(viz::parse_scenario("ring:4:1K"));
+  const viz::ChunkHistory h = viz::parse_scenario("ring:4:1K")->run().chunks;
   ASSERT_EQ(h.times.size(), 1u + 2 * 3);  // the start, then 2(P-1) steps (every rank in step)
   for (int r = 0; r < 4; ++r)
     for (int c = 0; c < 4; ++c) {
@@ -283,19 +283,52 @@ TEST(VizChunks, RingAllReduceReducesOneChunkPerRankThenGathersThem) {
 }
 
 TEST(VizChunks, AllGatherFillsEveryBlockWithItsRanksData) {
-  const viz::ChunkHistory h = viz::chunk_history(viz::parse_scenario("ring:5:1K:all_gather"));
+  const viz::ChunkHistory h = viz::parse_scenario("ring:5:1K:all_gather")->run().chunks;
   ASSERT_FALSE(h.states.empty());
   for (int r = 0; r < 5; ++r)
     for (int c = 0; c < 5; ++c) EXPECT_EQ(h.states.back()[r][c], 1u << c);
-  EXPECT_TRUE(viz::chunk_history(viz::parse_scenario("pairwise:4:1K:all_to_all")).states.empty());
+  EXPECT_TRUE(viz::parse_scenario("pairwise:4:1K:all_to_all")->run().chunks.states.empty());
   EXPECT_THROW(viz::parse_scenario("ring:eight:1M"), Error);
 }
 
+// The scenario table finds a kind by the text's first field (any other names a
+// collective's algorithm): each kind reads its own fields, takes the shared
+// ranks and topology, and names its own form when the text is wrong. The Run
+// panel edits a parsed scenario in place, and its next run uses the edit.
+TEST(VizScenario, EachKindReadsItsOwnFormFromTheTable) {
+  const auto error = [](const std::string& text) -> std::string {
+    try {
+      viz::parse_scenario(text);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "parsed";
+  };
+  EXPECT_EQ(error("ddp:8"), "'ddp:8' is not ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]] (e.g. ring:8:1M)");  // no mode
+  EXPECT_EQ(error("ddp:8:overlap:dgx-h100:x"), "'ddp:8:overlap:dgx-h100:x' is not ddp:RANKS:MODE[:TOPOLOGY]");
+  EXPECT_EQ(error("fsdp:8:4"), "'fsdp:8:4' is not fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]] (stage 0-3)");
+  EXPECT_EQ(error("moe:0"), "'moe:0': '0' is not a rank count from 1 to 1048576");
+  EXPECT_EQ(error("pp:4:1f1b:x"), "'pp:4:1f1b:x': 'x' is not a micro-batch count from 1 to 1024");
+  for (const char* two_fields : {"tp:4", "cp:8", "moe:4"}) EXPECT_EQ(error(two_fields), "parsed") << two_fields;
+  for (const char* nowhere : {"ring:8:1M:all_reduce:nowhere", "ddp:8:overlap:nowhere", "fsdp:8:3:none:nowhere",
+                              "tp:4:sp:nowhere", "cp:8:zigzag:nowhere", "pp:4:1f1b:8:nowhere", "moe:4:aux:20:nowhere"})
+    EXPECT_EQ(error(nowhere).rfind("unknown topology 'nowhere'", 0), 0u) << nowhere;
+
+  const std::unique_ptr<viz::Scenario> ring = viz::parse_scenario("ring:8:1M");
+  EXPECT_EQ(ring->run().trace.source, "ring all_reduce on 8 ranks, 1 MiB, dgx-h100");
+  ring->ranks = 4;  // as the Run panel's fields do
+  ring->topology = "ib-ndr";
+  EXPECT_EQ(ring->run().trace.source, "ring all_reduce on 4 ranks, 1 MiB, ib-ndr");
+  const std::unique_ptr<viz::Scenario> pipeline = viz::parse_scenario("pp:4:1f1b:8");
+  pipeline->ranks = 2;
+  EXPECT_EQ(pipeline->run().trace.ranks, 2);
+}
+
 TEST(VizScenario, DdpStepShowsItsBucketsHiddenUnderBackward) {
-  const viz::Scenario s = viz::parse_scenario("ddp:16:overlap:ib-ndr");
-  EXPECT_EQ(s.ddp_mode, "overlap");
-  const viz::Summary overlapped = viz::summarize(viz::run_scenario(s));
-  const viz::Summary naive = viz::summarize(viz::run_scenario(viz::parse_scenario("ddp:16:naive:ib-ndr")));
+  const viz::ScenarioRun run = viz::parse_scenario("ddp:16:overlap:ib-ndr")->run();
+  EXPECT_EQ(run.trace.source, "DDP step (overlap) of Llama-2 7B's shapes on 16 ranks, ib-ndr");
+  const viz::Summary overlapped = viz::summarize(run.trace);
+  const viz::Summary naive = viz::summarize(viz::parse_scenario("ddp:16:naive:ib-ndr")->run().trace);
   ASSERT_EQ(overlapped.ranks.size(), 16u);
   for (int r = 0; r < 16; ++r) {
     // On a GPU per node the step's allreduces take a fifth of the naive step: hidden when overlapped, exposed when not.
@@ -304,22 +337,21 @@ TEST(VizScenario, DdpStepShowsItsBucketsHiddenUnderBackward) {
     EXPECT_EQ(naive.ranks[r].hidden, 0) << "rank " << r;
     EXPECT_GT(naive.ranks[r].communicating, 0.15) << "rank " << r;
   }
-  EXPECT_TRUE(viz::chunk_history(s).states.empty());
+  EXPECT_TRUE(run.chunks.states.empty());
   EXPECT_THROW(viz::parse_scenario("ddp:8:eager"), std::exception);
 }
 
 // A stage-3 step across two nodes: without prefetch every layer's gather waits
 // in front of its compute; prefetched in both passes, the gathers run under it.
 TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
-  const viz::Scenario s = viz::parse_scenario("fsdp:16:3:both");
-  EXPECT_EQ(s.fsdp_stage, 3);
-  EXPECT_EQ(s.prefetch, "both");
-  const viz::Summary prefetched = viz::summarize(viz::run_scenario(s));
-  const viz::Summary exposed = viz::summarize(viz::run_scenario(viz::parse_scenario("fsdp:16:3")));
+  const viz::ScenarioRun run = viz::parse_scenario("fsdp:16:3:both")->run();
+  EXPECT_EQ(run.trace.source, "ZeRO stage 3 step of Llama-2 7B's shapes on 16 ranks, dgx-h100, prefetch both");
+  const viz::Summary prefetched = viz::summarize(run.trace);
+  const viz::Summary exposed = viz::summarize(viz::parse_scenario("fsdp:16:3")->run().trace);
   ASSERT_EQ(prefetched.ranks.size(), 16u);
   EXPECT_GT(prefetched.ranks[0].hidden, exposed.ranks[0].hidden);
   EXPECT_LT(prefetched.ranks[0].communicating, exposed.ranks[0].communicating);
-  EXPECT_TRUE(viz::chunk_history(s).states.empty());
+  EXPECT_TRUE(run.chunks.states.empty());
   EXPECT_THROW(viz::parse_scenario("fsdp:8:4"), std::exception);
   EXPECT_THROW(viz::parse_scenario("fsdp:8:3:sideways"), std::exception);
 }
@@ -327,8 +359,6 @@ TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
 // A tensor-parallel step: every rank computes its slice of each layer and
 // waits at each of its collectives; sequence parallelism more than doubles their count.
 TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {
-  const viz::Scenario s = viz::parse_scenario("tp:4:sp");
-  EXPECT_TRUE(s.tensor_parallel && s.sequence_parallel);
   const auto collectives = [](const viz::TraceModel& m, const std::string& name) {  // rank 0's
     std::size_t n = 0;
     for (const viz::Track& track : m.tracks)
@@ -336,7 +366,10 @@ TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {
         for (const viz::Span& span : track.spans) n += span.kind == viz::Kind::collective && span.name == name;
     return n;
   };
-  const viz::TraceModel sp = viz::run_scenario(s), plain = viz::run_scenario(viz::parse_scenario("tp:4"));
+  const viz::TraceModel sp = viz::parse_scenario("tp:4:sp")->run().trace;
+  const viz::TraceModel plain = viz::parse_scenario("tp:4")->run().trace;
+  EXPECT_EQ(sp.source, "tensor-parallel step of the tiny GPT on 4 ranks, sequence parallel, dgx-h100");
+  EXPECT_EQ(plain.source, "tensor-parallel step of the tiny GPT on 4 ranks, dgx-h100");
   EXPECT_EQ(collectives(plain, "all_reduce"), 4u * 2 + 2 + 2);  // 4 a layer, the embedding and head's, softmax's 2
   EXPECT_EQ(collectives(sp, "all_gather"), 6u * 2 + 2);  // and each norm's output again in backward
   EXPECT_EQ(collectives(sp, "reduce_scatter"), 4u * 2 + 2);
@@ -351,14 +384,17 @@ TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {
 // Ring attention: under a causal mask the contiguous layout's ranks compute
 // unequal shares, so the ring waits on the busiest; zig-zag evens them out.
 TEST(VizScenario, RingAttentionShowsTheContiguousLayoutsImbalance) {
-  const viz::Scenario s = viz::parse_scenario("cp:8:contiguous");
-  EXPECT_EQ(s.cp_layout, "contiguous");
   const auto computing = [](const viz::TraceModel& m) {
     std::vector<double> seconds;
     for (const viz::RankShare& r : viz::summarize(m).ranks) seconds.push_back(r.computing);
     return seconds;
   };
-  const viz::TraceModel contiguous = viz::run_scenario(s), zigzag = viz::run_scenario(viz::parse_scenario("cp:8"));
+  const viz::TraceModel contiguous = viz::parse_scenario("cp:8:contiguous")->run().trace;
+  const viz::TraceModel zigzag = viz::parse_scenario("cp:8")->run().trace;
+  EXPECT_EQ(contiguous.source, "ring attention over 65536 positions of the tiny GPT's heads on 8 ranks, contiguous "
+                               "layout, dgx-h100");
+  EXPECT_EQ(zigzag.source, "ring attention over 65536 positions of the tiny GPT's heads on 8 ranks, zig-zag layout, "
+                           "dgx-h100");
   const std::vector<double> uneven = computing(contiguous), even = computing(zigzag);
   ASSERT_EQ(uneven.size(), 8u);
   EXPECT_GT(uneven[7], 10 * uneven[0]);  // the last rank's queries see every key, the first's only its own
@@ -373,14 +409,13 @@ TEST(VizScenario, RingAttentionShowsTheContiguousLayoutsImbalance) {
 // of the step, ZB-H1's (P-1)(F+B-W) beside M(F+B+W) (GPT-3's layers: B = 2F - W).
 TEST(VizScenario, APipelineStepShowsEachStagesBubble) {
   const auto idle = [](const std::string& text) {
-    const viz::TraceModel m = viz::run_scenario(viz::parse_scenario(text));
+    const viz::TraceModel m = viz::parse_scenario(text)->run().trace;
     double computing = 0;  // shares of the run
     for (const viz::RankShare& r : viz::summarize(m).ranks) computing += r.computing;
     return 1 - computing / m.ranks;
   };
-  const viz::Scenario s = viz::parse_scenario("pp:4:1f1b:8");
-  EXPECT_EQ(s.pipeline, "1f1b");
-  EXPECT_EQ(s.microbatches, 8);
+  EXPECT_EQ(viz::parse_scenario("pp:4:1f1b:8")->run().trace.source,
+            "1f1b pipeline step of GPT-3 on 4 stages, 8 micro-batches, dgx-h100");
   EXPECT_NEAR(idle("pp:4:1f1b:8"), 3.0 / 11, 0.01);
   const labkit::memory::LayerFlops f =
       labkit::memory::layer_flops(labkit::memory::model_preset("gpt3-175b"), 2048, 2048);
@@ -410,7 +445,7 @@ TEST(VizPipelineGrid, CellsAreReadBackFromTheExecutorsNames) {
     EXPECT_FALSE(viz::pipeline_cell(other)) << other;
   // Every compute span of a pipeline scenario is a cell: M forwards and M backwards per stage
   // (its sends, in flight while it computes, are on the stage's stream).
-  const viz::TraceModel m = viz::run_scenario(viz::parse_scenario("pp:4:1f1b:8"));
+  const viz::TraceModel m = viz::parse_scenario("pp:4:1f1b:8")->run().trace;
   for (const viz::Track& t : m.tracks) {
     if (t.stream) continue;
     int cells = 0;
@@ -425,12 +460,12 @@ TEST(VizPipelineGrid, CellsAreReadBackFromTheExecutorsNames) {
 // keeps the experts near their fair share. The timeline shows the tokens'
 // all-to-alls between the ranks.
 TEST(VizScenario, MoeTrainingRecordsEveryStepsRoutingAndItsCollapse) {
-  const viz::Scenario none = viz::parse_scenario("moe:4:none:20");
-  EXPECT_EQ(none.moe_ep, 4);
-  EXPECT_EQ(none.balance, "none");
-  viz::RoutingHistory collapsed, balanced;
-  const viz::TraceModel m = viz::run_scenario(none, &collapsed);
-  viz::run_scenario(viz::parse_scenario("moe:4:bias:20"), &balanced);
+  const viz::ScenarioRun none = viz::parse_scenario("moe:4:none:20")->run();
+  EXPECT_EQ(none.trace.source,
+            "the MoE GPT (8 experts, top-2, none balancing) trained 20 steps on 4 ep ranks, dgx-h100");
+  const viz::RoutingHistory& collapsed = none.routing;
+  const viz::RoutingHistory balanced = viz::parse_scenario("moe:4:bias:20")->run().routing;
+  const viz::TraceModel& m = none.trace;
   ASSERT_EQ(collapsed.steps.size(), 20u);
   ASSERT_EQ(collapsed.layers(), 2);
   ASSERT_EQ(collapsed.experts(), 8);
@@ -445,9 +480,7 @@ TEST(VizScenario, MoeTrainingRecordsEveryStepsRoutingAndItsCollapse) {
   int exchanges = 0;
   for (const viz::Span& span : m.tracks[0].spans) exchanges += span.name.find("all_to_allv") != std::string::npos;
   EXPECT_GE(exchanges, 2 * 2 * 4) << "at least 2 steps x 2 layers x dispatch and combine x forward and backward";
-  viz::RoutingHistory none_here;
-  viz::run_scenario(viz::parse_scenario("ring:4:1K"), &none_here);
-  EXPECT_TRUE(none_here.steps.empty());
+  EXPECT_TRUE(viz::parse_scenario("ring:4:1K")->run().routing.steps.empty());
   for (const char* bad : {"moe:3", "moe:4:fair", "moe:4:aux:0", "moe:4:aux:many", "moe:2:aux:4:nowhere"})
     EXPECT_THROW(viz::parse_scenario(bad), std::exception) << bad;
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,11 +15,13 @@
 
 namespace viz {
 
+struct CollectiveScenario;  // scenarios/collective.h
+
 struct App {
   TraceModel model;
   Summary summary;          // of `model`
-  Scenario scenario;        // what the "run" panel simulates
-  bool from_scenario = false;  // the model is a run of `scenario` (so algbw and busbw apply)
+  std::unique_ptr<Scenario> scenario = parse_scenario("ring:8:1M");  // what the "run" panel simulates
+  bool from_scenario = false;  // the model is a run of `scenario` (so a collective's algbw and busbw apply)
   ChunkHistory chunks;         // for the data-flow view, when the scenario has one
   RoutingHistory routing;      // for the MoE routing panel, when the scenario trains the MoE GPT
   int routing_layer = 0;
@@ -48,5 +51,7 @@ void register_builtin_panels();  // timeline, data flow, summary, run, pipeline 
 void show(App& app, TraceModel model);
 // Simulates app.scenario and shows it, with its chunk history when there is one.
 void run_scenario(App& app);
+// The collective scenario whose run is shown, or null (a trace, or a lab's step).
+const CollectiveScenario* shown_collective(const App& app);
 
 }  // namespace viz

@@ -14,6 +14,7 @@
 #include "colors.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 
@@ -79,7 +80,8 @@ void draw_dataflow(App& app) {
   // A binomial tree rooted at rank 0 is drawn as a tree: rank r sits at depth
   // popcount(r) (the rounds its data took), spread across its level; anything
   // else sits on a ring.
-  const bool tree = app.from_scenario && app.scenario.algorithm == "binomial_tree";
+  const CollectiveScenario* collective = shown_collective(app);
+  const bool tree = collective && collective->algorithm == "binomial_tree";
   std::vector<int> level_size(8 * sizeof(int) + 1, 0), index_in_level(ranks);
   for (int r = 0; r < ranks; ++r) index_in_level[r] = level_size[std::popcount(unsigned(r))]++;
   const int depth = tree ? std::bit_width(unsigned(std::max(ranks - 1, 1))) : 0;
@@ -103,7 +105,7 @@ void draw_dataflow(App& app) {
   }
   // Nodes as groups: a shaded arc behind the ranks of each node.
   if (app.from_scenario && !tree) {
-    const int per_node = labkit::find_topology(app.scenario.topology).devices_per_node;
+    const int per_node = labkit::find_topology(app.scenario->topology).devices_per_node;
     for (int first = 0; per_node < ranks && first < ranks; first += per_node) {
       const float a0 = 2 * 3.14159265f * (first - 0.4f) / ranks - 3.14159265f / 2;
       const float a1 = 2 * 3.14159265f * (std::min(first + per_node, ranks) - 0.6f) / ranks - 3.14159265f / 2;

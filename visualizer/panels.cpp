@@ -1,6 +1,7 @@
 // The panel registry. Labs add theirs with register_panel; the visualizer draws
 // every registered panel each frame, in registration order.
 #include "app.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 
@@ -32,12 +33,16 @@ void show(App& app, TraceModel model) {
 }
 
 void run_scenario(App& app) {
-  RoutingHistory routing;
-  show(app, run_scenario(app.scenario, &routing));
-  app.chunks = chunk_history(app.scenario);
-  app.routing = std::move(routing);
+  ScenarioRun run = app.scenario->run();
+  show(app, std::move(run.trace));
+  app.chunks = std::move(run.chunks);
+  app.routing = std::move(run.routing);
   app.routing_step = -1;
   app.from_scenario = true;
+}
+
+const CollectiveScenario* shown_collective(const App& app) {
+  return app.from_scenario ? dynamic_cast<const CollectiveScenario*>(app.scenario.get()) : nullptr;
 }
 
 void register_builtin_panels() {

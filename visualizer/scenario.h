@@ -1,37 +1,71 @@
-// A sim run chosen in the UI or on the command line ("ring:8:1M"): which
-// collective, algorithm, rank count, size and topology.
+// What the visualizer simulates live, chosen on the command line ("ring:8:1M")
+// or in the Run panel: a collective, or one step of a lab (DDP, ZeRO, tensor
+// and context parallelism, a pipeline schedule, the MoE GPT's training). Each
+// kind is one file in scenarios/, with its options, its parser and its run;
+// scenario.cpp's table finds a text's kind by its first field.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "labkit/parallel/moe.h"
 #include "trace_model.h"
 
+namespace labkit {
+struct RunOptions;
+}
+
 namespace viz {
 
+// What an moe scenario's routers did, step by step: each layer's assignments
+// per expert before and after capacity, over the whole ep group (the lab's
+// table).
+struct RoutingHistory {
+  int top_k = 0;
+  double capacity_factor = 0;
+  std::vector<std::vector<labkit::RoutingStats>> steps;  // [step][layer]
+  int experts() const { return steps.empty() ? 0 : int(steps[0][0].chosen.size()); }
+  int layers() const { return steps.empty() ? 0 : int(steps[0].size()); }
+};
+
+// Every rank's buffer, chunk by chunk, after every delivery. Rank r contributes
+// the bit 1 << r, so a chunk's value is the set of ranks whose data it holds
+// (the replay of `ring_allreduce --step`: a deterministic run stopped at each
+// delivery). For all_reduce, all_gather and broadcast on up to 16 ranks and
+// 64 MiB; empty otherwise.
+struct ChunkHistory {
+  std::vector<double> times;                                    // state i holds from times[i] on
+  std::vector<std::vector<std::vector<std::uint64_t>>> states;  // [state][rank][chunk]
+  std::uint64_t everyone = 0;                                   // the bits of all ranks
+};
+
+// What a run gives the panels: its trace, and what only some kinds have.
+struct ScenarioRun {
+  TraceModel trace;
+  ChunkHistory chunks{};     // a collective's, for the data-flow view
+  RoutingHistory routing{};  // the MoE GPT's training's, for the MoE routing panel
+};
+
+// One scenario: the ranks and topology every kind has; its kind adds its own
+// options, its run and its Run-panel fields.
 struct Scenario {
-  std::string collective = "all_reduce";
-  std::string algorithm = "ring";
   int ranks = 8;
-  std::uint64_t bytes = 1 << 20;
   std::string topology = "dgx-h100";
-  std::string ddp_mode;  // a DDP step instead ("ddp:8:overlap"): naive, bucketed or overlap
-  int fsdp_stage = -1;   // or a ZeRO step ("fsdp:16:3:both"): stage 0-3, and what stage 3 prefetches
-  std::string prefetch = "none";
-  bool tensor_parallel = false;    // or a tensor-parallel step of the tiny GPT ("tp:4:sp")
-  bool sequence_parallel = false;
-  std::string cp_layout;  // or ring attention over the ranks ("cp:8:zigzag"): contiguous or zigzag
-  std::string pipeline;   // or a pipeline schedule's step ("pp:4:zb-h1:8"): naive, gpipe, 1f1b, interleaved, zb-h1, zbv
-  int microbatches = 8;
-  int moe_ep = 0;  // or the MoE GPT's training ("moe:4:none:40"): ep ranks, the balance, the steps
-  std::string balance = "aux";
-  int steps = 20;
-  bool is_training_step() const {
-    return !ddp_mode.empty() || fsdp_stage >= 0 || tensor_parallel || !cp_layout.empty() || !pipeline.empty() ||
-           moe_ep > 0;
-  }
+
+  virtual ~Scenario() = default;
+  // Runs it on the simulator (payload-free, but for the tiny GPT's steps,
+  // which compute) and returns what the panels show.
+  virtual ScenarioRun run() const = 0;
+  // The Run panel's fields (Dear ImGui widgets that edit this scenario):
+  // ranks and topology, unless the kind has more.
+  virtual void draw_fields();
+
+ protected:
+  labkit::RunOptions run_options() const;  // on these ranks and topology, payload-free, the trace kept
+  void draw_ranks();
+  void draw_topology();
 };
 
 // "ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]]", e.g. "ring:8:1M"; or
@@ -50,34 +84,6 @@ struct Scenario {
 // "moe:EP[:BALANCE[:STEPS[:TOPOLOGY]]]", the MoE lab's GPT (8 experts, top-2,
 // capacity factor 1.25) trained on EP ranks (1, 2, 4 or 8) with none, aux or
 // bias balancing, e.g. "moe:4:none:40". Throws on junk.
-Scenario parse_scenario(const std::string& text);
-
-// What an moe scenario's routers did, step by step: each layer's assignments
-// per expert before and after capacity, over the whole ep group (the lab's
-// table).
-struct RoutingHistory {
-  int top_k = 0;
-  double capacity_factor = 0;
-  std::vector<std::vector<labkit::RoutingStats>> steps;  // [step][layer]
-  int experts() const { return steps.empty() ? 0 : int(steps[0][0].chosen.size()); }
-  int layers() const { return steps.empty() ? 0 : int(steps[0].size()); }
-};
-
-// Runs it on the simulator (payload-free, but the tiny GPT's steps, which
-// compute) and returns its trace; an moe scenario's routing, from the same
-// run, into `routing` when given (left alone for any other scenario).
-TraceModel run_scenario(const Scenario& s, RoutingHistory* routing = nullptr);
-
-// Every rank's buffer, chunk by chunk, after every delivery. Rank r contributes
-// the bit 1 << r, so a chunk's value is the set of ranks whose data it holds
-// (the replay of `ring_allreduce --step`: a deterministic run stopped at each
-// delivery). For all_reduce, all_gather and broadcast on up to 16 ranks and
-// 64 MiB; empty otherwise.
-struct ChunkHistory {
-  std::vector<double> times;                                    // state i holds from times[i] on
-  std::vector<std::vector<std::vector<std::uint64_t>>> states;  // [state][rank][chunk]
-  std::uint64_t everyone = 0;                                   // the bits of all ranks
-};
-ChunkHistory chunk_history(const Scenario& s);
+std::unique_ptr<Scenario> parse_scenario(const std::string& text);
 
 }  // namespace viz

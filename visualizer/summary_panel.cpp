@@ -9,6 +9,7 @@
 #include "labkit/collective.h"
 #include "labkit/cost_model.h"
 #include "labkit/units.h"
+#include "scenarios/collective.h"
 
 namespace viz {
 
@@ -18,9 +19,9 @@ void draw_summary(App& app) {
   ImGui::TextWrapped("%s", m.source.c_str());
   ImGui::Text("%d ranks, %zu events, %s", m.ranks, m.events, labkit::format_seconds(m.end).c_str());
   if (!app.error.empty()) ImGui::TextColored({1, 0.4f, 0.4f, 1}, "%s", app.error.c_str());
-  if (app.from_scenario && !app.scenario.is_training_step() && m.end > 0) {  // a collective's bandwidths
-    const double algbw = app.scenario.bytes / m.end / 1e9;
-    const double factor = labkit::bus_bandwidth_factor(labkit::parse_collective(app.scenario.collective), m.ranks);
+  if (const CollectiveScenario* c = shown_collective(app); c && m.end > 0) {  // a collective's bandwidths
+    const double algbw = c->bytes / m.end / 1e9;
+    const double factor = labkit::bus_bandwidth_factor(c->collective, m.ranks);
     ImGui::Text("algbw %.2f GB/s   busbw %.2f GB/s", algbw, algbw * factor);
   }
   const Summary& sum = app.summary;
