@@ -191,8 +191,9 @@ void MoeLayer::exchange(Comm& ep, const float* rows, float* received, bool to_ex
   const auto& recv = to_experts ? recv_counts_ : send_counts_;
   ep.all_to_allv({const_cast<float*>(rows), sum(send), DType::f32}, send, {received, sum(recv), DType::f32}, recv);
   std::int64_t& sent = to_experts ? traffic_.to_experts : traffic_.from_experts;
-  for (int q = 0; q < ep.size(); ++q)
-    if (q != ep.rank()) sent += send[q] * sizeof(float);
+  const std::size_t me = ep.rank();
+  for (std::size_t q = 0; q < send.size(); ++q)
+    if (q != me) sent += send[q] * sizeof(float);
 }
 
 void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
