@@ -9,6 +9,14 @@
 
 namespace labkit {
 
+namespace {
+
+// The floats of a rows x width buffer, counted in std::size_t so that no
+// product overflows an int.
+std::size_t floats(std::size_t rows, std::size_t width) { return rows * width; }
+
+}  // namespace
+
 // The dense part in GPT-2's order, each block's router and shared experts
 // where its MLP was; the experts in a buffer of their own, layer by layer.
 MoeGpt::BlockModules::BlockModules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe,
@@ -18,7 +26,7 @@ MoeGpt::BlockModules::BlockModules(Carver& dense, Carver& experts, const GptConf
 
 MoeGpt::Modules::Modules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size,
                          int ep_rank)
-    : wte(dense.take(std::size_t(c.vocab) * c.channels)), wpe(dense.take(std::size_t(c.max_seq) * c.channels)),
+    : wte(dense.take(floats(c.vocab, c.channels))), wpe(dense.take(floats(c.max_seq, c.channels))),
       blocks([&] {
         std::vector<BlockModules> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(dense, experts, c, moe, ep_size, ep_rank);
@@ -27,20 +35,20 @@ MoeGpt::Modules::Modules(Carver& dense, Carver& experts, const GptConfig& c, con
       lnf(dense, c.channels) {}
 
 MoeGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH)
-    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C),
-      moe_out(acts.take(std::size_t(B) * T * C)), out(acts.take(std::size_t(B) * T * C)) {}
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(floats(B * T, C))), ln2(acts, B * T, C),
+      moe_out(acts.take(floats(B * T, C))), out(acts.take(floats(B * T, C))) {}
 
 MoeGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T)
-    : encoded(acts.take(std::size_t(B) * T * c.channels)),
+    : encoded(acts.take(floats(B * T, c.channels))),
       blocks([&] {
         std::vector<BlockActs> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads);
         return b;
       }()),
       lnf(acts, B * T, c.channels),
-      logits(acts.take(std::size_t(B) * T * c.vocab)),
-      probs(acts.take(std::size_t(B) * T * c.vocab)),
-      losses(acts.take(std::size_t(B) * T)) {}
+      logits(acts.take(floats(B * T, c.vocab))),
+      probs(acts.take(floats(B * T, c.vocab))),
+      losses(acts.take(floats(B, T))) {}
 
 MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed)
     : config_(config), moe_(moe), ep_size_(ep_size), ep_rank_(ep_rank) {
@@ -60,12 +68,12 @@ MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int e
   // rank draws only its experts and every ep draws the same ones.
   std::normal_distribution<float> normal(0.0f, 0.02f);
   const auto fill = [&](std::mt19937_64& gen, const Linear& l, float scale) {
-    for (std::size_t i = 0; i < std::size_t(l.in) * l.out; ++i) l.weight.value[i] = normal(gen) * scale;
+    for (std::size_t i = 0; i < floats(l.out, l.in); ++i) l.weight.value[i] = normal(gen) * scale;
   };
   const float residual_scale = 1.0f / std::sqrt(2.0f * config.layers);
   std::mt19937_64 gen(seed);
-  for (std::size_t i = 0; i < std::size_t(config.vocab) * config.channels; ++i) m_->wte.value[i] = normal(gen);
-  for (std::size_t i = 0; i < std::size_t(config.max_seq) * config.channels; ++i) m_->wpe.value[i] = normal(gen);
+  for (std::size_t i = 0; i < floats(config.vocab, config.channels); ++i) m_->wte.value[i] = normal(gen);
+  for (std::size_t i = 0; i < floats(config.max_seq, config.channels); ++i) m_->wpe.value[i] = normal(gen);
   for (std::size_t l = 0; l < m_->blocks.size(); ++l) {
     const BlockModules& b = m_->blocks[l];
     std::fill_n(b.ln1.weight.value, config.channels, 1.0f);
@@ -86,17 +94,17 @@ MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int e
 std::size_t MoeGpt::experts_per_layer() const {
   Carver count(nullptr, nullptr);
   Mlp(count, config_.channels);
-  return count.taken() * std::size_t(moe_.experts / ep_size_);
+  return count.taken() * (moe_.experts / ep_size_);
 }
 
 std::vector<float> MoeGpt::experts_of(std::span<const float> whole) const {
-  const std::size_t per_rank = experts_per_layer(), per_layer = per_rank * std::size_t(ep_size_);
-  if (whole.size() != per_layer * std::size_t(config_.layers))
+  const std::size_t per_rank = experts_per_layer(), per_layer = per_rank * ep_size_;
+  if (whole.size() != per_layer * config_.layers)
     throw Error(fmt::format("moe gpt: experts_of: {} floats, a one-rank model's experts are {}", whole.size(),
-                            per_layer * std::size_t(config_.layers)));
+                            per_layer * config_.layers));
   std::vector<float> mine;
   for (int l = 0; l < config_.layers; ++l) {
-    const float* first = whole.data() + std::size_t(l) * per_layer + std::size_t(ep_rank_) * per_rank;
+    const float* first = whole.data() + l * per_layer + ep_rank_ * per_rank;
     mine.insert(mine.end(), first, first + per_rank);
   }
   return mine;
@@ -124,8 +132,8 @@ float MoeGpt::forward(Comm& ep, const std::vector<int>& tokens, const std::vecto
   tokens_ = tokens, targets_ = targets;
   d.encoder_forward(a_->encoded.value, tokens_.data(), m_->wte.value, m_->wpe.value, B, T, C);
   for (int l = 0; l < config_.layers; ++l) {
-    BlockModules& b = m_->blocks[std::size_t(l)];
-    const BlockActs& a = a_->blocks[std::size_t(l)];
+    BlockModules& b = m_->blocks[l];
+    const BlockActs& a = a_->blocks[l];
     const float* x = stream(l - 1);
     b.ln1.forward(d, a.ln1, x, N);
     b.attn.forward(d, a.attn, a.ln1.out.value, B, T);
@@ -163,8 +171,8 @@ void MoeGpt::backward(Comm& ep) {
                     V);
   m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), N);
   for (int l = last; l >= 0; --l) {
-    BlockModules& b = m_->blocks[std::size_t(l)];
-    const BlockActs& a = a_->blocks[std::size_t(l)];
+    BlockModules& b = m_->blocks[l];
+    const BlockActs& a = a_->blocks[l];
     d.residual_backward(a.residual.grad, a.moe_out.grad, a.out.grad, n);
     b.moe.backward(ep, a.ln2.out.grad, a.moe_out.grad, a.ln2.out.value);
     b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, N);

@@ -14,6 +14,7 @@
 //     before they cross back, so it returns the same sizes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -37,9 +38,10 @@ struct UniformRouting {
   int nodes = 1;
   std::vector<std::int64_t> assignments;  // [ep rank][expert]
   std::vector<std::int64_t> node_tokens;  // [ep rank][node]: its tokens with an expert there
-  std::int64_t assigned(int from, int expert, int experts) const {
-    return assignments[std::size_t(from) * std::size_t(experts) + std::size_t(expert)];
+  std::int64_t assigned(std::size_t from, std::size_t expert, std::size_t experts) const {
+    return assignments[from * experts + expert];
   }
+  std::int64_t tokens_to_node(std::size_t from, std::size_t node) const { return node_tokens[from * nodes + node]; }
 };
 UniformRouting route_uniformly(const ExpertLayout& layout, int k, std::int64_t tokens, int node_limit,
                                std::uint64_t seed);

@@ -37,6 +37,7 @@
 // Host memory only, for now, like the tensor-parallel GPT.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -151,12 +152,30 @@ class MoeLayer {
   int first_expert() const;
 
  private:
+  // forward's phases, in order, each named as its span in the trace.
+  std::vector<std::int64_t> route(Comm& ep, const float* x);  // returns every rank's kept assignments per expert
+  void choose_experts(const float* x);
+  std::vector<std::int64_t> keep_within_capacity(const std::vector<std::int64_t>& chosen, std::int64_t group_tokens);
+  double balance_loss(Comm& ep, std::int64_t group_tokens) const;
+  void dispatch(Comm& ep, const float* x, const std::vector<std::int64_t>& kept);
+  std::vector<float> run_experts(Comm& ep);  // returns their outputs, in the received rows' order
+  void combine(Comm& ep, float* y, const float* x, const std::vector<float>& outputs);
+  void add_shared_experts(float* y, const float* x);
+  // backward's, in reverse.
+  std::vector<float> combine_backward(Comm& ep, float* dx, std::vector<float>& dgate, const float* dy, const float* x);
+  void shared_experts_backward(float* dx, const float* dy, const float* x);
+  std::vector<float> experts_backward(Comm& ep, const std::vector<float>& output_grads);
+  void dispatch_backward(Comm& ep, float* dx, const std::vector<float>& input_grads);
+  void route_backward(Comm& ep, float* dx, const std::vector<float>& dgate, const float* x);
+  std::vector<float> probs_gradient(const std::vector<float>& dgate) const;
+  void add_balance_gradient(std::vector<float>& dprobs) const;
   // Sends rows, in this rank's send order, to the experts' ranks; or the
   // experts' rows back: the two directions of one all_to_allv.
   void exchange(Comm& ep, const float* rows, float* received, bool to_experts);
 
   MoeConfig config_;
-  int C_, ep_size_, rank_, N_ = 0;
+  int ep_size_, rank_;
+  std::size_t C_, N_ = 0;  // channels, and the last forward's tokens: the rows of x and y
   std::vector<float> bias_;  // by expert, for choosing only
   // The last forward's, for backward.
   std::vector<float> probs_;  // N x E

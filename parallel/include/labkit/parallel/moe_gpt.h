@@ -56,7 +56,7 @@ class MoeGpt {
   Tensor& expert_gradients() { return expert_grads_; }
   // What this rank keeps of a one-rank model's expert buffer (its experts of each layer).
   std::vector<float> experts_of(std::span<const float> whole) const;
-  MoeLayer& layer(int l) { return m_->blocks[std::size_t(l)].moe; }
+  MoeLayer& layer(int l) { return m_->blocks[l].moe; }
   const GptConfig& config() const { return config_; }
   const MoeConfig& moe_config() const { return moe_; }
 
@@ -91,9 +91,9 @@ class MoeGpt {
   };
   void prepare(int B, int T);
   const float* stream(int layer) const {
-    return layer < 0 ? a_->encoded.value : a_->blocks[std::size_t(layer)].out.value;
+    return layer < 0 ? a_->encoded.value : a_->blocks[layer].out.value;
   }
-  float* stream_grad(int layer) const { return layer < 0 ? a_->encoded.grad : a_->blocks[std::size_t(layer)].out.grad; }
+  float* stream_grad(int layer) const { return layer < 0 ? a_->encoded.grad : a_->blocks[layer].out.grad; }
   std::size_t experts_per_layer() const;  // floats of one layer's experts on this rank
 
   GptConfig config_;
