@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "schedule_internals.h"
 
 namespace labkit {
 
@@ -71,14 +71,6 @@ std::vector<int> v_shaped(int stages) {
   return stage_of;
 }
 
-bool crosses(const Schedule& s, int from_chunk, int to_chunk) {
-  return s.stage_of_chunk[std::size_t(from_chunk)] != s.stage_of_chunk[std::size_t(to_chunk)];
-}
-
-std::vector<PipeAction>& actions_of(Schedule& s, int chunk) {
-  return s.actions[std::size_t(s.stage_of_chunk[std::size_t(chunk)])];
-}
-
 }  // namespace
 
 std::vector<int> looped_placement(int stages, int virtual_stages) {
@@ -111,8 +103,6 @@ void add_backward(Schedule& s, int m, int c, PipeOp op) {
 }
 
 namespace {
-
-constexpr double kNever = std::numeric_limits<double>::infinity();
 
 // The zero-bubble schedules' heuristic (Qi et al. 2024, section 3), played out
 // with `t`: each stage, whenever it is free, runs the first it can of
@@ -395,160 +385,6 @@ double bubble_formula(const Schedule& s, const PipeTimes& t) {
   }
   const double fill = (P - 1) * t.forward;  // zbv
   return fill / (V * M * (t.forward + t.backward_input + t.backward_weight) + fill);
-}
-
-namespace {
-
-// A chunk's micro-batch's backward so far: none, the input's part, or done.
-enum class Backward { none, input, done };
-
-}  // namespace
-
-ScheduleRun validate(const Schedule& s, const PipeTimes& t) {
-  const int P = s.stages, M = s.microbatches, C = s.chunks();
-  if (P < 1 || M < 1 || s.actions.size() != std::size_t(P) || C < P)
-    throw Error(fmt::format("{} schedule: {} stages, {} micro-batches, {} chunks, actions for {} stages", s.name, P, M,
-                            C, s.actions.size()));
-  const auto describe = [&](const PipeAction& a) {
-    return fmt::format("{} of micro-batch {}{}", name_of(a.op), a.microbatch,
-                       C > P ? fmt::format(", chunk {}", a.chunk) : "");
-  };
-  const auto grid = [&](auto value) {
-    return std::vector(std::size_t(C), std::vector(std::size_t(M), value));
-  };
-  auto forwarded = grid(false), activation_in = grid(false), gradient_in = grid(false);
-  auto backward = grid(Backward::none);
-  // Messages by (gradient?, the chunk that receives, micro-batch): when each is ready, and whether received.
-  std::map<std::tuple<bool, int, int>, std::pair<double, bool>> messages;
-  std::vector<std::size_t> next(std::size_t(P), 0);
-  std::vector<double> clock(std::size_t(P), 0);
-  std::vector<int> kept(std::size_t(P), 0);
-  ScheduleRun run;
-  run.peak_in_flight.assign(std::size_t(P), 0);
-  run.slots.resize(std::size_t(P));
-
-  // Runs stage p's next action if it can: false when it waits on a receive.
-  const auto step = [&](int p) {
-    const std::size_t sp = std::size_t(p);
-    const PipeAction a = s.actions[sp][next[sp]];
-    const auto fail = [&](std::string_view what) {
-      throw Error(fmt::format("{} schedule: stage {}, action {} ({}): {}", s.name, p, next[sp], describe(a), what));
-    };
-    if (a.microbatch < 0 || a.microbatch >= M) fail(fmt::format("there are micro-batches 0 to {}", M - 1));
-    if (a.chunk < 0 || a.chunk >= C) fail(fmt::format("there are chunks 0 to {}", C - 1));
-    if (s.stage_of_chunk[std::size_t(a.chunk)] != p && is_compute(a.op))
-      fail(fmt::format("chunk {} runs on stage {}", a.chunk, s.stage_of_chunk[std::size_t(a.chunk)]));
-    const std::size_t m = std::size_t(a.microbatch), c = std::size_t(a.chunk);
-    const bool first = a.chunk == 0, last = a.chunk == C - 1;
-    const auto work = [&](double seconds) {
-      run.slots[sp].push_back({a.op, a.microbatch, a.chunk, clock[sp], clock[sp] + seconds});
-      clock[sp] += seconds;
-    };
-    const auto finish = [&](Backward now) {
-      backward[c][m] = now;
-      if (now == Backward::done) --kept[sp];
-    };
-    const auto send = [&](bool gradient, int to) {
-      if (to < 0 || to >= C) fail(fmt::format("there is no chunk {} to send to", to));
-      if (!crosses(s, a.chunk, to)) fail(fmt::format("chunk {} is on this stage: nothing travels", to));
-      if (!messages.try_emplace({gradient, to, a.microbatch}, clock[sp] + t.message, false).second)
-        fail("sent twice");
-      ++run.messages;
-    };
-    const auto receive = [&](bool gradient, int from, std::vector<std::vector<bool>>& arrived) {
-      if (from < 0 || from >= C) fail(fmt::format("there is no chunk {} to receive from", from));
-      if (!crosses(s, from, a.chunk)) fail(fmt::format("chunk {} is on this stage: nothing travels", from));
-      const auto it = messages.find({gradient, a.chunk, a.microbatch});
-      if (it == messages.end()) return false;  // waits
-      if (it->second.second) fail("received twice");
-      it->second.second = true;
-      arrived[c][m] = true;
-      clock[sp] = std::max(clock[sp], it->second.first);
-      return true;
-    };
-    // The input a forward needs, and the output gradient a backward needs.
-    const auto has_input = [&] {
-      return first || (crosses(s, a.chunk - 1, a.chunk) ? activation_in[c][m] : forwarded[c - 1][m]);
-    };
-    const auto has_gradient = [&] {
-      return last || (crosses(s, a.chunk, a.chunk + 1) ? gradient_in[c][m] : backward[c + 1][m] != Backward::none);
-    };
-    switch (a.op) {
-      case PipeOp::forward:
-        if (!has_input())
-          fail(crosses(s, a.chunk - 1, a.chunk) || first ? "its activation has not been received"
-                                                        : "the chunk before has not forwarded it");
-        if (forwarded[c][m]) fail("forwarded twice");
-        work(t.forward);
-        forwarded[c][m] = true;
-        run.peak_in_flight[sp] = std::max(run.peak_in_flight[sp], ++kept[sp]);
-        break;
-      case PipeOp::backward:
-      case PipeOp::backward_input:
-        if (!forwarded[c][m]) fail("before its forward");
-        if (!has_gradient())
-          fail(crosses(s, a.chunk, a.chunk + 1) ? "its gradient has not been received"
-                                                : "the chunk after has not backwarded it");
-        if (backward[c][m] != Backward::none) fail("backwarded twice");
-        work(a.op == PipeOp::backward ? t.backward_input + t.backward_weight : t.backward_input);
-        finish(a.op == PipeOp::backward ? Backward::done : Backward::input);
-        break;
-      case PipeOp::backward_weight:
-        if (backward[c][m] != Backward::input) fail("not right after a backward for the input alone");
-        work(t.backward_weight);
-        finish(Backward::done);
-        break;
-      case PipeOp::send_activation:
-        if (!forwarded[c][m]) fail("before the forward that makes it");
-        send(false, a.chunk + 1);
-        break;
-      case PipeOp::send_gradient:
-        if (backward[c][m] == Backward::none) fail("before the backward that makes it");
-        send(true, a.chunk - 1);
-        break;
-      case PipeOp::receive_activation:
-        if (!receive(false, a.chunk - 1, activation_in)) return false;
-        break;
-      case PipeOp::receive_gradient:
-        if (!receive(true, a.chunk + 1, gradient_in)) return false;
-        break;
-    }
-    ++next[sp];
-    return true;
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int p = 0; p < P; ++p)
-      while (next[std::size_t(p)] < s.actions[std::size_t(p)].size() && step(p)) progress = true;
-  }
-  std::string waiting;
-  for (int p = 0; p < P; ++p)
-    if (next[std::size_t(p)] < s.actions[std::size_t(p)].size())
-      waiting += fmt::format("{}stage {} at action {} ({})", waiting.empty() ? "" : ", ", p, next[std::size_t(p)],
-                             describe(s.actions[std::size_t(p)][next[std::size_t(p)]]));
-  if (!waiting.empty())
-    throw Error(fmt::format("{} schedule: deadlock: every unfinished stage waits on a receive: {}", s.name, waiting));
-  for (int c = 0; c < C; ++c)
-    for (int m = 0; m < M; ++m)
-      if (backward[std::size_t(c)][std::size_t(m)] != Backward::done)
-        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}{}", s.name,
-                                s.stage_of_chunk[std::size_t(c)],
-                                !forwarded[std::size_t(c)][std::size_t(m)]                ? "forward"
-                                : backward[std::size_t(c)][std::size_t(m)] == Backward::none ? "backward"
-                                                                                             : "backward for the weights",
-                                m, C > P ? fmt::format(" on chunk {}", c) : ""));
-  for (const auto& [key, message] : messages)
-    if (!message.second)
-      throw Error(fmt::format("{} schedule: the {} of micro-batch {} sent to chunk {} is never received", s.name,
-                              std::get<0>(key) ? "gradient" : "activation", std::get<2>(key), std::get<1>(key)));
-
-  double busy = 0;
-  for (int p = 0; p < P; ++p) run.makespan = std::max(run.makespan, clock[std::size_t(p)]);
-  for (const auto& slots : run.slots)
-    for (const ScheduleRun::Slot& slot : slots) busy += slot.end - slot.start;
-  run.bubble = run.makespan > 0 ? 1 - busy / (double(P) * run.makespan) : 0;
-  return run;
 }
 
 }  // namespace labkit
