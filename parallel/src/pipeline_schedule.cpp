@@ -1,9 +1,6 @@
 #include "labkit/parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <limits>
-#include <optional>
-#include <tuple>
 
 #include <fmt/format.h>
 
@@ -101,126 +98,6 @@ void add_backward(Schedule& s, int m, int c, PipeOp op) {
   a.push_back({op, m, c});
   if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::send_gradient, m, c});
 }
-
-namespace {
-
-// The zero-bubble schedules' heuristic (Qi et al. 2024, section 3), played out
-// with `t`: each stage, whenever it is free, runs the first it can of
-//   an input gradient whose output gradient has arrived (the stage before waits for it),
-//   a forward whose input has arrived, while it keeps fewer than `limit` chunk
-//     activations (a slot left for each of its later chunks, so that a micro-batch
-//     coming back up the V always finds room),
-//   a weight gradient it still owes (nobody waits for one: it fills what would be idle),
-// and otherwise waits for the next arrival. Each chunk takes its micro-batches in order.
-Schedule zero_bubble(std::string name, int P, int M, int V, std::vector<int> stage_of_chunk, std::vector<int> limit,
-                     const PipeTimes& t) {
-  Schedule s = empty_schedule(std::move(name), P, M, V, std::move(stage_of_chunk));
-  const int C = s.chunks();
-  std::vector<std::vector<int>> chunks_of(static_cast<std::size_t>(P));  // each stage's, in model order
-  for (int c = 0; c < C; ++c) chunks_of[std::size_t(s.stage_of_chunk[std::size_t(c)])].push_back(c);
-  const auto grid = [&] { return std::vector<std::vector<double>>(std::size_t(C), std::vector<double>(std::size_t(M), kNever)); };
-  std::vector<std::vector<double>> forwarded = grid(), input_done = grid();  // when each ended
-  std::vector<int> next_forward(std::size_t(C), 0), next_input(std::size_t(C), 0), next_weight(std::size_t(C), 0);
-  std::vector<double> clock(std::size_t(P), 0);
-  std::vector<int> kept(std::size_t(P), 0);
-  std::vector<bool> stuck(std::size_t(P), false);  // found nothing to do at its clock
-  const auto arrival = [&](double done, int from, int to) { return done + (crosses(s, from, to) ? t.message : 0); };
-  const auto finished = [&](int p) {
-    for (int c : chunks_of[std::size_t(p)])
-      if (next_weight[std::size_t(c)] < M) return false;
-    return true;
-  };
-
-  struct Choice {
-    PipeOp op;
-    int chunk;
-    double ready;
-  };
-  // Stage p's candidates of each kind, each the earliest to be ready (kNever: none known yet).
-  const auto candidates = [&](int p) {
-    std::optional<Choice> input, forward, weight;
-    const auto consider = [](std::optional<Choice>& best, Choice c, bool later_first) {
-      if (!best || c.ready < best->ready || (c.ready == best->ready && later_first)) best = c;
-    };
-    const auto& mine = chunks_of[std::size_t(p)];
-    for (std::size_t v = 0; v < mine.size(); ++v) {
-      const int c = mine[v];
-      const std::size_t cc = std::size_t(c);
-      if (const int m = next_forward[cc]; m < M && kept[std::size_t(p)] < limit[std::size_t(p)] - int(mine.size() - 1 - v))
-        consider(forward, {PipeOp::forward, c, c == 0 ? 0.0 : arrival(forwarded[cc - 1][std::size_t(m)], c - 1, c)}, true);
-      if (const int m = next_input[cc]; m < next_forward[cc])
-        consider(input, {PipeOp::backward_input, c,
-                         std::max(forwarded[cc][std::size_t(m)],
-                                  c + 1 == C ? 0.0 : arrival(input_done[cc + 1][std::size_t(m)], c + 1, c))}, false);
-      if (const int m = next_weight[cc]; m < next_input[cc])
-        consider(weight, {PipeOp::backward_weight, c, input_done[cc][std::size_t(m)]}, false);
-    }
-    return std::tuple{input, forward, weight};
-  };
-
-  for (;;) {
-    int p = -1;
-    for (int q = 0; q < P; ++q)
-      if (!finished(q) && (p < 0 || std::tuple(clock[std::size_t(q)], bool(stuck[std::size_t(q)])) <
-                                        std::tuple(clock[std::size_t(p)], bool(stuck[std::size_t(p)]))))
-        p = q;
-    if (p < 0) break;
-    const std::size_t sp = std::size_t(p);
-    const double now = clock[sp];
-    const auto [input, forward, weight] = candidates(p);
-    std::optional<Choice> run;
-    for (const auto& c : {input, forward, weight})
-      if (!run && c && c->ready <= now) run = c;
-    if (!run) {
-      if (!stuck[sp]) {
-        stuck[sp] = true;  // another stage at this clock may yet make something ready
-        continue;
-      }
-      // Every stage at this clock is stuck: they all wait for the next arrival
-      // anywhere, or for the next stage to come free.
-      double next = kNever;
-      for (int q = 0; q < P; ++q) {
-        if (finished(q)) continue;
-        if (clock[std::size_t(q)] > now) next = std::min(next, clock[std::size_t(q)]);
-        const auto [q_input, q_forward, q_weight] = candidates(q);
-        for (const auto& c : {q_input, q_forward})
-          if (c && c->ready > now) next = std::min(next, c->ready);
-      }
-      if (next == kNever) throw Error(fmt::format("{} schedule: stage {} can never go on (a bug in the generator)", s.name, p));
-      for (int q = 0; q < P; ++q)
-        if (clock[std::size_t(q)] == now) clock[std::size_t(q)] = next, stuck[std::size_t(q)] = false;
-      continue;
-    }
-    std::fill(stuck.begin(), stuck.end(), false);
-    const std::size_t c = std::size_t(run->chunk);
-    switch (run->op) {
-      case PipeOp::forward: {
-        const int m = next_forward[c]++;
-        add_forward(s, m, run->chunk);
-        clock[sp] = now + t.forward;
-        forwarded[c][std::size_t(m)] = clock[sp];
-        ++kept[sp];
-        break;
-      }
-      case PipeOp::backward_input: {
-        const int m = next_input[c]++;
-        add_backward(s, m, run->chunk, PipeOp::backward_input);
-        clock[sp] = now + t.backward_input;
-        input_done[c][std::size_t(m)] = clock[sp];
-        break;
-      }
-      default: {
-        const int m = next_weight[c]++;
-        actions_of(s, run->chunk).push_back({PipeOp::backward_weight, m, run->chunk});
-        clock[sp] = now + t.backward_weight;
-        --kept[sp];
-      }
-    }
-  }
-  return s;
-}
-
-}  // namespace
 
 Schedule naive_schedule(int stages, int microbatches) {
   Schedule s = empty_schedule("naive", stages, microbatches, 1, looped_placement(stages, 1));
@@ -348,8 +225,7 @@ Schedule zbv_as_drawn(int P, int M) {
 // half-size chunks.
 Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times) {
   Schedule drawn = zbv_as_drawn(stages, microbatches);
-  Schedule greedy = zero_bubble("zbv", stages, microbatches, 2, v_shaped(stages),
-                                std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
+  Schedule greedy = zero_bubble(empty_schedule("zbv", stages, microbatches, 2, v_shaped(stages)), 2 * stages, times);
   return validate(drawn, times).makespan <= validate(greedy, times).makespan ? drawn : greedy;
 }
 
