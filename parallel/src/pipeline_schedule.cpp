@@ -51,7 +51,7 @@ int receiving_chunk(const PipeAction& a) {
 
 }  // namespace
 
-int peer_of(const Schedule& s, const PipeAction& a) { return s.stage_of_chunk[std::size_t(other_chunk(a))]; }
+int peer_of(const Schedule& s, const PipeAction& a) { return stage_of(s, other_chunk(a)); }
 
 int tag_of(const Schedule& s, const PipeAction& a) {
   const bool gradient = a.op == PipeOp::send_gradient || a.op == PipeOp::receive_gradient;
@@ -63,17 +63,19 @@ namespace {
 // ZB-V's: down the stages and back up, so stage s holds chunks s and 2P - 1 - s
 // and the first stage holds both ends (the loss is computed where the data enters).
 std::vector<int> v_shaped(int stages) {
-  std::vector<int> stage_of(2 * std::size_t(std::max(stages, 0)));
-  for (int c = 0; c < 2 * stages; ++c) stage_of[std::size_t(c)] = c < stages ? c : 2 * stages - 1 - c;
-  return stage_of;
+  std::vector<int> stage_of_chunk;
+  for (int stage = 0; stage < stages; ++stage) stage_of_chunk.push_back(stage);
+  for (int stage = stages - 1; stage >= 0; --stage) stage_of_chunk.push_back(stage);
+  return stage_of_chunk;
 }
 
 }  // namespace
 
 std::vector<int> looped_placement(int stages, int virtual_stages) {
-  std::vector<int> stage_of(std::size_t(std::max(stages, 0)) * std::size_t(std::max(virtual_stages, 0)));
-  for (std::size_t c = 0; c < stage_of.size(); ++c) stage_of[c] = int(c) % stages;
-  return stage_of;
+  std::vector<int> stage_of_chunk;
+  for (int loop = 0; loop < virtual_stages; ++loop)
+    for (int stage = 0; stage < stages; ++stage) stage_of_chunk.push_back(stage);
+  return stage_of_chunk;
 }
 
 Schedule empty_schedule(std::string name, int stages, int microbatches, int virtual_stages,
@@ -81,8 +83,9 @@ Schedule empty_schedule(std::string name, int stages, int microbatches, int virt
   if (stages < 1 || microbatches < 1)
     throw Error(fmt::format("{} schedule: {} stages and {} micro-batches (each at least 1)", name, stages,
                             microbatches));
-  return {std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk),
-          std::vector<std::vector<PipeAction>>(std::size_t(stages))};
+  Schedule s{std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk), {}};
+  for (int stage = 0; stage < stages; ++stage) s.actions.emplace_back();  // one action list per stage
+  return s;
 }
 
 void add_forward(Schedule& s, int m, int c) {
