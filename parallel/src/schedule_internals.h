@@ -18,7 +18,8 @@ namespace labkit {
 template <typename T>
 class Table {
  public:
-  explicit Table(int size, const T& value = T()) : cells_(std::size_t(size), value) {}
+  explicit Table(int size) : cells_(std::size_t(size)) {}
+  Table(int size, const T& value) : cells_(std::size_t(size), value) {}
   T& operator[](int i) { return cells_[std::size_t(i)]; }
   const T& operator[](int i) const { return cells_[std::size_t(i)]; }
   auto begin() { return cells_.begin(); }
