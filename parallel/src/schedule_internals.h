@@ -1,8 +1,9 @@
 // What the schedule generators (pipeline_schedule.cpp), the zero-bubble
-// placement (zero_bubble.cpp) and the replay behind validate()
-// (schedule_replay.cpp) share, inside parallel/: where a chunk runs, whether a
-// message travels between two chunks, and tables subscripted by the ints that
-// PipeAction and Schedule name stages, chunks and micro-batches with.
+// placement (zero_bubble.cpp), the replay behind validate()
+// (schedule_replay.cpp) and the executor share, inside parallel/: where a
+// chunk runs, whether a message travels between two chunks, and tables
+// subscripted by the ints that PipeAction and Schedule number stages, chunks
+// and micro-batches with.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +15,7 @@
 
 namespace labkit {
 
-// A std::vector over a schedule's stages or chunks, subscripted by their int numbers.
+// A std::vector subscripted by ints, as a schedule numbers its stages, chunks and micro-batches.
 template <typename T>
 class Table {
  public:
