@@ -5,6 +5,7 @@
 #include "labkit/error.h"
 #include "labkit/modules.h"
 #include "labkit/ops.h"
+#include "schedule_internals.h"
 
 namespace labkit {
 
@@ -75,7 +76,10 @@ PipelineExecutor::PipelineExecutor(Comm& pp, Gpt& model, Schedule schedule)
   const ParameterRange after_layers = model_.layer_range(L - 1);
   const std::size_t final_norm = after_layers.offset + after_layers.count;
   if (first) mine.push_back({0, model_.layer_range(0).offset});  // the token and position embeddings
-  if (last) mine.push_back({0, std::size_t(g.vocab) * g.channels}), mine.push_back({final_norm, model_.parameter_count() - final_norm});
+  if (last) {  // the token embeddings, which the head shares, and the final norm
+    mine.push_back({0, std::size_t(g.vocab) * g.channels});
+    mine.push_back({final_norm, model_.parameter_count() - final_norm});
+  }
   owned_ = merged(std::move(mine));
   embedding_group_ = pp_.split(first || last ? 0 : -1, stage());
 }
@@ -111,112 +115,170 @@ std::size_t PipelineExecutor::chunk_activation_bytes(int chunk, int B, int T) co
   return 2 * counter.taken() * sizeof(float);  // and their gradients
 }
 
+// One step's micro-batches on this stage: micro-batch m's rows of the batch's
+// tokens and targets (b sequences of T each), and the activation set it holds
+// here (Gpt::prepare sizes one per micro-batch held at once): it takes a free
+// one at its first action and gives it back after its last, once the sends
+// that read from the set's buffers are done.
+class PipelineExecutor::MicroBatches {
+ public:
+  MicroBatches(Gpt& model, int sets, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
+               int M)
+      : b(B / M), T(T), model_(model), sets_(sets), tokens_(tokens), targets_(targets), set_of_(M, -1), sends_(sets) {
+    for (int set = sets - 1; set >= 0; --set) free_.push_back(set);
+  }
+  std::vector<int> tokens(int m) const { return rows(tokens_, m); }
+  std::vector<int> targets(int m) const { return rows(targets_, m); }
+  // Makes m's set the model's current one, taking and sizing it at m's first action.
+  void enter(int m) {
+    int& set = set_of_[m];
+    if (set >= 0) return model_.use_activations(set);
+    set = free_.back();
+    free_.pop_back();
+    most_held_ = std::max(most_held_, sets_ - int(free_.size()));
+    model_.prepare(b, T, set, sets_);
+  }
+  void sent_from(int m, Request send) { sends_[set_of_[m]].push_back(std::move(send)); }
+  void leave(int m) {
+    const int set = std::exchange(set_of_[m], -1);
+    for (Request& r : sends_[set]) r.wait();
+    sends_[set].clear();
+    free_.push_back(set);
+  }
+  void wait_for_sends() {
+    for (std::vector<Request>& in_flight : sends_)
+      for (Request& r : in_flight) r.wait();
+  }
+  int most_held() const { return most_held_; }
+
+  const int b, T;
+
+ private:
+  std::vector<int> rows(const std::vector<int>& batch, int m) const {
+    return std::vector<int>(batch.begin() + std::ptrdiff_t(m) * b * T, batch.begin() + std::ptrdiff_t(m + 1) * b * T);
+  }
+
+  Gpt& model_;
+  const int sets_;
+  const std::vector<int>& tokens_;
+  const std::vector<int>& targets_;
+  Table<int> set_of_;                   // by micro-batch: -1 while it holds none
+  std::vector<int> free_;               // the next to be taken last
+  Table<std::vector<Request>> sends_;  // by set: in flight from its buffers
+  int most_held_ = 0;
+};
+
+namespace {
+
+// An action's FLOPs from its chunk's: a whole backward is its input's part and its weights'.
+double flops_of(PipeOp op, const PipeTimes& chunk) {
+  switch (op) {
+    case PipeOp::forward: return chunk.forward;
+    case PipeOp::backward_input: return chunk.backward_input;
+    case PipeOp::backward_weight: return chunk.backward_weight;
+    default: return chunk.backward_input + chunk.backward_weight;
+  }
+}
+
+}  // namespace
+
 PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
-  const int M = schedule_.microbatches, C = schedule_.chunks();
-  if (B % M != 0)
-    fail(pp_.who(), "pipeline step", "a batch of {} sequences does not cut into {} equal micro-batches", B, M);
-  if (tokens.size() != std::size_t(B) * T || targets.size() != tokens.size())
-    fail(pp_.who(), "pipeline step", "{} tokens and {} targets for a batch of {} x {}", tokens.size(), targets.size(),
-         B, T);
-  const int b = B / M;
+  check_batch(tokens, targets, B, T);
+  const int M = schedule_.microbatches;
+  MicroBatches batch(model_, sets_, tokens, targets, B, T, M);
   PipelineStep out;
   out.start = pp_.now();
   model_.zero_grad();
-
-  // Micro-batch m's activation set while it is held here.
-  std::vector<int> set_of(std::size_t(M), -1);
-  std::vector<int> free_sets(static_cast<std::size_t>(sets_));
-  for (int s = 0; s < sets_; ++s) free_sets[std::size_t(s)] = sets_ - 1 - s;
-  std::vector<std::vector<Request>> sends(static_cast<std::size_t>(sets_));  // in flight from each set's buffers
-  const auto enter = [&](int m) {
-    int& set = set_of[std::size_t(m)];
-    if (set >= 0) return model_.use_activations(set);
-    set = free_sets.back();
-    free_sets.pop_back();
-    out.activation_sets = std::max(out.activation_sets, sets_ - int(free_sets.size()));
-    model_.prepare(b, T, set, sets_);
-  };
-  const auto release = [&](int m) {
-    const int set = std::exchange(set_of[std::size_t(m)], -1);
-    for (Request& r : sends[std::size_t(set)]) r.wait();
-    sends[std::size_t(set)].clear();
-    free_sets.push_back(set);
-  };
-  const auto rows = [&](const std::vector<int>& v, int m) {
-    return std::vector<int>(v.begin() + std::ptrdiff_t(m) * b * T, v.begin() + std::ptrdiff_t(m + 1) * b * T);
-  };
-  const auto timed = [&](const PipeAction& a, double flops, const auto& work) {
-    const double started = pp_.now();
-    work();
-    pp_.computed(trace_name(schedule_, a), started, flops);
-    out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp_.now()});
-  };
-
-  // What the stage keeps for each chunk's micro-batch: from its forward until its weights' gradient.
-  const auto keep = [&](int chunk, int sign) {
-    pp_.track_memory(MemoryUse::activations, sign * std::int64_t(chunk_activation_bytes(chunk, b, T)));
-  };
   double loss = 0;
   const std::vector<PipeAction>& actions = schedule_.actions[std::size_t(stage())];
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const PipeAction& a = actions[i];
-    const int m = a.microbatch, c = a.chunk;
-    const auto [first, last] = layers_of(c);
-    const PipeTimes flops = chunk_flops(c, b, T);
-    enter(m);
-    switch (a.op) {
-      case PipeOp::receive_activation:
-      case PipeOp::receive_gradient:
-        (void)pipeline_exchange(pp_, schedule_, a, model_, first, last);  // done when it returns
-        break;
-      case PipeOp::send_activation:
-      case PipeOp::send_gradient:
-        sends[std::size_t(set_of[std::size_t(m)])].push_back(pipeline_exchange(pp_, schedule_, a, model_, first, last));
-        out.sent_bytes += model_.stream(first - 1).size_bytes();  // every message is one b x T x C residual stream
-        break;
-      case PipeOp::forward:
-        timed(a, flops.forward, [&] {
-          if (c == 0) model_.embed(rows(tokens, m));
-          model_.forward_layers(first, last);
-          if (c == C - 1) loss += model_.head(rows(targets, m));
-        });
-        keep(c, +1);
-        break;
-      case PipeOp::backward:
-      case PipeOp::backward_input: {
-        const bool whole = a.op == PipeOp::backward;
-        timed(a, whole ? flops.backward_input + flops.backward_weight : flops.backward_input, [&] {
-          if (c == C - 1) model_.backward_head();
-          model_.backward_layers(first, last, {}, whole ? BackwardPart::all : BackwardPart::input);
-          if (c == 0 && whole) model_.backward_embed();
-        });
-        if (whole) keep(c, -1);
-        break;
-      }
-      case PipeOp::backward_weight:
-        timed(a, flops.backward_weight, [&] {
-          model_.backward_layers(first, last, {}, BackwardPart::weights);
-          if (c == 0) model_.backward_embed();
-        });
-        keep(c, -1);
-        break;
-    }
-    if (last_action_[std::size_t(m)] == i) release(m);
+    batch.enter(a.microbatch);
+    if (is_compute(a.op))
+      loss += compute(batch, a, out);
+    else
+      exchange(batch, a, out);
+    if (last_action_[std::size_t(a.microbatch)] == i) batch.leave(a.microbatch);
   }
-  for (auto& in_flight : sends)
-    for (Request& r : in_flight) r.wait();
+  batch.wait_for_sends();
+  out.activation_sets = batch.most_held();
+  average_gradients();
+  out.loss = float(loss / M);  // each micro-batch's loss is its own mean: the batch's is their mean
+  out.end = pp_.now();
+  return out;
+}
 
-  // The head's use of the token embeddings and the first chunk's: one gradient.
+void PipelineExecutor::check_batch(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
+                                   int T) const {
+  if (B % schedule_.microbatches != 0)
+    fail(pp_.who(), "pipeline step", "a batch of {} sequences does not cut into {} equal micro-batches", B,
+         schedule_.microbatches);
+  if (tokens.size() != std::size_t(B) * T || targets.size() != tokens.size())
+    fail(pp_.who(), "pipeline step", "{} tokens and {} targets for a batch of {} x {}", tokens.size(), targets.size(),
+         B, T);
+}
+
+// A receive is done when it returns; a send is in flight until its micro-batch leaves.
+void PipelineExecutor::exchange(MicroBatches& batch, const PipeAction& a, PipelineStep& out) {
+  const auto [first, last] = layers_of(a.chunk);
+  Request request = pipeline_exchange(pp_, schedule_, a, model_, first, last);
+  if (a.op == PipeOp::receive_activation || a.op == PipeOp::receive_gradient) return;
+  batch.sent_from(a.microbatch, std::move(request));
+  out.sent_bytes += model_.stream(first - 1).size_bytes();  // every message is one b x T x C residual stream
+}
+
+// A forward or backward, timed by the Comm's clock and traced under the
+// action's name, then the activations the stage keeps for it: a chunk's
+// micro-batch's, from its forward until its weights' gradient. Returns the
+// loss it adds: the last chunk's forward's.
+double PipelineExecutor::compute(const MicroBatches& batch, const PipeAction& a, PipelineStep& out) {
+  const double started = pp_.now();
+  const double loss = run_layers(batch, a);
+  pp_.computed(trace_name(schedule_, a), started, flops_of(a.op, chunk_flops(a.chunk, batch.b, batch.T)));
+  out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp_.now()});
+  const auto bytes = std::int64_t(chunk_activation_bytes(a.chunk, batch.b, batch.T));
+  if (a.op == PipeOp::forward)
+    pp_.track_memory(MemoryUse::activations, bytes);
+  else if (a.op != PipeOp::backward_input)
+    pp_.track_memory(MemoryUse::activations, -bytes);
+  return loss;
+}
+
+// The chunk's layers on the micro-batch's activation set: the first chunk
+// also embeds its tokens, the last applies the head, takes the loss (returned)
+// and starts the backward from it. The embeddings' gradient is weights only.
+double PipelineExecutor::run_layers(const MicroBatches& batch, const PipeAction& a) {
+  const auto [first, last] = layers_of(a.chunk);
+  const bool embeds = a.chunk == 0, has_head = a.chunk == schedule_.chunks() - 1;
+  switch (a.op) {
+    case PipeOp::forward:
+      if (embeds) model_.embed(batch.tokens(a.microbatch));
+      model_.forward_layers(first, last);
+      return has_head ? model_.head(batch.targets(a.microbatch)) : 0;
+    case PipeOp::backward:
+    case PipeOp::backward_input: {
+      const bool whole = a.op == PipeOp::backward;
+      if (has_head) model_.backward_head();
+      model_.backward_layers(first, last, {}, whole ? BackwardPart::all : BackwardPart::input);
+      if (embeds && whole) model_.backward_embed();
+      return 0;
+    }
+    default:  // the weights' part
+      model_.backward_layers(first, last, {}, BackwardPart::weights);
+      if (embeds) model_.backward_embed();
+      return 0;
+  }
+}
+
+// The head's use of the token embeddings and the first chunk's are one
+// gradient, summed between their stages; then the mean over the micro-batches.
+void PipelineExecutor::average_gradients() {
   const GptConfig& g = model_.config();
   if (embedding_group_ && embedding_group_->size() > 1)
     embedding_group_->all_reduce(view_of(std::span(model_.gradients().data(), std::size_t(g.vocab) * g.channels)),
                                  ReduceOp::sum);
-  // Each micro-batch's loss is its own mean: the batch's is their mean.
   for (const ParameterRange& r : owned_)
-    model_.device().divide(DType::f32, model_.gradients().data() + r.offset, r.count, M);
-  out.loss = float(loss / M);
-  out.end = pp_.now();
-  return out;
+    model_.device().divide(DType::f32, model_.gradients().data() + r.offset, r.count, schedule_.microbatches);
 }
 
 PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flops, std::size_t message_bytes) {
@@ -240,10 +302,7 @@ PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flo
         break;
       default: {
         const double started = pp.now();
-        pp.compute(trace_name(s, a), a.op == PipeOp::forward           ? flops.forward
-                                  : a.op == PipeOp::backward_input  ? flops.backward_input
-                                  : a.op == PipeOp::backward_weight ? flops.backward_weight
-                                                                    : flops.backward_input + flops.backward_weight);
+        pp.compute(trace_name(s, a), flops_of(a.op, flops));
         out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp.now()});
       }
     }

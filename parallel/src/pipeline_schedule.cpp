@@ -1,14 +1,11 @@
 #include "labkit/parallel/pipeline_schedule.h"
 
 #include <algorithm>
-#include <limits>
-#include <map>
-#include <optional>
-#include <tuple>
 
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "schedule_internals.h"
 
 namespace labkit {
 
@@ -54,7 +51,7 @@ int receiving_chunk(const PipeAction& a) {
 
 }  // namespace
 
-int peer_of(const Schedule& s, const PipeAction& a) { return s.stage_of_chunk[std::size_t(other_chunk(a))]; }
+int peer_of(const Schedule& s, const PipeAction& a) { return stage_of(s, other_chunk(a)); }
 
 int tag_of(const Schedule& s, const PipeAction& a) {
   const bool gradient = a.op == PipeOp::send_gradient || a.op == PipeOp::receive_gradient;
@@ -66,25 +63,19 @@ namespace {
 // ZB-V's: down the stages and back up, so stage s holds chunks s and 2P - 1 - s
 // and the first stage holds both ends (the loss is computed where the data enters).
 std::vector<int> v_shaped(int stages) {
-  std::vector<int> stage_of(2 * std::size_t(std::max(stages, 0)));
-  for (int c = 0; c < 2 * stages; ++c) stage_of[std::size_t(c)] = c < stages ? c : 2 * stages - 1 - c;
-  return stage_of;
-}
-
-bool crosses(const Schedule& s, int from_chunk, int to_chunk) {
-  return s.stage_of_chunk[std::size_t(from_chunk)] != s.stage_of_chunk[std::size_t(to_chunk)];
-}
-
-std::vector<PipeAction>& actions_of(Schedule& s, int chunk) {
-  return s.actions[std::size_t(s.stage_of_chunk[std::size_t(chunk)])];
+  std::vector<int> stage_of_chunk;
+  for (int stage = 0; stage < stages; ++stage) stage_of_chunk.push_back(stage);
+  for (int stage = stages - 1; stage >= 0; --stage) stage_of_chunk.push_back(stage);
+  return stage_of_chunk;
 }
 
 }  // namespace
 
 std::vector<int> looped_placement(int stages, int virtual_stages) {
-  std::vector<int> stage_of(std::size_t(std::max(stages, 0)) * std::size_t(std::max(virtual_stages, 0)));
-  for (std::size_t c = 0; c < stage_of.size(); ++c) stage_of[c] = int(c) % stages;
-  return stage_of;
+  std::vector<int> stage_of_chunk;
+  for (int loop = 0; loop < virtual_stages; ++loop)
+    for (int stage = 0; stage < stages; ++stage) stage_of_chunk.push_back(stage);
+  return stage_of_chunk;
 }
 
 Schedule empty_schedule(std::string name, int stages, int microbatches, int virtual_stages,
@@ -92,8 +83,9 @@ Schedule empty_schedule(std::string name, int stages, int microbatches, int virt
   if (stages < 1 || microbatches < 1)
     throw Error(fmt::format("{} schedule: {} stages and {} micro-batches (each at least 1)", name, stages,
                             microbatches));
-  return {std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk),
-          std::vector<std::vector<PipeAction>>(std::size_t(stages))};
+  Schedule s{std::move(name), stages, microbatches, virtual_stages, std::move(stage_of_chunk), {}};
+  for (int stage = 0; stage < stages; ++stage) s.actions.emplace_back();  // one action list per stage
+  return s;
 }
 
 void add_forward(Schedule& s, int m, int c) {
@@ -109,128 +101,6 @@ void add_backward(Schedule& s, int m, int c, PipeOp op) {
   a.push_back({op, m, c});
   if (c > 0 && crosses(s, c - 1, c)) a.push_back({PipeOp::send_gradient, m, c});
 }
-
-namespace {
-
-constexpr double kNever = std::numeric_limits<double>::infinity();
-
-// The zero-bubble schedules' heuristic (Qi et al. 2024, section 3), played out
-// with `t`: each stage, whenever it is free, runs the first it can of
-//   an input gradient whose output gradient has arrived (the stage before waits for it),
-//   a forward whose input has arrived, while it keeps fewer than `limit` chunk
-//     activations (a slot left for each of its later chunks, so that a micro-batch
-//     coming back up the V always finds room),
-//   a weight gradient it still owes (nobody waits for one: it fills what would be idle),
-// and otherwise waits for the next arrival. Each chunk takes its micro-batches in order.
-Schedule zero_bubble(std::string name, int P, int M, int V, std::vector<int> stage_of_chunk, std::vector<int> limit,
-                     const PipeTimes& t) {
-  Schedule s = empty_schedule(std::move(name), P, M, V, std::move(stage_of_chunk));
-  const int C = s.chunks();
-  std::vector<std::vector<int>> chunks_of(static_cast<std::size_t>(P));  // each stage's, in model order
-  for (int c = 0; c < C; ++c) chunks_of[std::size_t(s.stage_of_chunk[std::size_t(c)])].push_back(c);
-  const auto grid = [&] { return std::vector<std::vector<double>>(std::size_t(C), std::vector<double>(std::size_t(M), kNever)); };
-  std::vector<std::vector<double>> forwarded = grid(), input_done = grid();  // when each ended
-  std::vector<int> next_forward(std::size_t(C), 0), next_input(std::size_t(C), 0), next_weight(std::size_t(C), 0);
-  std::vector<double> clock(std::size_t(P), 0);
-  std::vector<int> kept(std::size_t(P), 0);
-  std::vector<bool> stuck(std::size_t(P), false);  // found nothing to do at its clock
-  const auto arrival = [&](double done, int from, int to) { return done + (crosses(s, from, to) ? t.message : 0); };
-  const auto finished = [&](int p) {
-    for (int c : chunks_of[std::size_t(p)])
-      if (next_weight[std::size_t(c)] < M) return false;
-    return true;
-  };
-
-  struct Choice {
-    PipeOp op;
-    int chunk;
-    double ready;
-  };
-  // Stage p's candidates of each kind, each the earliest to be ready (kNever: none known yet).
-  const auto candidates = [&](int p) {
-    std::optional<Choice> input, forward, weight;
-    const auto consider = [](std::optional<Choice>& best, Choice c, bool later_first) {
-      if (!best || c.ready < best->ready || (c.ready == best->ready && later_first)) best = c;
-    };
-    const auto& mine = chunks_of[std::size_t(p)];
-    for (std::size_t v = 0; v < mine.size(); ++v) {
-      const int c = mine[v];
-      const std::size_t cc = std::size_t(c);
-      if (const int m = next_forward[cc]; m < M && kept[std::size_t(p)] < limit[std::size_t(p)] - int(mine.size() - 1 - v))
-        consider(forward, {PipeOp::forward, c, c == 0 ? 0.0 : arrival(forwarded[cc - 1][std::size_t(m)], c - 1, c)}, true);
-      if (const int m = next_input[cc]; m < next_forward[cc])
-        consider(input, {PipeOp::backward_input, c,
-                         std::max(forwarded[cc][std::size_t(m)],
-                                  c + 1 == C ? 0.0 : arrival(input_done[cc + 1][std::size_t(m)], c + 1, c))}, false);
-      if (const int m = next_weight[cc]; m < next_input[cc])
-        consider(weight, {PipeOp::backward_weight, c, input_done[cc][std::size_t(m)]}, false);
-    }
-    return std::tuple{input, forward, weight};
-  };
-
-  for (;;) {
-    int p = -1;
-    for (int q = 0; q < P; ++q)
-      if (!finished(q) && (p < 0 || std::tuple(clock[std::size_t(q)], bool(stuck[std::size_t(q)])) <
-                                        std::tuple(clock[std::size_t(p)], bool(stuck[std::size_t(p)]))))
-        p = q;
-    if (p < 0) break;
-    const std::size_t sp = std::size_t(p);
-    const double now = clock[sp];
-    const auto [input, forward, weight] = candidates(p);
-    std::optional<Choice> run;
-    for (const auto& c : {input, forward, weight})
-      if (!run && c && c->ready <= now) run = c;
-    if (!run) {
-      if (!stuck[sp]) {
-        stuck[sp] = true;  // another stage at this clock may yet make something ready
-        continue;
-      }
-      // Every stage at this clock is stuck: they all wait for the next arrival
-      // anywhere, or for the next stage to come free.
-      double next = kNever;
-      for (int q = 0; q < P; ++q) {
-        if (finished(q)) continue;
-        if (clock[std::size_t(q)] > now) next = std::min(next, clock[std::size_t(q)]);
-        const auto [q_input, q_forward, q_weight] = candidates(q);
-        for (const auto& c : {q_input, q_forward})
-          if (c && c->ready > now) next = std::min(next, c->ready);
-      }
-      if (next == kNever) throw Error(fmt::format("{} schedule: stage {} can never go on (a bug in the generator)", s.name, p));
-      for (int q = 0; q < P; ++q)
-        if (clock[std::size_t(q)] == now) clock[std::size_t(q)] = next, stuck[std::size_t(q)] = false;
-      continue;
-    }
-    std::fill(stuck.begin(), stuck.end(), false);
-    const std::size_t c = std::size_t(run->chunk);
-    switch (run->op) {
-      case PipeOp::forward: {
-        const int m = next_forward[c]++;
-        add_forward(s, m, run->chunk);
-        clock[sp] = now + t.forward;
-        forwarded[c][std::size_t(m)] = clock[sp];
-        ++kept[sp];
-        break;
-      }
-      case PipeOp::backward_input: {
-        const int m = next_input[c]++;
-        add_backward(s, m, run->chunk, PipeOp::backward_input);
-        clock[sp] = now + t.backward_input;
-        input_done[c][std::size_t(m)] = clock[sp];
-        break;
-      }
-      default: {
-        const int m = next_weight[c]++;
-        actions_of(s, run->chunk).push_back({PipeOp::backward_weight, m, run->chunk});
-        clock[sp] = now + t.backward_weight;
-        --kept[sp];
-      }
-    }
-  }
-  return s;
-}
-
-}  // namespace
 
 Schedule naive_schedule(int stages, int microbatches) {
   Schedule s = empty_schedule("naive", stages, microbatches, 1, looped_placement(stages, 1));
@@ -358,8 +228,7 @@ Schedule zbv_as_drawn(int P, int M) {
 // half-size chunks.
 Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times) {
   Schedule drawn = zbv_as_drawn(stages, microbatches);
-  Schedule greedy = zero_bubble("zbv", stages, microbatches, 2, v_shaped(stages),
-                                std::vector<int>(std::size_t(std::max(stages, 0)), 2 * stages), times);
+  Schedule greedy = zero_bubble(empty_schedule("zbv", stages, microbatches, 2, v_shaped(stages)), 2 * stages, times);
   return validate(drawn, times).makespan <= validate(greedy, times).makespan ? drawn : greedy;
 }
 
@@ -395,160 +264,6 @@ double bubble_formula(const Schedule& s, const PipeTimes& t) {
   }
   const double fill = (P - 1) * t.forward;  // zbv
   return fill / (V * M * (t.forward + t.backward_input + t.backward_weight) + fill);
-}
-
-namespace {
-
-// A chunk's micro-batch's backward so far: none, the input's part, or done.
-enum class Backward { none, input, done };
-
-}  // namespace
-
-ScheduleRun validate(const Schedule& s, const PipeTimes& t) {
-  const int P = s.stages, M = s.microbatches, C = s.chunks();
-  if (P < 1 || M < 1 || s.actions.size() != std::size_t(P) || C < P)
-    throw Error(fmt::format("{} schedule: {} stages, {} micro-batches, {} chunks, actions for {} stages", s.name, P, M,
-                            C, s.actions.size()));
-  const auto describe = [&](const PipeAction& a) {
-    return fmt::format("{} of micro-batch {}{}", name_of(a.op), a.microbatch,
-                       C > P ? fmt::format(", chunk {}", a.chunk) : "");
-  };
-  const auto grid = [&](auto value) {
-    return std::vector(std::size_t(C), std::vector(std::size_t(M), value));
-  };
-  auto forwarded = grid(false), activation_in = grid(false), gradient_in = grid(false);
-  auto backward = grid(Backward::none);
-  // Messages by (gradient?, the chunk that receives, micro-batch): when each is ready, and whether received.
-  std::map<std::tuple<bool, int, int>, std::pair<double, bool>> messages;
-  std::vector<std::size_t> next(std::size_t(P), 0);
-  std::vector<double> clock(std::size_t(P), 0);
-  std::vector<int> kept(std::size_t(P), 0);
-  ScheduleRun run;
-  run.peak_in_flight.assign(std::size_t(P), 0);
-  run.slots.resize(std::size_t(P));
-
-  // Runs stage p's next action if it can: false when it waits on a receive.
-  const auto step = [&](int p) {
-    const std::size_t sp = std::size_t(p);
-    const PipeAction a = s.actions[sp][next[sp]];
-    const auto fail = [&](std::string_view what) {
-      throw Error(fmt::format("{} schedule: stage {}, action {} ({}): {}", s.name, p, next[sp], describe(a), what));
-    };
-    if (a.microbatch < 0 || a.microbatch >= M) fail(fmt::format("there are micro-batches 0 to {}", M - 1));
-    if (a.chunk < 0 || a.chunk >= C) fail(fmt::format("there are chunks 0 to {}", C - 1));
-    if (s.stage_of_chunk[std::size_t(a.chunk)] != p && is_compute(a.op))
-      fail(fmt::format("chunk {} runs on stage {}", a.chunk, s.stage_of_chunk[std::size_t(a.chunk)]));
-    const std::size_t m = std::size_t(a.microbatch), c = std::size_t(a.chunk);
-    const bool first = a.chunk == 0, last = a.chunk == C - 1;
-    const auto work = [&](double seconds) {
-      run.slots[sp].push_back({a.op, a.microbatch, a.chunk, clock[sp], clock[sp] + seconds});
-      clock[sp] += seconds;
-    };
-    const auto finish = [&](Backward now) {
-      backward[c][m] = now;
-      if (now == Backward::done) --kept[sp];
-    };
-    const auto send = [&](bool gradient, int to) {
-      if (to < 0 || to >= C) fail(fmt::format("there is no chunk {} to send to", to));
-      if (!crosses(s, a.chunk, to)) fail(fmt::format("chunk {} is on this stage: nothing travels", to));
-      if (!messages.try_emplace({gradient, to, a.microbatch}, clock[sp] + t.message, false).second)
-        fail("sent twice");
-      ++run.messages;
-    };
-    const auto receive = [&](bool gradient, int from, std::vector<std::vector<bool>>& arrived) {
-      if (from < 0 || from >= C) fail(fmt::format("there is no chunk {} to receive from", from));
-      if (!crosses(s, from, a.chunk)) fail(fmt::format("chunk {} is on this stage: nothing travels", from));
-      const auto it = messages.find({gradient, a.chunk, a.microbatch});
-      if (it == messages.end()) return false;  // waits
-      if (it->second.second) fail("received twice");
-      it->second.second = true;
-      arrived[c][m] = true;
-      clock[sp] = std::max(clock[sp], it->second.first);
-      return true;
-    };
-    // The input a forward needs, and the output gradient a backward needs.
-    const auto has_input = [&] {
-      return first || (crosses(s, a.chunk - 1, a.chunk) ? activation_in[c][m] : forwarded[c - 1][m]);
-    };
-    const auto has_gradient = [&] {
-      return last || (crosses(s, a.chunk, a.chunk + 1) ? gradient_in[c][m] : backward[c + 1][m] != Backward::none);
-    };
-    switch (a.op) {
-      case PipeOp::forward:
-        if (!has_input())
-          fail(crosses(s, a.chunk - 1, a.chunk) || first ? "its activation has not been received"
-                                                        : "the chunk before has not forwarded it");
-        if (forwarded[c][m]) fail("forwarded twice");
-        work(t.forward);
-        forwarded[c][m] = true;
-        run.peak_in_flight[sp] = std::max(run.peak_in_flight[sp], ++kept[sp]);
-        break;
-      case PipeOp::backward:
-      case PipeOp::backward_input:
-        if (!forwarded[c][m]) fail("before its forward");
-        if (!has_gradient())
-          fail(crosses(s, a.chunk, a.chunk + 1) ? "its gradient has not been received"
-                                                : "the chunk after has not backwarded it");
-        if (backward[c][m] != Backward::none) fail("backwarded twice");
-        work(a.op == PipeOp::backward ? t.backward_input + t.backward_weight : t.backward_input);
-        finish(a.op == PipeOp::backward ? Backward::done : Backward::input);
-        break;
-      case PipeOp::backward_weight:
-        if (backward[c][m] != Backward::input) fail("not right after a backward for the input alone");
-        work(t.backward_weight);
-        finish(Backward::done);
-        break;
-      case PipeOp::send_activation:
-        if (!forwarded[c][m]) fail("before the forward that makes it");
-        send(false, a.chunk + 1);
-        break;
-      case PipeOp::send_gradient:
-        if (backward[c][m] == Backward::none) fail("before the backward that makes it");
-        send(true, a.chunk - 1);
-        break;
-      case PipeOp::receive_activation:
-        if (!receive(false, a.chunk - 1, activation_in)) return false;
-        break;
-      case PipeOp::receive_gradient:
-        if (!receive(true, a.chunk + 1, gradient_in)) return false;
-        break;
-    }
-    ++next[sp];
-    return true;
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int p = 0; p < P; ++p)
-      while (next[std::size_t(p)] < s.actions[std::size_t(p)].size() && step(p)) progress = true;
-  }
-  std::string waiting;
-  for (int p = 0; p < P; ++p)
-    if (next[std::size_t(p)] < s.actions[std::size_t(p)].size())
-      waiting += fmt::format("{}stage {} at action {} ({})", waiting.empty() ? "" : ", ", p, next[std::size_t(p)],
-                             describe(s.actions[std::size_t(p)][next[std::size_t(p)]]));
-  if (!waiting.empty())
-    throw Error(fmt::format("{} schedule: deadlock: every unfinished stage waits on a receive: {}", s.name, waiting));
-  for (int c = 0; c < C; ++c)
-    for (int m = 0; m < M; ++m)
-      if (backward[std::size_t(c)][std::size_t(m)] != Backward::done)
-        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}{}", s.name,
-                                s.stage_of_chunk[std::size_t(c)],
-                                !forwarded[std::size_t(c)][std::size_t(m)]                ? "forward"
-                                : backward[std::size_t(c)][std::size_t(m)] == Backward::none ? "backward"
-                                                                                             : "backward for the weights",
-                                m, C > P ? fmt::format(" on chunk {}", c) : ""));
-  for (const auto& [key, message] : messages)
-    if (!message.second)
-      throw Error(fmt::format("{} schedule: the {} of micro-batch {} sent to chunk {} is never received", s.name,
-                              std::get<0>(key) ? "gradient" : "activation", std::get<2>(key), std::get<1>(key)));
-
-  double busy = 0;
-  for (int p = 0; p < P; ++p) run.makespan = std::max(run.makespan, clock[std::size_t(p)]);
-  for (const auto& slots : run.slots)
-    for (const ScheduleRun::Slot& slot : slots) busy += slot.end - slot.start;
-  run.bubble = run.makespan > 0 ? 1 - busy / (double(P) * run.makespan) : 0;
-  return run;
 }
 
 }  // namespace labkit

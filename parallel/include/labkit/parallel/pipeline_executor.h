@@ -65,8 +65,16 @@ class PipelineExecutor {
   std::size_t chunk_activation_bytes(int chunk, int B, int T) const;
 
  private:
+  class MicroBatches;  // one step's: their rows of the batch, and the activation sets they hold
   int stage() const { return pp_.rank(); }
   bool holds(int chunk) const { return schedule_.stage_of_chunk[std::size_t(chunk)] == stage(); }
+  // step()'s phases: its batch checked, each action a send or receive (exchange) or a forward or
+  // backward (compute, run_layers), and the gradients averaged over the micro-batches.
+  void check_batch(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) const;
+  void exchange(MicroBatches& batch, const PipeAction& a, PipelineStep& out);
+  double compute(const MicroBatches& batch, const PipeAction& a, PipelineStep& out);
+  double run_layers(const MicroBatches& batch, const PipeAction& a);
+  void average_gradients();
 
   Comm& pp_;
   Gpt& model_;

@@ -136,7 +136,8 @@ double bubble_formula(const Schedule& s, const PipeTimes& t);
 struct ScheduleRun {
   double makespan = 0;              // the last action's end
   double bubble = 0;                // 1 - (the stages' busy time) / (P x makespan)
-  std::vector<int> peak_in_flight;  // by stage: chunk activations kept (forwarded, weights' gradient not yet done), at most
+  // By stage: the chunk activations it keeps at most (forwarded, their weights' gradient not yet done).
+  std::vector<int> peak_in_flight;
   int messages = 0;                 // sends between stages
   struct Slot {
     PipeOp op;  // forward or one of the backwards
