@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
-#include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/parallel/quantized_reduce_scatter.h"
+#include "ranks_per_node.h"
 
 namespace labkit {
 
@@ -26,23 +26,6 @@ namespace {
 
 View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
 View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
-
-// How many ranks each node holds, where every node holds as many, numbered
-// node by node (qgZ's two hops need it); else the error says what the nodes hold.
-int ranks_per_node(const Comm& comm, std::string_view op) {
-  const std::vector<int>& nodes = comm.nodes().node;
-  const auto per_node = int(std::count(nodes.begin(), nodes.end(), nodes.front()));
-  std::vector<int> firsts;  // each run of per_node ranks' node: all distinct when the nodes are filled evenly
-  for (int r = 0; r < comm.size(); r += per_node) firsts.push_back(nodes[std::size_t(r)]);
-  std::sort(firsts.begin(), firsts.end());
-  const bool distinct = std::adjacent_find(firsts.begin(), firsts.end()) == firsts.end();
-  for (int r = 0; r < comm.size(); ++r)
-    if (!distinct || comm.size() % per_node != 0 || nodes[std::size_t(r)] != nodes[std::size_t(r - r % per_node)])
-      fail(comm.who(), op, "quantize_gradients: the {} ranks do not fill their nodes evenly, {} to "
-           "a node (rank {} is on node {}); qgZ's all-to-all hops need the same count on every node", comm.size(),
-           per_node, r, nodes[std::size_t(r)]);
-  return per_node;
-}
 
 }  // namespace
 
@@ -412,121 +395,6 @@ Prefetch parse_prefetch(std::string_view name) {
   if (name == "backward") return Prefetch::backward;
   if (name == "both") return Prefetch::both;
   throw std::invalid_argument("unknown prefetch '" + std::string(name) + "' (none, forward, backward, both)");
-}
-
-void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
-                         const ShardingOptions& options) {
-  const ShapedModel model = shaped_model(arch, step_seconds);
-  if (stage == 0) return shaped_step(world, model, DdpMode::overlap);
-  const auto grouped = [&](int inner, const char* outer_name, const char* inner_name) {
-    return std::make_unique<Mesh>(world, std::vector<MeshDim>{{outer_name, world.size() / inner}, {inner_name, inner}});
-  };
-  // HSDP: the state sharded within groups of neighbouring ranks (a node's), replicated across them.
-  std::unique_ptr<Mesh> hsdp, hpz, nodes;
-  if (options.shard_group > 0 && options.shard_group < world.size())
-    hsdp = grouped(options.shard_group, "replicate", "shard");
-  Comm& comm = hsdp ? hsdp->group("shard") : world;
-  if (options.hpz_group > 0) hpz = grouped(options.hpz_group, "across", "node");
-  if (options.quantize_gradients) nodes = grouped(ranks_per_node(world, "sharded_shaped_step"), "across", "node");
-  // The units from shaped_model's pieces (the head and norm, each layer's
-  // tensors from the last layer, the embeddings). A forward costs half a backward.
-  struct ShapedUnit {
-    std::size_t count = 0;
-    double backward = 0;
-  };
-  ShapedUnit root{model.pieces.front().count + model.pieces.back().count,
-                  model.pieces.front().backward_seconds + model.pieces.back().backward_seconds};
-  std::vector<ShapedUnit> layers(arch.layers);  // in forward order
-  std::size_t piece = 1;
-  for (int l = arch.layers - 1; l >= 0; --l)
-    for (std::size_t t = 0; t < memory::layer_tensors(arch, l).size(); ++t, ++piece) {
-      layers[l].count += model.pieces[piece].count;
-      layers[l].backward += model.pieces[piece].backward_seconds;
-    }
-  const DType dtype = model.grad_dtype;
-  auto shard = [](std::size_t count, int p) { return (count + std::size_t(p) - 1) / std::size_t(p); };
-  // A unit's all-gather over `group`: bf16 shards, or qwZ's int8 blocks.
-  auto gather = [&](std::size_t count, Comm& group, bool quantized) {
-    const std::size_t s = shard(count, group.size()), p = std::size_t(group.size());
-    if (quantized) return group.i_all_gather(sizes_only(quantized_bytes(s, 8), DType::u8),
-                                             sizes_only(quantized_bytes(s, 8) * p, DType::u8));
-    return group.i_all_gather(sizes_only(s, dtype), sizes_only(s * p, dtype));
-  };
-  // qgZ's first hop of a unit, in flight, whose second waits for it.
-  struct Reducing {
-    Request request;
-    std::size_t shard = 0;
-    bool across = false;  // the second hop, or a plain reduce-scatter: only waited for
-  };
-  std::vector<Reducing> reducing;
-  auto reduce_scatter = [&](std::size_t count) {
-    const std::size_t s = shard(count, comm.size());
-    if (!nodes) {
-      reducing.push_back({comm.i_reduce_scatter(sizes_only(s * comm.size(), dtype), sizes_only(s, dtype),
-                                                ReduceOp::avg), s, true});
-      return;
-    }
-    Comm& node = nodes->group("node");
-    const std::size_t bytes = quantized_bytes(s * std::size_t(nodes->group("across").size()), 4) * node.size();
-    reducing.push_back({node.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), s, false});
-  };
-  // qgZ: each first hop that has landed sends its node's partial sums across.
-  auto send_landed_partial_sums = [&](bool wait) {
-    for (Reducing& r : reducing) {
-      if (r.across) continue;
-      if (wait) {
-        r.request.wait();
-      } else if (!r.request.test()) {
-        continue;
-      }
-      Comm& across = nodes->group("across");
-      const std::size_t bytes = quantized_bytes(r.shard, 4) * across.size();
-      r = {across.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), r.shard, true};
-    }
-  };
-  // Stage 3 walks the layers (forward, then backward in reverse) gathering
-  // each before it computes. Prefetched, the next layer's all-gather is issued
-  // before the current layer computes, so it runs under that compute; else it
-  // is issued, and waited for, right in front of its own compute.
-  auto walk = [&](std::vector<const ShapedUnit*> order, bool gathers, bool prefetched, Comm& group, bool quantized,
-                  const char* what, double share, bool reduces) {
-    Request next;
-    if (gathers && prefetched && !order.empty()) next = gather(order.front()->count, group, quantized);
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      if (gathers) {
-        if (!prefetched) next = gather(order[i]->count, group, quantized);
-        next.wait();
-        if (prefetched && i + 1 < order.size()) next = gather(order[i + 1]->count, group, quantized);
-      }
-      if (nodes) send_landed_partial_sums(false);
-      comm.compute_for(what, order[i]->backward * share);
-      if (reduces) reduce_scatter(order[i]->count);
-    }
-  };
-  const bool three = stage == 3;
-  if (three) gather(root.count, comm, options.quantize_weights).wait();  // the root stays gathered through the step
-  std::vector<const ShapedUnit*> forward_order;
-  for (const ShapedUnit& u : layers) forward_order.push_back(&u);
-  walk(forward_order, three, prefetches_forward(options.prefetch), comm, options.quantize_weights, "forward", 0.5,
-       false);
-  comm.compute_for("forward", root.backward / 2);
-  comm.compute_for("backward", root.backward);
-  walk(std::vector<const ShapedUnit*>(forward_order.rbegin(), forward_order.rend()),
-       three && options.reshard_after_forward, prefetches_backward(options.prefetch), hpz ? hpz->group("node") : comm,
-       false, "backward", 1, stage >= 2);
-  const std::size_t all = model.parameters();
-  if (stage >= 2) {
-    reduce_scatter(root.count);
-  } else {  // stage 1: the whole model's gradients after backward
-    reducing.push_back({comm.i_reduce_scatter(sizes_only(shard(all, comm.size()) * comm.size(), dtype),
-                                              sizes_only(shard(all, comm.size()), dtype), ReduceOp::avg), 0, true});
-  }
-  if (nodes) send_landed_partial_sums(true);
-  for (Reducing& r : reducing) r.request.wait();
-  // HSDP: each shard averaged with the same shard of every other group (here
-  // after backward, in one call; PyTorch overlaps it unit by unit).
-  if (hsdp) hsdp->group("replicate").all_reduce(sizes_only(shard(all, comm.size()), dtype), ReduceOp::avg);
-  if (stage < 3) gather(all, comm, false).wait();  // the updated shards, back to every rank for the next forward
 }
 
 }  // namespace labkit
