@@ -35,6 +35,7 @@ Engine::Engine(Options options)
   // Ports 2r and 2r + 1: rank r's device out and in; then each node's NICs, out and in.
   const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
   ports_.resize(2 * std::size_t(options_.ranks) + 2 * std::size_t(nodes) * t.nics_per_node);
+  port_queues_.resize(ports_.size());
   for (std::size_t p = 0; p < ports_.size(); ++p)
     ports_[p].bandwidth = p < 2 * std::size_t(options_.ranks) ? t.intra.bandwidth : t.inter.bandwidth;
   for (int r = 0; r < options_.ranks; ++r) {
@@ -209,9 +210,9 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   // Both ends are posted now: the message pays its latency, then moves its bytes.
   const double posted = std::max(s.posted, r.posted);
   if (options_.network == Network::serial) {
-    const double start = std::max({posted, ports_[out].free, ports_[in].free});
+    const double start = std::max({posted, port_queues_[out].free, port_queues_[in].free});
     const double wire = double(s.buf.bytes()) / link.bandwidth;
-    ports_[out].free = ports_[in].free = start + wire;
+    port_queues_[out].free = port_queues_[in].free = start + wire;
     delivered_at(send_id, recv_id, start + link.alpha + wire);
     return;
   }
@@ -231,8 +232,9 @@ void Engine::match(std::int64_t send_id, std::int64_t recv_id) {
   flow.remaining = double(s.buf.bytes());
   flow.rate = 0;
   const double starts = posted + link.alpha;
-  Port &from = ports_[out], &to = ports_[in];
-  if (flow.remaining > 0 && from.flows.empty() && to.flows.empty() && from.pending == 0 && to.pending == 0) {
+  PortQueue &from = port_queues_[out], &to = port_queues_[in];
+  if (flow.remaining > 0 && ports_[out].flows.empty() && ports_[in].flows.empty() && from.pending == 0 &&
+      to.pending == 0) {
     // Both ports idle, none about to start on them: it starts alone. Any flow
     // matched on them from now on starts after it (the same alpha, a later
     // post), so it joins as an active flow; its end is known now.
@@ -253,7 +255,7 @@ void Engine::delivered_at(std::int64_t send_id, std::int64_t recv_id, double at)
   }
 }
 
-// ---- fair sharing ---------------------------------------------------------------
+// ---- flows: messages sharing the ports (fair_sharing.h) --------------------------
 
 std::pair<int, int> Engine::ports(int from, int to) const {
   const Topology& t = options_.topology;
@@ -267,9 +269,14 @@ void Engine::start_alone(int f, double at) {
   Flow& flow = flows_[f];
   flow.since = at;
   flow.rate = std::min(ports_[flow.out].bandwidth, ports_[flow.in].bandwidth);
-  ports_[flow.out].flows.push_back(f);
-  ports_[flow.in].flows.push_back(f);
+  join(f);
   schedule(f, at + flow.remaining / flow.rate, ++flow.version);
+}
+
+void Engine::join(int f) {
+  const Flow& flow = flows_[f];
+  ports_[flow.out].flows.push_back({f, flow.in});
+  ports_[flow.in].flows.push_back({f, flow.out});
 }
 
 void Engine::schedule(int flow, double at, std::uint64_t version) {
@@ -293,8 +300,8 @@ void Engine::run_flow_events() {
     flow_events_.pop();
     Flow& f = flows_[e.flow];
     if (e.version == 0) {
-      --ports_[f.out].pending;
-      --ports_[f.in].pending;
+      --port_queues_[f.out].pending;
+      --port_queues_[f.in].pending;
     }
     if (e.version == 0 && f.remaining > 0) {
       if (ports_[f.out].flows.empty() && ports_[f.in].flows.empty()) {
@@ -302,15 +309,14 @@ void Engine::run_flow_events() {
         continue;
       }
       f.since = at;
-      ports_[f.out].flows.push_back(e.flow);
-      ports_[f.in].flows.push_back(e.flow);
+      join(e.flow);
       touched_ports_.push_back(f.out);
       touched_ports_.push_back(f.in);
     } else if (e.version == 0 || e.version == f.version) {
       if (e.version != 0) {
         for (const int p : {f.out, f.in}) {
-          std::vector<int>& on = ports_[p].flows;
-          on.erase(std::find(on.begin(), on.end(), e.flow));
+          std::vector<SharedPort::Flow>& on = ports_[p].flows;
+          on.erase(std::find_if(on.begin(), on.end(), [&](const SharedPort::Flow& o) { return o.id == e.flow; }));
           if (!on.empty()) touched_ports_.push_back(p);  // the flows left there may speed up
         }
       }
@@ -321,70 +327,19 @@ void Engine::run_flow_events() {
   share_bandwidth(at);
 }
 
-// Max-min fair rates by progressive filling (Bertsekas and Gallager, Data
-// Networks, 6.5.2): the port whose bandwidth left, split evenly among its flows
-// not yet given a rate, is the bottleneck; its flows get that share, which the
-// other port of each gives up too; repeat. Only the flows linked to a touched
-// port through shared ports can change rate; a flow whose rate stays keeps its
-// scheduled end, so flows alone on their ports cost one solve each.
+// The flows' new rates (fair_sharing.h): each flow whose rate changes has moved
+// its bytes at the old rate until now and is rescheduled to end at the new one;
+// a flow whose rate stays keeps its scheduled end.
 void Engine::share_bandwidth(double at) {
-  if (touched_ports_.empty()) return;
-  const std::uint64_t solve = ++solves_;
-  std::vector<int>&reached = reached_ports_, &flows = reached_flows_;
-  reached.clear();
-  flows.clear();
-  const auto reach = [&](int p) {
-    if (ports_[p].solve == solve) return;
-    ports_[p].solve = solve;
-    reached.push_back(p);
-  };
-  for (const int p : touched_ports_) reach(p);
-  touched_ports_.clear();
-  for (std::size_t i = 0; i < reached.size(); ++i) {
-    for (const int f : ports_[reached[i]].flows) {
-      if (flows_[f].solve == solve) continue;
-      flows_[f].solve = solve;
-      flows.push_back(f);
-      reach(flows_[f].out);
-      reach(flows_[f].in);
-    }
-  }
-  // (share, port): the smallest share first, ties to the lower port; an entry
-  // whose port's share has changed since it was pushed is skipped.
-  using Entry = std::pair<double, int>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<>> bottlenecks;
-  for (const int p : reached) {
-    Port& port = ports_[p];
-    port.left = port.bandwidth;
-    port.unfixed = int(port.flows.size());
-    if (port.unfixed > 0) bottlenecks.push({port.left / port.unfixed, p});
-  }
-  for (const int f : flows) flows_[f].solve = 0;  // 0: no rate yet in this solve
-  while (!bottlenecks.empty()) {
-    const auto [share, p] = bottlenecks.top();
-    bottlenecks.pop();
-    Port& port = ports_[p];
-    if (port.unfixed == 0 || share != port.left / port.unfixed) continue;
-    for (const int f : port.flows) {
-      Flow& flow = flows_[f];
-      if (flow.solve == solve) continue;
-      flow.solve = solve;
-      flow.next_rate = share;
-      const int q = flow.out == p ? flow.in : flow.out;
-      Port& other = ports_[q];
-      other.left = std::max(0.0, other.left - share);
-      if (--other.unfixed > 0) bottlenecks.push({other.left / other.unfixed, q});
-    }
-    port.unfixed = 0;
-  }
-  for (const int f : flows) {
-    Flow& flow = flows_[f];
-    if (flow.next_rate == flow.rate) continue;
+  for (const FairSharing::Rate& answer : fair_sharing_.solve(ports_, touched_ports_)) {
+    Flow& flow = flows_[answer.flow];
+    if (answer.bytes_per_second == flow.rate) continue;
     flow.remaining = std::max(0.0, flow.remaining - flow.rate * (at - flow.since));
     flow.since = at;
-    flow.rate = flow.next_rate;
-    schedule(f, at + flow.remaining / flow.rate, ++flow.version);
+    flow.rate = answer.bytes_per_second;
+    schedule(answer.flow, at + flow.remaining / flow.rate, ++flow.version);
   }
+  touched_ports_.clear();
 }
 
 // The bytes land when the message is delivered: whichever end first sees the

@@ -8,9 +8,9 @@
 // both ends are posted, pays its link's alpha and then moves its bytes as a
 // flow through two ports: the sender's out and the receiver's in. Flows that
 // share a port share its bandwidth max-min fairly (SimGrid's model, checked
-// against SMPI by `./labkit simgrid`): the rates are solved again whenever a
-// flow starts or ends, over the flows linked to it through shared ports, so a
-// flow speeds up when another leaves. Alone on its ports, a message costs
+// against SMPI by `./labkit simgrid`; solved in fair_sharing.h): the rates are
+// solved again whenever a flow starts or ends, over the flows linked to it
+// through shared ports, so a flow speeds up when another leaves. Alone on its ports, a message costs
 // alpha + n / bandwidth. Network::serial is the older model, kept to compare:
 // each port carries one message's bytes at a time, in the order they start.
 // A blocking send completes when the message is delivered (rendezvous), and
@@ -43,6 +43,7 @@
 #include <boost/context/fiber.hpp>
 
 #include "asan_fibers.h"
+#include "fair_sharing.h"
 #include "labkit/collective.h"
 #include "labkit/comm.h"
 #include "labkit/error.h"
@@ -267,15 +268,10 @@ class Engine {
   std::vector<P2P> ops_;
   std::vector<std::int64_t> free_ops_;
   // ---- the network: ports, and the flows moving bytes through them
-  struct Port {
-    double bandwidth = 0;
-    double free = 0;          // serial: when the message it carries ends its bytes
-    std::vector<int> flows;   // fair: the flows through it now
-    int pending = 0;          // fair: flows matched on it that have not started (paying their alpha)
-    // While rates are solved: the bandwidth not yet given, to how many flows.
-    double left = 0;
-    int unfixed = 0;
-    std::uint64_t solve = 0;  // the last solve that reached it
+  // What a port has queued besides the flows it carries (fair_sharing.h's SharedPort).
+  struct PortQueue {
+    double free = 0;   // serial: when the message it carries ends its bytes
+    int pending = 0;   // fair: flows matched on it that have not started (paying their alpha)
   };
   struct Flow {
     std::int64_t send = -1, recv = -1;
@@ -283,9 +279,7 @@ class Engine {
     double remaining = 0;    // bytes still to move at `since`
     double rate = 0;         // bytes per second since then
     double since = 0;
-    double next_rate = 0;    // this solve's answer
     std::uint64_t version = 0;  // of its end event: older ones are stale
-    std::uint64_t solve = 0;
   };
   // A flow starts (version 0, after its alpha) or ends (its version then).
   struct FlowEvent {
@@ -298,16 +292,18 @@ class Engine {
   std::pair<int, int> ports(int from, int to) const;  // out of `from`, into `to`
   void schedule(int flow, double at, std::uint64_t version);
   void start_alone(int flow, double at);
+  void join(int flow);  // its two ports carry it from now
   void run_flow_events();
   void share_bandwidth(double at);
   double next_event() const;  // the earliest flow event or ready actor (infinity: none)
-  std::vector<Port> ports_;
+  std::vector<SharedPort> ports_;     // the bandwidth of each and the flows through it (fair)
+  std::vector<PortQueue> port_queues_;
   std::vector<Flow> flows_;
   std::vector<int> free_flows_;
   std::vector<int> touched_ports_;  // ports whose flows changed since the last solve
-  std::vector<int> reached_ports_, reached_flows_;  // a solve's, kept to spare allocations
+  FairSharing fair_sharing_;
   std::priority_queue<FlowEvent, std::vector<FlowEvent>, std::greater<>> flow_events_;
-  std::uint64_t flow_event_order_ = 0, solves_ = 0;
+  std::uint64_t flow_event_order_ = 0;
   std::map<RendezvousKey, Rendezvous> rendezvous_;
   // Cross-rank check: the first call each (group, sequence number) saw, who made
   // it, and how many ranks have checked against it.

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
-#include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/parallel/quantized_reduce_scatter.h"
+#include "ranks_per_node.h"
 
 namespace labkit {
 
@@ -27,29 +27,9 @@ namespace {
 View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
 View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
 
-// How many ranks each node holds, where every node holds as many, numbered
-// node by node (qgZ's two hops need it); else the error says what the nodes hold.
-int ranks_per_node(const Comm& comm, std::string_view op) {
-  const std::vector<int>& nodes = comm.nodes().node;
-  const auto per_node = int(std::count(nodes.begin(), nodes.end(), nodes.front()));
-  std::vector<int> firsts;  // each run of per_node ranks' node: all distinct when the nodes are filled evenly
-  for (int r = 0; r < comm.size(); r += per_node) firsts.push_back(nodes[std::size_t(r)]);
-  std::sort(firsts.begin(), firsts.end());
-  const bool distinct = std::adjacent_find(firsts.begin(), firsts.end()) == firsts.end();
-  for (int r = 0; r < comm.size(); ++r)
-    if (!distinct || comm.size() % per_node != 0 || nodes[std::size_t(r)] != nodes[std::size_t(r - r % per_node)])
-      fail(comm.who(), op, "quantize_gradients: the {} ranks do not fill their nodes evenly, {} to "
-           "a node (rank {} is on node {}); qgZ's all-to-all hops need the same count on every node", comm.size(),
-           per_node, r, nodes[std::size_t(r)]);
-  return per_node;
-}
-
-}  // namespace
-
-FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)
-    : comm_(comm), model_(model), stage_(stage), reshard_after_forward_(options.reshard_after_forward),
-      prefetch_policy_(options.prefetch), shard_comm_(&comm) {
-  const int shard_group = options.shard_group;
+// The options FullyShardedGpt refuses, each with its reason. The constructor
+// checks them in order, so a run that breaks two rules is told the first.
+void check_stage(const Comm& comm, int stage, const ShardingOptions& options) {
   if (stage < 0 || stage > 3) fail(comm.who(), "FullyShardedGpt", "stage={} is not one of 0, 1, 2, 3", stage);
   if (options.prefetch != Prefetch::none && stage != 3)
     fail(comm.who(), "FullyShardedGpt", "prefetch at stage={}: only stage 3 gathers parameters before they compute",
@@ -57,95 +37,148 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
   if (!options.reshard_after_forward && stage != 3)
     fail(comm.who(), "FullyShardedGpt", "reshard_after_forward=false at stage={}: only stage 3 gathers parameters, "
          "so only it can keep them whole from forward to backward", stage);
+}
+
+void check_groups(const Comm& comm, int stage, const ShardingOptions& options) {
+  const int shard_group = options.shard_group, hpz = options.hpz_group;
   if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
     fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
          comm.size());
-  const int hpz = options.hpz_group;
   if (hpz < 0 || (hpz > 0 && comm.size() % hpz != 0))
-    fail(comm.who(), "FullyShardedGpt", "hpz_group={} does not divide the {} ranks into equal groups", hpz, comm.size());
+    fail(comm.who(), "FullyShardedGpt", "hpz_group={} does not divide the {} ranks into equal groups", hpz,
+         comm.size());
   if (hpz > 0 && (stage != 3 || !options.reshard_after_forward))
     fail(comm.who(), "FullyShardedGpt", "hpz_group={} at stage {}{}: hpZ keeps a secondary shard for backward's "
          "second gather, which only stage 3 resharding after forward makes", hpz, stage,
          options.reshard_after_forward ? "" : " without resharding after forward");
-  if (hpz > 0 && shard_group > 0 && shard_group < comm.size())
+  const bool hsdp = shard_group > 0 && shard_group < comm.size();
+  if (hpz > 0 && hsdp)
     fail(comm.who(), "FullyShardedGpt", "hpz_group={} with shard_group={}: HSDP already gathers within its group", hpz,
          shard_group);
-  if (hpz > 0) {
-    mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / hpz}, {"node", hpz}});
-    hpz_comm_ = &mesh_->group("node");
-  }
-  if (shard_group > 0 && shard_group < comm.size()) {
-    if (stage == 0) fail(comm.who(), "FullyShardedGpt", "shard_group={} at stage 0: nothing is sharded", shard_group);
-    mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"replicate", comm.size() / shard_group},
-                                                              {"shard", shard_group}});
-    shard_comm_ = &mesh_->group("shard");
-    replicate_comm_ = &mesh_->group("replicate");
-  }
+  if (hsdp && stage == 0)
+    fail(comm.who(), "FullyShardedGpt", "shard_group={} at stage 0: nothing is sharded", shard_group);
+}
+
+// qwZ and qgZ (whose ranks must also fill their nodes evenly: ranks_per_node).
+void check_quantization(const Comm& comm, int stage, const ShardingOptions& options) {
+  if (options.quantize_weights && stage != 3)
+    fail(comm.who(), "FullyShardedGpt", "quantize_weights at stage {}: only stage 3 gathers weights", stage);
+  if (!options.quantize_gradients) return;
+  if (stage != 3)
+    fail(comm.who(), "FullyShardedGpt", "quantize_gradients at stage {}: ZeRO++'s qgZ is a stage-3 technique", stage);
+  if (options.shard_group > 0 && options.shard_group < comm.size())
+    fail(comm.who(), "FullyShardedGpt", "quantize_gradients with shard_group={}: qgZ reduces over all the ranks",
+         options.shard_group);
+}
+
+void check_device(const Comm& comm, const Gpt& model) {
   if (model.device().kind != DeviceKind::cpu)
     fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
          model.device().name);
-  // The embeddings, a unit per block, the final norm (backward_order's last,
-  // middle and first); stage 1, which reduces once after backward, the whole
-  // model as one run.
+}
+
+// FSDP's wrapping: the embeddings, a unit per block, the final norm
+// (backward_order's last, middle and first); stage 1, which reduces once after
+// backward, the whole model as one run. Their shards are laid out later.
+std::vector<FullyShardedGpt::Unit> units_of(const Gpt& model, int stage) {
+  if (stage == 1) return {{{0, model.parameter_count()}, {}, 0}};
   const std::vector<ParameterRange> order = model.backward_order();
-  if (stage == 1) {
-    units_.push_back({{0, model.parameter_count()}, {}, 0});
-  } else {
-    units_.push_back({order.back(), {}, 0});
-    for (int l = 0; l < model.config().layers; ++l) units_.push_back({model.layer_range(l), {}, 0});
-    units_.push_back({order.front(), {}, 0});
+  std::vector<FullyShardedGpt::Unit> units{{order.back(), {}, 0}};
+  for (int l = 0; l < model.config().layers; ++l) units.push_back({model.layer_range(l), {}, 0});
+  units.push_back({order.front(), {}, 0});
+  return units;
+}
+
+}  // namespace
+
+// The rules and the group splits come in this order: the ranks leave a split
+// in another order than they entered it, so a rule checked after one is
+// reported by another rank than a rule checked before it.
+FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)
+    : comm_(comm), model_(model), stage_(stage), reshard_after_forward_(options.reshard_after_forward),
+      quantize_weights_(options.quantize_weights), prefetch_policy_(options.prefetch), shard_comm_(&comm) {
+  check_stage(comm, stage, options);
+  check_groups(comm, stage, options);
+  make_groups(options);
+  check_device(comm, model);
+  check_quantization(comm, stage, options);
+  if (options.quantize_gradients) {  // qgZ's two hops: inside each node, then across
+    const int per_node = ranks_per_node(comm, "FullyShardedGpt");
+    node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
+                                                                   {"node", per_node}});
   }
-  std::size_t offset = 0, secondary = 0, largest = 0;
+  units_ = units_of(model, stage);
+  lay_out_shards();
+  allocate_staging(options);
+  keep_starting_shards();
+}
+
+// HSDP's ("replicate", "shard") mesh, or hpZ's groups of neighbouring ranks.
+void FullyShardedGpt::make_groups(const ShardingOptions& options) {
+  const int size = comm_.size(), shard_group = options.shard_group, hpz = options.hpz_group;
+  if (hpz > 0) {
+    mesh_ = std::make_unique<Mesh>(comm_, std::vector<MeshDim>{{"across", size / hpz}, {"node", hpz}});
+    hpz_comm_ = &mesh_->group("node");
+  }
+  if (shard_group > 0 && shard_group < size) {
+    mesh_ = std::make_unique<Mesh>(comm_, std::vector<MeshDim>{{"replicate", size / shard_group},
+                                                               {"shard", shard_group}});
+    shard_comm_ = &mesh_->group("shard");
+    replicate_comm_ = &mesh_->group("replicate");
+  }
+}
+
+// Where each unit's shard lies in this rank's shards, unit after unit, and
+// with hpZ each block's secondary shard in this rank's secondary shards.
+void FullyShardedGpt::lay_out_shards() {
+  std::size_t offset = 0, secondary = 0;
   for (std::size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
     u.layout = shard_layout(u.range.count, shard_comm_->size());
     u.shard_offset = offset;
     offset += u.layout.shard;
-    largest = std::max(largest, u.layout.padded());
     if (hpz_comm_ && i > 0 && i + 1 < units_.size()) {  // a block
       u.secondary = shard_layout(u.range.count, hpz_comm_->size());
       u.secondary_offset = secondary;
       secondary += u.secondary.shard;
     }
   }
-  flat_.resize(largest);
-  secondary_.resize(secondary);
-  if (options.prefetch != Prefetch::none || options.quantize_weights) {
-    std::size_t buffer = largest;
-    for (const Unit& u : units_) buffer = std::max(buffer, u.secondary.padded());
-    prefetch_.resize(buffer);
-  }
-  if (options.quantize_weights) {
-    if (stage != 3) fail(comm.who(), "FullyShardedGpt", "quantize_weights at stage {}: only stage 3 gathers weights", stage);
-    std::size_t shard = 0;
-    for (const Unit& u : units_) shard = std::max(shard, u.layout.shard);
-    quantized_shard_.resize(quantized_bytes(shard, 8));
-    quantized_gathered_.resize(quantized_bytes(shard, 8) * std::size_t(shard_comm_->size()));
-  }
-  quantize_weights_ = options.quantize_weights;
-  if (options.quantize_gradients) {
-    if (stage != 3)
-      fail(comm.who(), "FullyShardedGpt", "quantize_gradients at stage {}: ZeRO++'s qgZ is a stage-3 technique", stage);
-    if (replicate_comm_)
-      fail(comm.who(), "FullyShardedGpt", "quantize_gradients with shard_group={}: qgZ reduces over all the ranks",
-           shard_group);
-    const int per_node = ranks_per_node(comm, "FullyShardedGpt");
-    node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
-                                                                   {"node", per_node}});
-  }
   param_shard_.resize(offset);
   grad_shard_.assign(offset, 0.0f);
-  // This rank's shard of the starting weights, the same on every rank.
+  secondary_.resize(secondary);
+}
+
+// What a unit passes through on its way between shards and whole: its padded
+// gradients for a reduce-scatter; an all-gather's landing buffer, when it
+// lands apart (prefetched or quantized); qwZ's int8 blocks.
+void FullyShardedGpt::allocate_staging(const ShardingOptions& options) {
+  std::size_t largest = 0, largest_shard = 0, largest_secondary = 0;
   for (const Unit& u : units_) {
-    shard_of(run_of(model.parameters(), u.range), shard_of_unit(param_shard_, u), shard_comm_->rank());
-    if (stage == 3) mark_freed(run_of(model.parameters(), u.range));
+    largest = std::max(largest, u.layout.padded());
+    largest_shard = std::max(largest_shard, u.layout.shard);
+    largest_secondary = std::max(largest_secondary, u.secondary.padded());
   }
-  // What this rank keeps from now on: whole weights below stage 3, whole
-  // gradients below stage 2, else its shards.
-  const auto whole = std::int64_t(model.parameter_count() * sizeof(float));
+  flat_.resize(largest);
+  if (options.prefetch != Prefetch::none || options.quantize_weights)
+    prefetch_.resize(std::max(largest, largest_secondary));
+  if (options.quantize_weights) {
+    quantized_shard_.resize(quantized_bytes(largest_shard, 8));
+    quantized_gathered_.resize(quantized_bytes(largest_shard, 8) * std::size_t(shard_comm_->size()));
+  }
+}
+
+// This rank's shard of the starting weights, the same on every rank; at stage
+// 3 nothing else. What it keeps from now on, told to its memory tracker: whole
+// weights below stage 3, whole gradients below stage 2, else its shards.
+void FullyShardedGpt::keep_starting_shards() {
+  for (const Unit& u : units_) {
+    shard_of(run_of(model_.parameters(), u.range), shard_of_unit(param_shard_, u), shard_comm_->rank());
+    if (stage_ == 3) mark_freed(run_of(model_.parameters(), u.range));
+  }
+  const auto whole = std::int64_t(model_.parameter_count() * sizeof(float));
   const auto shard = std::int64_t(param_shard_.size() * sizeof(float));
-  comm.track_memory(MemoryUse::weights, stage < 3 ? whole : shard);
-  comm.track_memory(MemoryUse::gradients, stage < 2 ? whole : shard);
+  comm_.track_memory(MemoryUse::weights, stage_ < 3 ? whole : shard);
+  comm_.track_memory(MemoryUse::gradients, stage_ < 2 ? whole : shard);
 }
 
 View FullyShardedGpt::shard_of_unit(std::vector<float>& shards, const Unit& unit) {
@@ -207,8 +240,9 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   int piece = 0;  // backward_order: the final norm (after the head), the blocks from the last, the embeddings
   started = comm_.now();
   model_.backward([&](ParameterRange) {
-    const std::string what = piece == 0 ? "backward head" : piece <= layers ? fmt::format("backward block {}", layers - piece)
-                                                                             : "backward embeddings";
+    const std::string what = piece == 0        ? "backward head"
+                             : piece <= layers ? fmt::format("backward block {}", layers - piece)
+                                               : "backward embeddings";
     comm_.computed(what, started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
     if (stage_ == 2 && piece >= 1 && piece <= layers) {
       const int l = layers - piece;  // this block's backward is done: reduce-scatter, free, and on to the next
@@ -352,7 +386,8 @@ Request FullyShardedGpt::start_gather(Comm& group, View shard, bool quantized) {
   if (!quantized) return group.i_all_gather(shard, view_of(prefetch_.data(), shard.count * p));
   const std::size_t bytes = quantized_bytes(shard.count, 8);
   quantize({static_cast<const float*>(shard.data), shard.count}, {quantized_shard_.data(), bytes}, 8);
-  return group.i_all_gather({quantized_shard_.data(), bytes, DType::u8}, {quantized_gathered_.data(), bytes * p, DType::u8});
+  return group.i_all_gather({quantized_shard_.data(), bytes, DType::u8},
+                            {quantized_gathered_.data(), bytes * p, DType::u8});
 }
 
 void FullyShardedGpt::land(Comm& group, const Unit& unit, std::size_t shard, bool quantized) {
@@ -412,121 +447,6 @@ Prefetch parse_prefetch(std::string_view name) {
   if (name == "backward") return Prefetch::backward;
   if (name == "both") return Prefetch::both;
   throw std::invalid_argument("unknown prefetch '" + std::string(name) + "' (none, forward, backward, both)");
-}
-
-void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
-                         const ShardingOptions& options) {
-  const ShapedModel model = shaped_model(arch, step_seconds);
-  if (stage == 0) return shaped_step(world, model, DdpMode::overlap);
-  const auto grouped = [&](int inner, const char* outer_name, const char* inner_name) {
-    return std::make_unique<Mesh>(world, std::vector<MeshDim>{{outer_name, world.size() / inner}, {inner_name, inner}});
-  };
-  // HSDP: the state sharded within groups of neighbouring ranks (a node's), replicated across them.
-  std::unique_ptr<Mesh> hsdp, hpz, nodes;
-  if (options.shard_group > 0 && options.shard_group < world.size())
-    hsdp = grouped(options.shard_group, "replicate", "shard");
-  Comm& comm = hsdp ? hsdp->group("shard") : world;
-  if (options.hpz_group > 0) hpz = grouped(options.hpz_group, "across", "node");
-  if (options.quantize_gradients) nodes = grouped(ranks_per_node(world, "sharded_shaped_step"), "across", "node");
-  // The units from shaped_model's pieces (the head and norm, each layer's
-  // tensors from the last layer, the embeddings). A forward costs half a backward.
-  struct ShapedUnit {
-    std::size_t count = 0;
-    double backward = 0;
-  };
-  ShapedUnit root{model.pieces.front().count + model.pieces.back().count,
-                  model.pieces.front().backward_seconds + model.pieces.back().backward_seconds};
-  std::vector<ShapedUnit> layers(arch.layers);  // in forward order
-  std::size_t piece = 1;
-  for (int l = arch.layers - 1; l >= 0; --l)
-    for (std::size_t t = 0; t < memory::layer_tensors(arch, l).size(); ++t, ++piece) {
-      layers[l].count += model.pieces[piece].count;
-      layers[l].backward += model.pieces[piece].backward_seconds;
-    }
-  const DType dtype = model.grad_dtype;
-  auto shard = [](std::size_t count, int p) { return (count + std::size_t(p) - 1) / std::size_t(p); };
-  // A unit's all-gather over `group`: bf16 shards, or qwZ's int8 blocks.
-  auto gather = [&](std::size_t count, Comm& group, bool quantized) {
-    const std::size_t s = shard(count, group.size()), p = std::size_t(group.size());
-    if (quantized) return group.i_all_gather(sizes_only(quantized_bytes(s, 8), DType::u8),
-                                             sizes_only(quantized_bytes(s, 8) * p, DType::u8));
-    return group.i_all_gather(sizes_only(s, dtype), sizes_only(s * p, dtype));
-  };
-  // qgZ's first hop of a unit, in flight, whose second waits for it.
-  struct Reducing {
-    Request request;
-    std::size_t shard = 0;
-    bool across = false;  // the second hop, or a plain reduce-scatter: only waited for
-  };
-  std::vector<Reducing> reducing;
-  auto reduce_scatter = [&](std::size_t count) {
-    const std::size_t s = shard(count, comm.size());
-    if (!nodes) {
-      reducing.push_back({comm.i_reduce_scatter(sizes_only(s * comm.size(), dtype), sizes_only(s, dtype),
-                                                ReduceOp::avg), s, true});
-      return;
-    }
-    Comm& node = nodes->group("node");
-    const std::size_t bytes = quantized_bytes(s * std::size_t(nodes->group("across").size()), 4) * node.size();
-    reducing.push_back({node.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), s, false});
-  };
-  // qgZ: each first hop that has landed sends its node's partial sums across.
-  auto send_landed_partial_sums = [&](bool wait) {
-    for (Reducing& r : reducing) {
-      if (r.across) continue;
-      if (wait) {
-        r.request.wait();
-      } else if (!r.request.test()) {
-        continue;
-      }
-      Comm& across = nodes->group("across");
-      const std::size_t bytes = quantized_bytes(r.shard, 4) * across.size();
-      r = {across.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), r.shard, true};
-    }
-  };
-  // Stage 3 walks the layers (forward, then backward in reverse) gathering
-  // each before it computes. Prefetched, the next layer's all-gather is issued
-  // before the current layer computes, so it runs under that compute; else it
-  // is issued, and waited for, right in front of its own compute.
-  auto walk = [&](std::vector<const ShapedUnit*> order, bool gathers, bool prefetched, Comm& group, bool quantized,
-                  const char* what, double share, bool reduces) {
-    Request next;
-    if (gathers && prefetched && !order.empty()) next = gather(order.front()->count, group, quantized);
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      if (gathers) {
-        if (!prefetched) next = gather(order[i]->count, group, quantized);
-        next.wait();
-        if (prefetched && i + 1 < order.size()) next = gather(order[i + 1]->count, group, quantized);
-      }
-      if (nodes) send_landed_partial_sums(false);
-      comm.compute_for(what, order[i]->backward * share);
-      if (reduces) reduce_scatter(order[i]->count);
-    }
-  };
-  const bool three = stage == 3;
-  if (three) gather(root.count, comm, options.quantize_weights).wait();  // the root stays gathered through the step
-  std::vector<const ShapedUnit*> forward_order;
-  for (const ShapedUnit& u : layers) forward_order.push_back(&u);
-  walk(forward_order, three, prefetches_forward(options.prefetch), comm, options.quantize_weights, "forward", 0.5,
-       false);
-  comm.compute_for("forward", root.backward / 2);
-  comm.compute_for("backward", root.backward);
-  walk(std::vector<const ShapedUnit*>(forward_order.rbegin(), forward_order.rend()),
-       three && options.reshard_after_forward, prefetches_backward(options.prefetch), hpz ? hpz->group("node") : comm,
-       false, "backward", 1, stage >= 2);
-  const std::size_t all = model.parameters();
-  if (stage >= 2) {
-    reduce_scatter(root.count);
-  } else {  // stage 1: the whole model's gradients after backward
-    reducing.push_back({comm.i_reduce_scatter(sizes_only(shard(all, comm.size()) * comm.size(), dtype),
-                                              sizes_only(shard(all, comm.size()), dtype), ReduceOp::avg), 0, true});
-  }
-  if (nodes) send_landed_partial_sums(true);
-  for (Reducing& r : reducing) r.request.wait();
-  // HSDP: each shard averaged with the same shard of every other group (here
-  // after backward, in one call; PyTorch overlaps it unit by unit).
-  if (hsdp) hsdp->group("replicate").all_reduce(sizes_only(shard(all, comm.size()), dtype), ReduceOp::avg);
-  if (stage < 3) gather(all, comm, false).wait();  // the updated shards, back to every rank for the next forward
 }
 
 }  // namespace labkit

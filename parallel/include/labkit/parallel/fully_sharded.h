@@ -158,6 +158,11 @@ class FullyShardedGpt {
   std::span<const float> shard_parameters() const { return param_shard_; }
 
  private:
+  // The constructor's steps, in order, between its checks of the options.
+  void make_groups(const ShardingOptions& options);  // HSDP's or hpZ's mesh
+  void lay_out_shards();
+  void allocate_staging(const ShardingOptions& options);
+  void keep_starting_shards();
   View shard_of_unit(std::vector<float>& shards, const Unit& unit);
   void gather(const Unit& unit, Tensor& into);  // this unit's parameters, whole, into its run of `into`
   // A unit's all-gather from `shard` over `group` into prefetch_, fp32 or
@@ -184,7 +189,7 @@ class FullyShardedGpt {
   Gpt& model_;
   int stage_;
   bool reshard_after_forward_;
-  bool quantize_weights_ = false;
+  bool quantize_weights_;
   Prefetch prefetch_policy_;
   std::unique_ptr<Mesh> mesh_;     // HSDP's ("replicate", "shard") groups; null when sharding over all ranks
   Comm* shard_comm_ = nullptr;     // the ranks that share the state: the group, or all
