@@ -1,6 +1,6 @@
 // EXERCISE 5.1
-// Averaging the gradients: naive data parallelism's one collective (the
-// reading's "DDP by hand"; Li et al., "PyTorch Distributed", VLDB 2020).
+// Averaging the gradients: naive data parallelism's one collective, what
+// PyTorch's DDP does bucket by bucket (Li et al., "PyTorch Distributed", VLDB 2020).
 //
 // Each of the P ranks computed the gradient of its mean loss over its own shard
 // of the global batch. With equal shards, the mean of those P gradients is the

@@ -1,7 +1,7 @@
 // EXERCISE 2.3
-// Hierarchical allreduce (reading/002, the long guide, section 3.6
-// "Hierarchical AllReduce"): keep the slow inter-node links for as few steps
-// as possible.
+// Hierarchical allreduce (Jia et al. 2018, "Highly Scalable Deep Learning
+// Training System with Mixed-Precision", arXiv:1807.11205): keep the slow
+// inter-node links for as few steps as possible.
 //
 //   node 0: 0 1 2 3 4 5 6 7      node 1: 8 9 ... 15
 //   1. reduce inside each node to its leader (binomial tree over NVLink)

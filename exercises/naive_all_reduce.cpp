@@ -8,8 +8,8 @@
 //
 // Rank 0 receives P-1 messages one after the other, then sends P-1: every byte
 // funnels through one rank's link. Cost: 2(P-1) alpha + 2(P-1) n beta (the
-// reading's guide, section 4) — it grows with P, which is why nobody uses it at
-// scale, and why it is the first thing to beat.
+// alpha-beta model, Hockney 1994) — it grows with P, which is why nobody uses
+// it at scale, and why it is the first thing to beat.
 //
 // You have: comm.rank(), comm.size(), comm.send(view, to), comm.recv(view, from),
 // reduce_local(op, dtype, in, inout, count), and Scratch (a temporary buffer).

@@ -1,7 +1,8 @@
 // EXERCISE 2.1
 // Ring allreduce: a ring reduce-scatter followed by a ring all-gather
-// (Patarasuk & Yuan 2009; baidu-allreduce; reading/001, "Day 64: Distributed
-// Training Fundamentals", its ring allreduce exercise).
+// (Patarasuk & Yuan 2009; Gibiansky 2017, baidu-allreduce). The exercise is
+// the one in the course reading "Day 64: Distributed Training Fundamentals"
+// (book/99-references.md).
 //
 //   0 → 1 → 2 → 3 → 0      every rank sends only to its right neighbour
 //

@@ -1,5 +1,6 @@
 // Tree allreduce: a binomial-tree reduce to rank 0, then a binomial-tree
-// broadcast back out (reading/002, the long guide, section 3.2 "Tree-Based AllReduce").
+// broadcast back out (MPICH's short-message reduce and broadcast: Thakur,
+// Rabenseifner & Gropp 2005).
 //
 //   reduce (up)             broadcast (down)
 //   0 ← 1   2 ← 3           0 → 4

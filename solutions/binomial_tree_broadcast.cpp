@@ -11,7 +11,7 @@
 //
 // A rank receives once, from vr minus its lowest set bit, then sends to
 // vr + mask for every mask below that bit. Cost: ceil(log2 P) (alpha + n beta)
-// (reading/002, the long guide, section 3.2 "Tree-Based AllReduce": its tree broadcast).
+// (MPICH's short-message broadcast: Thakur, Rabenseifner & Gropp 2005).
 // STUB: // It must work for any P (not only powers of two) and any root.
 // STUB: // Grade it: ./labkit grade collectives
 #include "labkit/algorithms.h"

@@ -1,5 +1,7 @@
-// The compute chapter's figures: C = 6ND for the reading's runs, the MFU its
-// GPU-hours imply, the datasheet ridges, the reading's CCR table and ridge, and
+// The compute chapter's figures: C = 6ND (Kaplan et al. 2020) for the runs of
+// the course reading "Day 64: Distributed Training Fundamentals" and the MFU
+// its GPU-hours imply, the datasheet ridges, the long guide's CCR table and
+// ridge (both readings in book/99-references.md), and
 // the roofline's FLOPs and bytes for known shapes; then the measured roofline
 // of this machine, which each op must stay under (with slack for cache and noise).
 #include <cmath>
@@ -15,7 +17,7 @@ using namespace labkit::compute;
 
 namespace {
 
-// The reading (Day 64): its C column, rounded as it prints it.
+// Day 64: its C column, rounded as it prints it.
 TEST(Budget, SixNDGivesTheReadingsComputeColumn) {
   EXPECT_DOUBLE_EQ(training_flops(1.5e9, 40e9), 3.6e20);
   EXPECT_DOUBLE_EQ(training_flops(7e9, 2e12), 8.4e22);
@@ -27,9 +29,9 @@ TEST(Budget, SixNDGivesTheReadingsComputeColumn) {
 // Meta's measured hours, about 40% MFU; GPT-4's ~200M is 62%.
 TEST(Budget, GpuHoursAndTheMfuTheReadingsHoursImply) {
   const double a100 = accelerator("a100").roof.peak_flops;
-  EXPECT_NEAR(device_hours(3.6e20, a100, 0.7), 458, 1);  // the reading: ~460
-  EXPECT_NEAR(device_hours(8.4e22, a100, 0.7), 106838, 1);  // the reading: ~180K
-  EXPECT_NEAR(device_hours(8.4e23, a100, 0.7), 1068376, 1);  // the reading: ~1.7M
+  EXPECT_NEAR(device_hours(3.6e20, a100, 0.7), 458, 1);  // Day 64: ~460
+  EXPECT_NEAR(device_hours(8.4e22, a100, 0.7), 106838, 1);  // Day 64: ~180K
+  EXPECT_NEAR(device_hours(8.4e23, a100, 0.7), 1068376, 1);  // Day 64: ~1.7M
   EXPECT_NEAR(implied_mfu(3.6e20, 460, a100), 0.70, 0.005);
   EXPECT_NEAR(implied_mfu(8.4e22, 180e3, a100), 0.415, 0.005);
   EXPECT_NEAR(implied_mfu(8.4e22, 184320, a100), 0.406, 0.005);   // Llama 2, Table 2
@@ -39,7 +41,7 @@ TEST(Budget, GpuHoursAndTheMfuTheReadingsHoursImply) {
   EXPECT_NEAR(implied_mfu(training_flops(280e9, 13e12), 25000 * 90 * 24, a100), 0.36, 0.005);
 }
 
-// Dense BF16 peaks over HBM bandwidth (datasheets); the reading's with-sparsity peaks double them.
+// Dense BF16 peaks over HBM bandwidth (datasheets); the long guide's with-sparsity peaks double them.
 TEST(Roofline, DatasheetRidges) {
   const Accelerator h100 = accelerator("h100"), a100 = accelerator("a100");
   EXPECT_NEAR(h100.roof.ridge(), 295, 1);  // 989 TF / 3.35 TB/s
@@ -58,7 +60,7 @@ TEST(Ccr, TheGuidesTableAndGpt3Example) {
   const std::map<int, double> reading = {{1, 3072}, {4, 12288}, {16, 49152}, {32, 98304}, {64, 196608},
                                          {256, 786432}};
   for (auto [batch, ccr] : reading) EXPECT_DOUBLE_EQ(ddp_ccr(175e9, batch * 2048.0, 2), ccr) << "batch " << batch;
-  EXPECT_NEAR((Roofline{1979e12, 900e9}.ridge()), 2199, 0.5);  // the reading's, with the sparse peak
+  EXPECT_NEAR((Roofline{1979e12, 900e9}.ridge()), 2199, 0.5);  // the guide's, with the sparse peak
   const Accelerator h100 = accelerator("h100");
   EXPECT_NEAR((Roofline{h100.roof.peak_flops, 900e9}.ridge()), 1099, 0.5);  // dense, both directions
   EXPECT_NEAR((Roofline{h100.roof.peak_flops, h100.nvlink}.ridge()), 2198, 0.5);  // dense, one direction

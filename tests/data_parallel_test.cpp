@@ -114,7 +114,7 @@ TEST(ShapedModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheL
   const double one_all_reduce = simulate(8, [&](Comm& c) {
     c.all_reduce(sizes_only(grads / 2, DType::bf16), ReduceOp::avg);
   }, "ib-ndr", false).elapsed;
-  EXPECT_NEAR(one_all_reduce, 2.0 * 7 / 8 * double(grads) / 50e9, 1e-3);  // the reading's formula, and its alpha
+  EXPECT_NEAR(one_all_reduce, 2.0 * 7 / 8 * double(grads) / 50e9, 1e-3);  // Day 64's formula, and the link's alpha
   EXPECT_NEAR(step(DdpMode::naive), 2.0 + one_all_reduce, 1e-9);
   // Overlapped: the embeddings' bucket (32000 x 4096 bf16) starts after the last compute.
   const double last_bucket = 2.0 * 7 / 8 * 32000.0 * 4096 * 2 / 50e9;

@@ -1,6 +1,7 @@
 // The memory estimator against its sources: published parameter counts, the
-// reading's tables (16N, quick reference, optimizers, ZeRO stages, the 7B step
-// timeline), the ZeRO paper's Figure 1, and Korthikanti et al.'s activation formulas.
+// course readings' tables (16N, quick reference, optimizers, ZeRO stages, the 7B
+// step timeline; book/99-references.md), the ZeRO paper's Figure 1, and
+// Korthikanti et al.'s activation formulas.
 #include <algorithm>
 #include <cmath>
 
@@ -79,7 +80,7 @@ TEST(ModelState, SixteenBytesPerParameterFallsOutOfMixedPrecisionAdam) {
 }
 
 TEST(ModelState, TheReadingsSixteenNTable) {
-  // Model, 16N in GB, A100 80GB GPUs needed (the guide, "The Memory Wall").
+  // Model, 16N in GB, A100 80GB GPUs needed (the long guide, section 1.2 "The Memory Wall").
   const struct { double params, gb; int gpus; } rows[] = {
       {7e9, 112, 2}, {13e9, 208, 3}, {65e9, 1040, 13}, {175e9, 2800, 35}, {540e9, 8640, 108}};
   for (auto row : rows) {
@@ -93,16 +94,16 @@ TEST(ModelState, TheOptimizerTable) {
   const struct { const char* name; double states; } rows[] = {
       {"sgd", 0},  {"momentum", 1}, {"nesterov", 1}, {"adagrad", 1}, {"rmsprop", 1},
       {"adam", 2}, {"adamw", 2},    {"adafactor", 0.5}, {"lamb", 2}, {"lion", 1}, {"nadam", 2},
-      {"amsgrad", 3},  // m, v and max(v): the reading lists three tensors but prints 2x
+      {"amsgrad", 3},  // m, v and max(v): "Chapter 1" lists three tensors but prints 2x
       {"adabelief", 2}};
   for (auto row : rows) EXPECT_EQ(find_optimizer(row.name).states, row.states) << row.name;
   EXPECT_THROW(find_optimizer("adamax9"), std::invalid_argument);
 }
 
 TEST(ModelState, ZeroStagesFor7BOnEightRanks) {
-  // (2 + 2 + 12) Psi sharded stage by stage, Psi = 7B, 8 ranks. The reading's
-  // guide prints 140, 42, 30 and 18 GB: it counts 20 bytes per parameter and
-  // shards 16N, not 12N, of optimizer state. The formulas it also gives
+  // (2 + 2 + 12) Psi sharded stage by stage, Psi = 7B, 8 ranks. The long
+  // guide (section 8.2) prints 140, 42, 30 and 18 GB: it counts 20 bytes per
+  // parameter and shards 16N, not 12N, of optimizer state. The formulas it also gives
   // (4N + 12N/P, 2N + 14N/P, 16N/P) yield these:
   const double psi = 7e9;
   EXPECT_DOUBLE_EQ(model_state_bytes(psi, {}, adam, 0, 8).total() / GB, 112);
@@ -121,7 +122,7 @@ TEST(ModelState, ZeroPaperFigureOne) {
 
 TEST(Activations, KorthikantiFormulas) {
   // GPT-3 175B, s = 2048, b = 1: sbh(34 + 5as/h) per layer; x 96 layers is the
-  // reading's "~275 GB per sample".
+  // long guide's "~275 GB per sample" (section 1.2).
   ActivationShape gpt3{2048, 1, 12288, 96};
   const double sbh = 2048.0 * 12288;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(gpt3), sbh * (34 + 5.0 * 96 * 2048 / 12288));
@@ -147,7 +148,7 @@ TEST(Activations, KorthikantiFormulas) {
 }
 
 TEST(KvCache, GroupedQueryAttentionOnLlama2_70B) {
-  // The reading: 70B, batch 32, 2048 tokens: "the KV cache adds 20-40 GB".
+  // "Chapter 1": 70B, batch 32, 2048 tokens: "the KV cache adds 20-40 GB".
   const Architecture m = model_preset("llama2-70b");
   const double bytes = kv_cache_bytes({32, 2048, double(m.layers), double(m.kv_heads), double(m.head_dim())});
   EXPECT_DOUBLE_EQ(bytes, 2.0 * 32 * 2048 * 80 * 8 * 128 * 2);
@@ -189,7 +190,8 @@ TEST(Estimate, TheReadingsQuickReferenceTable) {
 
 TEST(Estimate, TheReadings7BStepTimeline) {
   // A round 7B: weights 14 GB, Adam states 28 GB (bf16 m and v, no fp32 copy),
-  // activations 12 GB, gradients 14 GB (the reading, chapter 1).
+  // activations 12 GB, gradients 14 GB (the training step timeline of
+  // "Chapter 1: Introduction to Modern Distributed AI").
   Plan p;
   p.params = 7e9;
   p.state = {Precision::bf16, Precision::bf16, Precision::bf16, false};

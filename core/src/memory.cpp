@@ -24,7 +24,8 @@ constexpr std::array kPrecisions = {
     PrecisionInfo{Precision::fp8_e5m2, "fp8-e5m2", 1}, PrecisionInfo{Precision::int8, "int8", 1},
     PrecisionInfo{Precision::int4, "int4", 0.5}};
 
-// The reading's optimizer table (reading/000, "Chapter 1"), states per parameter.
+// The optimizer table of "Chapter 1: Introduction to Modern Distributed AI"
+// (book/99-references.md), states per parameter.
 constexpr std::array kOptimizers = {
     Optimizer{"sgd", 0, "none (the learning rate is a scalar)"},
     Optimizer{"momentum", 1, "velocity v"},
@@ -227,7 +228,7 @@ double llmc_activation_bytes(const Architecture& a, double seq, double micro_bat
 // ---- the breakdown ------------------------------------------------------------
 
 namespace {
-// The reading's real-world overheads (reading/000, "Chapter 1", "Real-World Considerations").
+// The overheads of "Chapter 1" (its "Real-World Considerations").
 constexpr double kFramework = 2 * GB;      // CUDA context and PyTorch allocator: 1-2 GB
 constexpr double kCommBuffers = 4 * GB;    // NCCL buffers when distributed: 2-5 GB
 constexpr double kSafetyMargin = 0.20;     // fragmentation and spikes: 10-20% for training, 20-30% to be safe
@@ -330,8 +331,8 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
     activations = activation_bytes(model, shape, p.attention);
     const AttentionKernel other =
         p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
-    // Beside it, the other kernel's count and Korthikanti's GPT formula (exercise 3.2), which the reading
-    // uses for every model.
+    // Beside it, the other kernel's count and Korthikanti's GPT formula (exercise 3.2), which the long guide
+    // (section 1.2, book/99-references.md) uses for every model.
     note = fmt::format("s {:g} x b {:g} x {} layers, {} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
                        p.seq, p.micro_batch, model.layers, name_of(p.attention),
                        p.recompute == Recompute::full ? ", full recompute"

@@ -17,8 +17,8 @@ constexpr double GBps = 1e9;
 
 // Per-direction figures. NVIDIA quotes NVLink as the sum of both directions
 // (H100: "900 GB/s", A100: "600 GB/s"); one direction carries half of it.
-// Latencies are the reading's typical values (guide, section 5: NVLink 1-5 us,
-// InfiniBand 1-2 us, TCP/Ethernet 50-100 us).
+// Latencies are the long guide's typical values (section 5, book/99-references.md:
+// NVLink 1-5 us, InfiniBand 1-2 us, TCP/Ethernet 50-100 us).
 Topology make(std::string_view name) {
   const DeviceModel h100 = device_preset("h100"), a100 = device_preset("a100");
   // DGX H100: 8 x H100 SXM on NVSwitch (NVLink 4: 450 GB/s per direction),
@@ -33,8 +33,9 @@ Topology make(std::string_view name) {
   // Cloud VMs: 8 GPUs on PCIe, nodes joined by 100 Gb/s TCP through the kernel
   // (12.5 GB/s, ~50 us per message), one NIC per node.
   if (name == "ethernet") return {"ethernet", 8, 1, {3 * us, 25 * GBps}, {50 * us, 12.5 * GBps}, h100};
-  // One H100 per node on InfiniBand NDR 400 Gb/s (50 GB/s): the reading's DDP
-  // example (8 GPUs, 50 GB/s), every allreduce over the network.
+  // One H100 per node on InfiniBand NDR 400 Gb/s (50 GB/s): the DDP example of
+  // "Day 64: Distributed Training Fundamentals" (8 GPUs, 50 GB/s; book/99-references.md),
+  // every allreduce over the network.
   if (name == "ib-ndr") return {"ib-ndr", 1, 1, {1 * us, 450 * GBps}, {2 * us, 50 * GBps}, h100};
   throw std::invalid_argument("");
 }
@@ -86,8 +87,9 @@ Topology load(const std::string& path) {
 std::vector<std::string_view> topology_presets() { return {"dgx-h100", "dgx-a100", "pcie", "ethernet", "ib-ndr"}; }
 
 DeviceModel device_preset(std::string_view name) {
-  // Dense BF16 peaks from the datasheets; the reading's 1979 (H100) and 624
-  // (A100) TFLOPS are the with-sparsity figures, twice what dense math reaches.
+  // Dense BF16 peaks from NVIDIA's H100 and A100 datasheets; the 1979 (H100) and
+  // 624 (A100) TFLOPS the long guide's hardware table gives are their with-sparsity
+  // figures, twice what dense math reaches.
   if (name == "h100") return {"h100", 989e12};
   if (name == "a100") return {"a100", 312e12};
   throw std::invalid_argument("unknown device '" + std::string(name) + "' (h100, a100)");

@@ -1,5 +1,6 @@
-// --budget: the reading's compute budgets (Day 64, "Distributed Training
-// Fundamentals"): C = 6 N D for four runs, and the A100 GPU-hours beside them.
+// --budget: the compute budgets of the course reading "Day 64: Distributed Training Fundamentals"
+// (book/99-references.md): C = 6 N D (Kaplan et al. 2020) for four runs, and the A100
+// GPU-hours beside them.
 //
 //   hours = C / (peak x MFU) / 3600
 //
@@ -21,8 +22,8 @@ namespace {
 struct Run {
   const char* model;
   double params, tokens;
-  double reading_flops, reading_hours;  // as the reading prints them
-  const char* note;                     // where the reading's hours come from, if not from the MFU asked
+  double reading_flops, reading_hours;  // as Day 64 prints them
+  const char* note;                     // where Day 64's hours come from, if not from the MFU asked
 };
 
 constexpr Run kReadingRuns[] = {
@@ -35,7 +36,7 @@ constexpr Run kReadingRuns[] = {
 // GPT-4 as estimated by SemiAnalysis (Patel & Wong, "GPT-4 Architecture,
 // Infrastructure, Training Dataset, Costs", 2023): a mixture of 16 experts, 2 per
 // token, about 280B of its 1.8T parameters used per token; ~25,000 A100s for
-// 90-100 days (the reading's epigraph: "25,000 GPUs for 3 months").
+// 90-100 days (Day 64's epigraph: "25,000 GPUs for 3 months").
 constexpr double kGpt4Active = 280e9, kGpt4Gpus = 25000, kGpt4Days = 90;
 
 std::string count(double v) {
@@ -44,7 +45,7 @@ std::string count(double v) {
   return fmt::format("{:g}M", v / 1e6);
 }
 
-// The reading's "~180K" style: three significant figures at most.
+// Day 64's "~180K" style: three significant figures at most.
 std::string rounded(double hours) {
   if (hours >= 1e6) return fmt::format("~{:g}M", hours / 1e6);
   if (hours >= 1e4) return fmt::format("~{:g}K", hours / 1e3);
@@ -67,7 +68,7 @@ nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
   nlohmann::json rows = nlohmann::json::array();
   for (const Run& r : kReadingRuns) {
     const double flops = training_flops(r.params, r.tokens), hours = device_hours(flops, peak, mfu);
-    // The reading's hours are A100-hours: the MFU they imply is on the A100's peak.
+    // Day 64's hours are A100-hours: the MFU they imply is on the A100's peak.
     const double its_mfu = implied_mfu(r.reading_flops, r.reading_hours, accelerator("a100").roof.peak_flops);
     const bool differs = std::abs(hours / r.reading_hours - 1) > 0.1;
     fmt::print("{:<13} {:>6} {:>6} {:>9.2e} {:>9.1e} {:>14} {:>10} {:>7.0f}%  {}{}\n", r.model, count(r.params),

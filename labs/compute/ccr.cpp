@@ -1,6 +1,6 @@
-// --ccr: the communication roofline of data parallelism (the reading's guide,
-// section 6). Each step a rank computes 6 N tokens FLOPs and its ring allreduce
-// sends about 2 N x 2 bytes of bf16 gradients:
+// --ccr: the communication roofline of data parallelism (the long guide,
+// section 6; book/99-references.md). Each step a rank computes 6 N tokens
+// FLOPs and its ring allreduce sends about 2 N x 2 bytes of bf16 gradients:
 //
 //   CCR  = FLOPs per step / bytes communicated = 6 N tokens / 4 N = 1.5 tokens
 //   CCR* = peak FLOP/s / link bytes/s   (above it, compute-bound)

@@ -16,7 +16,7 @@ nlohmann::json print_budget(const labkit::compute::Accelerator& gpu, double mfu)
 nlohmann::json print_ccr();
 nlohmann::json print_roofline(labkit::DeviceKind where, int batch, const std::string& plot);
 
-// 1234567 as "1,234,567": the reading prints its figures so.
+// 1234567 as "1,234,567": the course readings print their figures so.
 std::string grouped(double value);
 
 }  // namespace compute_lab

@@ -18,8 +18,8 @@ BucketCaps caps_of(const Options& o) {
 namespace {
 
 // The optimizer every rank applies to the same averaged gradients, with the
-// reading's large-batch recipe around it: a linear warmup of the learning rate
-// and clipping by the global norm. LARS and LAMB take the model's layers
+// large-batch recipe around it: a linear warmup of the learning rate (Goyal et
+// al. 2017) and clipping by the global norm. LARS and LAMB take the model's layers
 // (Gpt::backward_order's pieces) as theirs.
 struct Optimizer {
   std::string name;

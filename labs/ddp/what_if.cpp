@@ -66,8 +66,9 @@ double efficiency(const StepTimes& t) { return t.compute() / (t.compute() + t.ex
 }  // namespace
 
 // --what-if MODEL: one data-parallel step of a real model's shapes, payload-free
-// (sizes only), per mode, beside the reading's estimate T_comm = 2 (P-1)/P x G / B
-// for G bytes of gradients over links of B bytes/s, and its efficiency
+// (sizes only), per mode, beside the estimate of "Day 64: Distributed Training
+// Fundamentals" (book/99-references.md), T_comm = 2 (P-1)/P x G / B for G
+// bytes of gradients over links of B bytes/s, and its efficiency
 // T_compute / (T_compute + T_comm), which assumes nothing overlaps.
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
@@ -276,9 +277,9 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   return 0;
 }
 
-// --volume: the reading's DDP communication table (guide 7.4), each row
+// --volume: the long guide's DDP communication table (section 7.4), each row
 // computed: a ring allreduce sends 2 (P-1)/P x N x sizeof(dtype) bytes per rank
-// per step, which the reading rounds to 2N x sizeof.
+// per step (Patarasuk & Yuan 2009), which the guide rounds to 2N x sizeof.
 int volume(const Options& o, int ranks) {
   struct Row {
     const char* model;
@@ -286,7 +287,7 @@ int volume(const Options& o, int ranks) {
   };
   const Row rows[] = {{"ResNet-50", 25e6}, {"BERT-Large", 340e6}, {"GPT-2 XL", 1.5e9}, {"Llama-7B", 7e9},
                       {"Llama-70B", 70e9}};
-  const double link = 200e9;  // the reading's column: 200 GB/s
+  const double link = 200e9;  // the guide's column: 200 GB/s
   fmt::print("DDP communication per step and rank (the reading's 2N x sizeof; exactly 2 (P-1)/P N x sizeof: x{:.3f} "
              "at P = {})\n", 2.0 * (ranks - 1) / ranks / 2, ranks);
   fmt::print("{:<11} {:>7} {:>10} {:>10} {:>12} {:>15}\n", "model", "params", "fp32 GB", "fp16 GB", "@ 200 GB/s",

@@ -18,7 +18,8 @@ namespace fsdp_lab {
 
 namespace {
 
-// The reading's ZeRO table (7B parameters, P = 8) three ways: by its formulas
+// The long guide's ZeRO table (section 8.2, book/99-references.md; 7B parameters,
+// P = 8) three ways: by its formulas
 // (18N: 4N of parameters, 2N of gradients, 12N of optimizer state), by the
 // gigabytes it prints (14 + 14 + 112 = 140 GB: 2N, 2N and 16N), and by ours
 // (mixed-precision Adam: bf16 weights and gradients, 2N each; fp32 master, m
@@ -136,8 +137,9 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
 // --what-if MODEL: each stage's memory per GPU (the memory lab's estimate:
 // mixed-precision AdamW, 16 bytes per parameter before sharding) and a
 // payload-free step of the model's shapes on --ranks GPUs, beside ZeRO's
-// Figure 1 and the reading's FSDP bound. A model that does not fit even at
-// stage 3 is refused first, with the GPUs it needs.
+// Figure 1 and the FSDP bound of "Day 64: Distributed Training Fundamentals".
+// A model that does not fit even at stage 3 is refused first, with the GPUs it
+// needs.
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const memory::Gpu gpu = memory::gpu_preset(o.gpu);

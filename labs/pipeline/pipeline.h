@@ -2,7 +2,7 @@
 //   main.cpp     the tiny GPT cut into stages, trained by a schedule, equal to one rank;
 //                the bubble and the activations each stage keeps, measured beside their formulas
 //   what_if.cpp  --what-if: the schedule at a real model's scale, payload-free, on each topology; --sweep
-//                over M or P; --reading: the reading's example
+//                over M or P; --reading: the long guide's example (section 10.6)
 //   grid.cpp     the pipeline grid (--plot); --compare: every schedule played out side by side
 //   schedule_file.cpp  --schedule-file: a schedule written by hand
 //   bench.cpp    --bench: what the simulation costs
@@ -33,7 +33,7 @@ struct Options {
   std::string json;
   std::string what_if;  // a model preset: the schedule at its scale, payload-free, instead of the tiny GPT
   int seq = 0;          // with --what-if: the sequence length (0: the model's context)
-  bool reading = false; // the reading's P = 8, M = 32 example
+  bool reading = false; // the long guide's P = 8, M = 32 example
   std::string plot;     // the grid of the step (.svg or .png)
   bool compare = false; // every schedule played out at --times
   std::string times = "1:1:1";  // with --compare: a stage's forward, backward for the input, for the weights

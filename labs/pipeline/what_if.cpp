@@ -3,11 +3,12 @@
 // play_payload_free): each chunk's layers take their FLOPs' time on the
 // topology's GPU, each message carries b x s x h bf16 values and nothing
 // else. The bubble, measured from the stages' timelines, beside its formula;
-// what crosses between the stages beside the reading's formula.
+// what crosses between the stages beside the long guide's formula.
 //
-// --reading: the reading's example (section 10.6: P = 8, M = 32, a batch of
-// 512 sequences of 2048 tokens, h = 8192), its efficiency and P2P bytes by
-// its formula, then executed with a model of that width (llama2-70b).
+// --reading: the long guide's example (section 10.6, book/99-references.md:
+// P = 8, M = 32, a batch of 512 sequences of 2048 tokens, h = 8192), its
+// efficiency and P2P bytes by its formula, then executed with a model of that
+// width (llama2-70b).
 #include <cstdio>
 #include <string>
 
@@ -26,7 +27,7 @@ namespace pipeline_lab {
 
 namespace {
 
-// The reading's count (section 10.6): each micro-batch sends its b x s x h
+// The long guide's count (section 10.6): each micro-batch sends its b x s x h
 // activation forward and its gradient back across each of the P - 1
 // boundaries. A chunked schedule crosses a boundary at every change of stage
 // along its chunks: interleaved's PV - 1, ZB-V's 2(P - 1) (its turn stays on one stage).

@@ -1,5 +1,5 @@
 // Lab 2: ring allreduce and its family. One file per view of it:
-//   step.cpp     --step      the ring, step by step, as the reading draws it
+//   step.cpp     --step      the ring, step by step, as the Day 64 reading draws it
 //   compare.cpp  --compare   every algorithm against the model, in the benchmark's nccl-tests table
 //   what_if.cpp  --what-if   data parallelism at 7B, 70B and 1T; crossover sizes
 //   nccl_choice.cpp          what NCCL would run at each size, and why (--compare, --what-if)

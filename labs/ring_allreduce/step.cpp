@@ -1,5 +1,6 @@
-// --step: ring allreduce on a few ranks, one step at a time, as the reading draws
-// it (Day 64, "Ring AllReduce (4 GPUs, data split into 4 chunks)"). Nothing is
+// --step: ring allreduce on a few ranks, one step at a time, as the course
+// reading "Day 64: Distributed Training Fundamentals" draws it (its "Ring AllReduce
+// (4 GPUs, data split into 4 chunks)"; book/99-references.md). Nothing is
 // drawn by hand: the simulator is deterministic, so the lab replays the same run
 // and stops it at the end of each step to look at every rank's buffer.
 #include <bit>

@@ -1,4 +1,5 @@
-// --what-if: the reading's exercise (Day 64). Data parallelism alone: every step
+// --what-if: the exercise of the course reading "Day 64: Distributed Training Fundamentals"
+// (book/99-references.md). Data parallelism alone: every step
 // each GPU computes on its share of the global batch, then allreduces the
 // bf16 gradients (2 bytes x N) with no overlap. Where does it stop working?
 //
@@ -6,7 +7,7 @@
 //   communication   = NCCL's allreduce of 2N bytes: the ring or tree its tuning model picks
 //                     (nccl_model.h), beside labkit's single flat ring on the same topology
 //   CCR             = FLOPs per GPU / bytes each GPU sends; compute-bound above
-//                     CCR* = achieved FLOP/s / the bus bandwidth NCCL's channels reach (the reading's ridge point)
+//                     CCR* = achieved FLOP/s / the bus bandwidth NCCL's channels reach (the roofline's ridge)
 //   memory          = 16 N bytes per replica (bf16 weights and grads, fp32 master and Adam m, v)
 #include <fmt/format.h>
 
@@ -77,7 +78,7 @@ int what_if(const WhatIfOptions& o) {
              "#    (chapters 7, 8) cut the bytes each GPU must synchronize.\n",
              last_ccr_over_ridge, 100 * last_comm_share);
 
-  // The reading's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
+  // Day 64's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
   const double reading = 2.0 * 7 / 8 * 14e9 / 50e9;
   fmt::print("# the reading's example: 2 x 7/8 x 14 GB / 50 GB/s = {:.2f} s; with 2 s of compute, efficiency "
              "{:.0f}%\n\n", reading, 100 * 2.0 / (2.0 + reading));

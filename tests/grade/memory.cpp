@@ -65,7 +65,7 @@ TEST(model_state_bytes, ZeroStagesShardWhatTheyShould) {
 // ---- 3.2 activation_bytes_per_layer -----------------------------------------------
 
 TEST(activation_bytes_per_layer, GPT3WithoutParallelism) {
-  // s 2048, b 1, h 12288, a 96: sbh(34 + 5as/h) per layer; 96 layers make the reading's ~275 GB.
+  // s 2048, b 1, h 12288, a 96: sbh(34 + 5as/h) per layer; 96 layers make the long guide's ~275 GB.
   Sweep sweep("activation_bytes_per_layer");
   sweep.check({0, 0, "GPT-3 layer, s 2048, b 1"}, [&] {
     const double got = activation_bytes_per_layer({2048, 1, 12288, 96});

@@ -10,7 +10,8 @@
 //   roofline  attainable FLOP/s = min(peak, intensity x memory bandwidth), the
 //             intensity in FLOP per byte moved (Williams, Waterman & Patterson 2009).
 //   CCR       the same idea one level up: FLOPs per byte a rank communicates,
-//             against peak FLOP/s over link bandwidth (the reading's guide, section 6).
+//             against peak FLOP/s over link bandwidth (the long guide, section 6;
+//             book/99-references.md).
 #pragma once
 
 #include <algorithm>
@@ -53,13 +54,13 @@ struct Accelerator {
 std::vector<Accelerator> accelerators();     // h100, a100
 Accelerator accelerator(std::string_view name);  // throws naming the choices
 
-// The reading's communication-to-computation ratio of data parallelism: FLOPs
+// The communication-to-computation ratio of data parallelism (the long guide's CCR): FLOPs
 // per rank per step, 6 N tokens, over the bytes its gradient allreduce moves,
 // 2 N x bytes per element. N cancels: CCR = 3 tokens / bytes per element.
 double ddp_ccr(double params, double tokens_per_rank, double bytes_per_element);
 // The tokens per rank per step that reach `fraction` of the compute roof when
 // communication overlaps computation fully (throughput = min of the two roofs,
-// as the reading's guide models it): CCR >= fraction x CCR*.
+// as the roofline models it, Williams et al. 2009): CCR >= fraction x CCR*.
 double ddp_tokens_for(double fraction, double ridge, double bytes_per_element);
 
 }  // namespace labkit::compute

@@ -1,11 +1,12 @@
-// The alpha-beta cost model (the reading's guide, section 5; Hockney 1994):
+// The alpha-beta cost model (Hockney 1994):
 // a message of n bytes over a link costs alpha + n beta, beta = 1 / bandwidth.
 //
 // native_cost: what NCCL would take (its own tuning model, nccl_model.h) — the
 // simulator charges it for a native collective.
 // predict: the closed form of each labkit algorithm, step by step, where a step
 // costs its slowest pair's alpha + bytes beta (so it is topology-aware). On a
-// uniform topology these are the reading's formulas. The model is free of
+// uniform topology these are the published closed forms (Thakur, Rabenseifner
+// & Gropp 2005; Patarasuk & Yuan 2009 for the ring). The model is free of
 // contention: it never puts two messages on one port. The simulator splits a
 // port's bandwidth fairly among the messages on it (as SimGrid does; ./labkit
 // simgrid checks it), so where one step's messages share a node's NIC the

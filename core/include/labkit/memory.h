@@ -1,8 +1,9 @@
 // The memory estimator: what training and inference need per GPU.
 //
-// Sources: the reading (reading/000, "Chapter 1: Introduction to Modern
-// Distributed AI", its "Estimating Model Resource Requirements"; reading/002,
-// the long guide, its "Memory Wall" and ZeRO sections), Rajbhandari et al. 2020 (ZeRO: model
+// Sources: the course readings "Chapter 1: Introduction to Modern Distributed AI"
+// (its "Estimating Model Resource Requirements": bytes per precision, optimizer
+// states, overheads, the KV cache) and the long guide (its "Memory Wall" and
+// ZeRO sections), both in book/99-references.md; Rajbhandari et al. 2020 (ZeRO: model
 // state (2 + 2 + K) Psi for mixed-precision Adam, K = 12), and Korthikanti et al.
 // 2022 (activations per transformer layer, sbh(34 + 5as/h) and its TP,
 // sequence-parallel and recomputation forms).
@@ -88,7 +89,7 @@ struct Optimizer {
   double states;  // optimizer-state tensors per parameter (Adam: m and v = 2)
   std::string_view what;
 };
-std::span<const Optimizer> optimizers();  // the reading's table
+std::span<const Optimizer> optimizers();  // "Chapter 1"'s optimizer table
 const Optimizer& find_optimizer(std::string_view name);
 
 // ---- the three formulas of the exercises (solutions/ and exercises/) -----------
@@ -241,7 +242,8 @@ std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);
 // of two for inference) on which the plan fits; 0 if none up to 100,000.
 int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu);
 
-// The reading's decision framework: which parallelism, and why.
+// "Chapter 1"'s decision framework (its "Decision Framework: When Do You Need
+// Distributed Systems?"): which parallelism, and why.
 struct Recommendation {
   std::string strategy;
   std::vector<std::string> reasons;

@@ -43,7 +43,7 @@ struct SgdMomentum {
   void update(std::span<float> params, std::span<const float> grads);
 };
 
-// ---- the large-batch recipe (the reading: Goyal et al. 2017; You et al. 2017, 2019)
+// ---- the large-batch recipe (Goyal et al. 2017; You et al. 2017, 2019)
 
 // Linear scaling: a batch k times larger takes a learning rate k times larger.
 inline float linear_scaled_lr(float base_lr, int base_batch, int batch) { return base_lr * batch / base_batch; }
@@ -53,7 +53,8 @@ inline float warmup_lr(float target, int step, int warmup_steps) {
   return step < warmup_steps ? target * float(step) / float(warmup_steps) : target;
 }
 
-// LARS, as the reading writes it: each layer gets its own rate, trust x ||w|| /
+// LARS (You, Gitman & Ginsburg 2017) as the comprehensive guide's LARS class
+// writes it (book/99-references.md): each layer gets its own rate, trust x ||w|| /
 // ||g + wd w|| (1 where either norm is 0), so no layer's step is large beside
 // its weights: v = momentum v + local_lr (g + wd w); w -= lr v. Host memory;
 // `layers` are the runs of the buffer that each get a ratio of their own.

@@ -19,9 +19,10 @@
 // (where a replicated activation enters a column-parallel layer), g the
 // reverse (where a row-parallel layer's partial sums leave it). Per layer that
 // is two allreduces of B x T x C forward, after attention's and the MLP's
-// projections, and two backward, before ln1 and ln2 get their gradients: the
-// reading's 4 b s h per layer. The whole tensors get the same gradient on
-// every rank, since what flows into them is replicated.
+// projections, and two backward, before ln1 and ln2 get their gradients: four
+// allreduces of b s h per layer (Shoeybi et al. 2019, Figure 4). The whole
+// tensors get the same gradient on every rank, since what flows into them is
+// replicated.
 //
 // Sequence parallelism (Korthikanti et al. 2022, section 4.2.2): what runs
 // between the tensor-parallel regions (the norms, the residual adds) runs on
