@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "ddp.h"
+#include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/verdict.h"
 #include "labkit/output.h"
@@ -86,7 +87,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
       "equal to one rank: gradients within 1e-6, weights within {:.1e} ({}: {}x, at least 1e-6, what reversing "
       "each batch does to one rank's, {:.1e}), every rank bit for bit the same",
       weight_limit, o.optimizer, kRoundingMargin, reordered));
-  if (!o.json.empty()) create_file(o.json) << table.json().dump(2) << '\n';
+  lab::write_json(o.json, table.json());
   if (!o.plot.empty()) {
     std::vector<std::pair<DdpMode, StepTimes>> steps;
     for (const ModeRun& r : runs) steps.emplace_back(r.mode, r.per_step);
