@@ -99,21 +99,26 @@ Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, st
   const double start = comm.now();
   for (int i = 0; i < s.iters; ++i) call();
   const bool check = s.check && moves_data;
-  std::vector<double> mine = {(comm.now() - start) / s.iters, 0};
+  struct Measured {
+    double seconds;      // per call
+    std::int64_t wrong;  // elements off what the collective must give
+  } mine{(comm.now() - start) / s.iters, 0};
   if (check) {
     fill();
     call();
     const std::size_t block = count / P;
     std::vector<std::byte> got(recv.bytes());
     device.copy_to_host(got.data(), recv.data, recv.bytes());
-    for (std::size_t i = 0; i < recv.count; ++i) mine[1] += load_element(s.dtype, got.data(), i) != b.expected(r, i, P, block);
+    for (std::size_t i = 0; i < recv.count; ++i)
+      mine.wrong += load_element(s.dtype, got.data(), i) != b.expected(r, i, P, block);
   }
-  double slowest = 0, wrong = 0;
-  for (const std::vector<double>& row : comm.inspect(view_of(mine))) {
-    slowest = std::max(slowest, row[0]);
-    wrong += row[1];
+  double slowest = 0;
+  std::int64_t wrong = 0;
+  for (const Measured& m : comm.gather_object(mine)) {
+    slowest = std::max(slowest, m.seconds);
+    wrong += m.wrong;
   }
-  return {slowest, check ? std::int64_t(wrong) : -1};
+  return {slowest, check ? wrong : -1};
 }
 }  // namespace
 

@@ -833,3 +833,35 @@ TEST(SimOverlap, APeerThatFailsEndsTheWaitWithItsName) {
       EXPECT_THAT(errors[r], testing::HasSubstr("rank 2 failed at t = 1")) << algo << " rank " << r;
   }
 }
+
+// gather_object: a struct of results travels whole to rank 0, in rank order,
+// untimed; a rank may send none or several (gather_objects).
+TEST(SimInstrument, GatherObjectBringsEveryRanksStructToRankZero) {
+  struct Result {
+    int rank;
+    double loss;
+    bool agrees;
+  };
+  std::vector<Result> at_zero;
+  std::vector<std::vector<Result>> lists;
+  const auto run = simulate(3, [&](Comm& c) {
+    const std::vector<Result> results = c.gather_object(Result{c.rank(), 0.5 * c.rank(), c.rank() != 1});
+    std::vector<Result> several(std::size_t(c.rank()), Result{c.rank(), 1.0, true});  // rank r sends r results
+    const auto gathered = c.gather_objects(several);
+    if (c.rank() == 0) {
+      at_zero = results, lists = gathered;
+    } else {
+      EXPECT_TRUE(results.empty());
+      EXPECT_TRUE(gathered.empty());
+    }
+  });
+  ASSERT_EQ(at_zero.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(at_zero[std::size_t(r)].rank, r);
+    EXPECT_EQ(at_zero[std::size_t(r)].loss, 0.5 * r);
+    EXPECT_EQ(at_zero[std::size_t(r)].agrees, r != 1);
+    ASSERT_EQ(lists[std::size_t(r)].size(), std::size_t(r));
+  }
+  EXPECT_EQ(run.elapsed, 0.0);  // an instrument: no virtual time
+  EXPECT_EQ(run.messages, 0u);
+}

@@ -1,12 +1,10 @@
-#include <chrono>
-#include <cstdio>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/lab/bench.h"
+#include "labkit/lab/output.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
 #include "labkit/units.h"
 
 namespace ddp_lab {
@@ -17,38 +15,24 @@ namespace ddp_lab {
 // same FLOPs, so the ratio is the simulator's overhead. Then one payload-free
 // Llama-2 7B step over 1024 ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
-  fmt::print("timing {} steps of the tiny GPT on {} simulated ranks, overlap mode, global batch {} ...\n", o.steps,
-             run_options.ranks, o.batch);
-  std::fflush(stdout);
-  Clock::time_point start = Clock::now();
-  train(o, run_options, DdpMode::overlap, corpus, config);
-  const double many = seconds_since(start);
-  fmt::print("timing the same on one rank ...\n");
-  std::fflush(stdout);
-  start = Clock::now();
-  train_one_rank(o, corpus, config);
-  const double one = seconds_since(start);
-  fmt::print("timing one payload-free Llama-2 7B step on 1024 ranks, overlap mode ...\n");
-  std::fflush(stdout);
+  const double many = lab::timed(fmt::format("timing {} steps of the tiny GPT on {} simulated ranks, overlap mode, "
+                                             "global batch {}", o.steps, run_options.ranks, o.batch),
+                                 [&] { train(o, run_options, DdpMode::overlap, corpus, config); });
+  const double one = lab::timed("timing the same on one rank", [&] { train_one_rank(o, corpus, config); });
   RunOptions big = run_options;
   big.ranks = 1024, big.payload_free = true;
   const ShapedModel llama = shaped_model(memory::model_preset("llama2-7b"), 2.0);
-  start = Clock::now();
-  run(big, [&](Comm& comm) { shaped_step(comm, llama, DdpMode::overlap); });
-  const double what_if = seconds_since(start);
+  const double what_if = lab::timed("timing one payload-free Llama-2 7B step on 1024 ranks, overlap mode", [&] {
+    run(big, [&](Comm& comm) { shaped_step(comm, llama, DdpMode::overlap); });
+  });
   fmt::print("{:<44} {:>10}\n", "run", "wall");
   fmt::print("{:<44} {:>10}\n", fmt::format("1 rank, {} steps", o.steps), format_seconds(one));
   fmt::print("{:<44} {:>10}  {:.2f}x the one-rank run (target <= 1.5x)\n",
              fmt::format("{} simulated ranks, {} steps, overlap", run_options.ranks, o.steps), format_seconds(many),
              many / one);
   fmt::print("{:<44} {:>10}  (target < 10 s)\n", "Llama-2 7B step, 1024 ranks, payload-free", format_seconds(what_if));
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"one_rank_seconds", one}, {"ranks", run_options.ranks},
-                                          {"simulated_seconds", many}, {"ratio", many / one},
-                                          {"llama2_7b_1024_ranks_seconds", what_if}}.dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"one_rank_seconds", one}, {"ranks", run_options.ranks}, {"simulated_seconds", many},
+                           {"ratio", many / one}, {"llama2_7b_1024_ranks_seconds", what_if}});
   return 0;
 }
 

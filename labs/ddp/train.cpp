@@ -109,18 +109,17 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
     }
     const double end = comm.now();
     // Instruments (untraced, free of virtual time): every rank's losses and fingerprint on rank 0.
-    const auto all_losses = comm.inspect(view_of(losses));
+    const std::vector<std::vector<float>> all_losses = comm.gather_objects(losses);
     const std::vector<float> weights = model.parameters().to_host();
     const std::uint64_t print = fingerprint(weights);
-    std::vector<std::int64_t> halves = {std::int64_t(print >> 32), std::int64_t(print & 0xffffffff)};  // exact as doubles
-    const auto prints = comm.inspect(view_of(halves));
+    const std::vector<std::uint64_t> prints = comm.gather_object(print);
     if (comm.rank() != 0) return;
     first = start, last = end;
     out.ranks = comm.size();
     out.buckets = std::max<int>(1, int(ddp.buckets().size()));
     out.weights = weights;
     out.fingerprint = print;
-    out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](const auto& p) { return p == prints[0]; });
+    out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](std::uint64_t p) { return p == print; });
     if (compressor) out.bytes_sent = compressor->bytes_sent(), out.bytes_formula = compressor->formula_bytes();
     for (int s = 0; s < o.steps; ++s) {
       double sum = 0;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <cstring>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -186,6 +188,34 @@ class Comm {
   // An instrument, not a collective: collects every rank's buffer on rank 0 (as
   // doubles, for printing). Untraced, and free of virtual time on the simulator.
   std::vector<std::vector<double>> inspect(View buf);
+
+  // An instrument, not a collective (PyTorch's gather_object): every rank's
+  // `values` on rank 0, a vector per rank in rank order, copied as bytes, so a
+  // plain struct of results travels whole; nothing on the other ranks. Untraced,
+  // and free of virtual time on the simulator.
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  std::vector<std::vector<T>> gather_objects(std::span<const T> values) {
+    std::vector<std::vector<T>> all;
+    const View bytes_view{const_cast<T*>(values.data()), values.size_bytes(), DType::u8};  // only read
+    for (const std::vector<std::byte>& bytes : gather_untimed(bytes_view)) {
+      std::vector<T>& from = all.emplace_back(bytes.size() / sizeof(T));
+      if (!bytes.empty()) std::memcpy(from.data(), bytes.data(), bytes.size());
+    }
+    return all;
+  }
+  template <class T>
+  std::vector<std::vector<T>> gather_objects(const std::vector<T>& values) {
+    return gather_objects(std::span<const T>(values));
+  }
+  // One value a rank: rank 0 gets them in rank order.
+  template <class T>
+    requires std::is_trivially_copyable_v<T>
+  std::vector<T> gather_object(const T& value) {
+    std::vector<T> all;
+    for (const std::vector<T>& one : gather_objects(std::span<const T>(&value, 1))) all.push_back(one.front());
+    return all;
+  }
 
  protected:
   // comm_id names the group uniquely in a run (0 = world); it keeps flow ids apart.

@@ -6,6 +6,8 @@
 
 namespace labkit::lab {
 
+Cell percent(double share) { return {share, fmt::format("{:.1f}%", 100 * share)}; }
+
 Cell seconds(double seconds) { return {seconds, format_seconds(seconds)}; }
 
 Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }
@@ -13,9 +15,12 @@ Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }
 Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
 
 std::string Table::line(const std::vector<std::string>& texts) const {
+  std::size_t printed = 0;  // past the last printed cell with text: empty ones after it print nothing
+  for (std::size_t i = 0; i < texts.size(); ++i)
+    if (!columns_[i].header.empty() && !texts[i].empty()) printed = i + 1;
   std::string out;
   bool first = true;
-  for (std::size_t i = 0; i < columns_.size(); ++i) {
+  for (std::size_t i = 0; i < printed; ++i) {
     const Column& c = columns_[i];
     if (c.header.empty()) continue;
     if (!first) out.append(std::size_t(c.gap), ' ');
@@ -38,7 +43,7 @@ void Table::add(std::vector<Cell> row) {
   nlohmann::json object = nlohmann::json::object();
   for (std::size_t i = 0; i < row.size(); ++i) {
     texts.push_back(std::move(row[i].text));
-    object[columns_[i].key] = std::move(row[i].value);
+    if (!columns_[i].key.empty() && !row[i].value.is_null()) object[columns_[i].key] = std::move(row[i].value);
   }
   fmt::print("{}\n", line(texts));
   rows_.push_back(std::move(object));

@@ -10,6 +10,8 @@
 //
 // A cell is a value for the JSON and the text printed for it (by default the
 // value in fmt's "{}"): a loss column prints the last loss and writes the curve.
+// A null value leaves its key out of that row's JSON (a "-" where nothing was
+// measured); empty cells at the end of a row print nothing, not even spaces.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +28,7 @@ enum class Align { left, right };
 
 struct Column {
   std::string header;  // printed above the column; empty: the column is in the JSON only
-  std::string key;     // its name in the JSON
+  std::string key;     // its name in the JSON; empty: the column is printed only
   int width = 0;       // printed width; 0: as wide as its text (a last column)
   Align align = Align::right;
   int gap = 1;         // spaces before it (none before the first)
@@ -38,6 +40,7 @@ struct Cell {
 
   Cell(const char* text) : value(text), text(text) {}
   Cell(std::string text) : value(text), text(std::move(text)) {}
+  Cell(std::string_view text) : Cell(std::string(text)) {}
   Cell(nlohmann::json value, std::string text) : value(std::move(value)), text(std::move(text)) {}
   template <class T>
     requires std::is_arithmetic_v<T>
@@ -49,6 +52,8 @@ template <class T>
 Cell number(T value, std::string_view spec) {
   return {value, fmt::format(fmt::runtime(spec), value)};
 }
+// A share printed as a percentage ("18.3%"), written as the share (0.183).
+Cell percent(double share);
 // Seconds printed with their unit ("11.6 us"), written in seconds.
 Cell seconds(double seconds);
 // true as "yes", false as "NO": a check that failed stands out in a column of yeses.

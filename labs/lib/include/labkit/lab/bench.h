@@ -1,0 +1,17 @@
+// labkit::lab::timed — one run of a lab's --bench: announced, then timed by
+// the wall clock. A lab's benchmark times its runs one after another in one
+// process (the same machine, the same load), and prints them as a lab::Table
+// with the ratio it promises beside its target, as nccl-tests prints its rows.
+//
+//   const double one = lab::timed("timing the same on one rank", [&] { train_one_rank(o, corpus, config); });
+#pragma once
+
+#include <functional>
+#include <string_view>
+
+namespace labkit::lab {
+
+// Prints "WHAT ...", then runs `body`; returns its wall time in seconds.
+double timed(std::string_view what, const std::function<void()>& body);
+
+}  // namespace labkit::lab

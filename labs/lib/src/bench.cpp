@@ -1,0 +1,18 @@
+#include "labkit/lab/bench.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+namespace labkit::lab {
+
+double timed(std::string_view what, const std::function<void()>& body) {
+  fmt::print("{} ...\n", what);
+  std::fflush(stdout);  // the line shows while the run takes its seconds
+  const auto start = std::chrono::steady_clock::now();
+  body();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace labkit::lab
