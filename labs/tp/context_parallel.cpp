@@ -88,14 +88,47 @@ double busiest_over_mean(const std::vector<double>& v) {
   return mean > 0 ? *std::max_element(v.begin(), v.end()) / mean : 1.0;
 }
 
+// Dense causal attention on the whole batch, forward and backward, from
+// seeded normal q, k, v and output gradients: what every rank's rows must equal.
+struct DenseAttention {
+  std::vector<float> qkv, dout, out, grads;
+};
+DenseAttention dense_attention(const AttentionShape& s, std::uint64_t seed) {
+  const std::size_t BT = std::size_t(s.B) * s.T;
+  DenseAttention d{.qkv = normal_floats(BT * 3 * s.C, seed), .dout = normal_floats(BT * s.C, seed + 1),
+                   .out = std::vector<float>(BT * s.C), .grads = std::vector<float>(BT * 3 * s.C)};
+  std::vector<float> preatt(BT * s.NH * s.T), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
+  ops::attention_forward(d.out.data(), preatt.data(), att.data(), d.qkv.data(), s.B, s.T, s.C, s.NH);
+  ops::attention_backward(d.grads.data(), dpreatt.data(), datt.data(), d.dout.data(), d.qkv.data(), att.data(), s.B,
+                          s.T, s.C, s.NH);
+  return d;
+}
+
+// Each rank's time in its attention blocks, and rank 0's K/V and gradient
+// sends, forward (before `backward_started`) and backward.
+void read_trace(LayoutRun& out, const Trace& trace, double backward_started) {
+  for (const TraceTrack& track : trace.tracks()) {
+    double forward = 0, backward = 0;
+    for (const TraceEvent& e : track.events) {
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention forward") forward += e.end - e.start;
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention backward") backward += e.end - e.start;
+      if (track.rank != 0 || e.kind != TraceEvent::Kind::send) continue;
+      if (e.tag == RingAttention::kTag)
+        (e.start < backward_started ? out.kv_forward : out.kv_backward) += double(e.bytes);
+      if (e.tag == RingAttention::kTag + 1) out.grads_backward += double(e.bytes);
+    }
+    out.forward_seconds.push_back(forward);
+    out.backward_seconds.push_back(backward);
+  }
+}
+
 LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const AttentionShape& s) {
   run_options.keep_trace = true;
   LayoutRun out;
   out.layout = layout;
   const bool payload = !run_options.payload_free;
-  // Dense attention on the whole batch: what every rank's rows must equal.
   // Computed once per process, inside the ranks (the simulator's share it).
-  std::vector<float> qkv, dout, dense_out, dense_grads;
+  DenseAttention dense;
   double backward_started = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
@@ -116,17 +149,8 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     };
     std::vector<float> my_qkv, my_dout, my_out, my_grads;
     if (payload) {
-      const std::size_t BT = std::size_t(s.B) * s.T;
-      if (qkv.empty()) {
-        qkv = normal_floats(BT * 3 * s.C, o.seed), dout = normal_floats(BT * s.C, o.seed + 1);
-        dense_out.resize(BT * s.C), dense_grads.assign(qkv.size(), 0.0f);
-        std::vector<float> preatt(BT * s.NH * s.T), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
-        ops::attention_forward(dense_out.data(), preatt.data(), att.data(), qkv.data(), s.B, s.T, s.C,
-                               s.NH);
-        ops::attention_backward(dense_grads.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(),
-                                s.B, s.T, s.C, s.NH);
-      }
-      my_qkv = mine_of(qkv, 3), my_dout = mine_of(dout, 1);
+      if (dense.qkv.empty()) dense = dense_attention(s, o.seed);
+      my_qkv = mine_of(dense.qkv, 3), my_dout = mine_of(dense.dout, 1);
       my_out.resize(my_dout.size()), my_grads.resize(my_qkv.size());
     }
     const double start = comm.now();
@@ -135,8 +159,8 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     ring.backward(payload ? my_dout.data() : nullptr, payload ? my_grads.data() : nullptr);
     std::vector<double> mine_measured = {comm.now() - start, 0, 0};
     if (payload) {
-      mine_measured[1] = relative_difference(my_out, mine_of(dense_out, 1));
-      mine_measured[2] = relative_difference(my_grads, mine_of(dense_grads, 3));
+      mine_measured[1] = relative_difference(my_out, mine_of(dense.out, 1));
+      mine_measured[2] = relative_difference(my_grads, mine_of(dense.grads, 3));
     }
     const auto all = comm.inspect(view_of(mine_measured));  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
@@ -148,20 +172,7 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     out.positions = describe(positions_of(layout, 0, o.cp, s.T));
     out.ranks = comm.size(), out.tp = tp, out.dp = mesh.size("dp");
   });
-  if (!result.trace) return out;
-  for (const TraceTrack& track : result.trace->tracks()) {
-    double forward = 0, backward = 0;
-    for (const TraceEvent& e : track.events) {
-      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention forward") forward += e.end - e.start;
-      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention backward") backward += e.end - e.start;
-      if (track.rank != 0 || e.kind != TraceEvent::Kind::send) continue;
-      if (e.tag == RingAttention::kTag)
-        (e.start < backward_started ? out.kv_forward : out.kv_backward) += double(e.bytes);
-      if (e.tag == RingAttention::kTag + 1) out.grads_backward += double(e.bytes);
-    }
-    out.forward_seconds.push_back(forward);
-    out.backward_seconds.push_back(backward);
-  }
+  if (result.trace) read_trace(out, *result.trace, backward_started);
   return out;
 }
 
