@@ -26,7 +26,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
+#include "labkit/lab/verdict.h"
 #include "labkit/ops.h"
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
@@ -84,14 +88,47 @@ double busiest_over_mean(const std::vector<double>& v) {
   return mean > 0 ? *std::max_element(v.begin(), v.end()) / mean : 1.0;
 }
 
+// Dense causal attention on the whole batch, forward and backward, from
+// seeded normal q, k, v and output gradients: what every rank's rows must equal.
+struct DenseAttention {
+  std::vector<float> qkv, dout, out, grads;
+};
+DenseAttention dense_attention(const AttentionShape& s, std::uint64_t seed) {
+  const std::size_t BT = std::size_t(s.B) * s.T;
+  DenseAttention d{.qkv = normal_floats(BT * 3 * s.C, seed), .dout = normal_floats(BT * s.C, seed + 1),
+                   .out = std::vector<float>(BT * s.C), .grads = std::vector<float>(BT * 3 * s.C)};
+  std::vector<float> preatt(BT * s.NH * s.T), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
+  ops::attention_forward(d.out.data(), preatt.data(), att.data(), d.qkv.data(), s.B, s.T, s.C, s.NH);
+  ops::attention_backward(d.grads.data(), dpreatt.data(), datt.data(), d.dout.data(), d.qkv.data(), att.data(), s.B,
+                          s.T, s.C, s.NH);
+  return d;
+}
+
+// Each rank's time in its attention blocks, and rank 0's K/V and gradient
+// sends, forward (before `backward_started`) and backward.
+void read_trace(LayoutRun& out, const Trace& trace, double backward_started) {
+  for (const TraceTrack& track : trace.tracks()) {
+    double forward = 0, backward = 0;
+    for (const TraceEvent& e : track.events) {
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention forward") forward += e.end - e.start;
+      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention backward") backward += e.end - e.start;
+      if (track.rank != 0 || e.kind != TraceEvent::Kind::send) continue;
+      if (e.tag == RingAttention::kTag)
+        (e.start < backward_started ? out.kv_forward : out.kv_backward) += double(e.bytes);
+      if (e.tag == RingAttention::kTag + 1) out.grads_backward += double(e.bytes);
+    }
+    out.forward_seconds.push_back(forward);
+    out.backward_seconds.push_back(backward);
+  }
+}
+
 LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const AttentionShape& s) {
   run_options.keep_trace = true;
   LayoutRun out;
   out.layout = layout;
   const bool payload = !run_options.payload_free;
-  // Dense attention on the whole batch: what every rank's rows must equal.
   // Computed once per process, inside the ranks (the simulator's share it).
-  std::vector<float> qkv, dout, dense_out, dense_grads;
+  DenseAttention dense;
   double backward_started = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
@@ -112,17 +149,8 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     };
     std::vector<float> my_qkv, my_dout, my_out, my_grads;
     if (payload) {
-      const std::size_t BT = std::size_t(s.B) * s.T;
-      if (qkv.empty()) {
-        qkv = normal_floats(BT * 3 * s.C, o.seed), dout = normal_floats(BT * s.C, o.seed + 1);
-        dense_out.resize(BT * s.C), dense_grads.assign(qkv.size(), 0.0f);
-        std::vector<float> preatt(BT * s.NH * s.T), att(preatt.size()), dpreatt(preatt.size()), datt(att.size());
-        ops::attention_forward(dense_out.data(), preatt.data(), att.data(), qkv.data(), s.B, s.T, s.C,
-                               s.NH);
-        ops::attention_backward(dense_grads.data(), dpreatt.data(), datt.data(), dout.data(), qkv.data(), att.data(),
-                                s.B, s.T, s.C, s.NH);
-      }
-      my_qkv = mine_of(qkv, 3), my_dout = mine_of(dout, 1);
+      if (dense.qkv.empty()) dense = dense_attention(s, o.seed);
+      my_qkv = mine_of(dense.qkv, 3), my_dout = mine_of(dense.dout, 1);
       my_out.resize(my_dout.size()), my_grads.resize(my_qkv.size());
     }
     const double start = comm.now();
@@ -131,8 +159,8 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     ring.backward(payload ? my_dout.data() : nullptr, payload ? my_grads.data() : nullptr);
     std::vector<double> mine_measured = {comm.now() - start, 0, 0};
     if (payload) {
-      mine_measured[1] = relative_difference(my_out, mine_of(dense_out, 1));
-      mine_measured[2] = relative_difference(my_grads, mine_of(dense_grads, 3));
+      mine_measured[1] = relative_difference(my_out, mine_of(dense.out, 1));
+      mine_measured[2] = relative_difference(my_grads, mine_of(dense.grads, 3));
     }
     const auto all = comm.inspect(view_of(mine_measured));  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
@@ -144,19 +172,7 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     out.positions = describe(positions_of(layout, 0, o.cp, s.T));
     out.ranks = comm.size(), out.tp = tp, out.dp = mesh.size("dp");
   });
-  if (!result.trace) return out;
-  for (const TraceTrack& track : result.trace->tracks()) {
-    double forward = 0, backward = 0;
-    for (const TraceEvent& e : track.events) {
-      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention forward") forward += e.end - e.start;
-      if (e.kind == TraceEvent::Kind::compute && e.name == "ring attention backward") backward += e.end - e.start;
-      if (track.rank != 0 || e.kind != TraceEvent::Kind::send) continue;
-      if (e.tag == RingAttention::kTag) (e.start < backward_started ? out.kv_forward : out.kv_backward) += double(e.bytes);
-      if (e.tag == RingAttention::kTag + 1) out.grads_backward += double(e.bytes);
-    }
-    out.forward_seconds.push_back(forward);
-    out.backward_seconds.push_back(backward);
-  }
+  if (result.trace) read_trace(out, *result.trace, backward_started);
   return out;
 }
 
@@ -197,7 +213,39 @@ void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string&
   std::remove(data.c_str());
 }
 
+// One column list for the printed rows and the JSON; the work per rank is
+// printed as its range and written whole, forward and backward.
+lab::Table layouts_table() {
+  using lab::Align;
+  return lab::Table({{.header = "layout", .key = "layout", .width = 11, .align = Align::left},
+                     {.header = "rank 0 holds", .key = "rank0_positions", .width = 20},
+                     {.header = "fwd work/rank min..max", .key = "forward_seconds_per_rank", .width = 22},
+                     {.header = "busiest", .key = "busiest_over_mean", .width = 9},
+                     {.header = "formula", .key = "busiest_formula", .width = 8},
+                     {.header = "T_attn", .key = "t_attention", .width = 10},
+                     {.header = "K/V fwd", .key = "kv_forward_bytes", .width = 10},
+                     {.header = "formula", .key = "kv_forward_formula", .width = 10},
+                     {.header = "K/V+dK/dV bwd", .key = "backward_bytes", .width = 11},
+                     {.header = "formula", .key = "backward_formula", .width = 10},
+                     {.header = "out", .key = "out_vs_dense", .width = 8},
+                     {.header = "grads", .key = "grads_vs_dense", .width = 8},
+                     {.key = "backward_seconds_per_rank"}});
+}
+
+// A layout's difference from dense attention, or "-" with null where the run was payload-free.
+lab::Cell versus_dense(double difference, bool payload) {
+  return payload ? lab::number(difference, "{:.1e}") : lab::Cell{nlohmann::json(), "-"};
+}
+
 }  // namespace
+
+void add_context_parallel_options(CLI::App& app, Options& o) {
+  app.add_option("--cp", o.cp, "context parallelism: the tiny GPT's attention over this many shards of the sequence "
+                              "(ring attention), contiguous and zig-zag side by side")
+      ->check(cli::at_least(1));
+  app.add_option("--tp", o.tp, "with --cp: ranks that split the heads (default: --ranks over --cp)")
+      ->check(cli::at_least(1));
+}
 
 int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& s) {
   const bool payload = !run_options.payload_free;
@@ -222,31 +270,22 @@ int context_parallel(const Options& o, const RunOptions& run_options, const Atte
   const double block = 2.0 * (s.B / dp) * (s.T / o.cp) * (s.C / tp) * sizeof(float);
   const double forward_formula = (o.cp - 1) * block, backward_formula = (2 * o.cp - 1) * block;
   const double contiguous_formula = (2.0 * o.cp - 1) / o.cp;
-  fmt::print("{:<11} {:>20} {:>22} {:>9} {:>8} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}\n", "layout",
-             "rank 0 holds", "fwd work/rank min..max", "busiest", "formula", "T_attn", "K/V fwd", "formula",
-             "K/V+dK/dV bwd", "formula", "out", "grads");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table = layouts_table();
+  table.print_header();
   bool ok = true;
   for (const LayoutRun& r : runs) {
     const auto [least, most] = std::minmax_element(r.forward_seconds.begin(), r.forward_seconds.end());
-    const double busiest = busiest_over_mean(r.forward_seconds);
     const double formula = r.layout == SequenceLayout::contiguous ? contiguous_formula : 1.0;
     const double backward = r.kv_backward + r.grads_backward;
-    fmt::print("{:<11} {:>20} {:>22} {:>9.2f} {:>8.2f} {:>10} {:>10} {:>10} {:>11} {:>10} {:>8} {:>8}\n",
-               name_of(r.layout), r.positions, format_seconds(*least) + " .. " + format_seconds(*most), busiest,
-               formula, format_seconds(r.elapsed), format_bytes(std::uint64_t(r.kv_forward)),
-               format_bytes(std::uint64_t(forward_formula)), format_bytes(std::uint64_t(backward)),
-               format_bytes(std::uint64_t(backward_formula)),
-               payload ? fmt::format("{:.1e}", r.out_vs_dense) : "-", payload ? fmt::format("{:.1e}", r.grads_vs_dense) : "-");
+    const auto bytes = [](double b) { return lab::Cell{b, format_bytes(std::uint64_t(b))}; };
+    table.add({std::string(name_of(r.layout)), r.positions,
+               {r.forward_seconds, format_seconds(*least) + " .. " + format_seconds(*most)},
+               lab::number(busiest_over_mean(r.forward_seconds), "{:.2f}"), lab::number(formula, "{:.2f}"),
+               lab::seconds(r.elapsed), bytes(r.kv_forward), bytes(forward_formula), bytes(backward),
+               bytes(backward_formula), versus_dense(r.out_vs_dense, payload),
+               versus_dense(r.grads_vs_dense, payload), {r.backward_seconds, ""}});
     ok = ok && r.kv_forward == forward_formula && backward == backward_formula &&
          (!payload || (r.out_vs_dense <= 1e-5 && r.grads_vs_dense <= 1e-5));
-    rows.push_back({{"layout", name_of(r.layout)}, {"rank0_positions", r.positions},
-                    {"forward_seconds_per_rank", r.forward_seconds}, {"backward_seconds_per_rank", r.backward_seconds},
-                    {"busiest_over_mean", busiest}, {"busiest_formula", formula}, {"t_attention", r.elapsed},
-                    {"kv_forward_bytes", r.kv_forward}, {"kv_forward_formula", forward_formula},
-                    {"backward_bytes", backward}, {"backward_formula", backward_formula},
-                    {"out_vs_dense", payload ? nlohmann::json(r.out_vs_dense) : nlohmann::json()},
-                    {"grads_vs_dense", payload ? nlohmann::json(r.grads_vs_dense) : nlohmann::json()}});
   }
   fmt::print("(fwd work/rank: each rank's time in its attention blocks, from the trace; busiest: the busiest rank's "
              "over the mean, the wait every step of the ring pays; formula: contiguous (2cp - 1)/cp, the last rank's "
@@ -258,20 +297,16 @@ int context_parallel(const Options& o, const RunOptions& run_options, const Atte
   if (o.bench)
     fmt::print("simulated both layouts in {} wall (target for cp 8 at s = 4096 payload-free: < 5 s)\n",
                format_seconds(wall));
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.T}, {"batch", s.B},
-                                          {"payload_free", !payload}, {"layouts", rows},
-                                          {"wall_seconds", wall}}
-                               .dump(2)
-                        << '\n';
-  if (ok)
-    fmt::print("{}both layouts send K/V bytes = formula\n",
-               payload ? "equal to dense attention: every rank's output and gradients within 1e-05 under both layouts; "
-                       : "");
-  else
-    fmt::print("MISMATCH: a layout's output or gradients past 1e-5 of dense attention, or bytes off the formula\n");
+  lab::write_json(o.json, {{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.T}, {"batch", s.B},
+                           {"payload_free", !payload}, {"layouts", table.json()}, {"wall_seconds", wall}});
+  lab::Verdict verdict;
+  verdict.require(ok, "a layout's output or gradients past 1e-5 of dense attention, or bytes off the formula");
+  const int status = verdict.print(
+      fmt::format("{}both layouts send K/V bytes = formula",
+                  payload ? "equal to dense attention: every rank's output and gradients within 1e-05 under both "
+                            "layouts; " : ""));
   if (!o.plot.empty()) plot_layouts(runs, o.cp, o.plot), fmt::print("wrote {}\n", o.plot);
-  return ok ? 0 : 1;
+  return status;
 }
 
 }  // namespace tp_lab

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/table.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 #include "tp.h"
@@ -32,7 +33,8 @@ struct Place {
 // whole input for backward; with it they keep their rows and gather again.
 constexpr Place kPlaces[] = {
     {"forward", "f", "before QKV (column-parallel)", nullptr, "all_gather", "column-parallel forward"},
-    {"forward", "g", "after attention's projection (row-parallel)", "all_reduce", "reduce_scatter", "forward block 0 ln2"},
+    {"forward", "g", "after attention's projection (row-parallel)", "all_reduce", "reduce_scatter",
+     "forward block 0 ln2"},
     {"forward", "f", "before the MLP's fc (column-parallel)", nullptr, "all_gather", "column-parallel forward"},
     {"forward", "g", "after the MLP's proj (row-parallel)", "all_reduce", "reduce_scatter", nullptr},
     {"backward", "g", "into the MLP's proj", nullptr, "all_gather", "backward block 0 mlp"},
@@ -143,17 +145,20 @@ void plot_layer(const LayerTraffic& layer, int ranks, bool sp, const std::string
 
 nlohmann::json print_layer_traffic(const std::vector<LayerPlace>& places) {
   fmt::print("layer 0 of the first step, rank 0's trace: Megatron's f and g\n");
-  fmt::print("{:<9} {:>2}  {:<46} {:<15} {:>9} {:>9}\n", "pass", "op", "where", "collective", "bytes", "time");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "pass", .key = "pass", .width = 9, .align = lab::Align::left},
+                    {.header = "op", .key = "op", .width = 2},
+                    {.header = "where", .key = "where", .width = 46, .align = lab::Align::left, .gap = 2},
+                    {.header = "collective", .key = "collective", .width = 15, .align = lab::Align::left},
+                    {.header = "bytes", .key = "bytes", .width = 9},
+                    {.header = "time", .key = "seconds", .width = 9}});
+  table.print_header();
   for (const LayerPlace& p : places) {
-    const bool sends = !p.collective.empty();
-    fmt::print("{:<9} {:>2}  {:<46} {:<15} {:>9} {:>9}\n", p.pass, p.op, p.where,
-               sends ? p.collective : "(identity)", sends ? format_bytes(std::uint64_t(p.bytes)) : "-",
-               sends ? format_seconds(p.seconds) : "-");
-    rows.push_back({{"pass", p.pass}, {"op", p.op}, {"where", p.where}, {"collective", p.collective},
-                    {"bytes", p.bytes}, {"seconds", p.seconds}});
+    const bool sends = !p.collective.empty();  // an identity sends nothing
+    table.add({p.pass, p.op, p.where, {p.collective, sends ? p.collective : "(identity)"},
+               {p.bytes, sends ? format_bytes(std::uint64_t(p.bytes)) : "-"},
+               {p.seconds, sends ? format_seconds(p.seconds) : "-"}});
   }
-  return rows;
+  return table.json();
 }
 
 }  // namespace tp_lab

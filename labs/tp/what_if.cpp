@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/topology.h"
@@ -16,6 +19,27 @@
 #include "tp.h"
 
 namespace tp_lab {
+
+namespace {
+
+// One column list for the printed rows and the JSON; comm share is printed only.
+lab::Table what_if_table() {
+  return lab::Table({{.header = "tp", .key = "tp", .width = 4},
+                     {.header = "topology", .key = "topology", .width = 10, .align = lab::Align::left},
+                     {.header = "nodes", .key = "nodes", .width = 6},
+                     {.header = "compute", .key = "compute", .width = 10},
+                     {.header = "allreduces", .key = "allreduces", .width = 10},
+                     {.header = "T_layer", .key = "t_layer", .width = 10},
+                     {.header = "comm share", .key = "comm_share", .width = 11}});
+}
+
+}  // namespace
+
+void add_what_if_option(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor "
+                                         "parallelism inside a node and across nodes, payload-free")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+}
 
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
@@ -25,8 +49,8 @@ int what_if(const Options& o, RunOptions run_options) {
              "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,
              100 * run_options.efficiency, format_bytes(std::uint64_t(bsh * 2)));
   std::fflush(stdout);
-  fmt::print("{:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>11}\n", "tp", "topology", "nodes", "compute", "allreduces",
-             "T_layer", "comm share");
+  lab::Table table = what_if_table();
+  table.print_header();
   struct Case {
     int t;
     const char* topology;
@@ -35,7 +59,6 @@ int what_if(const Options& o, RunOptions run_options) {
   // GPU per node (every allreduce over InfiniBand).
   const std::vector<Case> cases = {{2, "dgx-h100"}, {4, "dgx-h100"}, {8, "dgx-h100"}, {16, "dgx-h100"},
                                    {2, "ib-ndr"},   {4, "ib-ndr"},   {8, "ib-ndr"}};
-  nlohmann::json rows = nlohmann::json::array();
   for (const Case& c : cases) {
     if (const std::string no = tensor_parallel_refusal(arch, c.t); !no.empty()) {
       fmt::print("{:>4} {:<10} refused: {}\n", c.t, c.topology, no);
@@ -44,7 +67,8 @@ int what_if(const Options& o, RunOptions run_options) {
     run_options.ranks = c.t;
     run_options.topology = c.topology;
     const Topology topology = find_topology(c.topology);
-    const double compute = memory::layer_flops(arch, seq * b, seq).total() / c.t / (topology.device.peak_flops * run_options.efficiency);
+    const double compute =
+        memory::layer_flops(arch, seq * b, seq).total() / c.t / (topology.device.peak_flops * run_options.efficiency);
     // Forward: attention then its allreduce (g), the MLP then its allreduce;
     // backward: the MLP then f's allreduce, attention then f's. Each part
     // computes half the layer's share (their FLOPs are near equal at h >> s).
@@ -60,15 +84,15 @@ int what_if(const Options& o, RunOptions run_options) {
                              }
                            }).elapsed;
     const int nodes = (c.t + topology.devices_per_node - 1) / topology.devices_per_node;
-    fmt::print("{:>4} {:<10} {:>6} {:>10} {:>10} {:>10} {:>10.0f}%\n", c.t, c.topology, nodes, format_seconds(compute),
-               format_seconds(elapsed - compute), format_seconds(elapsed), 100 * (elapsed - compute) / elapsed);
-    rows.push_back({{"tp", c.t}, {"topology", c.topology}, {"nodes", nodes}, {"compute", compute},
-                    {"allreduces", elapsed - compute}, {"t_layer", elapsed}});
+    const double share = 100 * (elapsed - compute) / elapsed;
+    table.add({c.t, c.topology, nodes, lab::seconds(compute), lab::seconds(elapsed - compute), lab::seconds(elapsed),
+               {share, fmt::format("{:.0f}%", share)}});
   }
-  fmt::print("(compute: the layer's FLOPs, 6 per weight a token meets and 12 s h per token for attention, over t GPUs; allreduces: the rest of the executed "
-             "step, for tensor parallelism's allreduces sit between the layer's parts and nothing overlaps them; "
+  fmt::print("(compute: the layer's FLOPs, 6 per weight a token meets and 12 s h per token for attention, over t "
+             "GPUs; allreduces: the rest of the executed step, for tensor parallelism's allreduces sit between the "
+             "layer's parts and nothing overlaps them; "
              "ib-ndr: one GPU per node, so every allreduce crosses InfiniBand)\n");
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, without(table.json(), {"comm_share"}));
   return 0;
 }
 

@@ -1,0 +1,54 @@
+// Lab 7, --bench: what the simulation itself costs. Side by side in one run:
+// --steps steps of the tiny GPT on one rank (no simulator) against the same
+// steps on --ranks simulated tensor-parallel ranks, each computing its slice
+// of every layer, the same batches.
+#include <chrono>
+#include <cstdio>
+#include <functional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "labkit/lab/output.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/units.h"
+#include "tp.h"
+
+namespace tp_lab {
+
+namespace {
+
+// The wall time of `work`, announced first: the runs take seconds.
+double timed(const char* what, const std::function<void()>& work) {
+  using Clock = std::chrono::steady_clock;
+  fmt::print("timing {} ...\n", what);
+  std::fflush(stdout);
+  const Clock::time_point start = Clock::now();
+  work();
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
+  SgdMomentum sgd{.lr = o.lr};
+  const double dense = timed("the dense model on one rank", [&] {
+    train_one_rank(config, data, o.seed, o.steps, o.batch,
+                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+  });
+  const double split = timed("the same steps on the simulated tensor-parallel ranks",
+                             [&] { train(o, run_options, data, config, false); });
+  // Two rows and a ratio, not a lab::Table: the ratio follows the second row
+  // only, and the JSON is one object of both runs.
+  fmt::print("{:<48} {:>10}\n", "run", "wall");
+  fmt::print("{:<48} {:>10}\n", fmt::format("dense, one rank, {} steps", o.steps), format_seconds(dense));
+  fmt::print("{:<48} {:>10}  {:.2f}x the dense steps' (target <= 1.5x)\n",
+             fmt::format("tensor parallel{}, {} ranks, {} steps", o.sp ? " + sp" : "", run_options.ranks, o.steps),
+             format_seconds(split), split / dense);
+  lab::write_json(o.json, {{"ranks", run_options.ranks}, {"steps", o.steps}, {"sequence_parallel", o.sp},
+                           {"dense_seconds", dense}, {"tensor_parallel_seconds", split}, {"ratio", split / dense}});
+  return 0;
+}
+
+}  // namespace tp_lab

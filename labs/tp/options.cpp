@@ -1,0 +1,92 @@
+// Lab 7: the option combinations that cannot be, refused before any rank
+// starts: the options that belong to another view, and splits that do not
+// divide. Under mpirun, where -np gives the ranks, the rank counts are checked
+// inside the ranks (context_parallel.cpp; TensorParallelGpt's constructor).
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+#include "tp.h"
+
+namespace tp_lab {
+
+namespace {
+
+// The tiny GPT split over --ranks (--what-if has its tp counts of its own).
+void check_tensor_parallel(const Options& o, const RunOptions& run_options, const GptConfig& config) {
+  const int ranks = run_options.ranks;
+  if (o.tp) throw Error("--tp goes with --cp; without it every rank is in the one tensor-parallel group: --ranks");
+  if (o.seq && o.what_if.empty())
+    throw Error("--seq goes with --cp or --what-if; the tensor-parallel GPT trains on its context of " +
+                std::to_string(config.max_seq));
+  if (!o.what_if.empty() && !o.seq && memory::model_preset(o.what_if).positions == 0)
+    throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
+                            o.what_if));
+  if (run_options.payload_free && o.what_if.empty())
+    throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
+                "and --what-if's)");
+  if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
+    if (run_options.ranks_given)
+      throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
+                              "each on as many ranks", ranks));
+    if (o.sp) throw Error("--sp: --what-if times Megatron's 4 allreduces a layer, without sequence parallelism");
+    return;
+  }
+  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
+    throw Error(fmt::format("--ranks {}: {}", ranks, no));
+  if (o.sp && config.max_seq % ranks != 0)
+    throw Error(fmt::format("--sp --ranks {}: the sequence of {} does not split into {} equal shards",
+                            ranks, config.max_seq, ranks));
+}
+
+// --cp: attention alone, over a dp x cp x tp mesh of the ranks.
+void check_context_parallel(const Options& o, const RunOptions& run_options, const GptConfig& config) {
+  const int ranks = run_options.ranks;
+  if (o.sp || !o.what_if.empty())
+    throw Error(fmt::format("--cp {} runs attention alone; {} belongs to the tensor-parallel GPT's run", o.cp,
+                            o.sp ? "--sp" : "--what-if"));
+  const int seq = o.seq ? o.seq : config.max_seq;
+  if (seq % (2 * o.cp) != 0)
+    throw Error(fmt::format("--cp {}: the zig-zag layout cuts the sequence into 2 x cp = {} chunks, two to a rank, and "
+                            "a sequence of {} does not divide into them (--seq)", o.cp, 2 * o.cp, seq));
+  if (!run_options.payload_free && seq > 4096)
+    throw Error(fmt::format("--seq {}: dense attention to check against holds B x heads x {}^2 scores; above 4096 "
+                            "add --payload-free", seq, seq));
+  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks
+  if (o.cp > ranks) throw Error(fmt::format("--cp {} is more ranks than --ranks {}", o.cp, ranks));
+  const int tp = o.tp ? o.tp : ranks / o.cp;
+  if (std::int64_t(tp) * o.cp > ranks)
+    throw Error(fmt::format("--tp {} x --cp {} = {} ranks, more than --ranks {}", tp, o.cp, tp * o.cp, ranks));
+  if (ranks % (tp * o.cp) != 0)
+    throw Error(fmt::format("--ranks {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp "
+                            "grid are data-parallel copies of it)", ranks, tp, o.cp, tp * o.cp));
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
+    throw Error(fmt::format("--tp {}: {}", tp, no));
+  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
+    throw Error(fmt::format("--batch {}: the {} data-parallel copies (--ranks {} over tp {} x cp {}) each take an "
+                            "equal share of it", o.batch, dp, ranks, tp, o.cp));
+}
+
+}  // namespace
+
+void check_options(const Options& o, const RunOptions& run_options, const GptConfig& config) {
+  if (o.cp)
+    check_context_parallel(o, run_options, config);
+  else
+    check_tensor_parallel(o, run_options, config);
+}
+
+std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
+  const std::string model = a.name == "tiny-gpt" ? "the tiny GPT's" : a.name + "'s";
+  const auto split = [&](int n, const char* what, const char* why) {
+    return n % t == 0 ? std::string()
+                      : fmt::format("{} {} {} do not split over {} tensor-parallel ranks ({})", model, n, what, t, why);
+  };
+  for (const std::string& no : {split(a.heads, "heads", "each rank takes whole heads"),
+                                split(a.kv_heads, "kv heads", "each rank takes whole key-value groups"),
+                                split(a.ffn, "MLP features", "the column-parallel layer's width")})
+    if (!no.empty()) return no;
+  return "";
+}
+
+}  // namespace tp_lab
