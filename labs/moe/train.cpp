@@ -173,12 +173,7 @@ void check_options(const Options& o, const RunOptions& run_options, const CLI::A
     if (app.count(option) && !o.compare && m.balance != balance)
       throw Error(fmt::format("{} {:g}: {}, which only --balance {} has; this run balances by {}", option, value, what,
                               name_of(balance), o.balance));
-  if (m.top_k > m.experts)
-    throw Error(fmt::format("--top-k {}: more than the {} experts (--experts): 1 to {}", m.top_k, m.experts,
-                            m.experts));
-  if (m.experts % o.ep)
-    throw Error(fmt::format("--ep {}: it does not divide the {} experts (--experts): each rank holds experts / ep",
-                            o.ep, m.experts));
+  check(m, o.ep);  // the MoE layer's own rules (parallel/moe.h), before any rank starts: top-k, ep, capacity
   if (o.batch % o.ep)
     throw Error(fmt::format("--batch {}: it does not split into {} equal shares, one a rank (--ep)", o.batch, o.ep));
   if (run_options.payload_free) throw Error("--payload-free: the tiny GPT computes with real values");
