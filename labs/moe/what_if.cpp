@@ -10,7 +10,8 @@
 //
 // Past one node the what-if also plays DeepSeek-V3's two cuts of what
 // crosses InfiniBand, alone and together: node-limited routing and the
-// two-stage dispatch (labkit/parallel/expert_dispatch.h).
+// two-stage dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024;
+// labkit/parallel/expert_dispatch.h).
 #include <algorithm>
 #include <chrono>
 #include <string>
