@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/optim.h"
-#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
-#include "labkit/units.h"
 #include "moe.h"
 
 namespace moe_lab {
@@ -35,17 +35,18 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   train_one_rank(config, data, o.seed, o.steps, o.batch,
                  [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
   const double dense = seconds(started);
-  fmt::print("{:<34} {:>10} {:>10} {:>9}\n", "run", "wall", "a step", "vs dense");
-  fmt::print("{:<34} {:>10} {:>10} {:>8.2f}x\n", "dense tiny GPT, one rank", format_seconds(dense),
-             format_seconds(dense / o.steps), 1.0);
-  fmt::print("{:<34} {:>10} {:>10} {:>8.2f}x\n", fmt::format("MoE GPT, ep {} on the simulator", o.ep),
-             format_seconds(moe), format_seconds(moe / o.steps), moe / dense);
+  lab::Table table({{.header = "run", .key = "run", .width = 34, .align = lab::Align::left},
+                    {.header = "wall", .key = "wall", .width = 10},
+                    {.header = "a step", .key = "step", .width = 10},
+                    {.header = "vs dense", .key = "vs_dense", .width = 9}});
+  table.print_header();
+  table.add({"dense tiny GPT, one rank", lab::seconds(dense), lab::seconds(dense / o.steps),
+             lab::number(1.0, "{:.2f}x")});
+  table.add({fmt::format("MoE GPT, ep {} on the simulator", o.ep), lab::seconds(moe), lab::seconds(moe / o.steps),
+             lab::number(moe / dense, "{:.2f}x")});
   fmt::print("(wall time on this machine; the target is 2x)\n");
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"steps", o.steps}, {"ep", o.ep}, {"dense_seconds", dense},
-                                          {"moe_seconds", moe}, {"ratio", moe / dense}}
-                               .dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"steps", o.steps}, {"ep", o.ep}, {"dense_seconds", dense}, {"moe_seconds", moe},
+                           {"ratio", moe / dense}});
   return 0;
 }
 

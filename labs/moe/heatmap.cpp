@@ -5,6 +5,7 @@
 // side: the collapse and its two cures.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/output.h"
 #include "moe.h"
 
@@ -55,11 +58,15 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
              o.steps, o.steps == 1 ? "" : "s", o.moe.experts, o.moe.top_k, o.moe.capacity_factor, o.ep,
              o.moe.aux_weight, o.moe.bias_rate);
   std::fflush(stdout);
-  fmt::print("{:<8} {:>8} {:>8} {:>9}  tokens per expert, layer 0, the last step\n", "balance", "loss", "dropped",
-             "max/mean");
+  lab::Table table({{.header = "balance", .key = "balance", .width = 8, .align = lab::Align::left},
+                    {.header = "loss", .key = "loss", .width = 8},
+                    {.header = "dropped", .key = "dropped", .width = 8},
+                    {.header = "max/mean", .key = "max_over_mean", .width = 9},
+                    {.header = "tokens per expert, layer 0, the last step", .key = "chosen",
+                     .align = lab::Align::left, .gap = 2}});
+  table.print_header();
   std::vector<MoeRun> runs;
   std::vector<HeatmapPanel> panels;
-  nlohmann::json rows = nlohmann::json::array();
   for (Balance b : {Balance::none, Balance::aux, Balance::bias}) {
     o.moe.balance = b;
     runs.push_back(train(o, run_options, data, config, false));
@@ -67,19 +74,18 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const MoeRun& r = runs[i];
     if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
-    const std::string_view name = name_of(Balance(i));
+    const std::string name{name_of(Balance(i))};
     const StepRun& last = r.steps.back();
     const std::vector<std::int64_t>& chosen = last.layers[0].stats.chosen;
-    fmt::print("{:<8} {:>8.4f} {:>7.1f}% {:>9.2f}  {}\n", name, last.loss, 100 * last.drop_rate(), last.imbalance(),
-               counts_text(chosen));
-    rows.push_back({{"balance", name}, {"loss", last.loss}, {"dropped", last.drop_rate()},
-                    {"max_over_mean", last.imbalance()}, {"chosen", chosen}});
-    panels.push_back({fmt::format("{}: {:.0f}% dropped at step {}", name, 100 * last.drop_rate(), r.steps.size()), &r});
+    const double dropped = last.drop_rate();
+    table.add({name, lab::number(last.loss, "{:.4f}"), {dropped, fmt::format("{:.1f}%", 100 * dropped)},
+               lab::number(last.imbalance(), "{:.2f}"), {chosen, counts_text(chosen)}});
+    panels.push_back({fmt::format("{}: {:.0f}% dropped at step {}", name, 100 * dropped, r.steps.size()), &r});
   }
   fmt::print("(the last step; dropped: every layer's mean; max/mean: the busiest expert over the fair share, the "
              "worst layer's)\n");
   if (!o.plot.empty()) plot_heatmaps(panels, o.plot), fmt::print("wrote {}\n", o.plot);
-  if (!o.json.empty()) create_file(o.json) << nlohmann::json{{"steps", o.steps}, {"runs", rows}}.dump(2) << '\n';
+  lab::write_json(o.json, {{"steps", o.steps}, {"runs", table.json()}});
   return 0;
 }
 

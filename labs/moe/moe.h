@@ -1,20 +1,26 @@
-// Lab 9: mixture of experts. One file per view of it (bench.cpp: --bench, the simulation's cost):
-//   main.cpp   the tiny GPT with an MoE layer in every block, trained on ep ranks and equal to one
-//              rank; what the routing did each step (tokens per expert, drops, the balance loss or
-//              the bias), the all-to-all bytes per layer beside their formula, the time per phase
+// Lab 9: mixture of experts. One file per view of it:
+//   main.cpp     the options, and which view runs
+//   train.cpp    the tiny GPT with an MoE layer in every block, trained on ep ranks beside one rank
+//   report.cpp   the default view: what the routing did each step (tokens per expert, drops, the
+//                balance loss or the bias), the all-to-all bytes per layer beside their formula, the
+//                time per phase, and equal to one rank
 //   heatmap.cpp  --plot: the routing heatmap, tokens per expert by step; --compare: none, aux and bias
-//              side by side
+//                side by side
 //   sweep.cpp    --sweep capacity=A..B: the capacity factor against the drops and the time
 //   what_if.cpp  --what-if: one MoE layer of a real model (Mixtral, DeepSeek-V3) payload-free, its
-//              experts in one node or spread one a node
+//                experts in one node or spread one a node
+//   bench.cpp    --bench: what the simulation costs in wall time
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
@@ -23,16 +29,15 @@ namespace moe_lab {
 
 using namespace labkit;
 
-struct Options {
+// lr below the other labs' 0.05: the router swings less from step to step.
+// bench: the simulation's wall time (with --what-if, the layer's).
+struct Options : lab::TrainingOptions {
+  Options() : TrainingOptions{.steps = 10, .batch = 8, .lr = 0.01f} {}
   MoeConfig moe;
   std::string balance = "aux";
-  int ep = 4, steps = 10, batch = 8, layers = 2;
-  float lr = 0.01f;  // below the other labs' 0.05: the router swings less from step to step
-  std::uint64_t seed = 1337;
-  std::string json;
+  int ep = 4, layers = 2;
   std::string what_if;  // a model preset with experts: one MoE layer at its scale, payload-free
   int seq = 0, micro_batch = 1;  // with --what-if: s (0: 4096) and b, the tokens a rank holds
-  bool bench = false;            // the simulation's wall time (with --what-if, the layer's)
   std::string plot;              // the routing heatmap (.png or .svg)
   bool compare = false;          // every way of balancing, side by side
   cli::Sweep sweep;              // capacity=A..B: the capacity factor against drops and time
@@ -73,6 +78,18 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
 // A layer's assignments per expert as the tables print them: "21 89 100 ...".
 std::string counts_text(const std::vector<std::int64_t>& counts);
 
+// A table's rows without its columns that are printed only (a sum, a share):
+// the JSON keeps what they are computed from. Beside lab::Table, which writes
+// every column.
+nlohmann::json drop_printed_only(nlohmann::json rows, const std::vector<std::string>& columns);
+
+// What the command line asks of the training views that cannot be, or that
+// would do nothing, before any rank starts.
+void check_options(const Options& o, const RunOptions& run_options, const CLI::App& app);
+
+// report.cpp: the default view, one run's routing, all-to-all and phases, and equal to one rank.
+int report(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
 // heatmap.cpp: runs' tokens per expert by step (layer 0), side by side; --compare.
 struct HeatmapPanel {
   std::string title;
@@ -85,11 +102,13 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 // sweep.cpp: --sweep capacity=A..B, every kCapacityStep.
-cli::Sweep parse_sweep(const std::string& text);
+void add_sweep_option(CLI::App& app, Options& o);
 int sweep(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
 // --what-if MODEL: one MoE layer of the model at --ep ranks, payload-free,
 // its experts packed into nodes and (where ep fits a node) one a node.
+// add_what_if_options adds --what-if, --seq and --micro-batch.
+void add_what_if_options(CLI::App& app, Options& o);
 int what_if(const Options& o, const RunOptions& run_options);
 
 }  // namespace moe_lab

@@ -10,7 +10,8 @@
 //
 // Past one node the what-if also plays DeepSeek-V3's two cuts of what
 // crosses InfiniBand, alone and together: node-limited routing and the
-// two-stage dispatch (labkit/parallel/expert_dispatch.h).
+// two-stage dispatch (DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024;
+// labkit/parallel/expert_dispatch.h).
 #include <algorithm>
 #include <chrono>
 #include <string>
@@ -19,9 +20,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
 #include "labkit/parallel/expert_dispatch.h"
 #include "labkit/parallel/mesh.h"
 #include "labkit/topology.h"
@@ -76,7 +79,61 @@ LayerRun play(const Variant& v, const RunOptions& given, const UniformRouting& r
   return out;
 }
 
+// The placements of an ep group: packed into as few nodes as it fits, and
+// (where it fits one node) one a node.
+std::vector<Placement> placements_of(int ep, int experts, int per_node) {
+  std::vector<Placement> placements;
+  const int nodes_packed = (ep + per_node - 1) / per_node;
+  placements.push_back({fmt::format("{} a node, {} node{}", std::min(ep, per_node), nodes_packed,
+                                    nodes_packed == 1 ? "" : "s"),
+                        nodes_packed * per_node, false, {ep, experts, std::min(ep, per_node)}});
+  if (ep > 1 && ep <= per_node)
+    placements.push_back({fmt::format("1 a node, {} nodes", ep), ep * per_node, true, {ep, experts, 1}});
+  return placements;
+}
+
+// Each placement with free routing and direct dispatch, then, past one node,
+// each of DeepSeek-V3's cuts, alone and together; nothing to cut within one.
+std::vector<Variant> variants_of(const std::vector<Placement>& placements, int node_limit) {
+  std::vector<Variant> variants;
+  for (const Placement& p : placements) {
+    variants.push_back({&p, 0, false});
+    const bool limits = node_limit > 0 && node_limit < p.layout.nodes();
+    const bool forwards = p.layout.nodes() > 1 && p.layout.ranks_per_node > 1;
+    if (forwards) variants.push_back({&p, 0, true});
+    if (limits) variants.push_back({&p, node_limit, false});
+    if (limits && forwards) variants.push_back({&p, node_limit, true});
+  }
+  return variants;
+}
+
+lab::Table what_if_table() {
+  return lab::Table({{.header = "placement", .key = "placement", .width = 20, .align = lab::Align::left},
+                     {.header = "routing", .key = "node_limit", .width = 12, .align = lab::Align::left},
+                     {.header = "dispatch", .key = "two_stage", .width = 9, .align = lab::Align::left},
+                     {.header = "ranks", .key = "ranks", .width = 5},
+                     {.header = "sent/rank", .key = "sent_per_rank", .width = 10},
+                     {.header = "over IB", .key = "across_nodes", .width = 10},
+                     {.header = "IB/token", .key = "crossings_per_token", .width = 8},
+                     {.header = "formula", .key = "crossings_formula", .width = 8},
+                     {.header = "dispatch", .key = "dispatch", .width = 9},
+                     {.header = "experts", .key = "experts", .width = 9},
+                     {.header = "combine", .key = "combine", .width = 9},
+                     {.header = "a2a", .key = "a2a", .width = 4}});
+}
+
 }  // namespace
+
+void add_what_if_options(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at "
+                                         "its scale on --ep ranks, payload-free, its experts in one node and one a "
+                                         "node")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--seq", o.seq, "with --what-if: the tokens of a sequence (default 4096)")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option("--micro-batch", o.micro_batch, "with --what-if: the sequences a rank holds")
+      ->capture_default_str()->check(cli::in_range(1, 1024));
+}
 
 int what_if(const Options& o, const RunOptions& run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
@@ -94,24 +151,7 @@ int what_if(const Options& o, const RunOptions& run_options) {
   const std::int64_t tokens = std::int64_t(o.micro_batch) * seq;
   // A routed expert's FLOPs per token: 2 per weight, 3 matrices when gated (SwiGLU), 2 otherwise.
   const double expert_flops = 2.0 * (arch.gated_ffn ? 3 : 2) * double(h) * arch.ffn;
-
-  std::vector<Placement> placements;
-  const int nodes_packed = (ep + per_node - 1) / per_node;
-  placements.push_back({fmt::format("{} a node, {} node{}", std::min(ep, per_node), nodes_packed,
-                                    nodes_packed == 1 ? "" : "s"),
-                        nodes_packed * per_node, false, {ep, E, std::min(ep, per_node)}});
-  if (ep > 1 && ep <= per_node)
-    placements.push_back({fmt::format("1 a node, {} nodes", ep), ep * per_node, true, {ep, E, 1}});
-  // Past one node, each of DeepSeek-V3's cuts, alone and together; nothing to cut within one.
-  std::vector<Variant> variants;
-  for (const Placement& p : placements) {
-    variants.push_back({&p, 0, false});
-    const bool limits = arch.node_limit > 0 && arch.node_limit < p.layout.nodes();
-    const bool forwards = p.layout.nodes() > 1 && p.layout.ranks_per_node > 1;
-    if (forwards) variants.push_back({&p, 0, true});
-    if (limits) variants.push_back({&p, arch.node_limit, false});
-    if (limits && forwards) variants.push_back({&p, arch.node_limit, true});
-  }
+  const std::vector<Placement> placements = placements_of(ep, E, per_node);
 
   fmt::print("moe --what-if {}: {} experts, top-{}{}, h = {}, an expert's FFN {}{}; ep {} ({} expert{} a rank), "
              "b = {} x s = {} tokens a rank, bf16, routing uniform; one MoE layer's forward, payload-free on {} ...\n",
@@ -119,28 +159,21 @@ int what_if(const Options& o, const RunOptions& run_options) {
              arch.gated_ffn ? " (gated)" : "", ep, E / ep, E / ep == 1 ? "" : "s", o.micro_batch, seq,
              run_options.topology);
   std::fflush(stdout);
-  fmt::print("{:<20} {:<12} {:<9} {:>5} {:>10} {:>10} {:>8} {:>8} {:>9} {:>9} {:>9} {:>4}\n", "placement",
-             "routing", "dispatch", "ranks", "sent/rank", "over IB", "IB/token", "formula", "dispatch", "experts",
-             "combine", "a2a");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table = what_if_table();
+  table.print_header();
+  const auto bytes = [](double b) { return format_bytes(std::uint64_t(b)); };
   double wall = 0;
-  for (const Variant& v : variants) {
+  for (const Variant& v : variants_of(placements, arch.node_limit)) {
     const ExpertLayout& l = v.placement->layout;
     const LayerRun run = play(v, run_options, route_uniformly(l, k, tokens, v.limit, o.seed), expert_flops, h);
     const ExpertLayerCost& r = run.slowest;
     wall += run.wall;
-    const std::string routing_name = v.limit ? fmt::format("<= {} nodes", v.limit) : fmt::format("any {}", k);
-    const double crossings = r.across / (2.0 * h * double(tokens));
-    const double formula = crossings_per_token(l, k, v.limit, v.two_stage);
     const double a2a = (r.dispatch + r.combine) / (r.dispatch + r.experts + r.combine);
-    fmt::print("{:<20} {:<12} {:<9} {:>5} {:>10} {:>10} {:>8.2f} {:>8.2f} {:>9} {:>9} {:>9} {:>3.0f}%\n",
-               v.placement->name, routing_name, v.two_stage ? "two-stage" : "direct", v.placement->world,
-               format_bytes(std::uint64_t(r.sent)), format_bytes(std::uint64_t(r.across)), crossings, formula,
-               format_seconds(r.dispatch), format_seconds(r.experts), format_seconds(r.combine), 100 * a2a);
-    rows.push_back({{"placement", v.placement->name}, {"node_limit", v.limit}, {"two_stage", v.two_stage},
-                    {"ranks", v.placement->world}, {"sent_per_rank", r.sent}, {"across_nodes", r.across},
-                    {"crossings_per_token", crossings}, {"crossings_formula", formula}, {"dispatch", r.dispatch},
-                    {"experts", r.experts}, {"combine", r.combine}});
+    table.add({v.placement->name, {v.limit, v.limit ? fmt::format("<= {} nodes", v.limit) : fmt::format("any {}", k)},
+               {v.two_stage, v.two_stage ? "two-stage" : "direct"}, v.placement->world, {r.sent, bytes(r.sent)},
+               {r.across, bytes(r.across)}, lab::number(r.across / (2.0 * h * double(tokens)), "{:.2f}"),
+               lab::number(crossings_per_token(l, k, v.limit, v.two_stage), "{:.2f}"), lab::seconds(r.dispatch),
+               lab::seconds(r.experts), lab::seconds(r.combine), lab::number(100 * a2a, "{:.0f}%")});
   }
   fmt::print("(ranks: simulated, the ep group and the groups beside it on the same nodes; routing: any k of the "
              "experts, or from at most M nodes; dispatch: direct, each assignment to its expert's rank, or two-stage, "
@@ -152,11 +185,8 @@ int what_if(const Options& o, const RunOptions& run_options) {
              "a2a: the all-to-alls' share of the layer; backward sends as much again)\n",
              100 * run_options.efficiency);
   if (o.bench) fmt::print("simulated in {} wall\n", format_seconds(wall));
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"model", o.what_if}, {"experts", E}, {"top_k", k}, {"ep", ep},
-                                          {"tokens_per_rank", tokens}, {"rows", rows}}
-                               .dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"model", o.what_if}, {"experts", E}, {"top_k", k}, {"ep", ep},
+                           {"tokens_per_rank", tokens}, {"rows", drop_printed_only(table.json(), {"a2a"})}});
   return 0;
 }
 

@@ -1,0 +1,209 @@
+// The tiny GPT with an MoE layer in each block, trained on ep ranks, each on
+// its consecutive share of every step's batch (parallel/moe_gpt.h); then each
+// rank, alone, trains one rank on the whole batch beside it: every rank must
+// end with that rank's weights, having dropped the same assignments.
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+#include "labkit/optim.h"
+#include "labkit/parallel/equivalence.h"
+#include "labkit/parallel/moe_gpt.h"
+#include "labkit/parallel/sampler.h"
+#include "moe.h"
+
+namespace moe_lab {
+
+namespace {
+
+// One step of SGD with momentum, each of the model's two parts with its own.
+float train_step(Comm& ep, MoeGpt& model, std::vector<SgdMomentum>& sgd, const std::vector<int>& x,
+                 const std::vector<int>& y, int B, int T) {
+  return model.train_step(ep, x, y, B, T, [&](std::span<float> w, std::span<const float> g) { sgd[0].update(w, g); },
+                          [&](std::span<float> w, std::span<const float> g) { sgd[1].update(w, g); });
+}
+
+// One rank on the whole batch, beside this rank, alone (a group of its own),
+// trained on the same batches: how far this rank's weights are from its, and
+// how many of this rank's assignments one of them kept and the other dropped
+// (`kept`: this rank's flags, by step and layer).
+std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const Sequences& data,
+                                           const GptConfig& config, MoeGpt& model,
+                                           const std::vector<std::vector<std::uint8_t>>& kept) {
+  const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
+  const DistributedSampler sampler(data.count, 1, 0, o.seed);
+  std::vector<int> x, y;
+  std::vector<SgdMomentum> sgd(2, SgdMomentum{.lr = o.lr});
+  MoeGpt one(config, o.moe, 1, 0, o.seed);
+  const int L = config.layers;
+  double unlike = 0;
+  for (int s = 0; s < o.steps; ++s) {
+    fill_batch(data, batch_of(sampler, s, o.batch), x, y);
+    train_step(*alone, one, sgd, x, y, o.batch, config.max_seq);
+    for (int l = 0; l < L; ++l) {
+      const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
+      const std::vector<std::uint8_t>& mine = kept[std::size_t(s * L + l)];
+      const std::size_t first = std::size_t(comm.rank()) * mine.size();
+      for (std::size_t a = 0; a < mine.size(); ++a) unlike += mine[a] != all[first + a];
+    }
+  }
+  const double weights = std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
+                                  relative_difference(model.experts().to_host(),
+                                                      model.experts_of(one.experts().to_host())));
+  return {weights, unlike};
+}
+
+// What a rank reports to rank 0 after the run.
+struct RankReport {
+  std::vector<double> losses;              // by step
+  std::vector<MoeLayer::Traffic> traffic;  // by layer, the last step
+  std::vector<MoeLayer::Phases> phases;    // by layer, the last step
+  double weights_vs_one_rank = 0, drops_unlike_one_rank = 0;
+};
+
+// Every rank's report, on rank 0 (an instrument: untraced, free of virtual
+// time). Comm::inspect gathers doubles only, so each report travels packed
+// into one vector; a typed gather of the struct (PyTorch's
+// all_gather_object) replaces this function.
+std::vector<RankReport> gather_reports(Comm& comm, const RankReport& mine) {
+  constexpr std::size_t kPerLayer = 6;
+  const std::size_t steps = mine.losses.size(), layers = mine.traffic.size();
+  std::vector<double> packed = mine.losses;
+  for (std::size_t l = 0; l < layers; ++l) {
+    const MoeLayer::Traffic& t = mine.traffic[l];
+    const MoeLayer::Phases& p = mine.phases[l];
+    packed.insert(packed.end(), {double(t.to_experts), double(t.from_experts), p.route, p.dispatch, p.experts,
+                                 p.combine});
+  }
+  packed.insert(packed.end(), {mine.weights_vs_one_rank, mine.drops_unlike_one_rank});
+  std::vector<RankReport> all;
+  for (const std::vector<double>& r : comm.inspect(view_of(packed))) {
+    RankReport report{.losses = {r.begin(), r.begin() + std::ptrdiff_t(steps)}};
+    for (std::size_t l = 0; l < layers; ++l) {
+      const double* v = &r[steps + l * kPerLayer];
+      report.traffic.push_back({std::int64_t(v[0]), std::int64_t(v[1])});
+      report.phases.push_back({v[2], v[3], v[4], v[5]});
+    }
+    report.weights_vs_one_rank = r[r.size() - 2];
+    report.drops_unlike_one_rank = r.back();
+    all.push_back(std::move(report));
+  }
+  return all;
+}
+
+// The ranks' reports into the run: the losses averaged over the ranks, the
+// bytes summed, each phase's time on the rank slowest at it (every layer's
+// summed), the worst distance from one rank and every rank's unlike drops.
+void add_reports(MoeRun& out, const std::vector<RankReport>& all) {
+  const std::size_t layers = all[0].traffic.size();
+  out.traffic.assign(layers, {});
+  for (const RankReport& r : all) {
+    for (std::size_t s = 0; s < r.losses.size(); ++s) out.steps[s].loss += r.losses[s] / double(all.size());
+    for (std::size_t l = 0; l < layers; ++l) {
+      out.traffic[l].to_experts += r.traffic[l].to_experts;
+      out.traffic[l].from_experts += r.traffic[l].from_experts;
+    }
+    out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, r.weights_vs_one_rank);
+    out.drops_unlike_one_rank += std::int64_t(r.drops_unlike_one_rank);
+  }
+  const auto slowest = [&](std::size_t l, double MoeLayer::Phases::*phase) {
+    double most = 0;
+    for (const RankReport& r : all) most = std::max(most, r.phases[l].*phase);
+    return most;
+  };
+  for (std::size_t l = 0; l < layers; ++l)
+    for (double MoeLayer::Phases::*phase : {&MoeLayer::Phases::route, &MoeLayer::Phases::dispatch,
+                                            &MoeLayer::Phases::experts, &MoeLayer::Phases::combine})
+      out.phases.*phase += slowest(l, phase);
+}
+
+}  // namespace
+
+MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
+             bool compare) {
+  const int T = config.max_seq, L = config.layers;
+  MoeRun out;
+  run(run_options, [&](Comm& comm) {
+    const int ep = comm.size(), share = o.batch / ep;
+    const DistributedSampler sampler(data.count, 1, 0, o.seed);  // the whole batch, every rank alike
+    std::vector<int> x, y;
+    std::vector<SgdMomentum> sgd(2, SgdMomentum{.lr = o.lr});
+    MoeGpt model(config, o.moe, ep, comm.rank(), o.seed);
+    RankReport mine;
+    std::vector<std::vector<std::uint8_t>> kept;  // by step and layer: this rank's assignments'
+    for (int s = 0; s < o.steps; ++s) {
+      const std::vector<std::size_t> batch = batch_of(sampler, s, o.batch);
+      const auto first = batch.begin() + comm.rank() * share;
+      fill_batch(data, {first, first + share}, x, y);
+      mine.losses.push_back(train_step(comm, model, sgd, x, y, share, T));
+      StepRun step;
+      for (int l = 0; l < L; ++l) {
+        kept.push_back(model.layer(l).routing().kept);
+        const auto bias = model.layer(l).bias();
+        step.layers.push_back({model.layer(l).stats(), {bias.begin(), bias.end()}});
+      }
+      if (comm.rank() == 0) out.steps.push_back(std::move(step));
+    }
+    for (int l = 0; l < L; ++l) {
+      mine.traffic.push_back(model.layer(l).traffic());
+      mine.phases.push_back(model.layer(l).phases());
+    }
+    if (compare)
+      std::tie(mine.weights_vs_one_rank, mine.drops_unlike_one_rank) =
+          against_one_rank(comm, o, data, config, model, kept);
+    const std::vector<RankReport> all = gather_reports(comm, mine);
+    if (comm.rank() == 0) add_reports(out, all);
+  });
+  return out;
+}
+
+void check_options(const Options& o, const RunOptions& run_options, const CLI::App& app) {
+  const MoeConfig& m = o.moe;
+  if (o.compare && app.count("--balance"))
+    throw Error(fmt::format("--balance {}: --compare trains with every way of balancing (none, aux and bias) on the "
+                            "same batches", o.balance));
+  for (const auto& [option, value, balance, what] :
+       {std::tuple{"--alpha", m.aux_weight, Balance::aux, "the auxiliary loss's weight"},
+        std::tuple{"--gamma", m.bias_rate, Balance::bias, "the bias's step"}})
+    if (app.count(option) && !o.compare && m.balance != balance)
+      throw Error(fmt::format("{} {:g}: {}, which only --balance {} has; this run balances by {}", option, value, what,
+                              name_of(balance), o.balance));
+  check(m, o.ep);  // the MoE layer's own rules (parallel/moe.h), before any rank starts: top-k, ep, capacity
+  if (o.batch % o.ep)
+    throw Error(fmt::format("--batch {}: it does not split into {} equal shares, one a rank (--ep)", o.batch, o.ep));
+  if (run_options.payload_free) throw Error("--payload-free: the tiny GPT computes with real values");
+  if (run_options.backend == "nccl")
+    throw Error("--backend nccl: the MoE layer keeps its tokens and experts in host memory (sim or mpi for now)");
+  if (run_options.backend == "sim" && app.count("--ranks") && run_options.ranks != o.ep)
+    throw Error(fmt::format("--ranks {}: the lab runs one rank per expert-parallel rank, --ep {}", run_options.ranks,
+                            o.ep));
+}
+
+std::string counts_text(const std::vector<std::int64_t>& counts) {
+  std::string out;
+  for (std::int64_t c : counts) out += fmt::format("{}{}", out.empty() ? "" : " ", c);
+  return out;
+}
+
+double StepRun::drop_rate() const {
+  double dropped = 0;
+  for (const LayerStep& l : layers) dropped += l.stats.drop_rate() / double(layers.size());
+  return dropped;
+}
+
+double StepRun::imbalance() const {
+  double worst = 0;
+  for (const LayerStep& l : layers) {
+    const std::vector<std::int64_t>& c = l.stats.chosen;
+    const std::int64_t all = std::accumulate(c.begin(), c.end(), std::int64_t(0));
+    if (all) worst = std::max(worst, double(*std::max_element(c.begin(), c.end())) * double(c.size()) / double(all));
+  }
+  return worst;
+}
+
+}  // namespace moe_lab
