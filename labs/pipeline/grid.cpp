@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
 #include "pipeline.h"
@@ -97,6 +98,14 @@ PipeTimes parse_times(const std::string& text) {
     throw Error(fmt::format("'{}': F:B:W, a stage's forward, backward for the input and for the weights, e.g. 1:1:1 "
                             "(F and B above 0, W 0 or more)", text));
   return {f, b, w, 0};
+}
+
+void add_compare_options(CLI::App& app, Options& o) {
+  app.add_flag("--compare", o.compare, "every schedule at --stages and --microbatches played out side by side at "
+                                       "--times: the bubble table, and with --plot their grids");
+  app.add_option("--times", o.times, "with --compare: a stage's forward, backward for the input and for the weights, "
+                                     "F:B:W")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& text) { parse_times(text); }));
 }
 
 int compare(const Options& o, const PipeTimes& times) {

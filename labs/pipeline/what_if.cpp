@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
@@ -26,6 +27,11 @@
 namespace pipeline_lab {
 
 namespace {
+
+// --sweep's forms: the bubble against the micro-batches or the stages.
+cli::Sweep parse_sweep(const std::string& text) {
+  return cli::parse_sweep(text, {{"microbatches", 1, 512, true, ""}, {"stages", 1, 64, true, ""}});
+}
 
 // The long guide's count (section 10.6): each micro-batch sends its b x s x h
 // activation forward and its gradient back across each of the P - 1
@@ -76,6 +82,21 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
 }
 
 }  // namespace
+
+void add_what_if_options(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, "
+                                         "its layers cut into the chunks")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
+         "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
+         "drawn)")
+      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
+  app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
+                                       "computed and executed");
+}
 
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
