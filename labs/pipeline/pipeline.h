@@ -33,6 +33,11 @@ namespace pipeline_lab {
 
 using namespace labkit;
 
+// Chunks per stage a schedule runs unless --virtual says: interleaved's 2, zbv's V.
+inline int default_virtual(std::string_view schedule) {
+  return schedule == "interleaved" || schedule == "zbv" ? 2 : 1;
+}
+
 // --steps, --batch (0: two sequences per micro-batch), --lr, --seed, --json, --bench, and the lab's own.
 struct Options : lab::TrainingOptions {
   Options() : TrainingOptions{.steps = 10, .batch = 0, .lr = 0.05f} {}
@@ -48,7 +53,7 @@ struct Options : lab::TrainingOptions {
   std::string times = "1:1:1";  // with --compare: a stage's forward, backward for the input, for the weights
   cli::Sweep sweep;     // with --what-if: microbatches=A..B or stages=A..B, doubling
   int virtual_or_default() const {
-    return virtual_stages ? virtual_stages : schedule == "interleaved" || schedule == "zbv" ? 2 : 1;
+    return virtual_stages ? virtual_stages : default_virtual(schedule);
   }
   int batch_or_default() const { return batch ? batch : 2 * microbatches; }
 };
@@ -73,6 +78,10 @@ Schedule adopt_schedule_file(const CLI::App& app, Options& o);
 
 // The schedule the run asks for (`by_hand`, or --schedule's), refused with the
 // option to blame where it cannot run on the model, the batch or the ranks.
+// Whether the schedule (at its default_virtual chunks per stage) runs a model
+// of `layers` on P stages and M micro-batches: equal chunks, and interleaved's
+// M a multiple of P. The studies that run every schedule skip the others.
+bool fits(std::string_view schedule, int layers, int P, int M);
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand);
 
@@ -116,6 +125,9 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
                      const Schedule& schedule);
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 
+// The columns the training view and --what-if share: the schedule, its shape,
+// a chunk's times, the step, and its bubble measured, by formula and played out.
+std::vector<lab::Column> step_columns(const std::string& backward_key, const std::string& weights_key);
 // A share (0.183) in a table: printed as a percentage ("18.3%"), written as the share.
 lab::Cell percent(double share);
 // `table`'s rows for --json without its columns `printed_only` and the cells

@@ -68,26 +68,16 @@ std::string_view formula_of(const Schedule& schedule) {
 // The last step's one row; in flight and act/stage 0 are printed only: the
 // JSON has them by stage, in per_stage.
 lab::Table training_table() {
-  using lab::Align;
-  return lab::Table({{.header = "schedule", .key = "schedule", .width = 12, .align = Align::left},
-                     {.header = "P", .key = "stages", .width = 3},
-                     {.header = "M", .key = "microbatches", .width = 4},
-                     {.header = "V", .key = "virtual_stages", .width = 3},
-                     {.header = "forward", .key = "forward", .width = 9},
-                     {.header = "backward", .key = "backward", .width = 9},
-                     {.header = "weights", .key = "weights", .width = 9},
-                     {.header = "step", .key = "step", .width = 9},
-                     {.header = "bubble", .key = "bubble", .width = 7},
-                     {.header = "formula", .key = "formula", .width = 8},
-                     {.header = "played", .key = "played", .width = 7},
-                     {.header = "in flight", .key = "in_flight", .width = 13},
-                     {.header = "act/stage 0", .key = "activations_stage_0", .width = 12},
-                     {.header = "estimate", .key = "estimate", .width = 9},
-                     {.header = "loss", .key = "losses", .width = 8},
-                     {.header = "vs one rank", .key = "weights_vs_one_rank", .width = 12},
-                     {.key = "layers"},
-                     {.key = "batch"},
-                     {.key = "per_stage"}});
+  std::vector<lab::Column> columns = step_columns("backward", "weights");
+  columns.insert(columns.end(), {{.header = "in flight", .key = "in_flight", .width = 13},
+                                 {.header = "act/stage 0", .key = "activations_stage_0", .width = 12},
+                                 {.header = "estimate", .key = "estimate", .width = 9},
+                                 {.header = "loss", .key = "losses", .width = 8},
+                                 {.header = "vs one rank", .key = "weights_vs_one_rank", .width = 12},
+                                 {.key = "layers"},
+                                 {.key = "batch"},
+                                 {.key = "per_stage"}});
+  return lab::Table(std::move(columns));
 }
 
 nlohmann::json per_stage(const std::vector<StageRun>& stages) {
