@@ -185,7 +185,8 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
   fmt::print("(a chunk's times from its FLOPs, 2 per weight a token meets and 4 s h for attention, backward twice "
              "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
              "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
-             split ? ", the weights' part 2 per weight" : "", reading / (2.0 * schedule.microbatches * double(message)));
+             split ? ", the weights' part 2 per weight" : "",
+             reading / (2.0 * schedule.microbatches * double(message)));
   nlohmann::json report = table.json()[0];
   report["topologies"] = print_topologies(schedule, run_options, flops, message);
   if (!run_options.stragglers.empty()) print_straggler(schedule, run_options, flops, message, r);
