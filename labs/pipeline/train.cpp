@@ -35,7 +35,6 @@ namespace {
 // its slots (op, micro-batch, chunk, start, end each).
 constexpr std::size_t kSummary = 5;
 
-
 // Each kind of work's mean time over every stage's chunks: forward, backward
 // (whole, or for the input alone) and weights (0 where the schedule has none).
 PipeTimes measured_times(const PipelineRun& r) {
@@ -49,6 +48,7 @@ PipeTimes measured_times(const PipelineRun& r) {
   return {mean(0), mean(1), mean(2), 0};
 }
 
+// One value per stage, in stage order, space-separated: "4 3 2 1".
 std::string stage_list(const std::vector<StageRun>& stages, const auto& value) {
   std::string out;
   for (const StageRun& s : stages) out += fmt::format("{}{}", out.empty() ? "" : " ", value(s));

@@ -108,12 +108,12 @@ void add_what_if_options(CLI::App& app, Options& o) {
 
 namespace {
 
+// The step's one row; --json adds the topologies' table to it.
 lab::Table what_if_table() {
   std::vector<lab::Column> columns = step_columns("backward_input", "backward_weight");
   columns.insert(columns.end(), {{.header = "P2P/step", .key = "p2p_bytes", .width = 11},
                                  {.header = "formula", .key = "p2p_formula", .width = 11},
-                                 {.key = "model"},
-                                 {.key = "topologies"}});
+                                 {.key = "model"}});
   return lab::Table(std::move(columns));
 }
 
@@ -169,7 +169,7 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
              arch.layers / given.chunks(), b, seq, 100 * run_options.efficiency, run_options.topology);
   std::fflush(stdout);
   const Played r = play(schedule, run_options, flops, message);
-  const double reading = p2p_bytes(schedule, double(message));
+  const double p2p_formula = p2p_bytes(schedule, double(message));
   const bool split = schedule.splits_backward();
   lab::Table table = what_if_table();
   table.print_header();
@@ -180,13 +180,13 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
               format_seconds(split ? seconds.backward_input : seconds.backward_input + seconds.backward_weight)},
              {seconds.backward_weight, split ? format_seconds(seconds.backward_weight) : "-"}, lab::seconds(r.span),
              percent(r.bubble), percent(bubble_formula(schedule, seconds)), percent(validate(schedule, seconds).bubble),
-             {r.sent, format_bytes(std::uint64_t(r.sent))}, {reading, format_bytes(std::uint64_t(reading))},
-             o.what_if, {nullptr, ""}});
+             {r.sent, format_bytes(std::uint64_t(r.sent))}, {p2p_formula, format_bytes(std::uint64_t(p2p_formula))},
+             o.what_if});
   fmt::print("(a chunk's times from its FLOPs, 2 per weight a token meets and 4 s h for attention, backward twice "
              "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
              "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
              split ? ", the weights' part 2 per weight" : "",
-             reading / (2.0 * schedule.microbatches * double(message)));
+             p2p_formula / (2.0 * schedule.microbatches * double(message)));
   nlohmann::json report = table.json()[0];
   report["topologies"] = print_topologies(schedule, run_options, flops, message);
   if (!run_options.stragglers.empty()) print_straggler(schedule, run_options, flops, message, r);
