@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/lab/output.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
@@ -39,9 +40,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<std::string, double>> runs;
   for (const std::string_view name : kScheduleNames) {
-    const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
-    if (config.layers % (o.stages * V) != 0 || (name == "interleaved" && o.microbatches % o.stages != 0)) continue;
-    const Schedule schedule = make_schedule(name, o.stages, o.microbatches, V);
+    if (!fits(name, config.layers, o.stages, o.microbatches)) continue;
+    const Schedule schedule = make_schedule(name, o.stages, o.microbatches, default_virtual(name));
     runs.emplace_back(name, timed(fmt::format("{} on {} simulated stages", name, o.stages),
                                   [&] { train(o, run_options, data, config, schedule, false); }));
   }
@@ -51,7 +51,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     what_if(gpt3, run_options, interleaved_schedule(16, 128, 2));
   });
   fmt::print("{:<44} {:>10}\n", "run", "wall");
-  fmt::print("{:<44} {:>10}\n", fmt::format("one rank, {} steps of {} sequences", o.steps, B), format_seconds(one_rank));
+  fmt::print("{:<44} {:>10}\n", fmt::format("one rank, {} steps of {} sequences", o.steps, B),
+             format_seconds(one_rank));
   for (const auto& [name, wall] : runs) {
     fmt::print("{:<44} {:>10}  {:.2f}x one rank's (target <= 1.5x)\n",
                fmt::format("{}, {} stages, M = {}", name, o.stages, o.microbatches), format_seconds(wall),
@@ -59,12 +60,9 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     rows.push_back({{"schedule", name}, {"seconds", wall}, {"ratio", wall / one_rank}});
   }
   fmt::print("{:<44} {:>10}  (target < 5 s)\n", "GPT-3 interleaved P = 16, M = 128, V = 2", format_seconds(at_scale));
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"stages", o.stages}, {"microbatches", o.microbatches}, {"steps", o.steps},
-                                          {"one_rank_seconds", one_rank}, {"schedules", rows},
-                                          {"gpt3_payload_free_seconds", at_scale}}
-                               .dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"steps", o.steps},
+                           {"one_rank_seconds", one_rank}, {"schedules", rows},
+                           {"gpt3_payload_free_seconds", at_scale}});
   return 0;
 }
 

@@ -18,7 +18,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/output.h"
 #include "pipeline.h"
 
@@ -99,32 +102,43 @@ PipeTimes parse_times(const std::string& text) {
   return {f, b, w, 0};
 }
 
+void add_compare_options(CLI::App& app, Options& o) {
+  app.add_flag("--compare", o.compare, "every schedule at --stages and --microbatches played out side by side at "
+                                       "--times: the bubble table, and with --plot their grids");
+  app.add_option("--times", o.times, "with --compare: a stage's forward, backward for the input and for the weights, "
+                                     "F:B:W")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& text) { parse_times(text); }));
+}
+
 int compare(const Options& o, const PipeTimes& times) {
   fmt::print("every schedule at P = {}, M = {}, played out by the validator with a chunk's forward {:g}, backward for "
              "the input {:g}, for the weights {:g} (a stage's whole backward {:g}; V = 2 halves each chunk's)\n",
              o.stages, o.microbatches, times.forward, times.backward_input, times.backward_weight,
              times.backward_input + times.backward_weight);
-  fmt::print("{:<12} {:>3} {:>7} {:>8} {:>8} {:>14}\n", "schedule", "V", "step", "bubble", "formula", "in flight");
+  lab::Table table({{.header = "schedule", .key = "schedule", .width = 12, .align = lab::Align::left},
+                    {.header = "V", .key = "virtual_stages", .width = 3},
+                    {.header = "step", .key = "step", .width = 7},
+                    {.header = "bubble", .key = "bubble", .width = 8},
+                    {.header = "formula", .key = "formula", .width = 8},
+                    {.header = "in flight", .key = "peak_in_flight", .width = 14}});
+  table.print_header();
   std::vector<GridPanel> panels;
-  nlohmann::json rows = nlohmann::json::array();
   for (const std::string_view name : kScheduleNames) {
-    const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
+    const int V = default_virtual(name);
     const PipeTimes chunk{times.forward / V, times.backward_input / V, times.backward_weight / V, times.message};
     Schedule s;
     try {
       s = make_schedule(name, o.stages, o.microbatches, V, chunk);
-    } catch (const Error& e) {  // interleaved needs M a multiple of P: say so on its row
+    } catch (const Error& e) {  // interleaved needs M a multiple of P: say so on its row, which has no numbers
       fmt::print("{:<12} {:>3}  {}\n", name, V, e.what());
       continue;
     }
     const ScheduleRun r = validate(s, chunk);
-    const double formula = bubble_formula(s, chunk);
-    std::string in_flight;
-    for (int peak : r.peak_in_flight) in_flight += fmt::format("{}{:g}", in_flight.empty() ? "" : " ", double(peak) / V);
-    fmt::print("{:<12} {:>3} {:>7.4g} {:>7.1f}% {:>7.1f}% {:>14}\n", name, V, r.makespan, 100 * r.bubble,
-               100 * formula, in_flight);
-    rows.push_back({{"schedule", name}, {"virtual_stages", V}, {"step", r.makespan}, {"bubble", r.bubble},
-                    {"formula", formula}, {"peak_in_flight", r.peak_in_flight}});
+    std::string in_flight;  // in micro-batches of a stage's layers: a chunk's activations are 1/V of them
+    for (int peak : r.peak_in_flight)
+      in_flight += fmt::format("{}{:g}", in_flight.empty() ? "" : " ", double(peak) / V);
+    table.add({std::string(name), V, lab::number(r.makespan, "{:.4g}"), percent(r.bubble),
+               percent(bubble_formula(s, chunk)), {r.peak_in_flight, in_flight}});
     panels.push_back({fmt::format("{}: bubble {:.1f}%{}", name, 100 * r.bubble,
                                   name == "naive" ? " (on a time axis of its own)" : ""),
                       r.slots, o.microbatches, name == "naive"});
@@ -133,12 +147,9 @@ int compare(const Options& o, const PipeTimes& times) {
              "its layers; formula: zbv's is the fill alone, (P-1)F over the step, which the paper's zero leaves out by "
              "counting from each stage's first forward)\n");
   if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot), fmt::print("wrote {}\n", o.plot);
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"stages", o.stages}, {"microbatches", o.microbatches},
-                                          {"forward", times.forward}, {"backward_input", times.backward_input},
-                                          {"backward_weight", times.backward_weight}, {"schedules", rows}}
-                               .dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"forward", times.forward},
+                           {"backward_input", times.backward_input}, {"backward_weight", times.backward_weight},
+                           {"schedules", table.json()}});
   return 0;
 }
 

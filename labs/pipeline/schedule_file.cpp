@@ -5,6 +5,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include <fmt/format.h>
@@ -52,6 +53,16 @@ Schedule read_schedule(const std::string& path) {
         case 'I': add_backward(s, m, stage, PipeOp::backward_input); break;
         default: s.actions[std::size_t(stage)].push_back({PipeOp::backward_weight, m, stage});
       }
+  return s;
+}
+
+Schedule adopt_schedule_file(const CLI::App& app, Options& o) {
+  Schedule s = read_schedule(o.schedule_file);
+  for (const auto& [option, given, in_file] : {std::tuple{"--stages", o.stages, s.stages},
+                                               std::tuple{"--microbatches", o.microbatches, s.microbatches}})
+    if (app.count(option) && given != in_file)
+      throw Error(fmt::format("{} {}: --schedule-file {} has {}", option, given, o.schedule_file, in_file));
+  o.stages = s.stages, o.microbatches = s.microbatches;
   return s;
 }
 

@@ -15,7 +15,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/topology.h"
@@ -26,6 +29,11 @@
 namespace pipeline_lab {
 
 namespace {
+
+// --sweep's forms: the bubble against the micro-batches or the stages.
+cli::Sweep parse_sweep(const std::string& text) {
+  return cli::parse_sweep(text, {{"microbatches", 1, 512, true, ""}, {"stages", 1, 64, true, ""}});
+}
 
 // The long guide's count (section 10.6): each micro-batch sends its b x s x h
 // activation forward and its gradient back across each of the P - 1
@@ -43,6 +51,12 @@ PipeTimes chunk_flops(const memory::Architecture& arch, int chunks, double b, do
   const int layers = arch.layers / chunks;
   const memory::LayerFlops layer = memory::layer_flops(arch, b * seq, seq);
   return {layers * layer.forward, layers * layer.backward_input, layers * layer.backward_weight, 0};
+}
+
+// A chunk's FLOPs as seconds on the topology's GPU at --efficiency.
+PipeTimes chunk_seconds(const PipeTimes& flops, const RunOptions& run_options) {
+  const double per_second = find_topology(run_options.topology).device.peak_flops * run_options.efficiency;
+  return {flops.forward / per_second, flops.backward_input / per_second, flops.backward_weight / per_second, 0};
 }
 
 struct Played {
@@ -77,45 +91,44 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
 
 }  // namespace
 
-int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
-  const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / given.microbatches;
-  const int layers_per_chunk = arch.layers / given.chunks();
-  const PipeTimes flops = chunk_flops(arch, given.chunks(), b, seq);
-  const std::size_t message = std::size_t(b * seq * arch.hidden * 2);
-  const Topology topology = find_topology(run_options.topology);
-  const double per_second = topology.device.peak_flops * run_options.efficiency;
-  const PipeTimes seconds{flops.forward / per_second, flops.backward_input / per_second,
-                          flops.backward_weight / per_second, 0};
-  // Made again for these times: ZB-V places its weight gradients by them.
-  const Schedule schedule = given.name == "zbv" ? zbv_schedule(given.stages, given.microbatches, seconds) : given;
-  fmt::print("pipeline --what-if {}: {} layers of h = {}, {} per chunk, micro-batches of b = {:g} x s = {:g}, bf16, "
-             "compute at {:.0f}% of the GPU's peak on {}, payload-free ...\n", o.what_if, arch.layers, arch.hidden,
-             layers_per_chunk, b, seq, 100 * run_options.efficiency, run_options.topology);
-  std::fflush(stdout);
-  const Played r = play(schedule, run_options, flops, message);
-  const ScheduleRun played = validate(schedule, seconds);
-  const double formula = bubble_formula(schedule, seconds), reading = p2p_bytes(schedule, double(message));
-  fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>7} {:>8} {:>7} {:>11} {:>11}\n", "schedule", "P",
-             "M", "V", "forward", "backward", "weights", "step", "bubble", "formula", "played", "P2P/step", "formula");
-  const bool split = schedule.splits_backward();
-  fmt::print("{:<12} {:>3} {:>4} {:>3} {:>9} {:>9} {:>9} {:>9} {:>6.1f}% {:>7.1f}% {:>6.1f}% {:>11} {:>11}\n",
-             schedule.name, schedule.stages, schedule.microbatches, schedule.virtual_stages,
-             format_seconds(seconds.forward),
-             format_seconds(split ? seconds.backward_input : seconds.backward_input + seconds.backward_weight),
-             split ? format_seconds(seconds.backward_weight) : "-", format_seconds(r.span), 100 * r.bubble,
-             100 * formula, 100 * played.bubble, format_bytes(std::uint64_t(r.sent)),
-             format_bytes(std::uint64_t(reading)));
-  fmt::print("(a chunk's times from its FLOPs, 2 per weight a token meets and 4 s h for attention, backward twice "
-             "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
-             "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
-             split ? ", the weights' part 2 per weight" : "", reading / (2.0 * schedule.microbatches * double(message)));
-  // The activations between stages on each topology preset: stage s and s + 1
-  // on one node (its NVLink or PCIe) or, past a node's GPUs, across the network.
+void add_what_if_options(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, "
+                                         "its layers cut into the chunks")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
+      ->check(cli::in_range(1, 1 << 20));
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
+         "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
+         "drawn)")
+      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
+  app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
+                                       "computed and executed");
+}
+
+namespace {
+
+// The step's one row; --json adds the topologies' table to it.
+lab::Table what_if_table() {
+  std::vector<lab::Column> columns = step_columns("backward_input", "backward_weight");
+  columns.insert(columns.end(), {{.header = "P2P/step", .key = "p2p_bytes", .width = 11},
+                                 {.header = "formula", .key = "p2p_formula", .width = 11},
+                                 {.key = "model"}});
+  return lab::Table(std::move(columns));
+}
+
+// The activations between stages on each topology preset: stage s and s + 1
+// on one node (its NVLink or PCIe) or, past a node's GPUs, across the network.
+nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_options, const PipeTimes& flops,
+                                std::size_t message) {
   fmt::print("each topology: a message of b s h x 2 = {} between neighbouring stages, and the step\n",
              format_bytes(message));
-  fmt::print("{:<10} {:>14} {:>14} {:>9} {:>7}\n", "topology", "inside a node", "across nodes", "step", "bubble");
-  nlohmann::json topologies = nlohmann::json::array();
+  lab::Table table({{.header = "topology", .key = "topology", .width = 10, .align = lab::Align::left},
+                    {.header = "inside a node", .key = "intra", .width = 14},
+                    {.header = "across nodes", .key = "inter", .width = 14},
+                    {.header = "step", .key = "step", .width = 9},
+                    {.header = "bubble", .key = "bubble", .width = 7}});
+  table.print_header();
   for (const std::string_view name : topology_presets()) {
     const Topology t = find_topology(name);
     RunOptions on = run_options;
@@ -123,20 +136,60 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
     const Played p = play(schedule, on, flops, message);
     const auto time = [&](const Link& l) { return l.alpha + double(message) / l.bandwidth; };
     const bool crosses = schedule.stages > t.devices_per_node;
-    fmt::print("{:<10} {:>14} {:>14} {:>9} {:>6.1f}%\n", name, format_seconds(time(t.intra)),
-               crosses ? format_seconds(time(t.inter)) : "(none)", format_seconds(p.span), 100 * p.bubble);
-    topologies.push_back({{"topology", name}, {"intra", time(t.intra)}, {"inter", crosses ? time(t.inter) : 0.0},
-                          {"step", p.span}, {"bubble", p.bubble}});
+    table.add({std::string(name), lab::seconds(time(t.intra)),
+               crosses ? lab::seconds(time(t.inter)) : lab::Cell{0.0, "(none)"}, lab::seconds(p.span),
+               percent(p.bubble)});
   }
-  if (!run_options.stragglers.empty()) {
-    RunOptions even = run_options;
-    even.stragglers.clear();
-    const Played without = play(schedule, even, flops, message);
-    fmt::print("with --straggler: the step takes {}, {:.2f}x the even pipeline's {}; the slowest stage computes for {} "
-               "of it and every other stage waits on it: a pipeline runs at its slowest stage's pace\n",
-               format_seconds(r.span), r.span / without.span, format_seconds(without.span),
-               format_seconds(r.busiest));
-  }
+  return table.json();
+}
+
+// --straggler: the step against the same pipeline without it.
+void print_straggler(const Schedule& schedule, const RunOptions& run_options, const PipeTimes& flops,
+                     std::size_t message, const Played& r) {
+  RunOptions even = run_options;
+  even.stragglers.clear();
+  const Played without = play(schedule, even, flops, message);
+  fmt::print("with --straggler: the step takes {}, {:.2f}x the even pipeline's {}; the slowest stage computes for {} "
+             "of it and every other stage waits on it: a pipeline runs at its slowest stage's pace\n",
+             format_seconds(r.span), r.span / without.span, format_seconds(without.span), format_seconds(r.busiest));
+}
+
+}  // namespace
+
+int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
+  const memory::Architecture arch = memory::model_preset(o.what_if);
+  const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / given.microbatches;
+  const PipeTimes flops = chunk_flops(arch, given.chunks(), b, seq);
+  const std::size_t message = std::size_t(b * seq * arch.hidden * 2);
+  const PipeTimes seconds = chunk_seconds(flops, run_options);
+  // Made again for these times: ZB-V places its weight gradients by them.
+  const Schedule schedule = given.name == "zbv" ? zbv_schedule(given.stages, given.microbatches, seconds) : given;
+  fmt::print("pipeline --what-if {}: {} layers of h = {}, {} per chunk, micro-batches of b = {:g} x s = {:g}, bf16, "
+             "compute at {:.0f}% of the GPU's peak on {}, payload-free ...\n", o.what_if, arch.layers, arch.hidden,
+             arch.layers / given.chunks(), b, seq, 100 * run_options.efficiency, run_options.topology);
+  std::fflush(stdout);
+  const Played r = play(schedule, run_options, flops, message);
+  const double p2p_formula = p2p_bytes(schedule, double(message));
+  const bool split = schedule.splits_backward();
+  lab::Table table = what_if_table();
+  table.print_header();
+  // Unsplit, the backward column prints the whole backward; the JSON keeps its two parts.
+  table.add({schedule.name, schedule.stages, schedule.microbatches, schedule.virtual_stages,
+             lab::seconds(seconds.forward),
+             {seconds.backward_input,
+              format_seconds(split ? seconds.backward_input : seconds.backward_input + seconds.backward_weight)},
+             {seconds.backward_weight, split ? format_seconds(seconds.backward_weight) : "-"}, lab::seconds(r.span),
+             percent(r.bubble), percent(bubble_formula(schedule, seconds)), percent(validate(schedule, seconds).bubble),
+             {r.sent, format_bytes(std::uint64_t(r.sent))}, {p2p_formula, format_bytes(std::uint64_t(p2p_formula))},
+             o.what_if});
+  fmt::print("(a chunk's times from its FLOPs, 2 per weight a token meets and 4 s h for attention, backward twice "
+             "forward{}; the last stage's head is left out; P2P/step: what the stages sent, measured; formula: the "
+             "reading's 2 b s h x 2 bytes per micro-batch and boundary, over the {} boundaries the chunks cross)\n",
+             split ? ", the weights' part 2 per weight" : "",
+             p2p_formula / (2.0 * schedule.microbatches * double(message)));
+  nlohmann::json report = table.json()[0];
+  report["topologies"] = print_topologies(schedule, run_options, flops, message);
+  if (!run_options.stragglers.empty()) print_straggler(schedule, run_options, flops, message, r);
   if (!o.plot.empty()) {
     plot_grid({{fmt::format("{} on {}: {} (bubble {:.1f}%), payload-free", schedule.name, o.what_if,
                             format_seconds(r.span), 100 * r.bubble),
@@ -144,81 +197,76 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
               "s", o.plot);
     fmt::print("wrote {}\n", o.plot);
   }
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"model", o.what_if}, {"schedule", schedule.name},
-                                          {"stages", schedule.stages}, {"microbatches", schedule.microbatches},
-                                          {"virtual_stages", schedule.virtual_stages}, {"forward", seconds.forward},
-                                          {"backward_input", seconds.backward_input},
-                                          {"backward_weight", seconds.backward_weight}, {"step", r.span},
-                                          {"bubble", r.bubble}, {"formula", formula}, {"played", played.bubble},
-                                          {"p2p_bytes", r.sent}, {"p2p_formula", reading},
-                                          {"topologies", topologies}}
-                               .dump(2)
-                        << '\n';
+  lab::write_json(o.json, report);
   return 0;
 }
+
+namespace {
+
+// The sweep's rows as gnuplot's data, a row per value, a column per schedule
+// (NaN where it cannot run) and the formula, in percent; drawn to --plot.
+void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<std::string_view>& names,
+                const std::string& over_key) {
+  const std::string file = o.plot + ".dat";
+  std::string data;
+  for (const nlohmann::json& row : rows) {
+    data += fmt::format("{}", row[over_key].get<int>());
+    for (const std::string_view name : names) {
+      const nlohmann::json& bubble = row[std::string(name)];
+      data += bubble.is_null() ? " NaN" : fmt::format(" {}", 100 * bubble.get<double>());
+    }
+    data += fmt::format(" {}\n", row["formula"].get<double>());
+  }
+  create_file(file) << data;
+  std::string plot = fmt::format("plot '{}' using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'", file);
+  for (std::size_t i = 0; i < names.size(); ++i)
+    plot += fmt::format(", '' using 1:{} with linespoints lw 2 title '{}'", i + 2, names[i]);
+  run_gnuplot(fmt::format("set terminal {} size 800,450 font 'sans,10' background '#ffffff'\nset output '{}'\n"
+                          "set termoption noenhanced\nset logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
+                          "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
+                          gnuplot_terminal(o.plot), o.plot,
+                          over_key == "microbatches" ? "micro-batches M" : "stages P", o.what_if, plot));
+  std::remove(file.c_str());
+  fmt::print("wrote {}\n", o.plot);
+}
+
+}  // namespace
 
 int sweep(const Options& o, const RunOptions& run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const double seq = o.seq ? o.seq : arch.positions;
   const bool over_m = o.sweep.over == "microbatches";
-  std::vector<int> values;
-  for (int v = int(o.sweep.from); v <= o.sweep.to; v *= 2) values.push_back(v);
   const std::vector<std::string_view> names = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
   fmt::print("pipeline --what-if {} --sweep {}={:g}..{:g}: each schedule's bubble, measured payload-free, {} = {}, "
              "micro-batches of one {:g}-token sequence ...\n", o.what_if, o.sweep.over, o.sweep.from, o.sweep.to,
              over_m ? "P" : "M", over_m ? o.stages : o.microbatches, seq);
   std::fflush(stdout);
-  fmt::print("{:>6}", over_m ? "M" : "P");
-  for (std::string_view n : names) fmt::print(" {:>12}", n);
-  fmt::print(" {:>14}\n", "(P-1)/(M+P-1)");
-  nlohmann::json rows = nlohmann::json::array();
-  std::string data;
-  for (const int v : values) {
+  std::vector<lab::Column> columns = {{.header = over_m ? "M" : "P", .key = o.sweep.over, .width = 6}};
+  for (const std::string_view name : names)
+    columns.push_back({.header = std::string(name), .key = std::string(name), .width = 12});
+  columns.push_back({.header = "(P-1)/(M+P-1)", .key = "formula", .width = 14});  // in percent; printed only
+  lab::Table table(std::move(columns));
+  table.print_header();
+  for (int v = int(o.sweep.from); v <= o.sweep.to; v *= 2) {
     const int P = over_m ? o.stages : v, M = over_m ? v : o.microbatches;
-    fmt::print("{:>6}", v);
-    nlohmann::json row = {{over_m ? "microbatches" : "stages", v}};
-    data += fmt::format("{}", v);
-    for (std::string_view name : names) {
-      const int V = name == "interleaved" || name == "zbv" ? 2 : 1;
-      if (arch.layers % (P * V) != 0 || P > arch.layers || (name == "interleaved" && M % P != 0)) {
-        fmt::print(" {:>12}", "-");
-        data += " NaN";
+    std::vector<lab::Cell> row = {v};
+    for (const std::string_view name : names) {
+      const int V = default_virtual(name);
+      if (!fits(name, arch.layers, P, M)) {
+        row.push_back({nullptr, "-"});
         continue;
       }
       const PipeTimes flops = chunk_flops(arch, P * V, 1, seq);
-      const double per_second = find_topology(run_options.topology).device.peak_flops * run_options.efficiency;
-      const PipeTimes seconds{flops.forward / per_second, flops.backward_input / per_second,
-                              flops.backward_weight / per_second, 0};
-      const Played r = play(make_schedule(name, P, M, V, seconds), run_options, flops,
-                            std::size_t(seq * arch.hidden * 2));
-      fmt::print(" {:>11.1f}%", 100 * r.bubble);
-      row[std::string(name)] = r.bubble;
-      data += fmt::format(" {}", 100 * r.bubble);
+      const Schedule schedule = make_schedule(name, P, M, V, chunk_seconds(flops, run_options));
+      row.push_back(percent(play(schedule, run_options, flops, std::size_t(seq * arch.hidden * 2)).bubble));
     }
-    fmt::print(" {:>13.1f}%\n", 100.0 * (P - 1) / (M + P - 1));
-    data += fmt::format(" {}\n", 100.0 * (P - 1) / (M + P - 1));
-    rows.push_back(row);
+    row.push_back(lab::number(100.0 * (P - 1) / (M + P - 1), "{:.1f}%"));
+    table.add(std::move(row));
   }
   fmt::print("(-: the schedule cannot cut the model's {} layers into P or 2P equal chunks, or interleaved's M is no "
              "multiple of P)\n", arch.layers);
-  if (!o.plot.empty()) {
-    const std::string file = o.plot + ".dat";
-    create_file(file) << data;
-    std::string plot = fmt::format("plot '{}' using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'", file);
-    for (std::size_t i = 0; i < names.size(); ++i)
-      plot += fmt::format(", '' using 1:{} with linespoints lw 2 title '{}'", i + 2, names[i]);
-    run_gnuplot(fmt::format("set terminal {} size 800,450 font 'sans,10' background '#ffffff'\nset output '{}'\n"
-                            "set termoption noenhanced\nset logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
-                            "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
-                            gnuplot_terminal(o.plot), o.plot, over_m ? "micro-batches M" : "stages P", o.what_if,
-                            plot));
-    std::remove(file.c_str());
-    fmt::print("wrote {}\n", o.plot);
-  }
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"model", o.what_if}, {"over", o.sweep.over}, {"rows", rows}}.dump(2)
-                        << '\n';
+  if (!o.plot.empty()) plot_sweep(o, table.json(), names, o.sweep.over);
+  lab::write_json(o.json, {{"model", o.what_if}, {"over", o.sweep.over}, {"rows", json_rows(table, {"formula"})}});
   return 0;
 }
 

@@ -1,0 +1,34 @@
+// What the views' tables share (pipeline.h): shares printed as percentages,
+// and a table's JSON without what it prints for the reader alone.
+#include <fmt/format.h>
+
+#include "pipeline.h"
+
+namespace pipeline_lab {
+
+lab::Cell percent(double share) { return {share, fmt::format("{:.1f}%", 100 * share)}; }
+
+std::vector<lab::Column> step_columns(const std::string& backward_key, const std::string& weights_key) {
+  return {{.header = "schedule", .key = "schedule", .width = 12, .align = lab::Align::left},
+          {.header = "P", .key = "stages", .width = 3},
+          {.header = "M", .key = "microbatches", .width = 4},
+          {.header = "V", .key = "virtual_stages", .width = 3},
+          {.header = "forward", .key = "forward", .width = 9},
+          {.header = "backward", .key = backward_key, .width = 9},
+          {.header = "weights", .key = weights_key, .width = 9},
+          {.header = "step", .key = "step", .width = 9},
+          {.header = "bubble", .key = "bubble", .width = 7},
+          {.header = "formula", .key = "formula", .width = 8},
+          {.header = "played", .key = "played", .width = 7}};
+}
+
+nlohmann::json json_rows(const lab::Table& table, std::initializer_list<std::string_view> printed_only) {
+  nlohmann::json rows = table.json();
+  for (nlohmann::json& row : rows) {
+    for (const std::string_view key : printed_only) row.erase(std::string(key));
+    for (auto cell = row.begin(); cell != row.end();) cell = cell->is_null() ? row.erase(cell) : std::next(cell);
+  }
+  return rows;
+}
+
+}  // namespace pipeline_lab
