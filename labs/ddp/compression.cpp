@@ -51,11 +51,9 @@ void plot_losses(const std::string& path, const std::string& name, const ModeRun
 }  // namespace
 
 void add_compress_option(CLI::App& app, Options& o) {
-  app.add_option_function<std::string>(
-         "--compress", [&o](const std::string& t) { o.compress = parse_compression(t); },
-         "none, bf16, powersgd:R or topk:F: average each step's gradients compressed, beside an uncompressed run "
-         "(bytes, times and loss curves; --plot draws the curves)")
-      ->check(cli::parsed_by([](const std::string& t) { parse_compression(t); }));
+  cli::add_parsed(app, "--compress", o.compress, parse_compression,
+      "none, bf16, powersgd:R or topk:F: average each step's gradients compressed, beside an uncompressed run "
+      "(bytes, times and loss curves; --plot draws the curves)");
 }
 
 void check_compress_alone(const CLI::App& app, const Options& o, const RunOptions& run_options) {

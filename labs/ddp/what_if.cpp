@@ -31,11 +31,9 @@ void add_what_if_options(CLI::App& app, Options& o) {
   app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
       ->capture_default_str()->check(cli::above(0.0));
   app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
-  app.add_option_function<std::string>(
-         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
-         "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "
-         "bucket-mb=A..B: its exposed communication against the bucket cap, beside an overhead model's optimum")
-      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+  cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
+      "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "
+      "bucket-mb=A..B: its exposed communication against the bucket cap, beside an overhead model's optimum");
 }
 
 namespace {

@@ -78,11 +78,6 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
 // A layer's assignments per expert as the tables print them: "21 89 100 ...".
 std::string counts_text(const std::vector<std::int64_t>& counts);
 
-// A table's rows without its columns that are printed only (a sum, a share):
-// the JSON keeps what they are computed from. Beside lab::Table, which writes
-// every column.
-nlohmann::json drop_printed_only(nlohmann::json rows, const std::vector<std::string>& columns);
-
 // What the command line asks of the training views that cannot be, or that
 // would do nothing, before any rank starts.
 void check_options(const Options& o, const RunOptions& run_options, const CLI::App& app);

@@ -101,7 +101,7 @@ nlohmann::json print_traffic(const Options& o, const MoeRun& r, int ep, const Gp
   lab::Table table({{.header = "layer", .key = "layer", .width = 5},
                     {.header = "to experts", .key = "to_experts", .width = 11},
                     {.header = "from experts", .key = "from_experts", .width = 13},
-                    {.header = "both", .key = "both", .width = 11},
+                    {.header = "both", .width = 11},
                     {.header = "formula", .key = "formula", .width = 11},
                     {.header = "the reading's", .key = "reading", .width = 14}});
   table.print_header();
@@ -118,7 +118,7 @@ nlohmann::json print_traffic(const Options& o, const MoeRun& r, int ep, const Gp
              "forward and the inputs' gradients backward; formula: 4 k (1 - dropped) B T h (ep-1)/ep x 4 bytes, "
              "routing spread evenly; the reading's: 4 B T h (E-1)/E, which counts one copy of each token (top-1) "
              "and E where the ranks are, ep)\n");
-  return drop_printed_only(table.json(), {"both"});
+  return table.json();
 }
 
 // Each phase's time and share of the MoE layers'; returns them by name.
@@ -145,12 +145,6 @@ nlohmann::json print_phases(const MoeLayer::Phases& p, bool wall_clock) {
 }
 
 }  // namespace
-
-nlohmann::json drop_printed_only(nlohmann::json rows, const std::vector<std::string>& columns) {
-  for (nlohmann::json& row : rows)
-    for (const std::string& column : columns) row.erase(column);
-  return rows;
-}
 
 int report(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
   const MoeRun r = train(o, run_options, data, config);

@@ -53,11 +53,9 @@ void plot_sweep(const nlohmann::json& rows, const std::string& path) {
 }  // namespace
 
 void add_sweep_option(CLI::App& app, Options& o) {
-  app.add_option_function<std::string>(
-         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
-         "capacity=A..B: each capacity factor from A to B, 0.25 apart, trained on the same batches: the assignments "
-         "dropped and the MoE layers' time (with --plot drawn)")
-      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
+  cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
+      "capacity=A..B: each capacity factor from A to B, 0.25 apart, trained on the same batches: the assignments "
+      "dropped and the MoE layers' time (with --plot drawn)");
 }
 
 int sweep(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {

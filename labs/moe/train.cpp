@@ -66,33 +66,19 @@ struct RankReport {
   double weights_vs_one_rank = 0, drops_unlike_one_rank = 0;
 };
 
-// Every rank's report, on rank 0 (an instrument: untraced, free of virtual
-// time). Comm::inspect gathers doubles only, so each report travels packed
-// into one vector; a typed gather of the struct (PyTorch's
-// all_gather_object) replaces this function.
+// Every rank's report, on rank 0 (instruments: untraced, free of virtual time).
 std::vector<RankReport> gather_reports(Comm& comm, const RankReport& mine) {
-  constexpr std::size_t kPerLayer = 6;
-  const std::size_t steps = mine.losses.size(), layers = mine.traffic.size();
-  std::vector<double> packed = mine.losses;
-  for (std::size_t l = 0; l < layers; ++l) {
-    const MoeLayer::Traffic& t = mine.traffic[l];
-    const MoeLayer::Phases& p = mine.phases[l];
-    packed.insert(packed.end(), {double(t.to_experts), double(t.from_experts), p.route, p.dispatch, p.experts,
-                                 p.combine});
-  }
-  packed.insert(packed.end(), {mine.weights_vs_one_rank, mine.drops_unlike_one_rank});
+  struct Distances {
+    double weights_vs_one_rank, drops_unlike_one_rank;
+  };
+  const auto losses = comm.gather_objects(mine.losses);
+  const auto traffic = comm.gather_objects(mine.traffic);
+  const auto phases = comm.gather_objects(mine.phases);
+  const auto distances = comm.gather_object(Distances{mine.weights_vs_one_rank, mine.drops_unlike_one_rank});
   std::vector<RankReport> all;
-  for (const std::vector<double>& r : comm.inspect(view_of(packed))) {
-    RankReport report{.losses = {r.begin(), r.begin() + std::ptrdiff_t(steps)}};
-    for (std::size_t l = 0; l < layers; ++l) {
-      const double* v = &r[steps + l * kPerLayer];
-      report.traffic.push_back({std::int64_t(v[0]), std::int64_t(v[1])});
-      report.phases.push_back({v[2], v[3], v[4], v[5]});
-    }
-    report.weights_vs_one_rank = r[r.size() - 2];
-    report.drops_unlike_one_rank = r.back();
-    all.push_back(std::move(report));
-  }
+  for (std::size_t r = 0; r < losses.size(); ++r)
+    all.push_back({losses[r], traffic[r], phases[r], distances[r].weights_vs_one_rank,
+                   distances[r].drops_unlike_one_rank});
   return all;
 }
 

@@ -27,18 +27,6 @@
 
 namespace pipeline_lab {
 
-void append_slots(std::vector<double>& report, const std::vector<ScheduleRun::Slot>& slots) {
-  for (const ScheduleRun::Slot& s : slots)
-    report.insert(report.end(), {double(s.op), double(s.microbatch), double(s.chunk), s.start, s.end});
-}
-
-std::vector<ScheduleRun::Slot> read_slots(const std::vector<double>& report, std::size_t from) {
-  std::vector<ScheduleRun::Slot> slots;
-  for (std::size_t i = from; i + 5 <= report.size(); i += 5)
-    slots.push_back({PipeOp(int(report[i])), int(report[i + 1]), int(report[i + 2]), report[i + 3], report[i + 4]});
-  return slots;
-}
-
 void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_unit, const std::string& path) {
   if (panels.empty()) throw Error("--plot: nothing to draw");
   const auto end_of = [](const GridPanel& p) {
@@ -137,8 +125,8 @@ int compare(const Options& o, const PipeTimes& times) {
     std::string in_flight;  // in micro-batches of a stage's layers: a chunk's activations are 1/V of them
     for (int peak : r.peak_in_flight)
       in_flight += fmt::format("{}{:g}", in_flight.empty() ? "" : " ", double(peak) / V);
-    table.add({std::string(name), V, lab::number(r.makespan, "{:.4g}"), percent(r.bubble),
-               percent(bubble_formula(s, chunk)), {r.peak_in_flight, in_flight}});
+    table.add({std::string(name), V, lab::number(r.makespan, "{:.4g}"), lab::percent(r.bubble),
+               lab::percent(bubble_formula(s, chunk)), {r.peak_in_flight, in_flight}});
     panels.push_back({fmt::format("{}: bubble {:.1f}%{}", name, 100 * r.bubble,
                                   name == "naive" ? " (on a time axis of its own)" : ""),
                       r.slots, o.microbatches, name == "naive"});

@@ -8,7 +8,7 @@
 //   grid.cpp     the pipeline grid (--plot); --compare: every schedule played out side by side
 //   schedule_file.cpp  --schedule-file: a schedule written by hand
 //   bench.cpp    --bench: what the simulation costs
-//   report.cpp   what the views' tables share: a share printed as a percentage, the JSON of a table
+//   report.cpp   what the views' tables share: their columns, and a table's JSON less what it plots
 #pragma once
 
 #include <cstdint>
@@ -85,9 +85,6 @@ bool fits(std::string_view schedule, int layers, int P, int M);
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand);
 
-// A stage's slots as doubles, to gather them on rank 0 (Comm::inspect), and back.
-void append_slots(std::vector<double>& report, const std::vector<ScheduleRun::Slot>& slots);
-std::vector<ScheduleRun::Slot> read_slots(const std::vector<double>& report, std::size_t from);
 
 // One panel of the grid: a schedule's step, each stage's forwards and backwards as they ran.
 struct GridPanel {
@@ -128,10 +125,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
 // The columns the training view and --what-if share: the schedule, its shape,
 // a chunk's times, the step, and its bubble measured, by formula and played out.
 std::vector<lab::Column> step_columns(const std::string& backward_key, const std::string& weights_key);
-// A share (0.183) in a table: printed as a percentage ("18.3%"), written as the share.
-lab::Cell percent(double share);
-// `table`'s rows for --json without its columns `printed_only` and the cells
-// that hold nothing (null, printed "-"): lab::Table writes every cell.
+// `table`'s rows for --json without its columns `printed_only`, where a view
+// reads them back first (the sweep's plot reads its formula column).
 nlohmann::json json_rows(const lab::Table& table, std::initializer_list<std::string_view> printed_only);
 
 }  // namespace pipeline_lab

@@ -1,12 +1,10 @@
-// What the views' tables share (pipeline.h): shares printed as percentages,
-// and a table's JSON without what it prints for the reader alone.
+// What the views' tables share (pipeline.h): their columns, and a table's JSON
+// without what it prints for the reader alone.
 #include <fmt/format.h>
 
 #include "pipeline.h"
 
 namespace pipeline_lab {
-
-lab::Cell percent(double share) { return {share, fmt::format("{:.1f}%", 100 * share)}; }
 
 std::vector<lab::Column> step_columns(const std::string& backward_key, const std::string& weights_key) {
   return {{.header = "schedule", .key = "schedule", .width = 12, .align = lab::Align::left},
@@ -26,7 +24,6 @@ nlohmann::json json_rows(const lab::Table& table, std::initializer_list<std::str
   nlohmann::json rows = table.json();
   for (nlohmann::json& row : rows) {
     for (const std::string_view key : printed_only) row.erase(std::string(key));
-    for (auto cell = row.begin(); cell != row.end();) cell = cell->is_null() ? row.erase(cell) : std::next(cell);
   }
   return rows;
 }

@@ -30,10 +30,13 @@ namespace pipeline_lab {
 
 namespace {
 
-// What a stage reports to rank 0: its step's span, activation sets and
-// tracker peak, its weights' distance from one rank's, then its losses, then
-// its slots (op, micro-batch, chunk, start, end each).
-constexpr std::size_t kSummary = 5;
+// What a stage reports to rank 0 beside its losses and its slots: its step's
+// span, activation sets and tracker peak, its weights' distance from one rank's.
+struct StageSummary {
+  double start, end;
+  int activation_sets;
+  double activation_peak, weights_vs_one_rank;
+};
 
 // Each kind of work's mean time over every stage's chunks: forward, backward
 // (whole, or for the input alone) and weights (0 where the schedule has none).
@@ -69,8 +72,8 @@ std::string_view formula_of(const Schedule& schedule) {
 // JSON has them by stage, in per_stage.
 lab::Table training_table() {
   std::vector<lab::Column> columns = step_columns("backward", "weights");
-  columns.insert(columns.end(), {{.header = "in flight", .key = "in_flight", .width = 13},
-                                 {.header = "act/stage 0", .key = "activations_stage_0", .width = 12},
+  columns.insert(columns.end(), {{.header = "in flight", .width = 13},
+                                 {.header = "act/stage 0", .width = 12},
                                  {.header = "estimate", .key = "estimate", .width = 9},
                                  {.header = "loss", .key = "losses", .width = 8},
                                  {.header = "vs one rank", .key = "weights_vs_one_rank", .width = 12},
@@ -123,12 +126,12 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
     // Every stage draws the same batches: the first stage embeds their tokens, the last scores their targets.
     const DistributedSampler sampler(data.count, 1, 0, o.seed);
     std::vector<int> x, y;
-    std::vector<double> report(kSummary);
+    std::vector<double> losses;
     PipelineStep step;
     for (int s = 0; s < o.steps; ++s) {
       fill_batch(data, batch_of(sampler, s, B), x, y);
       step = pipeline.step(x, y, B, T);
-      report.push_back(step.loss);
+      losses.push_back(step.loss);
       const double started = comm.now();
       for (std::size_t i = 0; i < sgd.size(); ++i) {
         const ParameterRange r = pipeline.owned()[i];
@@ -141,20 +144,21 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       one_rank = train_one_rank(config, data, o.seed, o.steps, B,
                                 [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
     }
-    report[0] = step.start, report[1] = step.end, report[2] = step.activation_sets;
-    report[3] = double(comm.memory().peak[std::size_t(MemoryUse::activations)]);
-    report[4] = compare ? relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()) : 0;
-    append_slots(report, step.slots);
-    const auto all = comm.inspect(view_of(report));  // an instrument: untraced, free of virtual time
+    const double weights_vs_one_rank =
+        compare ? relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()) : 0;
+    const StageSummary mine{step.start, step.end, step.activation_sets,
+                            double(comm.memory().peak[std::size_t(MemoryUse::activations)]), weights_vs_one_rank};
+    // Instruments: untraced, free of virtual time.
+    const std::vector<StageSummary> summaries = comm.gather_object(mine);
+    const auto slots = comm.gather_objects(step.slots);
+    const auto all_losses = comm.gather_objects(losses);
     if (comm.rank() != 0) return;
-    for (const std::vector<double>& r : all) {
-      StageRun& stage = out.stages.emplace_back();
-      stage.start = r[0], stage.end = r[1], stage.activation_sets = int(r[2]), stage.activation_peak = r[3];
-      out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, r[4]);
-      stage.slots = read_slots(r, kSummary + std::size_t(o.steps));
+    for (std::size_t r = 0; r < summaries.size(); ++r) {
+      const StageSummary& s = summaries[r];
+      out.stages.push_back({slots[r], s.start, s.end, s.activation_sets, s.activation_peak});
+      out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, s.weights_vs_one_rank);
     }
-    const std::size_t last_stage = std::size_t(schedule.stage_of_chunk.back());
-    out.losses.assign(all[last_stage].begin() + kSummary, all[last_stage].begin() + std::ptrdiff_t(kSummary) + o.steps);
+    out.losses = all_losses[std::size_t(schedule.stage_of_chunk.back())];
   });
   return out;
 }
@@ -197,7 +201,7 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
   table.print_header();
   table.add({schedule.name, P, M, V, lab::seconds(t.forward), lab::seconds(t.backward_input),
              split ? lab::seconds(t.backward_weight) : lab::Cell{0.0, "-"}, lab::seconds(step_span(r.stages)),
-             percent(measured), percent(bubble_formula(schedule, t)), percent(played),
+             lab::percent(measured), lab::percent(bubble_formula(schedule, t)), lab::percent(played),
              stage_list(r.stages, [](const StageRun& s) { return s.activation_sets; }),
              format_bytes(std::uint64_t(r.stages[0].activation_peak)),
              {estimate, format_bytes(std::uint64_t(estimate))},
@@ -216,7 +220,7 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
   verdict.within("a stage's weights", r.weights_vs_one_rank, limit);
   const int status = verdict.print(fmt::format("equal to one rank: every stage's weights within {:g} of one rank's "
                                                "after {} step{}", limit, o.steps, o.steps == 1 ? "" : "s"));
-  lab::write_json(o.json, json_rows(table, {"in_flight", "activations_stage_0"})[0]);
+  lab::write_json(o.json, table.json()[0]);
   return status;
 }
 

@@ -71,14 +71,17 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
   Played out;
   run(run_options, [&](Comm& comm) {
     const PipelineStep step = play_payload_free(comm, schedule, flops, message_bytes);
-    std::vector<double> report = {step.start, step.end, double(step.sent_bytes)};
-    append_slots(report, step.slots);
-    const auto all = comm.inspect(view_of(report));
+    struct Span {
+      double start, end, sent_bytes;
+    };
+    // Instruments: untraced, free of virtual time.
+    const auto spans = comm.gather_object(Span{step.start, step.end, double(step.sent_bytes)});
+    const auto slots = comm.gather_objects(step.slots);
     if (comm.rank() != 0) return;
     std::vector<StageRun> stages;
-    for (const auto& r : all) {
-      stages.push_back({read_slots(r, 3), r[0], r[1]});
-      out.sent += r[2];
+    for (std::size_t r = 0; r < spans.size(); ++r) {
+      stages.push_back({slots[r], spans[r].start, spans[r].end});
+      out.sent += spans[r].sent_bytes;
       double busy = 0;
       for (const ScheduleRun::Slot& slot : stages.back().slots) busy += slot.end - slot.start;
       out.busiest = std::max(out.busiest, busy);
@@ -97,11 +100,9 @@ void add_what_if_options(CLI::App& app, Options& o) {
       ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
   app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
       ->check(cli::in_range(1, 1 << 20));
-  app.add_option_function<std::string>(
-         "--sweep", [&o](const std::string& text) { o.sweep = parse_sweep(text); },
-         "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
-         "drawn)")
-      ->check(cli::parsed_by([](const std::string& text) { parse_sweep(text); }));
+  cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
+      "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
+      "drawn)");
   app.add_flag("--reading", o.reading, "the reading's example: P = 8, M = 32, its efficiency and P2P bytes, "
                                        "computed and executed");
 }
@@ -138,7 +139,7 @@ nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_
     const bool crosses = schedule.stages > t.devices_per_node;
     table.add({std::string(name), lab::seconds(time(t.intra)),
                crosses ? lab::seconds(time(t.inter)) : lab::Cell{0.0, "(none)"}, lab::seconds(p.span),
-               percent(p.bubble)});
+               lab::percent(p.bubble)});
   }
   return table.json();
 }
@@ -179,7 +180,8 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
              {seconds.backward_input,
               format_seconds(split ? seconds.backward_input : seconds.backward_input + seconds.backward_weight)},
              {seconds.backward_weight, split ? format_seconds(seconds.backward_weight) : "-"}, lab::seconds(r.span),
-             percent(r.bubble), percent(bubble_formula(schedule, seconds)), percent(validate(schedule, seconds).bubble),
+             lab::percent(r.bubble), lab::percent(bubble_formula(schedule, seconds)),
+             lab::percent(validate(schedule, seconds).bubble),
              {r.sent, format_bytes(std::uint64_t(r.sent))}, {p2p_formula, format_bytes(std::uint64_t(p2p_formula))},
              o.what_if});
   fmt::print("(a chunk's times from its FLOPs, 2 per weight a token meets and 4 s h for attention, backward twice "
@@ -258,7 +260,7 @@ int sweep(const Options& o, const RunOptions& run_options) {
       }
       const PipeTimes flops = chunk_flops(arch, P * V, 1, seq);
       const Schedule schedule = make_schedule(name, P, M, V, chunk_seconds(flops, run_options));
-      row.push_back(percent(play(schedule, run_options, flops, std::size_t(seq * arch.hidden * 2)).bubble));
+      row.push_back(lab::percent(play(schedule, run_options, flops, std::size_t(seq * arch.hidden * 2)).bubble));
     }
     row.push_back(lab::number(100.0 * (P - 1) / (M + P - 1), "{:.1f}%"));
     table.add(std::move(row));

@@ -157,17 +157,19 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
     ring.forward(payload ? my_qkv.data() : nullptr, payload ? my_out.data() : nullptr);
     if (comm.rank() == 0) backward_started = comm.now();
     ring.backward(payload ? my_dout.data() : nullptr, payload ? my_grads.data() : nullptr);
-    std::vector<double> mine_measured = {comm.now() - start, 0, 0};
+    struct Measured {
+      double elapsed, out_vs_dense = 0, grads_vs_dense = 0;
+    } measured{comm.now() - start};
     if (payload) {
-      mine_measured[1] = relative_difference(my_out, mine_of(dense.out, 1));
-      mine_measured[2] = relative_difference(my_grads, mine_of(dense.grads, 3));
+      measured.out_vs_dense = relative_difference(my_out, mine_of(dense.out, 1));
+      measured.grads_vs_dense = relative_difference(my_grads, mine_of(dense.grads, 3));
     }
-    const auto all = comm.inspect(view_of(mine_measured));  // an instrument: untraced, free of virtual time
+    const std::vector<Measured> all = comm.gather_object(measured);  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
-    for (const auto& m : all) {
-      out.elapsed = std::max(out.elapsed, m[0]);
-      out.out_vs_dense = std::max(out.out_vs_dense, m[1]);
-      out.grads_vs_dense = std::max(out.grads_vs_dense, m[2]);
+    for (const Measured& m : all) {
+      out.elapsed = std::max(out.elapsed, m.elapsed);
+      out.out_vs_dense = std::max(out.out_vs_dense, m.out_vs_dense);
+      out.grads_vs_dense = std::max(out.grads_vs_dense, m.grads_vs_dense);
     }
     out.positions = describe(positions_of(layout, 0, o.cp, s.T));
     out.ranks = comm.size(), out.tp = tp, out.dp = mesh.size("dp");

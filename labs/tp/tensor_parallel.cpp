@@ -115,7 +115,7 @@ void print_guides_gpt3_layer() {
 // One column list for the printed row and the JSON; heads is printed only.
 lab::Table tp_table() {
   return lab::Table({{.header = "tp", .key = "tp", .width = 5},
-                     {.header = "heads", .key = "heads", .width = 6},
+                     {.header = "heads", .width = 6},
                      {.header = "each rank keeps", .key = "kept", .width = 16},
                      {.header = "padding", .key = "padded_vocab", .width = 8},
                      {.header = "per layer", .key = "allreduces_per_layer", .width = 17},
@@ -181,11 +181,11 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
                              [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
     }
-    std::vector<float> difference = {
-        compare ? float(relative_difference(model.parameters().to_host(), model.slice_of_dense(dense))) : 0.0f};
-    const auto all = comm.inspect(view_of(difference));  // an instrument: untraced, free of virtual time
+    const double difference =
+        compare ? relative_difference(model.parameters().to_host(), model.slice_of_dense(dense)) : 0.0;
+    const std::vector<double> all = comm.gather_object(difference);  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
-    for (const auto& d : all) out.weights_vs_dense = std::max(out.weights_vs_dense, d[0]);
+    for (double d : all) out.weights_vs_dense = std::max(out.weights_vs_dense, d);
     out.ranks = comm.size();
     out.kept = model.parameter_count();
     out.padded_vocab = model.padded_vocab();
@@ -222,7 +222,7 @@ int tensor_parallel(const Options& o, const RunOptions& run_options, const Seque
              {r.losses, fmt::format("{:.4f}", r.losses.back())}, lab::number(r.weights_vs_dense, "{:.1e}"), n,
              config.vocab, o.sp, r.gathers_per_layer, r.scatters_per_layer});
   print_table_notes(r, o, config);
-  nlohmann::json report = without(table.json(), {"heads"})[0];
+  nlohmann::json report = table.json()[0];
   report["layer_traffic"] = print_layer_traffic(r.layer.places);
   fmt::print("(f: the identity forward, the sum of the input's gradient backward; g: the sum of the partial outputs "
              "forward, the identity backward. Sequence parallelism makes each sum a reduce-scatter into the "

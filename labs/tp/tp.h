@@ -89,7 +89,5 @@ void add_context_parallel_options(CLI::App& app, Options& o);
 // The tiny GPT's attention (`whole`: all its heads over the whole batch and sequence) over --cp ranks.
 int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& whole);
 
-// A lab::Table's JSON less the columns it prints but does not write (lab::Table writes every column).
-nlohmann::json without(nlohmann::json rows, std::initializer_list<const char*> printed_only);
 
 }  // namespace tp_lab

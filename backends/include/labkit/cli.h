@@ -97,6 +97,15 @@ CLI::Validator one_of(const std::string& what, const std::vector<std::string>& n
 // good when `parse` accepts it, and its message says why not.
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
+// An option whose text `parse` turns into `value` (a spec, a sweep, a duration),
+// refused when parsed, with parse's message, where parse throws.
+template <class T, class Parse>
+CLI::Option* add_parsed(CLI::App& app, const std::string& name, T& value, Parse parse, const std::string& help) {
+  return app
+      .add_option_function<std::string>(name, [&value, parse](const std::string& text) { value = parse(text); }, help)
+      ->check(parsed_by([parse](const std::string& text) { parse(text); }));
+}
+
 // A byte count in labkit::parse_bytes's form (1024, 64K, 1M, 2G), at least `min` bytes.
 CLI::Validator byte_size(std::uint64_t min = 0);
 
