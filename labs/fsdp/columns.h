@@ -1,15 +1,17 @@
 // What this lab's tables need that lab::Table does not do yet (the library
-// would take all three): a column printed but not written to the JSON, an
-// indent before a table's first column, and a note printed after a row's last
-// cell.
+// would take all four): a column printed but not written to the JSON, an
+// indent before a table's first column, a note printed after a row's last
+// cell, and bytes printed with their unit.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "labkit/lab/table.h"
+#include "labkit/units.h"
 
 namespace fsdp_lab {
 
@@ -32,6 +34,9 @@ inline labkit::lab::Cell with_note(labkit::lab::Cell cell, int width, const std:
   cell.text = fmt::format("{:>{}}{}", cell.text, width, note.empty() ? "" : "  " + note);
   return cell;
 }
+
+// Bytes printed with their unit ("813 KiB"), written in bytes, as lab::seconds.
+inline labkit::lab::Cell bytes(double count) { return {count, labkit::format_bytes(std::uint64_t(count))}; }
 
 // The table's rows as JSON, without its printed-only columns.
 inline nlohmann::json written(const labkit::lab::Table& table) {

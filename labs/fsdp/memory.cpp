@@ -100,7 +100,8 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs) {
     fmt::print("stage 3 peaks above stage {} here ({} against {}): sharding the weights saves {} of them, but what "
                "stage 3 holds whole at once, {}, comes to {}; with few ranks or large layers (or blocks kept whole "
                "from forward to backward) the most sharded stage is not the smallest\n",
-               r.stage, format_bytes(std::uint64_t(three->memory.peak_total)), format_bytes(std::uint64_t(r.memory.peak_total)),
+               r.stage, format_bytes(std::uint64_t(three->memory.peak_total)),
+               format_bytes(std::uint64_t(r.memory.peak_total)),
                format_bytes(std::uint64_t(saved)),
                three->memory.peak[std::size_t(MemoryUse::prefetched)] ? "gathered and prefetched" : "gathered",
                format_bytes(std::uint64_t(whole)));
