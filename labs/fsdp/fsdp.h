@@ -9,6 +9,7 @@
 //   what_if.cpp  --what-if, --sweep ranks: each stage's memory and a payload-free step of a real model
 //   prefetch.cpp --sweep hidden: the layer size from which prefetching hides the all-gather
 //   bench.cpp    --bench: what the sharded simulation costs in wall time
+//   columns.h    what the lab's tables need beyond lab::Table (a printed-only column, a note)
 #pragma once
 
 #include <cstdint>
@@ -56,8 +57,9 @@ struct Options : lab::TrainingOptions {
 
 // --stage, --hsdp, --reshard-after-forward, --prefetch and ZeRO++'s --hpz, --qwz, --qgz.
 void add_sharding_options(CLI::App& app, Options& o);
-// The lab's rules for combining them, checked before any rank starts; a technique
-// for stage 3 alone makes --stage 3 the default where `stage_given` is false.
+// The lab's rules for combining them, checked before any rank starts. Where
+// `stage_given` is false, --hsdp makes stages 1-3 the default, and a technique
+// for stage 3 alone (--hpz, --qwz, --qgz) stage 3.
 void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given);
 // What the tiny GPT's run needs of the backend and the batch.
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options);
