@@ -1,12 +1,15 @@
 // Lab 6: FSDP and ZeRO. Data parallelism that splits the model state over the
 // ranks instead of copying it to each (parallel/fully_sharded.h). One file per
 // view of it:
-//   main.cpp     each stage trains the tiny GPT, equal to one rank; what it keeps and sends
+//   main.cpp     the options, and which view runs
+//   options.cpp  the sharding options, and the lab's rules for combining them
+//   stages.cpp   each stage trains the tiny GPT, equal to one rank; what it keeps and sends
 //   train.cpp    the training loop over FullyShardedGpt, and one rank's run to compare
 //   memory.cpp   rank 0's memory by use, measured, beside the memory lab's estimate
 //   what_if.cpp  --what-if, --sweep ranks: each stage's memory and a payload-free step of a real model
 //   prefetch.cpp --sweep hidden: the layer size from which prefetching hides the all-gather
 //   bench.cpp    --bench: what the sharded simulation costs in wall time
+//   columns.h    what the lab's tables need beyond lab::Table (a printed-only column, a note)
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 
 #include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/memory_tracker.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/sequences.h"
@@ -32,18 +36,15 @@ using namespace labkit;
 // lr whatever the gradient's size, so it wants one far below SGD's.
 inline constexpr float kSgdLr = 0.05f, kAdamwLr = 3e-3f;
 
-struct Options {
+struct Options : lab::TrainingOptions {
+  Options() : TrainingOptions{.steps = 10, .batch = 16, .lr = kSgdLr} {}  // --lr: kAdamwLr with adamw
   std::vector<int> stages = {0, 1, 2, 3};
   int hsdp = 0;  // HSDP: shard within groups of this many ranks, replicate across them (0: shard over all)
   bool reshard_after_forward = true;  // stage 3: free each block after its forward (else keep it to its backward)
   int hpz = 0;  // stage 3, ZeRO++'s hpZ: a secondary shard of each block within groups of this many ranks (0: none)
   bool qwz = false;  // stage 3, ZeRO++'s qwZ: int8 forward gathers, run beside exact stage 3
   bool qgz = false;  // stage 3, ZeRO++'s qgZ: int4 gradient reduces in two all-to-all hops, likewise
-  int steps = 10, batch = 16;
   std::string optimizer = "sgd";
-  float lr = kSgdLr;  // --lr, or kAdamwLr with adamw
-  std::uint64_t seed = 1337;
-  std::string json;
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
   double step_seconds = 2;  // --what-if: compute per step
   std::string gpu = "h100-80g";
@@ -51,9 +52,17 @@ struct Options {
   std::string recompute = "selective";
   std::string prefetch = "none";  // stage 3: which pass gathers the next block under the current one
   cli::Sweep sweep;  // ranks=A..B: the what-if on A, 2A, ... B GPUs of every topology; hidden=A..B: prefetch's boundary
-  bool bench = false;             // what the simulation costs in wall time
   std::string plot;               // each stage's memory at its peak, stacked by use
 };
+
+// --stage, --hsdp, --reshard-after-forward, --prefetch and ZeRO++'s --hpz, --qwz, --qgz.
+void add_sharding_options(CLI::App& app, Options& o);
+// The lab's rules for combining them, checked before any rank starts. Where
+// `stage_given` is false, --hsdp makes stages 1-3 the default, and a technique
+// for stage 3 alone (--hpz, --qwz, --qgz) stage 3.
+void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given);
+// What the tiny GPT's run needs of the backend and the batch.
+void check_tiny_gpt_run(const Options& o, const RunOptions& run_options);
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
 struct Optimizer {
@@ -111,6 +120,11 @@ void plot_memory(const std::vector<StageRun>& runs, const std::string& path);
 // Where stage 3 peaks above stage 1 or 2, says so and why.
 void explain_stage_three_peak(const std::vector<StageRun>& runs);
 
+// Each --stage trains the tiny GPT: its table, memory and verdict (stages.cpp).
+int train_stages(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
+
+// --what-if, --step-seconds, --gpu, --seq, --recompute and --sweep: the studies' options.
+void add_what_if_options(CLI::App& app, Options& o);
 int what_if(const Options& o, RunOptions run_options);
 int sweep(const Options& o, RunOptions run_options);
 // --sweep hidden=A..B: where the prefetched all-gather hides under a layer's forward, measured and by alpha-beta.

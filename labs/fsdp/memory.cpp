@@ -7,7 +7,9 @@
 
 #include <fmt/format.h>
 
+#include "columns.h"
 #include "fsdp.h"
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/output.h"
@@ -15,10 +17,11 @@
 
 namespace fsdp_lab {
 
-// Rank 0's peak memory by use beside the memory lab's estimate for the same
-// configuration (fp32 weights, gradients and states, no master copy), each
-// difference said on its line.
-nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config) {
+namespace {
+
+// The memory lab's plan for rank 0 of run `r`: fp32 weights, gradients and
+// states, no master copy, llm.c's activation buffers.
+memory::Plan plan_of(const StageRun& r, const Options& o, const GptConfig& config) {
   memory::Plan plan;
   plan.precision = memory::Precision::fp32;
   plan.state = {memory::Precision::fp32, memory::Precision::fp32, memory::Precision::fp32, false};
@@ -32,6 +35,15 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   const Prefetch prefetch = parse_prefetch(o.prefetch);  // a pass prefetches where it gathers
   plan.prefetch = prefetches_forward(prefetch) || (prefetches_backward(prefetch) && o.reshard_after_forward);
   plan.hpz = o.hpz;
+  return plan;
+}
+
+}  // namespace
+
+// Rank 0's peak memory by use beside the memory lab's estimate for the same
+// configuration, each difference said on its line.
+nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig& config) {
+  const memory::Plan plan = plan_of(r, o, config);
   const memory::Breakdown estimate = memory::estimate(architecture_of(config), plan, memory::gpu_preset("h100-80g"));
   const std::string padded = fmt::format("the shard is padded to a multiple of P ({} elements in all)", r.padding);
   struct Row {
@@ -48,24 +60,27 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   };
   if (plan.prefetch && r.stage == 3) rows.push_back({MemoryUse::prefetched, "prefetched weights", ""});
   fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.name);
-  fmt::print("  {:<12} {:>10} {:>10} {:>10}\n", "use", "measured", "estimate", "off by");
-  nlohmann::json out = nlohmann::json::array();
+  lab::Table table({indent(),
+                    {.header = "use", .key = "use", .width = 12, .align = lab::Align::left},
+                    {.header = "measured", .key = "measured_peak", .width = 10},
+                    {.header = "estimate", .key = "estimate", .width = 10},
+                    with_notes({.header = "off by", .key = "error", .width = 10}),
+                    {.key = "stage"}});
+  table.print_header();
   int off = 0;  // uses further than 5% from the estimate
   for (const Row& row : rows) {
     const double measured = double(r.memory.peak[std::size_t(row.use)]), want = estimate.bytes_of(row.estimator);
     const double error = want > 0 ? (measured - want) / want : measured > 0 ? 1 : 0;
     off += std::abs(error) > 0.05;
-    fmt::print("  {:<12} {:>10} {:>10} {:>10}{}\n", name_of(row.use), format_bytes(std::uint64_t(measured)),
-               format_bytes(std::uint64_t(want)), want > 0 ? fmt::format("{:+.1f}%", 100 * error) : "-",
-               row.why.empty() ? "" : "  " + row.why);
-    out.push_back({{"stage", r.stage}, {"use", name_of(row.use)}, {"measured_peak", measured}, {"estimate", want},
-                   {"error", error}});
+    const lab::Cell off_by = {error, want > 0 ? fmt::format("{:+.1f}%", 100 * error) : "-"};
+    table.add({"", std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
+               {want, format_bytes(std::uint64_t(want))}, with_note(off_by, 10, row.why), r.stage});
   }
   fmt::print("  {:<12} {:>10}  {}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)),
              r.peak_during.empty() ? "" : "during " + r.peak_during);
   if (off == 0) fmt::print("  every use within 5% of the estimate\n");
   else fmt::print("  {} use{} further than 5% from the estimate\n", off, off > 1 ? "s" : "");
-  return out;
+  return written(table);
 }
 
 // The confusion this answers: stage 3 shards the most, so it should hold the
@@ -85,7 +100,8 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs) {
     fmt::print("stage 3 peaks above stage {} here ({} against {}): sharding the weights saves {} of them, but what "
                "stage 3 holds whole at once, {}, comes to {}; with few ranks or large layers (or blocks kept whole "
                "from forward to backward) the most sharded stage is not the smallest\n",
-               r.stage, format_bytes(std::uint64_t(three->memory.peak_total)), format_bytes(std::uint64_t(r.memory.peak_total)),
+               r.stage, format_bytes(std::uint64_t(three->memory.peak_total)),
+               format_bytes(std::uint64_t(r.memory.peak_total)),
                format_bytes(std::uint64_t(saved)),
                three->memory.peak[std::size_t(MemoryUse::prefetched)] ? "gathered and prefetched" : "gathered",
                format_bytes(std::uint64_t(whole)));

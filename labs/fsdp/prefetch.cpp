@@ -17,7 +17,10 @@
 
 #include <fmt/format.h>
 
+#include "columns.h"
 #include "fsdp.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
@@ -86,7 +89,8 @@ void plot_boundary(const nlohmann::json& rows, std::optional<int> boundary, cons
   }
   run_gnuplot(fmt::format(
       "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
-      "set title \"{}\"\nset logscale x 2\nset logscale y 10\nset format y '%g'\nset xlabel 'hidden size'\nset ylabel 'us per layer'\n"
+      "set title \"{}\"\nset logscale x 2\nset logscale y 10\nset format y '%g'\n"
+      "set xlabel 'hidden size'\nset ylabel 'us per layer'\n"
       "set grid\nset key bottom right\n{}"
       "plot '{}' using 1:2 with linespoints linewidth 2 title 'T_f: the layer forward', "
       "'' using 1:3 with linespoints linewidth 2 title 'T_g: its all-gather, measured', "
@@ -99,90 +103,120 @@ void plot_boundary(const nlohmann::json& rows, std::optional<int> boundary, cons
   std::remove(data.c_str());
 }
 
-}  // namespace
-
-int prefetch_sweep(const Options& o, RunOptions run_options) {
-  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
-  const memory::Architecture base = memory::model_preset(name);
-  const Topology topology = find_topology(run_options.topology);
-  const int p = run_options.ranks;
-  const double flops = topology.device.peak_flops * run_options.efficiency;
-  const std::size_t dtype_bytes = 2;  // bf16 weights, as the shaped step gathers them
-  run_options.payload_free = true;
-  run_options.keep_trace = true;
-  if (base.layers < 4) throw Error(fmt::format("--sweep hidden: {} has {} layers; the walk needs 4", name, base.layers));
+// The sweep's fixed inputs: the model, the machine, and the runs of one
+// stage-3 step of its layer at each hidden size, payload-free.
+struct LayerSweep {
+  const Options& o;
+  memory::Architecture base;
+  Topology topology;
+  RunOptions run_options;  // payload-free, keeping the trace
+  double flops;            // the device's peak times --efficiency
+  std::string algorithm = "native";  // the all-gather's, as rank 0's comm names it (on the first walk)
 
   // One stage-3 step of the model at hidden h, prefetched or not: what rank 0's forward measured.
-  std::string algorithm = "native";
-  auto walk = [&](const memory::Architecture& arch, Prefetch prefetch) {
+  Walk walk(const memory::Architecture& arch, Prefetch prefetch) {
     const double step = compute_seconds(arch, o.seq, flops);
     const RunResult r = run(run_options, [&](Comm& comm) {
       if (comm.rank() == 0) algorithm = std::string(comm.algorithm(Collective::all_gather));
       sharded_shaped_step(comm, arch, step, 3, {.prefetch = prefetch});
     });
     return measure_forward(*r.trace, arch.layers);
-  };
+  }
   // The alpha-beta side: a layer's forward, and the all-gather of its padded bf16 parameters.
-  auto forward_seconds = [&](const memory::Architecture& a) { return 2 * o.seq * layer_parameters(a) / flops; };
-  auto gather_seconds = [&](const memory::Architecture& a) {
-    const std::size_t shard = (std::size_t(layer_parameters(a)) + std::size_t(p) - 1) / std::size_t(p);
-    return predict(Collective::all_gather, algorithm, shard * std::size_t(p) * dtype_bytes, p, topology);
-  };
+  double forward_seconds(const memory::Architecture& a) const { return 2 * o.seq * layer_parameters(a) / flops; }
+  double gather_seconds(const memory::Architecture& a) const {
+    const std::size_t p = std::size_t(run_options.ranks), dtype_bytes = 2;  // bf16, as the shaped step gathers
+    const std::size_t shard = (std::size_t(layer_parameters(a)) + p - 1) / p;
+    return predict(Collective::all_gather, algorithm, shard * p * dtype_bytes, int(p), topology);
+  }
+  bool hides(int h) const {
+    const memory::Architecture a = at_hidden(base, h);
+    return gather_seconds(a) <= forward_seconds(a);
+  }
+};
+
+// The measured rows: each hidden size A, 2A, ... B, with and without
+// prefetching, beside alpha-beta; the last size exposed and the first hidden.
+struct Measured {
+  nlohmann::json rows;
+  std::optional<int> last_exposed, first_hidden;
+};
+Measured measure_rows(LayerSweep& sweep) {
+  const Options& o = sweep.o;
+  lab::Table table({{.header = "hidden", .key = "hidden", .width = 7},
+                    {.header = "parameters", .key = "layer_parameters", .width = 10},
+                    {.header = "T_f", .key = "t_forward", .width = 10},
+                    {.header = "T_g", .key = "t_gather", .width = 10},
+                    {.header = "T_g (a-b)", .key = "t_gather_alpha_beta", .width = 10},
+                    {.header = "exposed", .key = "exposed_prefetched", .width = 10},
+                    with_notes({.header = "exposed (a-b)", .key = "exposed_alpha_beta", .width = 13})});
+  table.print_header();
+  Measured out;
+  for (int h = int(o.sweep.from); h <= o.sweep.to; h *= 2) {
+    const memory::Architecture arch = at_hidden(sweep.base, h);
+    const Walk plain = sweep.walk(arch, Prefetch::none), prefetched = sweep.walk(arch, Prefetch::forward);
+    const double predicted_gather = sweep.gather_seconds(arch);
+    const double predicted_exposed = std::max(0.0, predicted_gather - sweep.forward_seconds(arch));
+    const bool hidden = prefetched.exposed <= 0.01 * plain.exposed;
+    if (hidden && !out.first_hidden) out.first_hidden = h;
+    if (!hidden) out.last_exposed = h;
+    const double parameters = layer_parameters(arch);
+    table.add({h, {parameters, format_parameters(parameters)}, lab::seconds(plain.compute),
+               lab::seconds(plain.exposed), lab::seconds(predicted_gather), lab::seconds(prefetched.exposed),
+               with_note(lab::seconds(predicted_exposed), 13, hidden ? "hidden" : "exposed")});
+    std::fflush(stdout);
+  }
+  out.rows = table.json();
+  return out;
+}
+
+// The boundary by alpha-beta: the smallest h whose gather fits under its
+// forward (a bisection: T_g - T_f falls as h grows), or none up to 2^17.
+std::optional<int> print_alpha_beta_boundary(const LayerSweep& sweep) {
+  const int top = 1 << 17;
+  if (!sweep.hides(top)) {
+    const memory::Architecture a = at_hidden(sweep.base, top);
+    fmt::print("alpha-beta: no hidden size hides the gather: per parameter it takes {:.3g} s of bandwidth against "
+               "{:.3g} s of compute; it takes {:.0f} tokens per GPU or more (--seq)\n",
+               sweep.gather_seconds(a) / layer_parameters(a), sweep.forward_seconds(a) / layer_parameters(a),
+               sweep.o.seq * sweep.gather_seconds(a) / sweep.forward_seconds(a));
+    return std::nullopt;
+  }
+  int lo = 1, hi = top;  // hides(hi); not hides(lo - 1) once lo > 1
+  while (lo < hi) {
+    const int mid = lo + (hi - lo) / 2;
+    if (sweep.hides(mid)) hi = mid;
+    else lo = mid + 1;
+  }
+  fmt::print("alpha-beta: the gather hides from hidden {} (T_g = T_f there)\n", lo);
+  return lo;
+}
+
+}  // namespace
+
+int prefetch_sweep(const Options& o, RunOptions run_options) {
+  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  run_options.payload_free = true;
+  run_options.keep_trace = true;
+  const Topology topology = find_topology(run_options.topology);
+  LayerSweep sweep{.o = o, .base = memory::model_preset(name), .topology = topology, .run_options = run_options,
+                   .flops = topology.device.peak_flops * run_options.efficiency};
+  const int p = run_options.ranks;
+  if (sweep.base.layers < 4)
+    throw Error(fmt::format("--sweep hidden: {} has {} layers; the walk needs 4", name, sweep.base.layers));
 
   fmt::print("fsdp --sweep hidden={:g}..{:g}: {}'s layer at each hidden size, stage 3 on {} ranks of {}, {} tokens "
              "per GPU, compute at {:.0f}% of {}'s peak; per layer of the forward ...\n",
              o.sweep.from, o.sweep.to, name, p, topology.name, o.seq, 100 * run_options.efficiency,
              topology.device.name);
   std::fflush(stdout);
-  fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>13}\n", "hidden", "parameters", "T_f", "T_g", "T_g (a-b)",
-             "exposed", "exposed (a-b)");
-  nlohmann::json rows = nlohmann::json::array();
-  std::optional<int> last_exposed, first_hidden;
-  for (int h = int(o.sweep.from); h <= o.sweep.to; h *= 2) {
-    const memory::Architecture arch = at_hidden(base, h);
-    const Walk plain = walk(arch, Prefetch::none), prefetched = walk(arch, Prefetch::forward);
-    const double predicted_gather = gather_seconds(arch), predicted_exposed = std::max(0.0, predicted_gather -
-                                                                                              forward_seconds(arch));
-    const bool hidden = prefetched.exposed <= 0.01 * plain.exposed;
-    if (hidden && !first_hidden) first_hidden = h;
-    if (!hidden) last_exposed = h;
-    fmt::print("{:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>13}  {}\n", h, format_parameters(layer_parameters(arch)),
-               format_seconds(plain.compute), format_seconds(plain.exposed), format_seconds(predicted_gather),
-               format_seconds(prefetched.exposed), format_seconds(predicted_exposed), hidden ? "hidden" : "exposed");
-    std::fflush(stdout);
-    rows.push_back({{"hidden", h}, {"layer_parameters", layer_parameters(arch)}, {"t_forward", plain.compute},
-                    {"t_gather", plain.exposed}, {"t_gather_alpha_beta", predicted_gather},
-                    {"exposed_prefetched", prefetched.exposed}, {"exposed_alpha_beta", predicted_exposed},
-                    {"hidden", hidden}});
-  }
+  const Measured measured = measure_rows(sweep);
   fmt::print("(T_f: a layer's forward, 2 x tokens x its parameters at {}; T_g: its all-gather ({}), measured as the "
              "gap between layer starts less T_f without prefetch; exposed: the same with the next layer prefetched; "
              "(a-b): by the alpha-beta model, exposed = max(T_f, T_g) - T_f)\n",
-             fmt::format("{:.0f} TFLOP/s", flops / 1e12), algorithm);
-
-  // The boundary by alpha-beta: the smallest h whose gather fits under its forward.
-  auto hides = [&](int h) {
-    const memory::Architecture a = at_hidden(base, h);
-    return gather_seconds(a) <= forward_seconds(a);
-  };
-  std::optional<int> boundary;
-  const int top = 1 << 17;
-  if (hides(top)) {
-    int lo = 1, hi = top;  // hides(hi); not hides(lo - 1) once lo > 1
-    while (lo < hi) {
-      const int mid = lo + (hi - lo) / 2;
-      if (hides(mid)) hi = mid;
-      else lo = mid + 1;
-    }
-    boundary = lo;
-    fmt::print("alpha-beta: the gather hides from hidden {} (T_g = T_f there)\n", lo);
-  } else {
-    const memory::Architecture a = at_hidden(base, top);
-    fmt::print("alpha-beta: no hidden size hides the gather: per parameter it takes {:.3g} s of bandwidth against "
-               "{:.3g} s of compute; it takes {:.0f} tokens per GPU or more (--seq)\n",
-               gather_seconds(a) / layer_parameters(a), forward_seconds(a) / layer_parameters(a),
-               o.seq * gather_seconds(a) / forward_seconds(a));
-  }
+             fmt::format("{:.0f} TFLOP/s", sweep.flops / 1e12), sweep.algorithm);
+  const std::optional<int> boundary = print_alpha_beta_boundary(sweep);
+  const std::optional<int> &last_exposed = measured.last_exposed, &first_hidden = measured.first_hidden;
   const bool agrees = (!first_hidden || (boundary && *boundary <= *first_hidden)) &&
                       (!last_exposed || !boundary || *boundary > *last_exposed);
   fmt::print("measured: {}, {}: {} alpha-beta\n",
@@ -190,10 +224,10 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
              first_hidden ? fmt::format("hidden from {}", *first_hidden) : "hidden at none",
              agrees ? "agrees with" : "DISAGREES with");
   if (!o.plot.empty())
-    plot_boundary(rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {} tokens "
-                                              "per GPU", name, p, topology.name, o.seq),
+    plot_boundary(measured.rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {} "
+                                                       "tokens per GPU", name, p, topology.name, o.seq),
                   o.plot);
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, measured.rows);
   return 0;
 }
 

@@ -5,7 +5,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <CLI/CLI.hpp>
+
+#include "columns.h"
 #include "fsdp.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
+#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
@@ -18,13 +24,41 @@ namespace fsdp_lab {
 
 namespace {
 
+cli::Sweep parse_sweep(const std::string& text) {
+  return cli::parse_sweep(text, {{"ranks", 1, 65536, true, ""}, {"hidden", 64, 65536, true, ""}});
+}
+
+}  // namespace
+
+void add_what_if_options(CLI::App& app, Options& o) {
+  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): each stage's memory per GPU and a "
+                                         "payload-free step of its shapes")
+      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
+  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
+  app.add_option("--seq", o.seq, "--what-if: tokens per sequence (one sequence per GPU)")
+      ->capture_default_str()->check(cli::in_range(1, 1 << 20));
+  app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
+      ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
+  app.add_option_function<std::string>(
+         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
+         "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: "
+         "each stage's memory per GPU and exposed communication; hidden=A..B: its layer at hidden A, 2A, ... B, "
+         "stage 3 on --ranks: where prefetching hides the all-gather, measured and by alpha-beta")
+      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+}
+
+namespace {
+
 // The long guide's ZeRO table (section 8.2, book/99-references.md; 7B parameters,
 // P = 8) three ways: by its formulas
 // (18N: 4N of parameters, 2N of gradients, 12N of optimizer state), by the
 // gigabytes it prints (14 + 14 + 112 = 140 GB: 2N, 2N and 16N), and by ours
 // (mixed-precision Adam: bf16 weights and gradients, 2N each; fp32 master, m
 // and v, 12N), which are ZeRO's own (Rajbhandari et al. 2020, section 3.1).
-void print_reading_zero_table() {
+void print_guide_zero_table() {
   constexpr double n = 7e9, p = 8, gb = 1e9;
   struct Row {
     const char* formula;
@@ -37,11 +71,16 @@ void print_reading_zero_table() {
       {"(4N + 2N + 12N)/P", 18 * n / p, 18 * gb},
   };
   fmt::print("the reading's ZeRO table, 7B parameters on 8 GPUs, model state per GPU:\n");
-  fmt::print("{:<5} {:<20} {:>8} {:>13} {:>12}\n", "stage", "its formula", "= GB", "its GB", "ours GB");
+  lab::Table table({{.header = "stage", .key = "stage", .width = 5, .align = lab::Align::left},
+                    {.header = "its formula", .key = "formula", .width = 20, .align = lab::Align::left},
+                    {.header = "= GB", .key = "formula_gb", .width = 8},
+                    {.header = "its GB", .key = "its_gb", .width = 13},
+                    {.header = "ours GB", .key = "ours_gb", .width = 12}});
+  table.print_header();
   for (int stage = 0; stage <= 3; ++stage) {
     const double ours = memory::model_state_bytes(n, {}, memory::find_optimizer("adam"), stage, int(p)).total();
-    fmt::print("{:<5} {:<20} {:>8.2f} {:>13.2f} {:>12.2f}\n", stage, rows[stage].formula, rows[stage].its_formula / gb,
-               rows[stage].its_figure / gb, ours / gb);
+    table.add({stage, rows[stage].formula, lab::number(rows[stage].its_formula / gb, "{:.2f}"),
+               lab::number(rows[stage].its_figure / gb, "{:.2f}"), lab::number(ours / gb, "{:.2f}")});
   }
   fmt::print("(its formulas count 4N bytes of fp16 parameters, which take 2N, and its gigabytes count 16N of "
              "optimizer state (112 GB), where the fp32 master copy, momentum and variance take 12N (84 GB): the two "
@@ -102,11 +141,16 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
              "the model in bf16 ({}){}\n", nodes, nodes == 1 ? "" : "s", std::min(p, per_node),
              format_bytes(std::uint64_t(m)),
              nodes == 1 ? fmt::format("; on one node nothing leaves it: --ranks {} or more", 2 * per_node) : "");
-  fmt::print("{:<10} {:>10} {:>7} {:>7} {:>10} {:>9} {:>9}\n", "", "off node", "x M", "paper", "memory", "T_step",
-             "exposed");
+  lab::Table table({{.header = " ", .key = "configuration", .width = 10, .align = lab::Align::left},
+                    {.header = "off node", .key = "off_node_bytes_per_node", .width = 10},
+                    {.header = "x M", .key = "m", .width = 7},
+                    {.header = "paper", .key = "paper_m", .width = 7},
+                    {.header = "memory", .key = "memory_per_gpu", .width = 10},
+                    {.header = "T_step", .key = "t_step", .width = 9},
+                    {.header = "exposed", .key = "exposed", .width = 9}});
+  table.print_header();
   run_options.payload_free = true;
   run_options.keep_trace = true;
-  nlohmann::json out = nlohmann::json::array();
   for (const Row& row : rows) {
     const RunResult r = run(run_options, [&](Comm& comm) {
       sharded_shaped_step(comm, arch, o.step_seconds, 3, row.sharding);
@@ -115,12 +159,8 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
     memory::Plan plan = plan_for(o, 3, p);
     plan.hpz = row.sharding.hpz_group;
     const double memory = memory::estimate(arch, plan, gpu).total;
-    fmt::print("{:<10} {:>10} {:>6.2f}M {:>6.2f}M {:>10} {:>9} {:>9}\n", row.name, format_bytes(std::uint64_t(off_node)),
-               off_node / m, row.paper, format_bytes(std::uint64_t(memory)), format_seconds(r.elapsed),
-               format_seconds(r.elapsed - o.step_seconds));
-    out.push_back({{"configuration", row.name}, {"off_node_bytes_per_node", off_node}, {"m", off_node / m},
-                   {"paper_m", row.paper}, {"memory_per_gpu", memory}, {"t_step", r.elapsed},
-                   {"exposed", r.elapsed - o.step_seconds}});
+    table.add({row.name, bytes(off_node), lab::number(off_node / m, "{:.2f}M"), lab::number(row.paper, "{:.2f}M"),
+               bytes(memory), lab::seconds(r.elapsed), lab::seconds(r.elapsed - o.step_seconds)});
     std::fflush(stdout);
   }
   fmt::print("(off node: a ring leaves each node once, with (P-1)/P of the model; the root is gathered once a step, "
@@ -129,7 +169,44 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
              "{:.2f} on {} nodes. Memory: the estimate, hpZ's secondary shards in it; T_step: the quantization "
              "kernels taken as free)\n", kQuantBlock, 100.0 * sizeof(float) / kQuantBlock,
              200.0 * sizeof(float) / kQuantBlock, double(nodes - 1) / nodes, nodes);
-  return out;
+  return table.json();
+}
+
+// A model that does not fit even at stage 3, refused with the GPUs it needs.
+void refuse_what_cannot_fit(const Options& o, const memory::Architecture& arch, const memory::Gpu& gpu, int p) {
+  const memory::Breakdown sharded = memory::estimate(arch, plan_for(o, 3, p), gpu);
+  if (sharded.fits()) return;
+  const int needed = memory::gpus_needed(arch, plan_for(o, 3, p), gpu);
+  const std::string remedy =
+      o.hsdp > 0 && o.hsdp < p ? fmt::format("HSDP shards over groups of {} only: a larger --hsdp", o.hsdp)
+      : needed ? fmt::format("it needs --ranks {} or more", needed)
+               : "no rank count will do: the activations do not shrink with data parallelism (a shorter --seq, or "
+                 "--recompute full)";
+  throw Error(fmt::format("--what-if {} on --ranks {}: does not fit on {} even at stage 3, {} per GPU against {} "
+                          "({} over); {}", o.what_if, p, gpu.name, format_bytes(std::uint64_t(sharded.total)),
+                          format_bytes(std::uint64_t(gpu.bytes)),
+                          format_bytes(std::uint64_t(sharded.total - gpu.bytes)), remedy));
+}
+
+// ZeRO's Figure 1 (7.5B parameters, K = 12, Nd = 64), the long guide's ZeRO
+// table, and the FSDP bound of "Day 64" against FSDP's layer-at-a-time gathers.
+void print_published_figures(const Options& o, const memory::Architecture& arch, const memory::Gpu& gpu, int p) {
+  std::string figure;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const double bytes = memory::model_state_bytes(7.5e9, {}, memory::find_optimizer("adam"), stage, 64).total();
+    figure += fmt::format("{}{:.1f}", stage ? ", " : "", bytes / 1e9);
+  }
+  fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
+             "31.4, 16.6, 1.9)\n", figure);
+  print_guide_zero_table();
+  memory::Plan prefetched = plan_for(o, 3, p);
+  prefetched.prefetch = true;
+  const memory::Breakdown whole = memory::estimate(arch, prefetched, gpu);
+  const double gathered = whole.bytes_of("gathered weights") + whole.bytes_of("prefetched weights");
+  const double n = memory::count_parameters(arch).total;
+  fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
+             "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
+             format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));
 }
 
 }  // namespace
@@ -144,68 +221,62 @@ int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const memory::Gpu gpu = memory::gpu_preset(o.gpu);
   const int p = run_options.ranks;
-  const memory::Breakdown sharded = memory::estimate(arch, plan_for(o, 3, p), gpu);
-  if (!sharded.fits()) {
-    const int needed = memory::gpus_needed(arch, plan_for(o, 3, p), gpu);
-    throw Error(fmt::format("--what-if {} on --ranks {}: does not fit on {} even at stage 3, {} per GPU against {} "
-                            "({} over); {}", o.what_if, p, gpu.name, format_bytes(std::uint64_t(sharded.total)),
-                            format_bytes(std::uint64_t(gpu.bytes)), format_bytes(std::uint64_t(sharded.total - gpu.bytes)),
-                            o.hsdp > 0 && o.hsdp < p ? fmt::format("HSDP shards over groups of {} only: a larger --hsdp", o.hsdp)
-                            : needed ? fmt::format("it needs --ranks {} or more", needed)
-                                   : "no rank count will do: the activations do not shrink with data parallelism "
-                                     "(a shorter --seq, or --recompute full)"));
-  }
+  refuse_what_cannot_fit(o, arch, gpu, p);
   const double n = memory::count_parameters(arch).total;
   fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
              "AdamW, one sequence of {} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
-             n / 1e9, o.hsdp > 0 && o.hsdp < p ? fmt::format("{} (HSDP: groups of {})", p, o.hsdp) : fmt::format("{}", p),
+             n / 1e9,
+             o.hsdp > 0 && o.hsdp < p ? fmt::format("{} (HSDP: groups of {})", p, o.hsdp) : fmt::format("{}", p),
              run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
              o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
   std::fflush(stdout);
-  fmt::print("{:<5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", "stage", "weights", "gathered",
-             "gradients", "optimizer", "activations", "total", "fits", "T_step", "exposed");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "stage", .key = "stage", .width = 5, .align = lab::Align::left},
+                    {.header = "weights", .key = "weights", .width = 9},
+                    {.header = "gathered", .key = "gathered", .width = 9},
+                    {.header = "gradients", .key = "gradients", .width = 9},
+                    {.header = "optimizer", .key = "optimizer", .width = 9},
+                    {.header = "activations", .key = "activations", .width = 11},
+                    {.header = "total", .key = "total", .width = 10},
+                    {.header = "fits", .key = "fits", .width = 5},
+                    {.header = "T_step", .key = "t_step", .width = 9},
+                    {.header = "exposed", .key = "exposed", .width = 9}});
+  table.print_header();
   for (int stage : o.stages) {
     const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
     auto line = [&](const char* component) { return b.bytes_of(component); };
     const double optimizer = line("master weights") + line("optimizer states");
     const double gathered = line("gathered weights") + line("prefetched weights");
     const double step = shaped_step_seconds(o, run_options, arch, stage);
-    fmt::print("{:<5} {:>9} {:>9} {:>9} {:>9} {:>11} {:>10} {:>5} {:>9} {:>9}\n", stage,
-               format_bytes(std::uint64_t(line("weights"))), format_bytes(std::uint64_t(gathered)),
-               format_bytes(std::uint64_t(line("gradients"))),
-               format_bytes(std::uint64_t(optimizer)), format_bytes(std::uint64_t(line("activations"))),
-               format_bytes(std::uint64_t(b.total)), b.fits() ? "yes" : "no", format_seconds(step),
-               format_seconds(step - o.step_seconds));
-    rows.push_back({{"stage", stage}, {"weights", line("weights")}, {"gathered", gathered},
-                    {"gradients", line("gradients")},
-                    {"optimizer", optimizer}, {"activations", line("activations")}, {"total", b.total},
-                    {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
+    table.add({stage, bytes(line("weights")), bytes(gathered), bytes(line("gradients")), bytes(optimizer),
+               bytes(line("activations")), bytes(b.total), {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step),
+               lab::seconds(step - o.step_seconds)});
   }
   fmt::print("(gathered: whole while they compute, FSDP's root unit (embeddings, final norm, head) and a layer{}; "
-             "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: with "
-             "the framework, communication buffers and a 20% margin, as the memory lab counts them; exposed: T_step "
-             "less the {} of compute)\n", o.prefetch == "none" ? "" : " and the next, prefetched",
+             "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: "
+             "with the framework, communication buffers and a 20% margin, as the memory lab counts them; exposed: "
+             "T_step less the {} of compute)\n", o.prefetch == "none" ? "" : " and the next, prefetched",
              format_seconds(o.step_seconds));
-  if (o.qwz || o.hpz > 0 || o.qgz) rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, arch, gpu)}};
-  // ZeRO's Figure 1: 7.5B parameters, K = 12, Nd = 64.
-  std::string figure;
-  for (int stage = 0; stage <= 3; ++stage)
-    figure += fmt::format("{}{:.1f}", stage ? ", " : "",
-                          memory::model_state_bytes(7.5e9, {}, memory::find_optimizer("adam"), stage, 64).total() / 1e9);
-  fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
-             "31.4, 16.6, 1.9)\n", figure);
-  print_reading_zero_table();
-  memory::Plan prefetched = plan_for(o, 3, p);
-  prefetched.prefetch = true;
-  const memory::Breakdown whole = memory::estimate(arch, prefetched, gpu);
-  const double gathered = whole.bytes_of("gathered weights") + whole.bytes_of("prefetched weights");
-  fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
-             "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
-             format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  nlohmann::json rows = table.json();
+  if (o.qwz || o.hpz > 0 || o.qgz)
+    rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, arch, gpu)}};
+  print_published_figures(o, arch, gpu, p);
+  lab::write_json(o.json, rows);
   return 0;
 }
+
+namespace {
+
+// The sweep's tables: a row per rank count (and topology), a column per stage.
+// Its JSON has a row per topology, rank count and stage instead (sweep()).
+lab::Table sweep_table(const Options& o, const char* first) {
+  std::vector<lab::Column> columns = {{.header = first, .key = "topology", .width = 10, .align = lab::Align::left},
+                                      {.header = "ranks", .key = "ranks", .width = 6}};
+  for (int stage : o.stages)
+    columns.push_back({.header = fmt::format("stage {}", stage), .key = fmt::format("stage_{}", stage), .width = 11});
+  return lab::Table(columns);
+}
+
+}  // namespace
 
 // --sweep ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ...
 // B GPUs of every topology preset: each stage's memory per GPU (which depends
@@ -229,42 +300,39 @@ int sweep(const Options& o, RunOptions run_options) {
              o.hsdp > 0 ? fmt::format(" (HSDP: sharded within groups of {}, replicated across them)", o.hsdp) : "",
              topologies.size(), o.seq, o.recompute);
   std::fflush(stdout);
-  const auto stage_columns = [&](const char* first, const char* second) {
-    std::string header = fmt::format("{:<10} {:>6}", first, second);
-    for (int stage : o.stages) header += fmt::format(" {:>11}", fmt::format("stage {}", stage));
-    return header;
-  };
-  fmt::print("memory per GPU on {} (the memory lab's estimate; '!': does not fit)\n{}\n", gpu.name,
-             stage_columns("", "ranks"));
-  nlohmann::json rows = nlohmann::json::array();
+  fmt::print("memory per GPU on {} (the memory lab's estimate; '!': does not fit)\n", gpu.name);
+  lab::Table memory_table = sweep_table(o, " ");
+  memory_table.print_header();
   std::map<std::pair<int, int>, memory::Breakdown> per_gpu;  // (ranks, stage): the same on every topology
   for (int p : counts) {
-    std::string line = fmt::format("{:<10} {:>6}", "", p);
+    std::vector<lab::Cell> row = {"", p};
     for (int stage : o.stages) {
       const memory::Breakdown& b = per_gpu[{p, stage}] = memory::estimate(arch, plan_for(o, stage, p), gpu);
-      line += fmt::format(" {:>11}", format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!"));
+      row.push_back({b.total, format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!")});
     }
-    fmt::print("{}\n", line);
+    memory_table.add(row);
   }
-  fmt::print("exposed communication per step: T_step less the {} of compute\n{}\n", format_seconds(o.step_seconds),
-             stage_columns("topology", "ranks"));
+  fmt::print("exposed communication per step: T_step less the {} of compute\n", format_seconds(o.step_seconds));
+  lab::Table exposed_table = sweep_table(o, "topology");
+  exposed_table.print_header();
+  nlohmann::json rows = nlohmann::json::array();  // one per topology, rank count and stage
   for (std::string_view topology : topologies) {
     run_options.topology = std::string(topology);
     for (int p : counts) {
       run_options.ranks = p;
-      std::string line = fmt::format("{:<10} {:>6}", topology, p);
+      std::vector<lab::Cell> row = {std::string(topology), p};
       for (int stage : o.stages) {
         const double step = shaped_step_seconds(o, run_options, arch, stage);
         const memory::Breakdown& b = per_gpu.at({p, stage});
-        line += fmt::format(" {:>11}", format_seconds(step - o.step_seconds));
+        row.push_back(lab::seconds(step - o.step_seconds));
         rows.push_back({{"topology", topology}, {"ranks", p}, {"stage", stage}, {"memory_per_gpu", b.total},
                         {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
       }
-      fmt::print("{}\n", line);
+      exposed_table.add(row);
       std::fflush(stdout);
     }
   }
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, rows);
   return 0;
 }
 
