@@ -80,7 +80,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
              r.peak_during.empty() ? "" : "during " + r.peak_during);
   if (off == 0) fmt::print("  every use within 5% of the estimate\n");
   else fmt::print("  {} use{} further than 5% from the estimate\n", off, off > 1 ? "s" : "");
-  return written(table);
+  return table.json();
 }
 
 // The confusion this answers: stage 3 shards the most, so it should hold the

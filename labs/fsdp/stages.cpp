@@ -59,13 +59,13 @@ std::vector<StageRun> train_rows(const Options& o, const RunOptions& run_options
 lab::Table stages_table(std::size_t name_width) {
   using lab::Align;
   return lab::Table({{.header = "stage", .key = "stage", .width = int(name_width), .align = Align::left},
-                     {.header = "each rank keeps", .key = kPrintedOnly, .width = 28, .align = Align::left},
+                     {.header = "each rank keeps", .width = 28, .align = Align::left},
                      {.header = "shard", .key = "shard", .width = 10},
                      {.header = "padding", .key = "padding", .width = 8},
                      {.header = "sent", .key = "sent_parameters_per_step", .width = 10},
                      {.header = "bytes", .key = "sent_bytes_per_step", .width = 10},
                      {.header = "formula", .key = "formula", .width = 10},
-                     {.header = "x N", .key = kPrintedOnly, .width = 7},
+                     {.header = "x N", .width = 7},
                      {.header = "T_step", .key = "t_step", .width = 9},
                      {.header = "loss", .key = "loss", .width = 8},
                      {.header = "weights vs 1", .key = "weights_vs_one_rank", .width = 13},
@@ -141,7 +141,7 @@ nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs, cons
                       {.header = "step", .key = "step", .width = 5},
                       {.header = "exact", .key = "exact", .width = 10},
                       {.header = what, .key = "quantized", .width = 10},
-                      {.header = "difference", .key = kPrintedOnly, .width = 11},
+                      {.header = "difference", .width = 11},
                       {.key = "stage"},
                       {.key = "qwz"},
                       {.key = "qgz"}});
@@ -149,7 +149,7 @@ nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs, cons
     for (std::size_t s = 0; s < lossy.losses.size(); ++s)
       table.add({"", s + 1, lab::number(exact.losses[s], "{:.5f}"), lab::number(lossy.losses[s], "{:.5f}"),
                  fmt::format("{:+.2e}", double(lossy.losses[s]) - exact.losses[s]), lossy.stage, o.qwz, o.qgz});
-    for (const nlohmann::json& row : written(table)) out.push_back(row);
+    for (const nlohmann::json& row : table.json()) out.push_back(row);
   }
   return out;
 }
@@ -192,7 +192,7 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
       "rank's, {:.1e}), every rank bit for bit the same, sent = formula{}",
       limit, o.optimizer, kRoundingMargin, reordered,
       o.qwz || o.qgz ? " (ZeRO++'s quantized row: its weights apart by design, its loss above)" : ""));
-  lab::write_json(o.json, {{"stages", written(table)}, {"memory", memory}, {"losses", losses}});
+  lab::write_json(o.json, {{"stages", table.json()}, {"memory", memory}, {"losses", losses}});
   return status;
 }
 

@@ -139,7 +139,7 @@ double zero_formula(const FullyShardedGpt& sharded, const Options& o, bool quant
 }
 
 // The global batch's mean loss per step, from every rank's.
-std::vector<float> mean_losses(const std::vector<std::vector<double>>& all_losses, int steps) {
+std::vector<float> mean_losses(const std::vector<std::vector<float>>& all_losses, int steps) {
   std::vector<float> out;
   for (int s = 0; s < steps; ++s) {
     double sum = 0;
@@ -182,15 +182,15 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     const double end = comm.now();
     std::vector<float> weights = sharded.gather_parameters();
     // Instruments (untraced, free of virtual time): every rank's losses and weights on rank 0.
-    const auto all_losses = comm.inspect(view_of(losses));
-    const auto all_weights = comm.inspect(view_of(weights));
+    const std::vector<std::vector<float>> all_losses = comm.gather_objects(losses);
+    const std::vector<std::vector<float>> all_weights = comm.gather_objects(weights);
     if (comm.rank() != 0) return;
     first = start, last = end;
     describe_shards(comm, sharded, model, out);
     out.formula = zero_formula(sharded, o, quantized, out);
     out.weights = std::move(weights);
     out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
-                                  [&](const auto& w) { return std::equal(w.begin(), w.end(), out.weights.begin()); });
+                                  [&](const std::vector<float>& w) { return w == out.weights; });
     out.losses = mean_losses(all_losses, o.steps);
   });
   if (result.trace && !out.weights.empty()) read_trace(*result.trace, first, last, o.steps, out);

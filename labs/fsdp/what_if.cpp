@@ -159,8 +159,8 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
     memory::Plan plan = plan_for(o, 3, p);
     plan.hpz = row.sharding.hpz_group;
     const double memory = memory::estimate(arch, plan, gpu).total;
-    table.add({row.name, bytes(off_node), lab::number(off_node / m, "{:.2f}M"), lab::number(row.paper, "{:.2f}M"),
-               bytes(memory), lab::seconds(r.elapsed), lab::seconds(r.elapsed - o.step_seconds)});
+    table.add({row.name, lab::bytes(off_node), lab::number(off_node / m, "{:.2f}M"), lab::number(row.paper, "{:.2f}M"),
+               lab::bytes(memory), lab::seconds(r.elapsed), lab::seconds(r.elapsed - o.step_seconds)});
     std::fflush(stdout);
   }
   fmt::print("(off node: a ring leaves each node once, with (P-1)/P of the model; the root is gathered once a step, "
@@ -247,9 +247,9 @@ int what_if(const Options& o, RunOptions run_options) {
     const double optimizer = line("master weights") + line("optimizer states");
     const double gathered = line("gathered weights") + line("prefetched weights");
     const double step = shaped_step_seconds(o, run_options, arch, stage);
-    table.add({stage, bytes(line("weights")), bytes(gathered), bytes(line("gradients")), bytes(optimizer),
-               bytes(line("activations")), bytes(b.total), {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step),
-               lab::seconds(step - o.step_seconds)});
+    table.add({stage, lab::bytes(line("weights")), lab::bytes(gathered), lab::bytes(line("gradients")),
+               lab::bytes(optimizer), lab::bytes(line("activations")), lab::bytes(b.total),
+               {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step), lab::seconds(step - o.step_seconds)});
   }
   fmt::print("(gathered: whole while they compute, FSDP's root unit (embeddings, final norm, head) and a layer{}; "
              "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: "

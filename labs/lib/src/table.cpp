@@ -8,6 +8,8 @@ namespace labkit::lab {
 
 Cell percent(double share) { return {share, fmt::format("{:.1f}%", 100 * share)}; }
 
+Cell bytes(double count) { return {count, format_bytes(std::uint64_t(count))}; }
+
 Cell seconds(double seconds) { return {seconds, format_seconds(seconds)}; }
 
 Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }

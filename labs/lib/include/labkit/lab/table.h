@@ -54,6 +54,8 @@ Cell number(T value, std::string_view spec) {
 }
 // A share printed as a percentage ("18.3%"), written as the share (0.183).
 Cell percent(double share);
+// Bytes printed with their unit ("813 KiB"), written in bytes.
+Cell bytes(double count);
 // Seconds printed with their unit ("11.6 us"), written in seconds.
 Cell seconds(double seconds);
 // true as "yes", false as "NO": a check that failed stands out in a column of yeses.
