@@ -80,9 +80,9 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                         {"fits", b.fits()},
                         {"gpus_needed", needed}};
   if (!plan.training) return out;
-  // The long guide's 16N table (section 1.2, book/99-references.md) counts model state alone (bf16 and Adam,
-  // ZeRO's Figure 1 per GPU), and its GPU counts divide a replica's by 80 GB: what activations, overheads and
-  // the margin add is the difference.
+  // The 16N count (Rajbhandari et al. 2020, "ZeRO", section 3.1: 2 + 2 + 12 bytes a parameter with
+  // mixed-precision Adam; its Figure 1 per GPU) is model state alone, and chapter 3's GPU counts divide a
+  // replica's by 80 GB: what activations, overheads and the margin add is the difference.
   Plan replica = plan;
   replica.dp = replica.tp = replica.pp = 1;
   replica.zero = 0;

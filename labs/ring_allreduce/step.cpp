@@ -1,6 +1,7 @@
-// --step: ring allreduce on a few ranks, one step at a time, as the course
-// reading "Day 64: Distributed Training Fundamentals" draws it (its "Ring AllReduce
-// (4 GPUs, data split into 4 chunks)"; book/99-references.md). Nothing is
+// --step: ring allreduce on a few ranks, one step at a time: reduce-scatter,
+// then all-gather, P - 1 steps each (Patarasuk and Yuan 2009, "Bandwidth optimal
+// all-reduce algorithms for clusters of workstations"), drawn as chapter 2 draws
+// 4 GPUs with their data split into 4 chunks. Nothing is
 // drawn by hand: the simulator is deterministic, so the lab replays the same run
 // and stops it at the end of each step to look at every rank's buffer.
 #include <bit>
