@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "labkit/lab/table.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -39,13 +40,20 @@ std::string describe(const Architecture& m, const Plan& p) {
 }  // namespace
 
 int list_models() {
-  fmt::print("{:<14} {:>16} {:>16} {:>7} {:>7} {:>6} {:>8}\n", "model", "parameters", "active", "layers", "hidden",
-             "heads", "kv heads");
+  using labkit::lab::Align;
+  labkit::lab::Table table({{.header = "model", .key = "model", .width = 14, .align = Align::left},
+                            {.header = "parameters", .key = "parameters", .width = 16},
+                            {.header = "active", .key = "active", .width = 16},
+                            {.header = "layers", .key = "layers", .width = 7},
+                            {.header = "hidden", .key = "hidden", .width = 7},
+                            {.header = "heads", .key = "heads", .width = 6},
+                            {.header = "kv heads", .key = "kv_heads", .width = 8}});
+  table.print_header();
   for (std::string_view name : model_presets()) {
     const Architecture m = model_preset(name);
     const ParameterCount n = count_parameters(m);
-    fmt::print("{:<14} {:>16.0f} {:>16.0f} {:>7} {:>7} {:>6} {:>8}\n", name, n.total, n.active, m.layers, m.hidden,
-               m.heads, m.latent ? "latent" : std::to_string(m.kv_heads));
+    table.add({std::string(name), labkit::lab::number(n.total, "{:.0f}"), labkit::lab::number(n.active, "{:.0f}"),
+               m.layers, m.hidden, m.heads, m.latent ? "latent" : std::to_string(m.kv_heads)});
   }
   return 0;
 }
