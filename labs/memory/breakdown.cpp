@@ -33,9 +33,9 @@ std::string describe(const Architecture& m, const Plan& p) {
   if (p.tp > 1) parallel += fmt::format(" x tp {}", p.tp);
   if (p.pp > 1) parallel += fmt::format(" x pp {}", p.pp);
   const std::string zero = p.zero == 0 ? "DDP" : p.zero == 3 ? "ZeRO-3 (FSDP)" : fmt::format("ZeRO-{}", p.zero);
+  const std::string hsdp = p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "";
   return fmt::format("{}, training with {}, {} weights, {}{}, {}", describe_model(m, p), p.optimizer,
-                     name_of(p.precision), zero, p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "",
-                     parallel);
+                     name_of(p.precision), zero, hsdp, parallel);
 }
 }  // namespace
 

@@ -68,7 +68,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   // Whole numbers, held as doubles by the formulas.
   app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")
       ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
-  app.add_option("--seq", plan.seq, "sequence length")->type_name("INT")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--seq", plan.seq, "sequence length")
+      ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--activations-gb", o.activations_gb, "use this activation memory instead of the formula")
       ->check(cli::at_least(0.0));
   app.add_option("--params", o.params, "use this parameter count instead of the model's (e.g. 7e9); the shape "

@@ -19,7 +19,8 @@ namespace lab = labkit::lab;
 
 namespace {
 constexpr double GB = 1e9;
-const char* kParts[] = {"weights", "gathered weights", "gradients", "master weights", "optimizer states", "activations"};
+const char* kParts[] = {"weights",        "gathered weights", "gradients",
+                        "master weights", "optimizer states", "activations"};
 constexpr int kPartCount = std::size(kParts);
 
 struct Row {
@@ -95,7 +96,8 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
       rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), estimate(model, p, gpu)));
   } else {
     if (p.zero == 0) p.zero = 3;
-    for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
+    for (p.dp = 1; p.dp <= 1024; p.dp *= 2)
+      rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
   }
   fmt::print("\n");
   lab::Table table = sweep_table(what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero));

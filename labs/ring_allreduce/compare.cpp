@@ -70,7 +70,8 @@ void print_model_errors(const std::vector<Row>& rows, const std::vector<Modeled>
   fmt::print("{}  fastest\n", head);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].algo == kAlgorithms.front()) fmt::print("  {:>10}", rows[i].bytes);
-    fmt::print("  {:>{}}", fmt::format("{:.1f}%", modeled[i].error * 100), std::max<std::size_t>(8, rows[i].algo.size()));
+    fmt::print("  {:>{}}", fmt::format("{:.1f}%", modeled[i].error * 100),
+               std::max<std::size_t>(8, rows[i].algo.size()));
     if (rows[i].algo == kAlgorithms.back()) fmt::print("  {}\n", fastest.at(rows[i].bytes));
   }
 }
@@ -126,7 +127,8 @@ nlohmann::json json_rows(const Table& table, const std::vector<Row>& rows, int i
 
 void add_compare_options(CLI::App& app, CompareOptions& o) {
   add_sweep_options(app, o.min_bytes, o.max_bytes, o.sweep);
-  app.add_option("--check-max", o.check_max, "--compare: move data and check results up to this size (sizes only above)")
+  app.add_option("--check-max", o.check_max,
+                 "--compare: move data and check results up to this size (sizes only above)")
       ->capture_default_str()->check(cli::byte_size());
   app.add_option("-J,--json", o.json, "--compare: also write the results as JSON")->check(cli::output_file());
   app.add_option("--plot", o.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)")

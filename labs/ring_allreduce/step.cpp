@@ -81,7 +81,8 @@ int walk_ring(const RunOptions& base) {
     for (int r = 0; r < p; ++r) {
       const int to = (r + 1) % p;
       for (int c = 0; c < p; ++c)
-        if (buffers[to][c] != before[to][c]) sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
+        if (buffers[to][c] != before[to][c])
+          sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
     }
     const bool scatter = k < step_ends.size() / 2;
     const std::size_t n = scatter ? k + 1 : k + 1 - step_ends.size() / 2;
