@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "labkit/lab/table.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -32,20 +33,27 @@ std::string describe(const Architecture& m, const Plan& p) {
   if (p.tp > 1) parallel += fmt::format(" x tp {}", p.tp);
   if (p.pp > 1) parallel += fmt::format(" x pp {}", p.pp);
   const std::string zero = p.zero == 0 ? "DDP" : p.zero == 3 ? "ZeRO-3 (FSDP)" : fmt::format("ZeRO-{}", p.zero);
+  const std::string hsdp = p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "";
   return fmt::format("{}, training with {}, {} weights, {}{}, {}", describe_model(m, p), p.optimizer,
-                     name_of(p.precision), zero, p.shard_group ? fmt::format(" (HSDP, shards of {})", p.shard_group) : "",
-                     parallel);
+                     name_of(p.precision), zero, hsdp, parallel);
 }
 }  // namespace
 
 int list_models() {
-  fmt::print("{:<14} {:>16} {:>16} {:>7} {:>7} {:>6} {:>8}\n", "model", "parameters", "active", "layers", "hidden",
-             "heads", "kv heads");
+  using labkit::lab::Align;
+  labkit::lab::Table table({{.header = "model", .key = "model", .width = 14, .align = Align::left},
+                            {.header = "parameters", .key = "parameters", .width = 16},
+                            {.header = "active", .key = "active", .width = 16},
+                            {.header = "layers", .key = "layers", .width = 7},
+                            {.header = "hidden", .key = "hidden", .width = 7},
+                            {.header = "heads", .key = "heads", .width = 6},
+                            {.header = "kv heads", .key = "kv_heads", .width = 8}});
+  table.print_header();
   for (std::string_view name : model_presets()) {
     const Architecture m = model_preset(name);
     const ParameterCount n = count_parameters(m);
-    fmt::print("{:<14} {:>16.0f} {:>16.0f} {:>7} {:>7} {:>6} {:>8}\n", name, n.total, n.active, m.layers, m.hidden,
-               m.heads, m.latent ? "latent" : std::to_string(m.kv_heads));
+    table.add({std::string(name), labkit::lab::number(n.total, "{:.0f}"), labkit::lab::number(n.active, "{:.0f}"),
+               m.layers, m.hidden, m.heads, m.latent ? "latent" : std::to_string(m.kv_heads)});
   }
   return 0;
 }
@@ -80,9 +88,9 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                         {"fits", b.fits()},
                         {"gpus_needed", needed}};
   if (!plan.training) return out;
-  // The long guide's 16N table (section 1.2, book/99-references.md) counts model state alone (bf16 and Adam,
-  // ZeRO's Figure 1 per GPU), and its GPU counts divide a replica's by 80 GB: what activations, overheads and
-  // the margin add is the difference.
+  // The 16N count (Rajbhandari et al. 2020, "ZeRO", section 3.1: 2 + 2 + 12 bytes a parameter with
+  // mixed-precision Adam; its Figure 1 per GPU) is model state alone, and chapter 3's GPU counts divide a
+  // replica's by 80 GB: what activations, overheads and the margin add is the difference.
   Plan replica = plan;
   replica.dp = replica.tp = replica.pp = 1;
   replica.zero = 0;

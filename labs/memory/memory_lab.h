@@ -1,9 +1,11 @@
 // Lab 3's views, one file each: breakdown.cpp (the table per GPU, the timeline,
-// the recommendation), sweep.cpp (ZeRO stages or GPU counts side by side).
+// the recommendation), sweep.cpp (ZeRO stages or GPU counts side by side); and
+// plan.cpp, the plan the command line describes.
 #pragma once
 
 #include <string>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "labkit/memory.h"
@@ -13,6 +15,20 @@ namespace memory_lab {
 using labkit::memory::Architecture;
 using labkit::memory::Gpu;
 using labkit::memory::Plan;
+
+// The command line's words for a plan, before they are parsed into one.
+struct PlanOptions {
+  std::string model = "llama2-7b", gpu = "h100-80g", precision = "bf16", grads = "bf16", states = "fp32";
+  std::string kv = "bf16", recompute = "none", attention = "eager";
+  Plan plan;  // the options that are its fields already
+  bool no_master = false, inference = false;
+  double activations_gb = -1;  // < 0: the formula's
+  double params = 0;           // 0: the model's
+};
+// --model, --gpu, the precisions, the parallelism, the activations' and --inference's.
+void add_plan_options(CLI::App& app, PlanOptions& o);
+// The plan `o` describes for `model`; throws naming the option where the model's shape does not allow it.
+Plan make_plan(const PlanOptions& o, const Architecture& model);
 
 int list_models();
 nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, const Gpu& gpu);

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/table.h"
 #include "labkit/output.h"
 #include "memory_lab.h"
 
@@ -14,9 +15,12 @@ using namespace labkit::memory;
 
 namespace memory_lab {
 
+namespace lab = labkit::lab;
+
 namespace {
 constexpr double GB = 1e9;
-const char* kParts[] = {"weights", "gathered weights", "gradients", "master weights", "optimizer states", "activations"};
+const char* kParts[] = {"weights",        "gathered weights", "gradients",
+                        "master weights", "optimizer states", "activations"};
 constexpr int kPartCount = std::size(kParts);
 
 struct Row {
@@ -65,6 +69,22 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
   labkit::run_gnuplot(script);
   std::remove(data.c_str());
 }
+// Bytes, written whole and printed in GB.
+lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}", bytes / GB)}; }
+
+// A row per plan; the first column names the rows (`rows_are`: stage, or ZeRO-N for the GPU counts).
+lab::Table sweep_table(const std::string& rows_are) {
+  return lab::Table({{.header = rows_are, .key = "label", .width = 10, .align = lab::Align::left},
+                     {.header = "weights", .key = "weights", .width = 9},
+                     {.header = "gathered", .key = "gathered", .width = 9},
+                     {.header = "grads", .key = "gradients", .width = 9},
+                     {.header = "master", .key = "master", .width = 9},
+                     {.header = "optimizer", .key = "optimizer", .width = 9},
+                     {.header = "activations", .key = "activations", .width = 11},
+                     {.header = "overhead", .key = "overheads", .width = 9},
+                     {.header = "total", .key = "total", .width = 9},
+                     {.header = "(GB per GPU)", .key = "fits", .gap = 2}});
+}
 }  // namespace
 
 nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gpu& gpu, const std::string& what,
@@ -76,22 +96,18 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
       rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), estimate(model, p, gpu)));
   } else {
     if (p.zero == 0) p.zero = 3;
-    for (p.dp = 1; p.dp <= 1024; p.dp *= 2) rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
+    for (p.dp = 1; p.dp <= 1024; p.dp *= 2)
+      rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
   }
-  fmt::print("\n{:<10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9}  {}\n",
-             what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero), "weights", "gathered", "grads", "master",
-             "optimizer", "activations", "overhead", "total", "(GB per GPU)");
-  nlohmann::json out = nlohmann::json::array();
+  fmt::print("\n");
+  lab::Table table = sweep_table(what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero));
+  table.print_header();
   for (const Row& r : rows) {
-    fmt::print("{:<10} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>11.2f} {:>9.2f} {:>9.2f}  {}\n", r.label,
-               r.parts[0] / GB, r.parts[1] / GB, r.parts[2] / GB, r.parts[3] / GB, r.parts[4] / GB, r.parts[5] / GB,
-               r.overheads / GB, r.total / GB, r.fits ? "fits" : "does not fit");
-    out.push_back({{"label", r.label}, {"weights", r.parts[0]}, {"gathered", r.parts[1]}, {"gradients", r.parts[2]},
-                   {"master", r.parts[3]}, {"optimizer", r.parts[4]}, {"activations", r.parts[5]}, {"overheads", r.overheads},
-                   {"total", r.total}, {"fits", r.fits}});
+    table.add({r.label, gb(r.parts[0]), gb(r.parts[1]), gb(r.parts[2]), gb(r.parts[3]), gb(r.parts[4]),
+               gb(r.parts[5]), gb(r.overheads), gb(r.total), {r.fits, r.fits ? "fits" : "does not fit"}});
   }
   if (!plot.empty()) plot_stages(rows, plot, model, base, gpu);
-  return out;
+  return table.json();
 }
 
 }  // namespace memory_lab

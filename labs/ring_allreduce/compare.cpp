@@ -16,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/cost_model.h"
+#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
@@ -68,7 +70,8 @@ void print_model_errors(const std::vector<Row>& rows, const std::vector<Modeled>
   fmt::print("{}  fastest\n", head);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (rows[i].algo == kAlgorithms.front()) fmt::print("  {:>10}", rows[i].bytes);
-    fmt::print("  {:>{}}", fmt::format("{:.1f}%", modeled[i].error * 100), std::max<std::size_t>(8, rows[i].algo.size()));
+    fmt::print("  {:>{}}", fmt::format("{:.1f}%", modeled[i].error * 100),
+               std::max<std::size_t>(8, rows[i].algo.size()));
     if (rows[i].algo == kAlgorithms.back()) fmt::print("  {}\n", fastest.at(rows[i].bytes));
   }
 }
@@ -102,7 +105,46 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
   run_gnuplot(script);
   std::remove(data.c_str());
 }
+
+// The JSON of nccl-tests' rows, each with the model's time and error, whether it
+// was the fastest labkit algorithm at its size, and what NCCL runs there.
+nlohmann::json json_rows(const Table& table, const std::vector<Row>& rows, int iters,
+                         const std::vector<Modeled>& modeled, const std::map<std::size_t, std::string>& fastest,
+                         const std::vector<std::size_t>& sizes, const std::vector<NcclEstimate>& nccl) {
+  nlohmann::json json = nlohmann::json::array();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    nlohmann::json row = json_row(table, rows[i], iters);
+    row["model_us"] = modeled[i].seconds * 1e6;
+    row["model_error"] = modeled[i].error;
+    row["fastest"] = fastest.at(rows[i].bytes) == rows[i].algo;
+    const NcclEstimate& pick = nccl[std::size_t(std::find(sizes.begin(), sizes.end(), rows[i].bytes) - sizes.begin())];
+    row["nccl_runs"] = fmt::format("{}/{}", name_of(pick.algorithm), name_of(pick.protocol));
+    json.push_back(std::move(row));
+  }
+  return json;
+}
 }  // namespace
+
+void add_compare_options(CLI::App& app, CompareOptions& o) {
+  add_sweep_options(app, o.min_bytes, o.max_bytes, o.sweep);
+  app.add_option("--check-max", o.check_max,
+                 "--compare: move data and check results up to this size (sizes only above)")
+      ->capture_default_str()->check(cli::byte_size());
+  app.add_option("-J,--json", o.json, "--compare: also write the results as JSON")->check(cli::output_file());
+  app.add_option("--plot", o.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)")
+      ->check(cli::figure_file());
+}
+
+void settle_sweep(const CLI::App& app, const RunOptions& run, CompareOptions& o) {
+  set_sizes(o.sweep, o.min_bytes, o.max_bytes);
+  o.sweep.data_max_bytes = parse_bytes(o.check_max);
+  if (run.backend == "sim") {
+    if (!app.count("--iters")) o.sweep.iters = 1;
+    if (!app.count("--warmup_iters")) o.sweep.warmup = 0;
+    if (!app.count("--rounds")) o.sweep.rounds = 1;
+  }
+  if (run.backend == "nccl") o.sweep.where = DeviceKind::cuda;
+}
 
 int compare(const RunOptions& run_options, const CompareOptions& o) {
   if (!run_options.trace.empty())
@@ -154,19 +196,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",
                format_seconds(topology.inter.alpha), topology.inter.bandwidth / 1e9,
                format_seconds(topology.intra.alpha), topology.intra.bandwidth / 1e9, 2 * (nodes - 1));
-  if (!o.json.empty()) {
-    nlohmann::json json = nlohmann::json::array();
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      nlohmann::json row = json_row(table, rows[i], o.sweep.iters);
-      row["model_us"] = modeled[i].seconds * 1e6;
-      row["model_error"] = modeled[i].error;
-      row["fastest"] = fastest.at(rows[i].bytes) == rows[i].algo;
-      const NcclEstimate& pick = nccl[std::size_t(std::find(sizes.begin(), sizes.end(), rows[i].bytes) - sizes.begin())];
-      row["nccl_runs"] = fmt::format("{}/{}", name_of(pick.algorithm), name_of(pick.protocol));
-      json.push_back(std::move(row));
-    }
-    create_file(o.json) << json.dump(2) << '\n';
-  }
+  lab::write_json(o.json, json_rows(table, rows, o.sweep.iters, modeled, fastest, sizes, nccl));
   if (!o.plot.empty()) write_plot(rows, o.plot, ran);
   return wrong ? 1 : 0;
 }

@@ -1,6 +1,7 @@
-// --step: ring allreduce on a few ranks, one step at a time, as the course
-// reading "Day 64: Distributed Training Fundamentals" draws it (its "Ring AllReduce
-// (4 GPUs, data split into 4 chunks)"; book/99-references.md). Nothing is
+// --step: ring allreduce on a few ranks, one step at a time: reduce-scatter,
+// then all-gather, P - 1 steps each (Patarasuk and Yuan 2009, "Bandwidth optimal
+// all-reduce algorithms for clusters of workstations"), drawn as chapter 2 draws
+// 4 GPUs with their data split into 4 chunks. Nothing is
 // drawn by hand: the simulator is deterministic, so the lab replays the same run
 // and stops it at the end of each step to look at every rank's buffer.
 #include <bit>
@@ -80,7 +81,8 @@ int walk_ring(const RunOptions& base) {
     for (int r = 0; r < p; ++r) {
       const int to = (r + 1) % p;
       for (int c = 0; c < p; ++c)
-        if (buffers[to][c] != before[to][c]) sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
+        if (buffers[to][c] != before[to][c])
+          sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
     }
     const bool scatter = k < step_ends.size() / 2;
     const std::size_t n = scatter ? k + 1 : k + 1 - step_ends.size() / 2;

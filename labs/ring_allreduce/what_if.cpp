@@ -1,16 +1,17 @@
-// --what-if: the exercise of the course reading "Day 64: Distributed Training Fundamentals"
-// (book/99-references.md). Data parallelism alone: every step
-// each GPU computes on its share of the global batch, then allreduces the
-// bf16 gradients (2 bytes x N) with no overlap. Where does it stop working?
+// --what-if: data parallelism alone, chapter 2's exercise. Every step each GPU
+// computes on its share of the global batch, then allreduces the bf16 gradients
+// (2 bytes x N) with no overlap. Where does it stop working?
 //
 //   compute per GPU = 6 N tokens / (peak x MFU)      (6N FLOPs per token: Kaplan et al. 2020)
 //   communication   = NCCL's allreduce of 2N bytes: the ring or tree its tuning model picks
 //                     (nccl_model.h), beside labkit's single flat ring on the same topology
 //   CCR             = FLOPs per GPU / bytes each GPU sends; compute-bound above
 //                     CCR* = achieved FLOP/s / the bus bandwidth NCCL's channels reach (the roofline's ridge)
-//   memory          = 16 N bytes per replica (bf16 weights and grads, fp32 master and Adam m, v)
+//   memory          = 16 N bytes per replica (bf16 weights and grads, fp32 master and Adam m, v:
+//                     Rajbhandari et al. 2020, "ZeRO", section 3.1)
 #include <fmt/format.h>
 
+#include "labkit/cli.h"
 #include "labkit/cost_model.h"
 #include "labkit/nccl_model.h"
 #include "labkit/units.h"
@@ -34,6 +35,13 @@ std::string count(double v) {
   return fmt::format("{:.0f}M", v / 1e6);
 }
 }  // namespace
+
+void add_what_if_options(CLI::App& app, WhatIfOptions& o) {
+  app.add_option("--global-batch", o.global_batch_tokens, "--what-if: tokens per step")
+      ->capture_default_str()->check(cli::above(0.0));
+  app.add_option("--mfu", o.mfu, "--what-if: achieved fraction of peak FLOP/s")
+      ->capture_default_str()->check(cli::above(0.0, 1.0));
+}
 
 int what_if(const WhatIfOptions& o) {
   const Scenario scenarios[] = {{"7B on 8 A100 (NVLink)", 7e9, 8, "dgx-a100"},
@@ -78,7 +86,7 @@ int what_if(const WhatIfOptions& o) {
              "#    (chapters 7, 8) cut the bytes each GPU must synchronize.\n",
              last_ccr_over_ridge, 100 * last_comm_share);
 
-  // Day 64's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
+  // Chapter 2's worked example: 7B, 8 GPUs on InfiniBand at 50 GB/s, 2 s of compute.
   const double reading = 2.0 * 7 / 8 * 14e9 / 50e9;
   fmt::print("# the reading's example: 2 x 7/8 x 14 GB / 50 GB/s = {:.2f} s; with 2 s of compute, efficiency "
              "{:.0f}%\n\n", reading, 100 * 2.0 / (2.0 + reading));

@@ -1,0 +1,97 @@
+// The plan a command line describes: the model's precisions, its parallelism
+// and its activations, checked against what the model's shape allows.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "labkit/cli.h"
+#include "labkit/error.h"
+#include "memory_lab.h"
+
+using namespace labkit::memory;
+namespace cli = labkit::cli;
+
+namespace memory_lab {
+
+namespace {
+// What the model's shape allows: tensor parallelism gives each rank whole
+// attention heads (and splits the KV heads, or copies each to the same number
+// of ranks: Megatron-LM, Shoeybi et al. 2019), a pipeline stage holds at least
+// one layer, HSDP's shard groups split the data-parallel ranks evenly, and
+// sequence parallelism (Korthikanti et al. 2022) has tensor-parallel ranks to
+// shard over.
+void check_plan(const Architecture& m, const Plan& p) {
+  if (m.heads % p.tp != 0) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= m.heads; ++d)
+      if (m.heads % d == 0) divisors.push_back(d);
+    throw labkit::Error(fmt::format("--tp {}: each rank takes whole attention heads, and {} has {}: --tp must "
+                                    "divide {} ({})", p.tp, m.name, m.heads, m.heads, fmt::join(divisors, ", ")));
+  }
+  if (!m.latent && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+    throw labkit::Error(fmt::format("--tp {}: {}'s {} KV heads neither split evenly over {} ranks nor copy evenly "
+                                    "to them", p.tp, m.name, m.kv_heads, p.tp));
+  if (p.pp > m.layers)
+    throw labkit::Error(fmt::format("--pp {}: {} has {} layers, and each pipeline stage needs at least one", p.pp,
+                                    m.name, m.layers));
+  if (p.shard_group > 0 && p.dp % p.shard_group != 0)
+    throw labkit::Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
+  if (p.sequence_parallel && p.tp == 1)
+    throw labkit::Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the "
+                        "tensor-parallel ranks; with --tp 1 there are none to split over (add --tp)");
+}
+}  // namespace
+
+void add_plan_options(CLI::App& app, PlanOptions& o) {
+  Plan& plan = o.plan;
+  const auto precision_name = cli::parsed_by(parse_precision);
+  app.add_option("--model", o.model, "a preset (--models lists them)")
+      ->capture_default_str()->check(cli::parsed_by(model_preset));
+  app.add_option("--gpu", o.gpu, "h100-80g, h200-141g, a100-80g, a100-40g, l40s-48g, rtx4090-24g")
+      ->capture_default_str()->check(cli::parsed_by(gpu_preset));
+  app.add_option("--optimizer", plan.optimizer, "sgd, momentum, adam, adamw, adafactor, lion, ...")
+      ->capture_default_str()->check(cli::parsed_by(find_optimizer));
+  app.add_option("--precision", o.precision, "weights: fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4")
+      ->capture_default_str()->check(precision_name);
+  app.add_option("--grad-precision", o.grads, "gradients")->capture_default_str()->check(precision_name);
+  app.add_option("--state-precision", o.states, "optimizer states")->capture_default_str()->check(precision_name);
+  app.add_flag("--no-master", o.no_master, "no fp32 master copy of the weights");
+  app.add_option("--zero", plan.zero, "ZeRO stage 0-3 (3 = FSDP)")->capture_default_str()->check(cli::in_range(0, 3));
+  app.add_option("--dp", plan.dp, "data-parallel ranks")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--tp", plan.tp, "tensor-parallel degree")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--pp", plan.pp, "pipeline stages")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--hsdp", plan.shard_group, "HSDP: shard inside groups of this many ranks")->check(cli::at_least(1));
+  app.add_flag("--sp", plan.sequence_parallel, "sequence parallelism (with --tp)");
+  app.add_option("--recompute", o.recompute, "activation recomputation: none, selective, full")
+      ->capture_default_str()->check(cli::parsed_by(parse_recompute));
+  app.add_option("--attention", o.attention, "attention's kernel: eager (keeps the s x s scores) or flash")
+      ->capture_default_str()->check(cli::parsed_by(parse_attention));
+  // Whole numbers, held as doubles by the formulas.
+  app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")
+      ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--seq", plan.seq, "sequence length")
+      ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--activations-gb", o.activations_gb, "use this activation memory instead of the formula")
+      ->check(cli::at_least(0.0));
+  app.add_option("--params", o.params, "use this parameter count instead of the model's (e.g. 7e9); the shape "
+                                       "(layers, hidden, heads) stays the model's")->check(cli::above(0.0));
+  app.add_flag("--inference", o.inference, "serving: weights and KV cache");
+  app.add_option("--batch", plan.batch, "inference: concurrent sequences")
+      ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--kv-precision", o.kv, "inference: KV cache")->capture_default_str()->check(precision_name);
+}
+
+Plan make_plan(const PlanOptions& o, const Architecture& model) {
+  Plan plan = o.plan;
+  plan.training = !o.inference;
+  plan.precision = parse_precision(o.precision);
+  plan.state = {plan.precision, parse_precision(o.grads), parse_precision(o.states), !o.no_master};
+  plan.kv_dtype = parse_precision(o.kv);
+  plan.recompute = parse_recompute(o.recompute);
+  plan.attention = parse_attention(o.attention);
+  if (o.activations_gb >= 0) plan.activations = o.activations_gb * 1e9;
+  if (o.params > 0) plan.params = o.params;
+  check_plan(model, plan);
+  return plan;
+}
+
+}  // namespace memory_lab
