@@ -328,7 +328,7 @@ void MpiComm::advance(double seconds) {
 
 // Buffers may differ in size by rank (a gather's root holds them all): sizes first.
 std::vector<std::vector<std::byte>> MpiComm::gather_untimed(View buf) {
-  const int bytes = bytes_arg(buf.bytes(), who(), "inspect");
+  const int bytes = bytes_arg(buf.bytes(), who(), "gather_object");
   std::vector<int> sizes(size()), offsets(size());
   MPI_Gather(&bytes, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_);
   std::exclusive_scan(sizes.begin(), sizes.end(), offsets.begin(), 0);

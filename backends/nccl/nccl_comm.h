@@ -1,5 +1,5 @@
 // labkit::Comm on NCCL: one rank per GPU, the processes under mpirun. MPI
-// carries the control (the NCCL unique id, argument checks, inspect, the
+// carries the control (the NCCL unique id, argument checks, gather_object, the
 // trace's merge); NCCL carries the data, on one CUDA stream per group: its
 // communication stream. Native collectives are NCCL's, enqueued there with an
 // event recorded after each, so the host goes on at once and a wait polls the

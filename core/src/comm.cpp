@@ -355,23 +355,4 @@ void Comm::track_memory(MemoryUse use, std::int64_t bytes) {
   record(std::move(e));
 }
 
-std::vector<std::vector<double>> Comm::inspect(View buf) {
-  std::vector<std::vector<double>> rows;
-  for (const std::vector<std::byte>& bytes : gather_untimed(buf)) {
-    std::vector<double>& row = rows.emplace_back(bytes.size() / size_of(buf.dtype));
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      const std::byte* p = bytes.data() + i * size_of(buf.dtype);
-      switch (buf.dtype) {
-        case DType::f32: { float v; std::memcpy(&v, p, 4); row[i] = v; break; }
-        case DType::f64: { double v; std::memcpy(&v, p, 8); row[i] = v; break; }
-        case DType::i32: { std::int32_t v; std::memcpy(&v, p, 4); row[i] = v; break; }
-        case DType::i64: { std::int64_t v; std::memcpy(&v, p, 8); row[i] = double(v); break; }
-        case DType::u8: row[i] = double(std::to_integer<std::uint8_t>(*p)); break;
-        case DType::bf16: { bfloat16 v; std::memcpy(&v, p, 2); row[i] = to_float(v); break; }
-      }
-    }
-  }
-  return rows;
-}
-
 }  // namespace labkit

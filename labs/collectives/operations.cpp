@@ -30,7 +30,7 @@ Values make(std::size_t n, const std::function<float(std::size_t)>& f) {
 }
 
 // Every rank's buffers, as rank 0 prints them: before, an arrow, after.
-void print_buffers(const std::vector<std::vector<double>>& before, const std::vector<std::vector<double>>& after) {
+void print_buffers(const std::vector<Values>& before, const std::vector<Values>& after) {
   std::vector<std::string> left;
   std::size_t width = 6;
   for (const auto& row : before)
@@ -72,15 +72,18 @@ struct Demo {
   // Runs `call` on every rank; rank 0 prints its time (first start to last end)
   // and every rank's `in` before and `out` after, and reports them.
   void show(const std::string& title, Values& in, Values& out, const std::function<void()>& call) const {
-    const auto before = comm.inspect(view_of(in));
-    std::vector<double> clock = {comm.now(), 0};
+    // Instruments (untraced, free of virtual time): every rank's buffers and clock on rank 0.
+    const std::vector<Values> before = comm.gather_objects(in);
+    struct Clock {
+      double start, end;
+    } clock{comm.now(), 0};
     call();
-    clock[1] = comm.now();
-    const auto after = comm.inspect(view_of(out));
-    const auto clocks = comm.inspect(view_of(clock));
+    clock.end = comm.now();
+    const std::vector<Values> after = comm.gather_objects(out);
+    const std::vector<Clock> clocks = comm.gather_object(clock);
     if (r != 0) return;
-    double start = clocks[0][0], end = 0;
-    for (const auto& c : clocks) start = std::min(start, c[0]), end = std::max(end, c[1]);
+    double start = clocks[0].start, end = 0;
+    for (const Clock& c : clocks) start = std::min(start, c.start), end = std::max(end, c.end);
     fmt::print("{}: {}\n", title, format_seconds(end - start));
     report.push_back({{"title", title}, {"seconds", end - start}, {"before", before}, {"after", after}});
     print_buffers(before, after);

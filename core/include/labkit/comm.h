@@ -185,10 +185,6 @@ class Comm {
 
   std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)": how errors name it
 
-  // An instrument, not a collective: collects every rank's buffer on rank 0 (as
-  // doubles, for printing). Untraced, and free of virtual time on the simulator.
-  std::vector<std::vector<double>> inspect(View buf);
-
   // An instrument, not a collective (PyTorch's gather_object): every rank's
   // `values` on rank 0, a vector per rank in rank order, copied as bytes, so a
   // plain struct of results travels whole; nothing on the other ranks. Untraced,
