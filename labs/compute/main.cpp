@@ -7,11 +7,12 @@
 //   GPT-2           1.5B    40B  3.60e+20   3.6e+20          458      ~460      70%
 //   ...
 //
-// --budget the reading's compute budgets and GPU-hours at --mfu, --ccr the
-// communication roofline of data parallelism (the guide's tables, corrected),
-// --roofline this machine's peak and memory bandwidth, measured, and the tiny
-// GPT's ops against them (--plot FILE draws it); --json FILE all of it. The
-// train lab prints its MFU (labs/train.cpp). Formulas: core/src/compute.cpp.
+// --budget the published runs' compute budgets (GPT-2 to Llama 2) and their
+// GPU-hours at --mfu, --ccr the communication roofline of data parallelism
+// (the course's tables, corrected: book/10-compute.md), --roofline this
+// machine's peak and memory bandwidth, measured, and the tiny GPT's ops against
+// them (--plot FILE draws it); --json FILE all of it. The train lab prints its
+// MFU (labs/train/mfu.cpp). Formulas: core/src/compute.cpp.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
