@@ -1,12 +1,11 @@
 // Lab 6's benchmark: what the sharded simulation itself costs, in wall time.
-#include <chrono>
-#include <cstdio>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "columns.h"
 #include "fsdp.h"
+#include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
@@ -21,25 +20,18 @@ namespace fsdp_lab {
 // against stage 0 (DDP: one allreduce), data-carrying, the same batches; then
 // one payload-free stage-3 step of Llama-2 70B's shapes over 1024 ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   auto timed = [&](int stage) {
-    fmt::print("timing {} steps of the tiny GPT on {} simulated ranks at stage {} ...\n", o.steps, run_options.ranks,
-               stage);
-    std::fflush(stdout);
-    const Clock::time_point start = Clock::now();
-    train(o, run_options, stage, data, config);
-    return seconds_since(start);
+    return lab::timed(fmt::format("timing {} steps of the tiny GPT on {} simulated ranks at stage {}", o.steps,
+                                  run_options.ranks, stage),
+                      [&] { train(o, run_options, stage, data, config); });
   };
   const double ddp = timed(0), sharded = timed(3);
-  fmt::print("timing one payload-free stage-3 step of Llama-2 70B on 1024 ranks ...\n");
-  std::fflush(stdout);
   RunOptions big = run_options;
   big.ranks = 1024, big.payload_free = true;
   const memory::Architecture llama = memory::model_preset("llama2-70b");
-  const Clock::time_point start = Clock::now();
-  run(big, [&](Comm& comm) { sharded_shaped_step(comm, llama, o.step_seconds, 3); });
-  const double what_if = seconds_since(start);
+  const double what_if = lab::timed("timing one payload-free stage-3 step of Llama-2 70B on 1024 ranks", [&] {
+    run(big, [&](Comm& comm) { sharded_shaped_step(comm, llama, o.step_seconds, 3); });
+  });
   // Its JSON is the figures by name (below), not the table's rows.
   lab::Table table({{.header = "run", .key = "run", .width = 48, .align = lab::Align::left},
                     with_notes({.header = "wall", .key = "wall", .width = 10})});

@@ -3,14 +3,13 @@
 // same steps on --stages simulated stages under every schedule, the same
 // batches; then GPT-3's interleaved step at P = 16, M = 128, V = 2,
 // payload-free, as a capstone's what-if would run it.
-#include <chrono>
-#include <cstdio>
 #include <functional>
 #include <string>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
 #include "labkit/optim.h"
 #include "labkit/output.h"
@@ -21,19 +20,11 @@
 namespace pipeline_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  using Clock = std::chrono::steady_clock;
-  const auto timed = [](const std::string& what, const std::function<void()>& work) {
-    fmt::print("timing {} ...\n", what);
-    std::fflush(stdout);
-    const Clock::time_point start = Clock::now();
-    work();
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
   // The one-rank baseline is the lab's first work, outside any rank: where its ranks would start.
   if (before_ranks_start) before_ranks_start(run_options);
   const int B = o.batch_or_default();
   SgdMomentum sgd{.lr = o.lr};
-  const double one_rank = timed("one rank", [&] {
+  const double one_rank = lab::timed("timing one rank", [&] {
     train_one_rank(config, data, o.seed, o.steps, B,
                    [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
   });
@@ -42,12 +33,12 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   for (const std::string_view name : kScheduleNames) {
     if (!fits(name, config.layers, o.stages, o.microbatches)) continue;
     const Schedule schedule = make_schedule(name, o.stages, o.microbatches, default_virtual(name));
-    runs.emplace_back(name, timed(fmt::format("{} on {} simulated stages", name, o.stages),
+    runs.emplace_back(name, lab::timed(fmt::format("timing {} on {} simulated stages", name, o.stages),
                                   [&] { train(o, run_options, data, config, schedule, false); }));
   }
   Options gpt3 = o;
   gpt3.what_if = "gpt3-175b", gpt3.stages = 16, gpt3.microbatches = 128, gpt3.batch = 128, gpt3.json.clear();
-  const double at_scale = timed("GPT-3 interleaved, P = 16, M = 128, V = 2, payload-free", [&] {
+  const double at_scale = lab::timed("timing GPT-3 interleaved, P = 16, M = 128, V = 2, payload-free", [&] {
     what_if(gpt3, run_options, interleaved_schedule(16, 128, 2));
   });
   fmt::print("{:<44} {:>10}\n", "run", "wall");

@@ -2,13 +2,12 @@
 // --steps steps of the tiny GPT on one rank (no simulator) against the same
 // steps on --ranks simulated tensor-parallel ranks, each computing its slice
 // of every layer, the same batches.
-#include <chrono>
-#include <cstdio>
 #include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
@@ -17,27 +16,13 @@
 
 namespace tp_lab {
 
-namespace {
-
-// The wall time of `work`, announced first: the runs take seconds.
-double timed(const char* what, const std::function<void()>& work) {
-  using Clock = std::chrono::steady_clock;
-  fmt::print("timing {} ...\n", what);
-  std::fflush(stdout);
-  const Clock::time_point start = Clock::now();
-  work();
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
-
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
   SgdMomentum sgd{.lr = o.lr};
-  const double dense = timed("the dense model on one rank", [&] {
+  const double dense = lab::timed("timing the dense model on one rank", [&] {
     train_one_rank(config, data, o.seed, o.steps, o.batch,
                    [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
   });
-  const double split = timed("the same steps on the simulated tensor-parallel ranks",
+  const double split = lab::timed("timing the same steps on the simulated tensor-parallel ranks",
                              [&] { train(o, run_options, data, config, false); });
   // Two rows and a ratio, not a lab::Table: the ratio follows the second row
   // only, and the JSON is one object of both runs.
