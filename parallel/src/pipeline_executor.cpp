@@ -162,9 +162,9 @@ class PipelineExecutor::MicroBatches {
   const int sets_;
   const std::vector<int>& tokens_;
   const std::vector<int>& targets_;
-  Table<int> set_of_;                   // by micro-batch: -1 while it holds none
+  IntVector<int> set_of_;                   // by micro-batch: -1 while it holds none
   std::vector<int> free_;               // the next to be taken last
-  Table<std::vector<Request>> sends_;  // by set: in flight from its buffers
+  IntVector<std::vector<Request>> sends_;  // by set: in flight from its buffers
   int most_held_ = 0;
 };
 

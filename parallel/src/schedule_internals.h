@@ -1,7 +1,7 @@
 // What the schedule generators (pipeline_schedule.cpp), the zero-bubble
 // placement (zero_bubble.cpp), the replay behind validate()
 // (schedule_replay.cpp) and the executor share, inside parallel/: where a
-// chunk runs, whether a message travels between two chunks, and tables
+// chunk runs, whether a message travels between two chunks, and vectors
 // subscripted by the ints that PipeAction and Schedule number stages, chunks
 // and micro-batches with.
 #pragma once
@@ -17,10 +17,10 @@ namespace labkit {
 
 // A std::vector subscripted by ints, as a schedule numbers its stages, chunks and micro-batches.
 template <typename T>
-class Table {
+class IntVector {
  public:
-  explicit Table(int size) : cells_(std::size_t(size)) {}
-  Table(int size, const T& value) : cells_(std::size_t(size), value) {}
+  explicit IntVector(int size) : cells_(std::size_t(size)) {}
+  IntVector(int size, const T& value) : cells_(std::size_t(size), value) {}
   T& operator[](int i) { return cells_[std::size_t(i)]; }
   const T& operator[](int i) const { return cells_[std::size_t(i)]; }
   auto begin() { return cells_.begin(); }
@@ -44,7 +44,7 @@ class Grid {
 
  private:
   int microbatches_;
-  Table<T> cells_;
+  IntVector<T> cells_;
 };
 
 inline int stage_of(const Schedule& s, int chunk) { return s.stage_of_chunk[std::size_t(chunk)]; }

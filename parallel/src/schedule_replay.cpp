@@ -85,7 +85,7 @@ class ScheduleReplay {
   const PipeTimes& t_;
   Grid<Progress> progress_;
   std::map<MessageKey, Message> messages_;  // sent so far, in the order their "never received" is reported
-  Table<StageReplay> stages_;
+  IntVector<StageReplay> stages_;
 };
 
 ScheduleReplay::ScheduleReplay(const Schedule& s, const PipeTimes& t)

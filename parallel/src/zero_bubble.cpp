@@ -71,8 +71,8 @@ class ZeroBubble {
   Schedule s_;
   int limit_;
   const PipeTimes& t_;
-  Table<ChunkQueue> chunks_;
-  Table<StageClock> stages_;
+  IntVector<ChunkQueue> chunks_;
+  IntVector<StageClock> stages_;
   Grid<double> forward_ends_, input_ends_;  // when each chunk's micro-batch's forward and input gradient ended
 };
 
