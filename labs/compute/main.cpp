@@ -20,6 +20,7 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/output.h"
 #include "labkit/output.h"
 #include "labkit/run.h"
 
@@ -58,7 +59,7 @@ int main(int argc, char** argv) {
       if (budget || ccr) fmt::print("\n");
       report["roofline"] = compute_lab::print_roofline(labkit::parse_device(device), batch, plot);
     }
-    if (!json.empty()) labkit::create_file(json) << report.dump(2) << '\n';
+    lab::write_json(json, report);
     return 0;
   });
 }

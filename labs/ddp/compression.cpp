@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/lab/output.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/output.h"
@@ -106,7 +107,7 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   for (std::size_t s = 0; s < plain.losses.size(); ++s)
     fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
   if (!run_options.trace.empty()) fmt::print("traces, one per row: {}, {}\n", plain_run.trace, compressed_run.trace);
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, rows);
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
 
   const bool agree = bytes_agree(plain) && bytes_agree(compressed), same = plain.ranks_agree && compressed.ranks_agree;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/lab/output.h"
 #include "labkit/cli.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
@@ -95,7 +96,7 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
                     {"exposed", t.exposed()}, {"t_step", t.step}, {"efficiency", efficiency(t)},
                     {"formula_t_comm", formula}});
   }
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, rows);
   if (!o.plot.empty())
     plot_step_bars(o.plot, fmt::format("DDP step of {} on {} ranks of {}", o.what_if, p, topology.name), steps);
   return 0;
@@ -157,7 +158,7 @@ int sweep(const Options& o, RunOptions run_options) {
     }
   }
   fmt::print("(naive, overlap: scaling efficiency T_compute / (T_compute + T_exposed); T_step and exposed: overlap)\n");
-  if (!o.json.empty()) create_file(o.json) << rows.dump(2) << '\n';
+  lab::write_json(o.json, rows);
   if (!o.plot.empty()) {
     const std::string data = o.plot + ".dat";
     {
@@ -244,13 +245,10 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   fmt::print("sweep:       least exposed at a {:g} MiB cap: {}\n", best_cap, format_seconds(best_exposed));
   fmt::print("closed form: k* = max((T - G b) / a, sqrt(T / a)) = {:.0f} buckets of G / k* = {:.1f} MiB: {} "
              "exposed\n", k, G / k / (1 << 20), format_seconds(exposed_communication(k, T, G, line)));
-  if (!o.json.empty())
-    create_file(o.json) << nlohmann::json{{"model", name}, {"ranks", run_options.ranks},
-                                          {"topology", run_options.topology}, {"gradient_bytes", G},
-                                          {"t_backward", T}, {"a", line.a}, {"b", line.b}, {"rows", rows},
-                                          {"best_cap_mib", best_cap}, {"model_best_buckets", k},
-                                          {"model_best_mib", G / k / (1 << 20)}}.dump(2)
-                        << '\n';
+  lab::write_json(o.json, {{"model", name}, {"ranks", run_options.ranks}, {"topology", run_options.topology},
+                           {"gradient_bytes", G}, {"t_backward", T}, {"a", line.a}, {"b", line.b}, {"rows", rows},
+                           {"best_cap_mib", best_cap}, {"model_best_buckets", k},
+                           {"model_best_mib", G / k / (1 << 20)}});
   if (!o.plot.empty()) {
     const std::string data = o.plot + ".dat";
     {
@@ -298,7 +296,7 @@ int volume(const Options& o, int ranks) {
     out.push_back({{"model", r.model}, {"params", r.params}, {"fp32_bytes", fp32}, {"half_bytes", half},
                    {"seconds_at_200GBps", half / link}, {"exact_half_bytes", exact}, {"ranks", ranks}});
   }
-  if (!o.json.empty()) create_file(o.json) << out.dump(2) << '\n';
+  lab::write_json(o.json, out);
   return 0;
 }
 

@@ -6,7 +6,7 @@
 //                     {.key = "weights_limit"}});            // in the JSON only
 //   table.print_header();                                    // mode         T_step
 //   table.add({"naive", lab::seconds(t), limit});            // naive       11.6 us
-//   create_file(json) << table.json().dump(2);               // [{"mode": "naive", "t_step": 1.16e-05, ...}]
+//   lab::write_json(json, table.json());                     // [{"mode": "naive", "t_step": 1.16e-05, ...}]
 //
 // A cell is a value for the JSON and the text printed for it (by default the
 // value in fmt's "{}"): a loss column prints the last loss and writes the curve.
