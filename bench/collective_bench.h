@@ -13,10 +13,12 @@
 #include <string_view>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "labkit/comm.h"
 #include "labkit/device.h"
+
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace labkit::bench {
 

@@ -6,11 +6,14 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "labkit/comm.h"
 #include "labkit/parallel/mesh.h"
+
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace collectives_lab {
 

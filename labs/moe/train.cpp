@@ -8,6 +8,7 @@
 #include <tuple>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "labkit/error.h"

@@ -18,7 +18,6 @@
 #include <string_view>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "labkit/sweep.h"
@@ -28,6 +27,10 @@
 #include "labkit/parallel/pipeline_schedule.h"
 #include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
+
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace pipeline_lab {
 
@@ -84,7 +87,6 @@ Schedule adopt_schedule_file(const CLI::App& app, Options& o);
 bool fits(std::string_view schedule, int layers, int P, int M);
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand);
-
 
 // One panel of the grid: a schedule's step, each stage's forwards and backwards as they ran.
 struct GridPanel {

@@ -10,11 +10,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "collective_bench.h"
 #include "labkit/nccl_model.h"
 #include "labkit/run.h"
+
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace ring_lab {
 

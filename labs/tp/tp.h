@@ -13,7 +13,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "labkit/gpt.h"
@@ -23,6 +22,10 @@
 #include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
 #include "labkit/trace.h"
+
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace tp_lab {
 
@@ -88,6 +91,5 @@ int what_if(const Options& o, RunOptions run_options);
 void add_context_parallel_options(CLI::App& app, Options& o);
 // The tiny GPT's attention (`whole`: all its heads over the whole batch and sequence) over --cp ranks.
 int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& whole);
-
 
 }  // namespace tp_lab

@@ -11,7 +11,9 @@
 #include <cstdint>
 #include <string>
 
-#include <CLI/CLI.hpp>
+namespace CLI {
+class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
 
 namespace labkit::lab {
 
