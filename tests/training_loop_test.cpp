@@ -73,5 +73,16 @@ TEST(TrainingLoop, RankZeroKeepsTheLargestDistanceFromOneRank) {
   EXPECT_EQ(run.weights_vs_one_rank, 0.5);
 }
 
+// The simulator's ranks share their process, and with it one reference.
+TEST(TrainingLoop, OneRankIsTrainedOncePerProcessAndSharedByItsRanks) {
+  int trained = 0;
+  std::vector<float> seen[4];
+  run_training(sim_ranks(4), [&](Comm& comm, RankTraining& training) {
+    seen[comm.rank()] = training.one_rank([&] { return std::vector<float>{float(++trained)}; });
+  });
+  EXPECT_EQ(trained, 1);
+  for (const std::vector<float>& reference : seen) EXPECT_EQ(reference, std::vector<float>{1});
+}
+
 }  // namespace
 }  // namespace labkit

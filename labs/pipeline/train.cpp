@@ -118,7 +118,6 @@ void print_notes(const Schedule& schedule, const RunOptions& run_options, const 
 PipelineRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
                   const Schedule& schedule, bool compare) {
   const int B = o.batch_or_default(), T = config.max_seq;
-  std::vector<float> one_rank;
   PipelineRun out;
   const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
     Gpt model(config, o.seed);
@@ -139,13 +138,14 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       }
       return step.loss;
     });
-    if (compare && one_rank.empty()) {  // once per process, by its first rank here
-      SgdMomentum one_sgd{.lr = o.lr};
-      one_rank = train_one_rank(config, data, o.seed, o.steps, B,
-                                [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
+    if (compare) {
+      const std::vector<float>& one_rank = training.one_rank([&] {
+        SgdMomentum one_sgd{.lr = o.lr};
+        return train_one_rank(config, data, o.seed, o.steps, B,
+                              [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
+      });
+      training.versus_one_rank(relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()));
     }
-    training.versus_one_rank(compare ? relative_difference(model.parameters().to_host(), one_rank, pipeline.owned())
-                                     : 0);
     const StageSummary mine{step.start, step.end, step.activation_sets,
                             double(comm.memory().peak[std::size_t(MemoryUse::activations)])};
     // Instruments: untraced, free of virtual time.

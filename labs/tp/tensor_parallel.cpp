@@ -149,11 +149,6 @@ void print_table_notes(const TpRun& r, const Options& o, const GptConfig& config
 
 TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
             bool compare) {
-  // One rank, the whole model: the weights every rank's slice must equal.
-  // Trained once per process, by its first rank to finish (the simulator's
-  // ranks share the process), after the ranks have started: all of the lab's
-  // work runs inside its ranks.
-  std::vector<float> dense;
   RunOptions traced = run_options;
   traced.keep_trace = true;
   TpRun out;
@@ -174,13 +169,14 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
       return loss;
     });
-    if (compare && dense.empty()) {
-      SgdMomentum dense_sgd{.lr = o.lr};
-      dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
-                             [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
+    if (compare) {  // one rank, the whole model: the weights every rank's slice must equal
+      const std::vector<float>& dense = training.one_rank([&] {
+        SgdMomentum dense_sgd{.lr = o.lr};
+        return train_one_rank(config, data, o.seed, o.steps, o.batch,
+                              [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
+      });
+      training.versus_one_rank(relative_difference(model.parameters().to_host(), model.slice_of_dense(dense)));
     }
-    training.versus_one_rank(compare ? relative_difference(model.parameters().to_host(), model.slice_of_dense(dense))
-                                     : 0.0);
     if (comm.rank() != 0) return;
     out.kept = model.parameter_count();
     out.padded_vocab = model.padded_vocab();

@@ -41,10 +41,16 @@ void RankTraining::versus_one_rank(double difference) {
   for (double d : all) out_.weights_vs_one_rank = std::max(out_.weights_vs_one_rank, d);
 }
 
+const std::vector<float>& RankTraining::one_rank(const std::function<std::vector<float>()>& train) {
+  if (!one_rank_) one_rank_ = train();
+  return *one_rank_;
+}
+
 TrainingRun run_training(const RunOptions& run_options, const TrainingRankFn& rank_fn) {
   TrainingRun out;
+  std::optional<std::vector<float>> one_rank;  // this process's
   const RunResult result = run(run_options, [&](Comm& comm) {
-    RankTraining training(comm, out);
+    RankTraining training(comm, out, one_rank);
     rank_fn(comm, training);
   });
   out.trace = result.trace;

@@ -48,9 +48,10 @@ struct MoeScenario final : Scenario {
       labkit::MoeTrainer trainer(comm, config, moe, data, kMoeBatch, kMoeSeed, kMoeLearningRate);
       training.steps(steps, [&](int step) {
         const float loss = trainer.step(step);
-        if (comm.rank() != 0) return loss;  // the stats are the group's, alike on every rank
-        auto& layers = history.steps.emplace_back();
-        for (int l = 0; l < config.layers; ++l) layers.push_back(trainer.model().layer(l).stats());
+        if (comm.rank() == 0) {  // the stats are the group's, alike on every rank
+          auto& layers = history.steps.emplace_back();
+          for (int l = 0; l < config.layers; ++l) layers.push_back(trainer.model().layer(l).stats());
+        }
         return loss;
       });
     });

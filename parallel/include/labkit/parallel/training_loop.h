@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -52,7 +53,8 @@ struct TrainingRun {
 // One rank's part of the run, handed to the lab's rank function.
 class RankTraining {
  public:
-  RankTraining(Comm& comm, TrainingRun& out) : comm_(comm), out_(out) {}
+  RankTraining(Comm& comm, TrainingRun& out, std::optional<std::vector<float>>& one_rank)
+      : comm_(comm), out_(out), one_rank_(one_rank) {}
   // Runs step(0), ..., step(count - 1), each returning this rank's loss, and
   // gathers every rank's losses on rank 0 (an instrument: untraced, free of
   // virtual time, so outside what the trace measures).
@@ -66,10 +68,16 @@ class RankTraining {
   // This rank's weights' distance from one rank's, where the ranks hold
   // different parts (tensor, pipeline and expert parallelism): rank 0 keeps the largest.
   void versus_one_rank(double difference);
+  // One rank's weights to compare with (equivalence.h's reference), trained by
+  // `train` once per process, by the first rank to ask, then shared: the
+  // simulator's ranks share their process. Asked inside the ranks, after they
+  // have started, as all of a lab's work is.
+  const std::vector<float>& one_rank(const std::function<std::vector<float>()>& train);
 
  private:
   Comm& comm_;
   TrainingRun& out_;
+  std::optional<std::vector<float>>& one_rank_;
 };
 
 using TrainingRankFn = std::function<void(Comm& comm, RankTraining& training)>;
