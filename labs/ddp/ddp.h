@@ -16,6 +16,7 @@
 #include "labkit/gpt.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/gradient_compression.h"
 #include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
@@ -70,10 +71,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
 // every data-parallel run must equal. Its first step's gradients and its last weights.
 // `reversed`: each batch's sequences in reverse order, to measure what rounding
 // alone does over the run (labkit::rounding_limit).
-struct OneRank {
-  std::vector<float> first_grads, weights;
-};
-OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false);
+OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false);
 
 // The studies' options (--what-if, --step-seconds, --volume, --sweep), and --compress's.
 void add_what_if_options(CLI::App& app, Options& o);

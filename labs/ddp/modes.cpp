@@ -56,7 +56,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
   }
   if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
-  const OneRank one_rank = train_one_rank(o, corpus, config);
+  const OneRankRun one_rank = train_one_rank(o, corpus, config);
   const double reordered = relative_difference(train_one_rank(o, corpus, config, true).weights, one_rank.weights);
   const double weight_limit = rounding_limit(reordered);
   fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",

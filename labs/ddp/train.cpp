@@ -1,5 +1,4 @@
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,7 +6,9 @@
 #include "ddp.h"
 #include "labkit/error.h"
 #include "labkit/optim.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/sampler.h"
+#include "labkit/parallel/training_loop.h"
 
 namespace ddp_lab {
 
@@ -60,16 +61,6 @@ std::uint64_t traced_bytes(const TraceTrack& track, double from, double to, int 
   return bytes;
 }
 
-std::uint64_t fingerprint(const std::vector<float>& w) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bits
-  for (float f : w) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &f, sizeof bits);
-    h = (h ^ bits) * 1099511628211ull;
-  }
-  return h;
-}
-
 }  // namespace
 
 // Trains `o.steps` steps data-parallel in `mode` and measures them; given a
@@ -79,8 +70,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
   ModeRun out;
   out.mode = mode;
   run_options.keep_trace = true;
-  double first = 0, last = 0;
-  const RunResult result = run(run_options, [&](Comm& comm) {
+  const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
     if (o.batch % comm.size() != 0)
       fail(comm.who(), "ddp",
            "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences", o.batch, comm.size());
@@ -92,69 +82,44 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
     DataParallel ddp(comm, model, mode, caps_of(o), compressor.get());
     const DistributedSampler sampler(corpus.count, comm.size(), comm.rank(), o.seed);
     std::vector<int> x, y;
-    std::vector<float> losses;
-    const double start = comm.now();
-    for (int s = 0; s < o.steps; ++s) {
+    training.steps(o.steps, [&](int s) {
       float loss = 0;
       for (int m = 0; m < o.accum; ++m) {
         fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), x, y);
         loss += ddp.forward_backward(x, y, b, T, m, o.accum) / o.accum;
       }
-      losses.push_back(loss);
       if (s == 0 && comm.rank() == 0) out.first_grads = model.gradients().to_host();
       const double started = comm.now();
       optimizer.update(model);
       // It reads and writes each parameter's weight, gradient and state: about a dozen FLOPs apiece.
       comm.computed("optimizer", started, 12.0 * double(model.parameter_count()));
-    }
-    const double end = comm.now();
-    // Instruments (untraced, free of virtual time): every rank's losses and fingerprint on rank 0.
-    const std::vector<std::vector<float>> all_losses = comm.gather_objects(losses);
+      return loss;
+    });
     const std::vector<float> weights = model.parameters().to_host();
-    const std::uint64_t print = fingerprint(weights);
-    const std::vector<std::uint64_t> prints = comm.gather_object(print);
+    training.replicated(weights);
     if (comm.rank() != 0) return;
-    first = start, last = end;
-    out.ranks = comm.size();
     out.buckets = std::max<int>(1, int(ddp.buckets().size()));
     out.weights = weights;
-    out.fingerprint = print;
-    out.ranks_agree = std::all_of(prints.begin(), prints.end(), [&](std::uint64_t p) { return p == print; });
     if (compressor) out.bytes_sent = compressor->bytes_sent(), out.bytes_formula = compressor->formula_bytes();
-    for (int s = 0; s < o.steps; ++s) {
-      double sum = 0;
-      for (const auto& rank_losses : all_losses) sum += rank_losses[s];
-      out.losses.push_back(float(sum / all_losses.size()));
-    }
   });
-  if (result.trace && !out.weights.empty()) {
-    out.per_step = step_times(result.trace->tracks()[0], first, last);
-    for (double* t : {&out.per_step.forward, &out.per_step.backward, &out.per_step.optimizer, &out.per_step.comm,
-                      &out.per_step.step})
-      *t /= o.steps;
-    out.bytes_traced = traced_bytes(result.trace->tracks()[0], first, last, out.ranks) / o.steps;
-  }
+  if (!run.on_rank_zero()) return out;
+  out.ranks = run.ranks;
+  out.losses = run.mean_losses();
+  out.fingerprint = run.fingerprint;
+  out.ranks_agree = run.ranks_agree;
+  out.per_step = step_times(run.trace->tracks()[0], run.start, run.end);
+  for (double* t : {&out.per_step.forward, &out.per_step.backward, &out.per_step.optimizer, &out.per_step.comm,
+                    &out.per_step.step})
+    *t /= o.steps;
+  out.bytes_traced = traced_bytes(run.trace->tracks()[0], run.start, run.end, out.ranks) / o.steps;
   return out;
 }
 
-OneRank train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed) {
-  OneRank out;
+OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed) {
   Gpt model(config, o.seed, parse_device(o.device));
   Optimizer optimizer(o);
-  const DistributedSampler sampler(corpus.count, 1, 0, o.seed);
-  std::vector<int> x, y;
-  for (int s = 0; s < o.steps; ++s) {
-    std::vector<std::size_t> picked = batch_of(sampler, s, o.batch * o.accum);
-    if (reversed) std::reverse(picked.begin(), picked.end());
-    fill_batch(corpus, picked, x, y);
-    model.forward(x, y, o.batch * o.accum, config.max_seq);
-    model.zero_grad();
-    model.backward();
-    if (s == 0) out.first_grads = model.gradients().to_host();
-    optimizer.update(model);
-  }
-  out.weights = model.parameters().to_host();
-  return out;
+  return labkit::train_one_rank(model, corpus, o.seed, o.steps, o.batch * o.accum,
+                                [&](Gpt& m) { optimizer.update(m); }, reversed);
 }
 
 }  // namespace ddp_lab

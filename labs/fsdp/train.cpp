@@ -12,6 +12,7 @@
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/parallel/sampler.h"
+#include "labkit/parallel/training_loop.h"
 
 namespace fsdp_lab {
 
@@ -71,28 +72,6 @@ ShardingOptions sharding_at(const Options& o, int stage, bool quantized) {
           .quantize_gradients = quantized && o.qgz};
 }
 
-// This rank's steps: its part of each global batch, forward and backward, the
-// sharded optimizer step (a compute region of 12 FLOPs per parameter it
-// updates); returns its loss per step.
-std::vector<float> train_steps(Comm& comm, FullyShardedGpt& sharded, const Gpt& model, const Options& o,
-                               const Sequences& data) {
-  const int b = o.batch / comm.size();
-  Optimizer optimizer(o);
-  const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
-  std::vector<int> x, y;
-  std::vector<float> losses;
-  for (int s = 0; s < o.steps; ++s) {
-    fill_batch(data, batch_of(sampler, s, b), x, y);
-    losses.push_back(sharded.forward_backward(x, y, b, model.config().max_seq));
-    const double started = comm.now();
-    sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
-    if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));  // sized now
-    comm.computed("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
-                                                                           : sharded.shard_parameters().size()));
-  }
-  return losses;
-}
-
 // The shards' shape on rank 0: its shard, the padding, the largest block and
 // what stage 3 keeps whole (units(): the embeddings, the blocks, the final norm).
 void describe_shards(const Comm& comm, const FullyShardedGpt& sharded, const Gpt& model, StageRun& out) {
@@ -138,17 +117,6 @@ double zero_formula(const FullyShardedGpt& sharded, const Options& o, bool quant
   return formula;
 }
 
-// The global batch's mean loss per step, from every rank's.
-std::vector<float> mean_losses(const std::vector<std::vector<float>>& all_losses, int steps) {
-  std::vector<float> out;
-  for (int s = 0; s < steps; ++s) {
-    double sum = 0;
-    for (const auto& rank_losses : all_losses) sum += rank_losses[s];
-    out.push_back(float(sum / all_losses.size()));
-  }
-  return out;
-}
-
 // What the trace says of the steps between `first` and `last` (not the final
 // gather): rank 0's volume and step time, what every node sent off it, and
 // rank 0's memory peak.
@@ -161,6 +129,16 @@ void read_trace(const Trace& trace, double first, double last, int steps, StageR
   find_peak(trace.tracks()[0].events, out);
 }
 
+// The sharded optimizer step after step s's backward: a compute region of 12
+// FLOPs per parameter this rank updates; its state is sized at the first.
+void optimizer_step(Comm& comm, FullyShardedGpt& sharded, const Gpt& model, Optimizer& optimizer, int s) {
+  const double started = comm.now();
+  sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
+  if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));
+  comm.computed("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
+                                                                         : sharded.shard_parameters().size()));
+}
+
 }  // namespace
 
 StageRun train(const Options& o, RunOptions run_options, int stage, const Sequences& data, const GptConfig& config,
@@ -170,30 +148,34 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
   out.quantized = quantized;
   out.name = fmt::format("{}{}{}", stage, quantized && o.qwz ? " qwZ" : "", quantized && o.qgz ? " qgZ" : "");
   run_options.keep_trace = true;
-  double first = 0, last = 0;
-  const RunResult result = run(run_options, [&](Comm& comm) {
+  const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
     if (o.batch % comm.size() != 0)
       fail(comm.who(), "fsdp", "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences",
            o.batch, comm.size());
     Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
     FullyShardedGpt sharded(comm, model, stage, sharding_at(o, stage, quantized));
-    const double start = comm.now();
-    std::vector<float> losses = train_steps(comm, sharded, model, o, data);
-    const double end = comm.now();
+    Optimizer optimizer(o);
+    // This rank's part of each global batch, forward and backward, then its optimizer step.
+    const int b = o.batch / comm.size();
+    const DistributedSampler sampler(data.count, comm.size(), comm.rank(), o.seed);
+    std::vector<int> x, y;
+    training.steps(o.steps, [&](int s) {
+      fill_batch(data, batch_of(sampler, s, b), x, y);
+      const float loss = sharded.forward_backward(x, y, b, config.max_seq);
+      optimizer_step(comm, sharded, model, optimizer, s);
+      return loss;
+    });
     std::vector<float> weights = sharded.gather_parameters();
-    // Instruments (untraced, free of virtual time): every rank's losses and weights on rank 0.
-    const std::vector<std::vector<float>> all_losses = comm.gather_objects(losses);
-    const std::vector<std::vector<float>> all_weights = comm.gather_objects(weights);
+    training.replicated(weights);
     if (comm.rank() != 0) return;
-    first = start, last = end;
     describe_shards(comm, sharded, model, out);
     out.formula = zero_formula(sharded, o, quantized, out);
     out.weights = std::move(weights);
-    out.ranks_agree = std::all_of(all_weights.begin(), all_weights.end(),
-                                  [&](const std::vector<float>& w) { return w == out.weights; });
-    out.losses = mean_losses(all_losses, o.steps);
   });
-  if (result.trace && !out.weights.empty()) read_trace(*result.trace, first, last, o.steps, out);
+  if (!run.on_rank_zero()) return out;
+  out.ranks_agree = run.ranks_agree;
+  out.losses = run.mean_losses();
+  read_trace(*run.trace, run.start, run.end, o.steps, out);
   return out;
 }
 

@@ -12,22 +12,14 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
-#include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/moe_gpt.h"
-#include "labkit/parallel/sampler.h"
+#include "labkit/parallel/training_loop.h"
 #include "moe.h"
 
 namespace moe_lab {
 
 namespace {
-
-// One step of SGD with momentum, each of the model's two parts with its own.
-float train_step(Comm& ep, MoeGpt& model, std::vector<SgdMomentum>& sgd, const std::vector<int>& x,
-                 const std::vector<int>& y, int B, int T) {
-  return model.train_step(ep, x, y, B, T, [&](std::span<float> w, std::span<const float> g) { sgd[0].update(w, g); },
-                          [&](std::span<float> w, std::span<const float> g) { sgd[1].update(w, g); });
-}
 
 // One rank on the whole batch, beside this rank, alone (a group of its own),
 // trained on the same batches: how far this rank's weights are from its, and
@@ -37,15 +29,12 @@ std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const S
                                            const GptConfig& config, MoeGpt& model,
                                            const std::vector<std::vector<std::uint8_t>>& kept) {
   const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
-  const DistributedSampler sampler(data.count, 1, 0, o.seed);
-  std::vector<int> x, y;
-  std::vector<SgdMomentum> sgd(2, SgdMomentum{.lr = o.lr});
-  MoeGpt one(config, o.moe, 1, 0, o.seed);
+  MoeTrainer trainer(*alone, config, o.moe, data, o.batch, o.seed, o.lr);  // a group of one: the whole batch
+  MoeGpt& one = trainer.model();
   const int L = config.layers;
   double unlike = 0;
   for (int s = 0; s < o.steps; ++s) {
-    fill_batch(data, batch_of(sampler, s, o.batch), x, y);
-    train_step(*alone, one, sgd, x, y, o.batch, config.max_seq);
+    trainer.step(s);
     for (int l = 0; l < L; ++l) {
       const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
       const std::vector<std::uint8_t>& mine = kept[std::size_t(s * L + l)];
@@ -59,43 +48,34 @@ std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const S
   return {weights, unlike};
 }
 
-// What a rank reports to rank 0 after the run.
+// What a rank reports to rank 0 after the run, beside its losses and its
+// weights' distance from one rank's (run_training's).
 struct RankReport {
-  std::vector<double> losses;              // by step
   std::vector<MoeLayer::Traffic> traffic;  // by layer, the last step
   std::vector<MoeLayer::Phases> phases;    // by layer, the last step
-  double weights_vs_one_rank = 0, drops_unlike_one_rank = 0;
+  double drops_unlike_one_rank = 0;
 };
 
 // Every rank's report, on rank 0 (instruments: untraced, free of virtual time).
 std::vector<RankReport> gather_reports(Comm& comm, const RankReport& mine) {
-  struct Distances {
-    double weights_vs_one_rank, drops_unlike_one_rank;
-  };
-  const auto losses = comm.gather_objects(mine.losses);
   const auto traffic = comm.gather_objects(mine.traffic);
   const auto phases = comm.gather_objects(mine.phases);
-  const auto distances = comm.gather_object(Distances{mine.weights_vs_one_rank, mine.drops_unlike_one_rank});
+  const auto drops = comm.gather_object(mine.drops_unlike_one_rank);
   std::vector<RankReport> all;
-  for (std::size_t r = 0; r < losses.size(); ++r)
-    all.push_back({losses[r], traffic[r], phases[r], distances[r].weights_vs_one_rank,
-                   distances[r].drops_unlike_one_rank});
+  for (std::size_t r = 0; r < traffic.size(); ++r) all.push_back({traffic[r], phases[r], drops[r]});
   return all;
 }
 
-// The ranks' reports into the run: the losses averaged over the ranks, the
-// bytes summed, each phase's time on the rank slowest at it (every layer's
-// summed), the worst distance from one rank and every rank's unlike drops.
+// The ranks' reports into the run: the bytes summed, each phase's time on the
+// rank slowest at it (every layer's summed) and every rank's unlike drops.
 void add_reports(MoeRun& out, const std::vector<RankReport>& all) {
   const std::size_t layers = all[0].traffic.size();
   out.traffic.assign(layers, {});
   for (const RankReport& r : all) {
-    for (std::size_t s = 0; s < r.losses.size(); ++s) out.steps[s].loss += r.losses[s] / double(all.size());
     for (std::size_t l = 0; l < layers; ++l) {
       out.traffic[l].to_experts += r.traffic[l].to_experts;
       out.traffic[l].from_experts += r.traffic[l].from_experts;
     }
-    out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, r.weights_vs_one_rank);
     out.drops_unlike_one_rank += std::int64_t(r.drops_unlike_one_rank);
   }
   const auto slowest = [&](std::size_t l, double MoeLayer::Phases::*phase) {
@@ -113,21 +93,14 @@ void add_reports(MoeRun& out, const std::vector<RankReport>& all) {
 
 MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
              bool compare) {
-  const int T = config.max_seq, L = config.layers;
+  const int L = config.layers;
   MoeRun out;
-  run(run_options, [&](Comm& comm) {
-    const int ep = comm.size(), share = o.batch / ep;
-    const DistributedSampler sampler(data.count, 1, 0, o.seed);  // the whole batch, every rank alike
-    std::vector<int> x, y;
-    std::vector<SgdMomentum> sgd(2, SgdMomentum{.lr = o.lr});
-    MoeGpt model(config, o.moe, ep, comm.rank(), o.seed);
-    RankReport mine;
+  const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
+    MoeTrainer trainer(comm, config, o.moe, data, o.batch, o.seed, o.lr);
+    MoeGpt& model = trainer.model();
     std::vector<std::vector<std::uint8_t>> kept;  // by step and layer: this rank's assignments'
-    for (int s = 0; s < o.steps; ++s) {
-      const std::vector<std::size_t> batch = batch_of(sampler, s, o.batch);
-      const auto first = batch.begin() + comm.rank() * share;
-      fill_batch(data, {first, first + share}, x, y);
-      mine.losses.push_back(train_step(comm, model, sgd, x, y, share, T));
+    training.steps(o.steps, [&](int s) {
+      const float loss = trainer.step(s);
       StepRun step;
       for (int l = 0; l < L; ++l) {
         kept.push_back(model.layer(l).routing().kept);
@@ -135,17 +108,25 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
         step.layers.push_back({model.layer(l).stats(), {bias.begin(), bias.end()}});
       }
       if (comm.rank() == 0) out.steps.push_back(std::move(step));
-    }
+      return loss;
+    });
+    RankReport mine;
     for (int l = 0; l < L; ++l) {
       mine.traffic.push_back(model.layer(l).traffic());
       mine.phases.push_back(model.layer(l).phases());
     }
+    double weights_vs_one_rank = 0;
     if (compare)
-      std::tie(mine.weights_vs_one_rank, mine.drops_unlike_one_rank) =
-          against_one_rank(comm, o, data, config, model, kept);
+      std::tie(weights_vs_one_rank, mine.drops_unlike_one_rank) = against_one_rank(comm, o, data, config, model, kept);
+    training.versus_one_rank(weights_vs_one_rank);
     const std::vector<RankReport> all = gather_reports(comm, mine);
     if (comm.rank() == 0) add_reports(out, all);
   });
+  if (!run.on_rank_zero()) return out;
+  // Each step's loss: the ranks' shares' mean, in rank order.
+  for (const std::vector<double>& losses : run.losses)
+    for (std::size_t s = 0; s < losses.size(); ++s) out.steps[s].loss += losses[s] / double(run.ranks);
+  out.weights_vs_one_rank = run.weights_vs_one_rank;
   return out;
 }
 

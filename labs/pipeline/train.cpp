@@ -23,6 +23,7 @@
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/pipeline_executor.h"
 #include "labkit/parallel/sampler.h"
+#include "labkit/parallel/training_loop.h"
 #include "labkit/units.h"
 #include "pipeline.h"
 
@@ -31,11 +32,11 @@ namespace pipeline_lab {
 namespace {
 
 // What a stage reports to rank 0 beside its losses and its slots: its step's
-// span, activation sets and tracker peak, its weights' distance from one rank's.
+// span, activation sets and tracker peak.
 struct StageSummary {
   double start, end;
   int activation_sets;
-  double activation_peak, weights_vs_one_rank;
+  double activation_peak;
 };
 
 // Each kind of work's mean time over every stage's chunks: forward, backward
@@ -117,49 +118,48 @@ void print_notes(const Schedule& schedule, const RunOptions& run_options, const 
 PipelineRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
                   const Schedule& schedule, bool compare) {
   const int B = o.batch_or_default(), T = config.max_seq;
-  std::vector<float> one_rank;
   PipelineRun out;
-  run(run_options, [&](Comm& comm) {
+  const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
     Gpt model(config, o.seed);
     PipelineExecutor pipeline(comm, model, schedule);
     std::vector<SgdMomentum> sgd(pipeline.owned().size(), SgdMomentum{.lr = o.lr});
     // Every stage draws the same batches: the first stage embeds their tokens, the last scores their targets.
     const DistributedSampler sampler(data.count, 1, 0, o.seed);
     std::vector<int> x, y;
-    std::vector<double> losses;
     PipelineStep step;
-    for (int s = 0; s < o.steps; ++s) {
+    training.steps(o.steps, [&](int s) {
       fill_batch(data, batch_of(sampler, s, B), x, y);
       step = pipeline.step(x, y, B, T);
-      losses.push_back(step.loss);
       const double started = comm.now();
       for (std::size_t i = 0; i < sgd.size(); ++i) {
         const ParameterRange r = pipeline.owned()[i];
         sgd[i].update({model.parameters().data() + r.offset, r.count}, {model.gradients().data() + r.offset, r.count});
         comm.computed("optimizer", started, 4.0 * double(r.count));
       }
+      return step.loss;
+    });
+    if (compare) {
+      const std::vector<float>& one_rank = training.one_rank([&] {
+        SgdMomentum one_sgd{.lr = o.lr};
+        return train_one_rank(config, data, o.seed, o.steps, B,
+                              [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
+      });
+      training.versus_one_rank(relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()));
     }
-    if (compare && one_rank.empty()) {  // once per process, by its first rank here
-      SgdMomentum one_sgd{.lr = o.lr};
-      one_rank = train_one_rank(config, data, o.seed, o.steps, B,
-                                [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
-    }
-    const double weights_vs_one_rank =
-        compare ? relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()) : 0;
     const StageSummary mine{step.start, step.end, step.activation_sets,
-                            double(comm.memory().peak[std::size_t(MemoryUse::activations)]), weights_vs_one_rank};
+                            double(comm.memory().peak[std::size_t(MemoryUse::activations)])};
     // Instruments: untraced, free of virtual time.
     const std::vector<StageSummary> summaries = comm.gather_object(mine);
     const auto slots = comm.gather_objects(step.slots);
-    const auto all_losses = comm.gather_objects(losses);
     if (comm.rank() != 0) return;
     for (std::size_t r = 0; r < summaries.size(); ++r) {
       const StageSummary& s = summaries[r];
       out.stages.push_back({slots[r], s.start, s.end, s.activation_sets, s.activation_peak});
-      out.weights_vs_one_rank = std::max(out.weights_vs_one_rank, s.weights_vs_one_rank);
     }
-    out.losses = all_losses[std::size_t(schedule.stage_of_chunk.back())];
   });
+  if (!run.on_rank_zero()) return out;
+  out.weights_vs_one_rank = run.weights_vs_one_rank;
+  out.losses = run.losses[std::size_t(schedule.stage_of_chunk.back())];  // the last stage scores the batch
   return out;
 }
 

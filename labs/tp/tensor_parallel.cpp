@@ -24,6 +24,7 @@
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/sampler.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
+#include "labkit/parallel/training_loop.h"
 #include "labkit/units.h"
 #include "tp.h"
 
@@ -148,55 +149,46 @@ void print_table_notes(const TpRun& r, const Options& o, const GptConfig& config
 
 TpRun train(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config,
             bool compare) {
-  // One rank, the whole model: the weights every rank's slice must equal.
-  // Trained once per process, by its first rank to finish (the simulator's
-  // ranks share the process), after the ranks have started: all of the lab's
-  // work runs inside its ranks.
-  std::vector<float> dense;
   RunOptions traced = run_options;
   traced.keep_trace = true;
   TpRun out;
-  double first = 0, last = 0;
-  const RunResult result = run(traced, [&](Comm& comm) {
+  const TrainingRun run = run_training(traced, [&](Comm& comm, RankTraining& training) {
     TensorParallelGpt model(comm, Gpt(config, o.seed), o.sp);
     SgdMomentum sgd{.lr = o.lr};
     // The same sequences on every rank, since tensor parallelism splits the model, not the data.
     const DistributedSampler sampler(data.count, 1, 0, o.seed);
     std::vector<int> x, y;
-    std::vector<float> losses;
-    const double start = comm.now();
-    for (int s = 0; s < o.steps; ++s) {
+    training.steps(o.steps, [&](int s) {
       fill_batch(data, batch_of(sampler, s, o.batch), x, y);
-      losses.push_back(model.forward(x, y, o.batch, config.max_seq));
+      const float loss = model.forward(x, y, o.batch, config.max_seq);
       model.zero_grad();
       model.backward();
       const double started = comm.now();
       sgd.update({model.parameters().data(), model.parameter_count()},
                  {model.gradients().data(), model.parameter_count()});
       comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
+      return loss;
+    });
+    if (compare) {  // one rank, the whole model: the weights every rank's slice must equal
+      const std::vector<float>& dense = training.one_rank([&] {
+        SgdMomentum dense_sgd{.lr = o.lr};
+        return train_one_rank(config, data, o.seed, o.steps, o.batch,
+                              [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
+      });
+      training.versus_one_rank(relative_difference(model.parameters().to_host(), model.slice_of_dense(dense)));
     }
-    const double end = comm.now();
-    if (compare && dense.empty()) {
-      SgdMomentum dense_sgd{.lr = o.lr};
-      dense = train_one_rank(config, data, o.seed, o.steps, o.batch,
-                             [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
-    }
-    const double difference =
-        compare ? relative_difference(model.parameters().to_host(), model.slice_of_dense(dense)) : 0.0;
-    const std::vector<double> all = comm.gather_object(difference);  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;
-    for (double d : all) out.weights_vs_dense = std::max(out.weights_vs_dense, d);
-    out.ranks = comm.size();
     out.kept = model.parameter_count();
     out.padded_vocab = model.padded_vocab();
     out.activations = double(comm.memory().peak[std::size_t(MemoryUse::activations)]);
-    out.losses = losses;
-    first = start, last = end;
   });
-  if (!result.trace || out.losses.empty()) return out;
-  count_collectives(out, result.trace->tracks()[0], first, last, o, config);
-  out.step_seconds = (last - first) / o.steps;
-  out.layer = layer_traffic(result.trace->tracks()[0], o.sp, first);
+  if (!run.on_rank_zero()) return out;
+  out.ranks = run.ranks;
+  out.losses.assign(run.losses[0].begin(), run.losses[0].end());  // every rank's: the allreduced model's loss
+  out.weights_vs_dense = run.weights_vs_one_rank;
+  count_collectives(out, run.trace->tracks()[0], run.start, run.end, o, config);
+  out.step_seconds = run.seconds_per_step();
+  out.layer = layer_traffic(run.trace->tracks()[0], o.sp, run.start);
   return out;
 }
 

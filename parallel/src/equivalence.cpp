@@ -9,18 +9,29 @@ namespace labkit {
 std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
                                   int batch, const OptimizerUpdate& update, bool reversed) {
   Gpt model(config, seed);
+  const auto whole = [&](Gpt& m) {
+    update({m.parameters().data(), m.parameter_count()}, {m.gradients().data(), m.parameter_count()});
+  };
+  return train_one_rank(model, data, seed, steps, batch, whole, reversed).weights;
+}
+
+OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed, int steps, int batch,
+                          const std::function<void(Gpt&)>& update, bool reversed) {
+  OneRankRun out;
   const DistributedSampler sampler(data.count, 1, 0, seed);
   std::vector<int> x, y;
   for (int s = 0; s < steps; ++s) {
     std::vector<std::size_t> picked = batch_of(sampler, s, batch);
     if (reversed) std::reverse(picked.begin(), picked.end());
     fill_batch(data, picked, x, y);
-    model.forward(x, y, batch, config.max_seq);
+    model.forward(x, y, batch, model.config().max_seq);
     model.zero_grad();
     model.backward();
-    update({model.parameters().data(), model.parameter_count()}, {model.gradients().data(), model.parameter_count()});
+    if (s == 0) out.first_grads = model.gradients().to_host();
+    update(model);
   }
-  return model.parameters().to_host();
+  out.weights = model.parameters().to_host();
+  return out;
 }
 
 }  // namespace labkit

@@ -207,4 +207,20 @@ void MoeGpt::update_bias() {
   for (BlockModules& b : m_->blocks) b.moe.update_bias();
 }
 
+MoeTrainer::MoeTrainer(Comm& ep, const GptConfig& config, const MoeConfig& moe, const Sequences& data, int batch,
+                       std::uint64_t seed, float lr)
+    : ep_(ep), data_(data), batch_(batch), sampler_(data.count, 1, 0, seed),
+      model_(config, moe, ep.size(), ep.rank(), seed), dense_sgd_{.lr = lr}, experts_sgd_{.lr = lr} {}
+
+float MoeTrainer::step(int step) {
+  const int share = batch_ / ep_.size();
+  const std::vector<std::size_t> batch = batch_of(sampler_, step, batch_);
+  const auto mine = batch.begin() + ep_.rank() * share;
+  fill_batch(data_, {mine, mine + share}, x_, y_);
+  return model_.train_step(
+      ep_, x_, y_, share, model_.config().max_seq,
+      [&](std::span<float> w, std::span<const float> g) { dense_sgd_.update(w, g); },
+      [&](std::span<float> w, std::span<const float> g) { experts_sgd_.update(w, g); });
+}
+
 }  // namespace labkit

@@ -5,10 +5,9 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
-#include "labkit/optim.h"
 #include "labkit/parallel/moe_gpt.h"
-#include "labkit/parallel/sampler.h"
 #include "labkit/parallel/sequences.h"
+#include "labkit/parallel/training_loop.h"
 #include "labkit/run.h"
 #include "scenarios/scenarios.h"
 
@@ -28,16 +27,16 @@ struct MoeScenario final : Scenario {
   // Every step: each layer's routing, its tokens' all-to-alls, the gradients averaged.
   ScenarioRun run() const override {
     ScenarioRun out;
-    const labkit::RunResult r = train(out.routing);
+    const labkit::TrainingRun r = train(out.routing);
     out.trace = from_trace(*r.trace, fmt::format("the MoE GPT ({} experts, top-{}, {} balancing) trained {} steps on "
                                                  "{} ep ranks, {}", kMoeExperts, kMoeTopK, labkit::name_of(balance),
                                                  steps, ranks, topology));
     return out;
   }
 
-  // The moe lab's training loop (labs/moe/main.cpp, moe_lab::train), copied
-  // until the labs share one; records each step's routing into `history`.
-  labkit::RunResult train(RoutingHistory& history) const {
+  // The moe lab's training (labkit::MoeTrainer in labkit::run_training, as
+  // moe_lab::train runs it); records each step's routing into `history`.
+  labkit::TrainingRun train(RoutingHistory& history) const {
     const labkit::Sequences data = labkit::training_sequences(kMoeSeed, labkit::gpt_preset("tiny-gpt", 1).max_seq);
     const labkit::GptConfig config = labkit::gpt_preset("tiny-gpt", data.tokens.vocab);
     const labkit::MoeConfig moe{.experts = kMoeExperts, .top_k = kMoeTopK, .capacity_factor = kMoeCapacityFactor,
@@ -45,23 +44,16 @@ struct MoeScenario final : Scenario {
     labkit::RunOptions o = run_options();
     o.payload_free = false;  // the MoE GPT computes
     history = {kMoeTopK, kMoeCapacityFactor, {}};
-    return labkit::run(o, [&](labkit::Comm& comm) {
-      const int share = kMoeBatch / comm.size(), T = config.max_seq;
-      const labkit::DistributedSampler sampler(data.count, 1, 0, kMoeSeed);
-      labkit::MoeGpt model(config, moe, comm.size(), comm.rank(), kMoeSeed);
-      labkit::SgdMomentum dense{.lr = kMoeLearningRate}, experts{.lr = kMoeLearningRate};
-      std::vector<int> x, y;
-      for (int step = 0; step < steps; ++step) {
-        const std::vector<std::size_t> batch = labkit::batch_of(sampler, step, kMoeBatch);
-        const auto mine = batch.begin() + comm.rank() * share;
-        labkit::fill_batch(data, {mine, mine + share}, x, y);
-        model.train_step(
-            comm, x, y, share, T, [&](std::span<float> w, std::span<const float> g) { dense.update(w, g); },
-            [&](std::span<float> w, std::span<const float> g) { experts.update(w, g); });
-        if (comm.rank() != 0) continue;  // the stats are the group's, alike on every rank
-        auto& layers = history.steps.emplace_back();
-        for (int l = 0; l < config.layers; ++l) layers.push_back(model.layer(l).stats());
-      }
+    return labkit::run_training(o, [&](labkit::Comm& comm, labkit::RankTraining& training) {
+      labkit::MoeTrainer trainer(comm, config, moe, data, kMoeBatch, kMoeSeed, kMoeLearningRate);
+      training.steps(steps, [&](int step) {
+        const float loss = trainer.step(step);
+        if (comm.rank() == 0) {  // the stats are the group's, alike on every rank
+          auto& layers = history.steps.emplace_back();
+          for (int l = 0; l < config.layers; ++l) layers.push_back(trainer.model().layer(l).stats());
+        }
+        return loss;
+      });
     });
   }
 };

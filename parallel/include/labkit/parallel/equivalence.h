@@ -65,6 +65,15 @@ using OptimizerUpdate = std::function<void(std::span<float> params, std::span<co
 std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
                                   int batch, const OptimizerUpdate& update, bool reversed = false);
 
+// The same loop on a model the caller built (on any device), stepped by an
+// optimizer that takes the whole model (LARS and LAMB read its layers);
+// returns its first step's gradients beside its last weights.
+struct OneRankRun {
+  std::vector<float> first_grads, weights;
+};
+OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed, int steps, int batch,
+                          const std::function<void(Gpt&)>& update, bool reversed = false);
+
 // How far a parallel run may land from one rank's weights, given how far the
 // reference lands from itself when only the order of its sums changes
 // (`reordered`: relative_difference of a reversed run against the reference).

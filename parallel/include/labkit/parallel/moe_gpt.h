@@ -21,8 +21,11 @@
 
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
+#include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/moe.h"
+#include "labkit/parallel/sampler.h"
+#include "labkit/parallel/sequences.h"
 #include "labkit/tensor.h"
 
 namespace labkit {
@@ -104,6 +107,30 @@ class MoeGpt {
   std::optional<Acts> a_;
   std::vector<int> tokens_, targets_;
   int B_ = 0, T_ = 0;
+};
+
+// The moe lab's training on one rank of an ep group (the visualizer's MoE
+// scenario runs the same): every rank draws the same global batch of `batch`
+// sequences (one sampler over all of `data`, seeded) and trains on its
+// consecutive share, batch / ep, with SGD with momentum on the dense part and
+// on the experts apart. On a group of one, it is the one-rank reference.
+class MoeTrainer {
+ public:
+  MoeTrainer(Comm& ep, const GptConfig& config, const MoeConfig& moe, const Sequences& data, int batch,
+             std::uint64_t seed, float lr);
+  // Global batch `step`: this rank's share forward and backward, the step
+  // taken (MoeGpt::train_step); returns the share's loss.
+  float step(int step);
+  MoeGpt& model() { return model_; }
+
+ private:
+  Comm& ep_;
+  const Sequences& data_;
+  int batch_;
+  DistributedSampler sampler_;
+  MoeGpt model_;
+  SgdMomentum dense_sgd_, experts_sgd_;
+  std::vector<int> x_, y_;
 };
 
 }  // namespace labkit
