@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "labkit/cli.h"
+#include "worker.h"
 
 namespace cli = labkit::cli;
 namespace fs = std::filesystem;
@@ -46,6 +47,9 @@ namespace {
 constexpr double kPoints = 10;           // each exercise
 constexpr int kExitTimedOut = 3;         // the worker's watchdog (worker.cpp)
 constexpr double kGraceSeconds = 5;      // after the watchdog, before SIGKILL
+
+// When a test's process is killed: past its watchdog's last word (worker.h).
+double kill_after(double timeout) { return labkit::grade::kWallClockCap * timeout + kGraceSeconds; }
 
 struct Exercise {
   std::string lab, name, binary;
@@ -214,7 +218,7 @@ void finish(Running& r, int status, double timeout) {
     const int sig = WTERMSIG(status);
     t.passed = false;
     if (r.killed) {
-      t.messages.push_back(fmt::format("killed after {:g} s in {}: it did not stop (an endless loop?)", timeout + kGraceSeconds, where));
+      t.messages.push_back(fmt::format("killed after {:g} s in {}: it did not stop (an endless loop?)", kill_after(timeout), where));
       return;
     }
     const std::string name = crash.empty() ? fmt::format("SIG{}", sigabbrev_np(sig)) : "SIG" + crash;
@@ -270,9 +274,10 @@ void run_all(std::vector<Test*>& tests, int jobs, double timeout, bool progress)
         it = running.erase(it);
         continue;
       }
-      // The worker's own watchdog reports at `timeout`; this is for one that cannot.
+      // The worker's own watchdog reports at `timeout` seconds of CPU time, or at
+      // its wall-clock cap on a busy machine; this is for one that cannot.
       const double age = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->started).count();
-      if (age > timeout + kGraceSeconds && !it->killed) {
+      if (age > kill_after(timeout) && !it->killed) {
         kill(it->pid, SIGKILL);
         it->killed = true;
       }

@@ -84,8 +84,8 @@ void catch_crashes() {
 // ---- an endless loop: after the time limit, say what every rank was doing ----
 // The limit counts the process's CPU time, not the wall clock: a machine busy
 // with other work stretches the wall clock of a right answer, not its work,
-// while an endless loop spends CPU at full rate. A wall-clock cap at ten times
-// the limit still catches code that sleeps. The watchdog reads the engine from
+// while an endless loop spends CPU at full rate. A wall-clock cap (kWallClockCap
+// times the limit) still catches code that sleeps. The watchdog reads the engine from
 // another thread while the looping rank runs its own code; the engine's state
 // does not change until that rank calls into it again, which is what it is not doing.
 constexpr int kExitTimedOut = 3;
@@ -100,7 +100,7 @@ void start_watchdog(double seconds) {
   std::thread([seconds] {
     const auto started = std::chrono::steady_clock::now();
     while (cpu_seconds() < seconds &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < 10 * seconds)
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kWallClockCap * seconds)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     const sim::Engine* engine = watched.load();
     std::string what = fmt::format("still running after {:g} s", seconds);

@@ -8,7 +8,8 @@
 // down: the configuration being checked ({"config": ...}), whether the test
 // checks a pattern ({"pattern": true}), and at the end the test's outcome
 // ({"passed": ..., "messages": [...]}). A crash adds {"crash": SIGNAL, "rank":
-// R}; a test still running after S seconds adds {"timeout": "what every rank
+// R}; a test still running after S seconds of CPU time (or kWallClockCap x S
+// of the wall clock, for code that sleeps) adds {"timeout": "what every rank
 // was doing"} and exits.
 #pragma once
 
@@ -19,6 +20,10 @@ class Engine;
 }
 
 namespace labkit::grade {
+
+// The watchdog's wall-clock cap, in time limits: a machine busy with other work
+// stretches a test's wall clock, not its CPU time, so the limit counts CPU.
+constexpr double kWallClockCap = 10;
 
 // The simulated run under way (null between runs): a crash or a timeout report
 // says which rank was running and what every other rank was waiting in.
