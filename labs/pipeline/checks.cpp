@@ -43,10 +43,6 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
 
 }  // namespace
 
-bool fits(std::string_view schedule, int layers, int P, int M) {
-  return layers % (P * default_virtual(schedule)) == 0 && !(schedule == "interleaved" && M % P != 0);
-}
-
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand) {
   check_shape(o, run_options, ranks_given, config);

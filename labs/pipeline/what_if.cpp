@@ -254,7 +254,7 @@ int sweep(const Options& o, const RunOptions& run_options) {
     std::vector<lab::Cell> row = {v};
     for (const std::string_view name : names) {
       const int V = default_virtual(name);
-      if (!fits(name, arch.layers, P, M)) {
+      if (!schedule_fits(name, arch.layers, P, M)) {
         row.push_back({nullptr, "-"});
         continue;
       }
