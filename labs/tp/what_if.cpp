@@ -14,6 +14,7 @@
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
 #include "tp.h"
