@@ -250,6 +250,18 @@ TEST(Plan, WhatTheModelsShapeRefusesNamesTheOption) {
   EXPECT_EQ(refused(llama70, 4, 8, 4, 2, true), "(accepted)");
 }
 
+// A what-if's sequence: the one given, else the learned context; a rotary model has none to fall back on.
+TEST(Plan, AWhatIfOfARotaryModelNeedsItsSequence) {
+  EXPECT_EQ(what_if_seq(model_preset("gpt3-175b"), 0), 2048);
+  EXPECT_EQ(what_if_seq(model_preset("llama2-7b"), 4096), 4096);
+  try {
+    what_if_seq(model_preset("llama2-7b"), 0);
+    ADD_FAILURE() << "llama2-7b without --seq accepted";
+  } catch (const labkit::Error& e) {
+    EXPECT_STREQ(e.what(), "--what-if llama2-7b: the model has rotary positions and no fixed context: give --seq");
+  }
+}
+
 // ZeRO-3 holds FSDP's root unit (LLaMA-2 7B: the embeddings and the untied
 // head, 2 x 32000 x 4096, and the final norm) and one layer (4 x 4096^2 for
 // attention, 3 x 4096 x 11008 for SwiGLU, two norms) whole while they compute,

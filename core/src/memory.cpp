@@ -290,6 +290,13 @@ void check_plan(const Architecture& m, const Plan& p) {
                 "ranks; with --tp 1 there are none to split over (add --tp)");
 }
 
+double what_if_seq(const Architecture& model, int seq) {
+  if (!seq && model.positions == 0)
+    throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
+                            model.name));
+  return seq ? seq : model.positions;
+}
+
 Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   Breakdown b;
   b.gpu_bytes = gpu.bytes;

@@ -19,9 +19,7 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (o.seq && o.what_if.empty())
     throw Error("--seq goes with --cp or --what-if; the tensor-parallel GPT trains on its context of " +
                 std::to_string(config.max_seq));
-  if (!o.what_if.empty() && !o.seq && memory::model_preset(o.what_if).positions == 0)
-    throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
-                            o.what_if));
+  if (!o.what_if.empty()) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (run_options.payload_free && o.what_if.empty())
     throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
                 "and --what-if's)");

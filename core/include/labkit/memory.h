@@ -212,6 +212,10 @@ struct Plan {
 // HSDP's shard groups split the data-parallel ranks evenly, and sequence
 // parallelism (Korthikanti et al. 2022) has tensor-parallel ranks to shard over.
 void check_plan(const Architecture& model, const Plan& plan);
+// A what-if run's sequence: `seq` tokens where given (not 0), else the
+// model's learned context; a model with rotary positions has none, so it
+// needs seq, refused naming --what-if and --seq.
+double what_if_seq(const Architecture& model, int seq);
 
 struct Line {
   std::string component;
