@@ -125,7 +125,7 @@ TEST(FullyShardedGpt, HybridShardingTrainsAsOneRankDoes) {
     Gpt model(kConfig, 5);
     FullyShardedGpt zero(c, model, 3, {.shard_group = 3});
   });
-  EXPECT_NE(refused.find("shard_group=3 does not divide the 4 ranks"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("rank 0: FullyShardedGpt: --hsdp 3: does not divide --ranks 4 into equal groups"), std::string::npos) << refused;
 }
 
 // Stage 3 keeping each block whole from its forward to its backward trains the same.
@@ -141,8 +141,8 @@ TEST(FullyShardedGpt, KeepingBlocksWholeUntilBackwardTrainsTheSame) {
       Gpt model(kConfig, 5);
       FullyShardedGpt zero(c, model, stage, {.reshard_after_forward = false});
     });
-    EXPECT_NE(refused.find(fmt::format("reshard_after_forward=false at stage={}: only stage 3", stage)),
-              std::string::npos) << refused;
+    EXPECT_NE(refused.find("--reshard-after-forward off: does nothing here: only stage 3"), std::string::npos)
+        << refused;
   }
 }
 
@@ -232,7 +232,7 @@ TEST(FullyShardedGpt, HierarchicalPartitioningTrainsTheSameAndGathersWithinItsGr
     Gpt model(kConfig, 5);
     FullyShardedGpt zero(c, model, 2, {.hpz_group = 2});
   });
-  EXPECT_NE(refused.find("hpz_group=2 at stage 2"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("--hpz 2: a stage-3 technique"), std::string::npos) << refused;
 }
 
 // ZeRO++'s wire formats: int8 (qwZ) and int4 (qgZ) blocks with a scale each
@@ -338,6 +338,50 @@ TEST(FullyShardedGpt, QuantizedGradientsNeedEvenlyFilledNodes) {
     uneven = e.what();
   }
   EXPECT_NE(uneven.find("do not fill their nodes evenly, 4 to a node"), std::string::npos) << uneven;
+}
+
+// Each rule for combining stages with ShardingOptions, checked before any rank
+// starts, refused naming the fsdp lab's option and its value; the first rule
+// broken is the one told.
+TEST(FullyShardedGpt, TheShardingRulesNameTheOptions) {
+  const auto refused = [](std::vector<int> stages, ShardingOptions o, ShardingPlacement at = {}) {
+    try {
+      check_sharding(stages, o, at);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  const ShardingPlacement eight{.ranks = 8, .per_node = 8, .topology = "dgx-h100"};
+  EXPECT_EQ(refused({1, 2, 3}, {.shard_group = 3}, eight),
+            "--hsdp 3: does not divide --ranks 8 into equal groups (1, 2, 4, 8 do)");
+  EXPECT_EQ(refused({0, 1}, {.shard_group = 4}, eight),
+            "--hsdp 4 with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3");
+  EXPECT_EQ(refused({2}, {.quantize_weights = true}),
+            "--qwz: a stage-3 technique (int8 weight gathers); drop --stage or give --stage 3");
+  EXPECT_EQ(refused({2, 3}, {.quantize_gradients = true}),
+            "--qgz: a stage-3 technique (int4 gradient reduces); drop --stage or give --stage 3");
+  EXPECT_EQ(refused({3}, {.shard_group = 2, .quantize_gradients = true}),
+            "--qgz with --hsdp 2: qgZ reduces over all the ranks, node by node");
+  EXPECT_EQ(refused({3}, {.quantize_gradients = true}, {.ranks = 12, .per_node = 8, .topology = "dgx-h100"}),
+            "--qgz on --ranks 12: dgx-h100 puts 8 ranks on a node, so the last node holds 4; qgZ's all-to-all hops "
+            "need every node full (--ranks a multiple of 8)");
+  EXPECT_EQ(refused({3}, {.hpz_group = 3}, eight), "--hpz 3: does not divide --ranks 8 into equal groups");
+  EXPECT_EQ(refused({3}, {.shard_group = 4, .hpz_group = 2}, eight),
+            "--hpz 2 with --hsdp 4: HSDP already gathers within its groups");
+  EXPECT_EQ(refused({3}, {.reshard_after_forward = false, .hpz_group = 2}),
+            "--hpz 2 with --reshard-after-forward off: nothing is gathered again for backward");
+  EXPECT_EQ(refused({2}, {.hpz_group = 4}), "--hpz 4: a stage-3 technique; drop --stage or give --stage 3");
+  EXPECT_EQ(refused({0, 1, 2}, {.prefetch = Prefetch::backward}),
+            "--prefetch backward: does nothing here: only stage 3 gathers parameters before they compute");
+  EXPECT_EQ(refused({1}, {.reshard_after_forward = false}).rfind("--reshard-after-forward off: does nothing here", 0),
+            0u);
+  EXPECT_EQ(refused({4}, {}), "--stage 4: ZeRO's stages are 0, 1, 2 and 3");
+  // Where the ranks are not known yet (mpirun), only the rules that need none of them.
+  EXPECT_EQ(refused({3}, {.shard_group = 3, .quantize_gradients = false}), "(accepted)");
+  EXPECT_EQ(refused({0, 1, 2, 3}, {.prefetch = Prefetch::both}, eight), "(accepted)");
+  EXPECT_EQ(refused({3}, {.prefetch = Prefetch::both, .hpz_group = 4, .quantize_weights = true,
+                          .quantize_gradients = true}, eight), "(accepted)");
 }
 
 TEST(FullyShardedGpt, TheMemoryEstimatorCountsTheTinyGptsParameters) {

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "labkit/error.h"
 #include "labkit/memory.h"
 
 using namespace labkit::memory;
@@ -221,6 +222,44 @@ TEST(Estimate, OverheadsAreSeparateLinesAndShardingHelps) {
   EXPECT_FALSE(estimate(m, Plan{}, h100).fits());
   p.zero = 3;
   EXPECT_TRUE(estimate(m, p, h100).fits());
+}
+
+// Each rule of check_plan refuses naming the memory lab's option and its value.
+TEST(Plan, WhatTheModelsShapeRefusesNamesTheOption) {
+  const Architecture llama7 = model_preset("llama2-7b"), llama70 = model_preset("llama2-70b");
+  const auto refused = [](const Architecture& m, int dp, int tp, int pp, int shard_group, bool sp) {
+    Plan p;
+    p.dp = dp, p.tp = tp, p.pp = pp, p.shard_group = shard_group, p.sequence_parallel = sp;
+    try {
+      check_plan(m, p);
+    } catch (const labkit::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(refused(llama7, 1, 3, 1, 0, false), "--tp 3: each rank takes whole attention heads, and llama2-7b has "
+                                                "32: --tp must divide 32 (1, 2, 4, 8, 16, 32)");
+  Architecture gqa = llama70;  // 48 heads over 8 KV heads: --tp 6 takes whole heads but splits no KV head evenly
+  gqa.heads = 48;
+  EXPECT_EQ(refused(gqa, 1, 6, 1, 0, false), "--tp 6: llama2-70b's 8 KV heads neither split evenly over 6 ranks nor "
+                                             "copy evenly to them");
+  EXPECT_EQ(refused(llama7, 1, 1, 64, 0, false), "--pp 64: llama2-7b has 32 layers, and each pipeline stage needs at "
+                                                 "least one");
+  EXPECT_EQ(refused(llama7, 6, 1, 1, 4, false), "--hsdp 4: shard groups must split --dp 6 evenly");
+  EXPECT_EQ(refused(llama7, 1, 1, 1, 0, true).rfind("--sp: ", 0), 0u);
+  EXPECT_EQ(refused(llama70, 4, 8, 4, 2, true), "(accepted)");
+}
+
+// A what-if's sequence: the one given, else the learned context; a rotary model has none to fall back on.
+TEST(Plan, AWhatIfOfARotaryModelNeedsItsSequence) {
+  EXPECT_EQ(what_if_seq(model_preset("gpt3-175b"), 0), 2048);
+  EXPECT_EQ(what_if_seq(model_preset("llama2-7b"), 4096), 4096);
+  try {
+    what_if_seq(model_preset("llama2-7b"), 0);
+    ADD_FAILURE() << "llama2-7b without --seq accepted";
+  } catch (const labkit::Error& e) {
+    EXPECT_STREQ(e.what(), "--what-if llama2-7b: the model has rotary positions and no fixed context: give --seq");
+  }
 }
 
 // ZeRO-3 holds FSDP's root unit (LLaMA-2 7B: the embeddings and the untied

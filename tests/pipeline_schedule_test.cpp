@@ -36,6 +36,29 @@ TEST(PipelineSchedule, EveryScheduleRunsForManyStagesAndMicrobatches) {
     }
 }
 
+// schedule_fits says yes exactly where make_schedule builds the schedule at its
+// default chunks and the layers cut into equal chunks: the studies that skip
+// what does not fit skip nothing that would run.
+TEST(PipelineSchedule, FitsExactlyWhereTheScheduleIsMade) {
+  EXPECT_EQ(default_virtual("interleaved"), 2);
+  EXPECT_EQ(default_virtual("zbv"), 2);
+  EXPECT_EQ(default_virtual("1f1b"), 1);
+  for (const std::string_view name : kScheduleNames)
+    for (int layers : {4, 6, 8})
+      for (int P = 1; P <= 4; ++P)
+        for (int M = 1; M <= 8; ++M) {
+          const int V = default_virtual(name);
+          bool made = true;
+          try {
+            make_schedule(name, P, M, V);
+          } catch (const Error&) {
+            made = false;
+          }
+          EXPECT_EQ(schedule_fits(name, layers, P, M), made && layers % (P * V) == 0)
+              << name << " layers=" << layers << " P=" << P << " M=" << M;
+        }
+}
+
 // With a backward twice a forward: naive (P-1)/P, GPipe and 1F1B (P-1)/(M+P-1);
 // interleaved over V chunks the bubble's time is 1F1B's over V: (P-1)/(VM) of the ideal.
 TEST(PipelineSchedule, TheBubbleIsTheFormulas) {

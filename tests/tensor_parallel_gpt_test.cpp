@@ -108,7 +108,27 @@ TEST(TensorParallelGpt, HeadsThatDoNotSplitAreRefused) {
   const std::string refused = labkit::test::error_of(3, [](Comm& c) {
     TensorParallelGpt model(c, Gpt(gpt_preset("tiny-gpt", 16), 3));
   });
-  EXPECT_NE(refused.find("4 heads do not split over 3 tensor-parallel ranks"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("rank 0: TensorParallelGpt: the tiny GPT's 4 heads do not split over 3 tensor-parallel "
+                         "ranks (each rank takes whole heads)"), std::string::npos) << refused;
+}
+
+// The rules the tp lab names its --ranks or --tp before, checked before any
+// rank starts: whole heads, whole key-value groups, the MLP's columns, and
+// sequence parallelism's equal shards.
+TEST(TensorParallelGpt, TheSplitRulesSayWhatDoesNotDivide) {
+  const memory::Architecture tiny = architecture_of(gpt_preset("tiny-gpt", 16));
+  EXPECT_EQ(tensor_parallel_refusal(tiny, 3),
+            "the tiny GPT's 4 heads do not split over 3 tensor-parallel ranks (each rank takes whole heads)");
+  EXPECT_EQ(tensor_parallel_refusal(tiny, 4), "");
+  EXPECT_EQ(tensor_parallel_refusal(memory::model_preset("llama2-70b"), 16),
+            "llama2-70b's 8 kv heads do not split over 16 tensor-parallel ranks (each rank takes whole key-value "
+            "groups)");
+  memory::Architecture narrow = tiny;  // heads that split, an MLP that does not
+  narrow.ffn = 130;
+  EXPECT_EQ(tensor_parallel_refusal(narrow, 4), "the tiny GPT's 130 MLP features do not split over 4 "
+                                                "tensor-parallel ranks (the column-parallel layer's width)");
+  EXPECT_EQ(sequence_parallel_refusal(32, 3), "the sequence of 32 does not split into 3 equal shards");
+  EXPECT_EQ(sequence_parallel_refusal(32, 4), "");
 }
 
 // Megatron's 4 b s h per layer: two allreduces forward, two backward, each of
@@ -171,5 +191,6 @@ TEST(TensorParallelGpt, SequenceParallelNeedsTheSequenceToSplit) {
     TensorParallelGpt model(c, Gpt(gpt_preset("tiny-gpt", 16), 3), true);
     model.forward(std::vector<int>(2 * 6, 1), std::vector<int>(2 * 6, 2), 2, 6);
   });
-  EXPECT_NE(refused.find("a sequence of 6 tokens does not split over 4 ranks"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("sequence parallelism: the sequence of 6 does not split into 4 equal shards"),
+            std::string::npos) << refused;
 }

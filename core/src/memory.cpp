@@ -6,6 +6,9 @@
 #include <stdexcept>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "labkit/error.h"
 
 namespace labkit::memory {
 
@@ -265,6 +268,34 @@ void add_overheads(Breakdown& b, bool distributed) {
   for (const Line& l : b.lines) b.total += l.bytes;
 }
 }  // namespace
+
+void check_plan(const Architecture& m, const Plan& p) {
+  if (m.heads % p.tp != 0) {
+    std::vector<int> divisors;
+    for (int d = 1; d <= m.heads; ++d)
+      if (m.heads % d == 0) divisors.push_back(d);
+    throw Error(fmt::format("--tp {}: each rank takes whole attention heads, and {} has {}: --tp must divide {} ({})",
+                            p.tp, m.name, m.heads, m.heads, fmt::join(divisors, ", ")));
+  }
+  if (!m.latent && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
+    throw Error(fmt::format("--tp {}: {}'s {} KV heads neither split evenly over {} ranks nor copy evenly to them",
+                            p.tp, m.name, m.kv_heads, p.tp));
+  if (p.pp > m.layers)
+    throw Error(fmt::format("--pp {}: {} has {} layers, and each pipeline stage needs at least one", p.pp, m.name,
+                            m.layers));
+  if (p.shard_group > 0 && p.dp % p.shard_group != 0)
+    throw Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
+  if (p.sequence_parallel && p.tp == 1)
+    throw Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the tensor-parallel "
+                "ranks; with --tp 1 there are none to split over (add --tp)");
+}
+
+double what_if_seq(const Architecture& model, int seq) {
+  if (!seq && model.positions == 0)
+    throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
+                            model.name));
+  return seq ? seq : model.positions;
+}
 
 Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   Breakdown b;

@@ -57,9 +57,10 @@ struct Options : lab::TrainingOptions {
 
 // --stage, --hsdp, --reshard-after-forward, --prefetch and ZeRO++'s --hpz, --qwz, --qgz.
 void add_sharding_options(CLI::App& app, Options& o);
-// The lab's rules for combining them, checked before any rank starts. Where
-// `stage_given` is false, --hsdp makes stages 1-3 the default, and a technique
-// for stage 3 alone (--hpz, --qwz, --qgz) stage 3.
+// The rules for combining them (FullyShardedGpt's check_sharding) and what the
+// lab's views run, checked before any rank starts. Where `stage_given` is
+// false, --hsdp makes stages 1-3 the default, and a technique for stage 3 alone
+// (--hpz, --qwz, --qgz) stage 3.
 void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given);
 // What the tiny GPT's run needs of the backend and the batch.
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options);

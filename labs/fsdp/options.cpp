@@ -1,17 +1,16 @@
-// Lab 6's sharding options and the rules for combining them. Each rule is
-// checked here, before any rank starts, in the options' words;
-// FullyShardedGpt's constructor checks the same rules again in its own
-// (shard_group=, hpz_group=), where a rank count is known only then (mpirun).
-#include <algorithm>
+// Lab 6's sharding options, checked before any rank starts by the rules
+// FullyShardedGpt holds them to (check_sharding, which its constructor runs
+// again where the ranks are known only then: mpirun), and by what the lab's
+// views run.
 #include <string>
-#include <vector>
+#include <utility>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "fsdp.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/parallel/fully_sharded.h"
 #include "labkit/topology.h"
 
 namespace fsdp_lab {
@@ -42,74 +41,43 @@ void add_sharding_options(CLI::App& app, Options& o) {
 
 namespace {
 
-bool has_stage_three(const Options& o) { return std::find(o.stages.begin(), o.stages.end(), 3) != o.stages.end(); }
-
-// HSDP (Zhao et al. 2023, PyTorch FSDP's HYBRID_SHARD): groups of --hsdp ranks, stages 1-3 by default.
-void check_hsdp(Options& o, const RunOptions& run_options, bool stage_given) {
-  if (o.hsdp == 0) return;
-  if (run_options.backend == "sim" && run_options.ranks % o.hsdp != 0) {
-    std::vector<int> divisors;
-    for (int g = 1; g <= run_options.ranks; ++g)
-      if (run_options.ranks % g == 0) divisors.push_back(g);
-    throw Error(fmt::format("--hsdp {}: does not divide --ranks {} into equal groups ({} do)", o.hsdp,
-                            run_options.ranks, fmt::join(divisors, ", ")));
-  }
-  if (!stage_given) o.stages = {1, 2, 3};
-  if (std::find(o.stages.begin(), o.stages.end(), 0) != o.stages.end())
-    throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
-                            o.hsdp));
-  if (o.sweep.over == "hidden")
-    throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
+// The stages a run trains unless --stage says: HSDP's 1-3, and stage 3 alone
+// for a technique of stage 3 alone (--hpz, --qwz, --qgz).
+void default_stages(Options& o, bool stage_given) {
+  if (stage_given) return;
+  if (o.hsdp > 0) o.stages = {1, 2, 3};
+  if (o.qwz || o.qgz || o.hpz > 0) o.stages = {3};
 }
 
-// ZeRO++'s techniques (Wang et al. 2023) shard stage 3's traffic: --stage 3 by
-// default, no other, and not in --sweep. `what`: the technique in a few words.
-void check_stage_three_technique(Options& o, bool stage_given, const std::string& flag, const std::string& what) {
-  if (!stage_given) o.stages = {3};
-  if (o.stages != std::vector<int>{3})
-    throw Error(fmt::format("{}: a stage-3 technique{}; drop --stage or give --stage 3", flag, what));
-  if (!o.sweep.over.empty())
-    throw Error(fmt::format("{}: the tiny GPT's run or --what-if, not --sweep (for now)", flag));
+ShardingOptions sharding_options(const Options& o) {
+  return {.shard_group = o.hsdp,
+          .reshard_after_forward = o.reshard_after_forward,
+          .prefetch = parse_prefetch(o.prefetch),
+          .hpz_group = o.hpz,
+          .quantize_weights = o.qwz,
+          .quantize_gradients = o.qgz};
 }
 
-// qgZ's all-to-all hops: within each node, then across the nodes, so every node full.
-void check_qgz(const Options& o, const RunOptions& run_options) {
-  if (o.hsdp > 0)
-    throw Error(fmt::format("--qgz with --hsdp {}: qgZ reduces over all the ranks, node by node", o.hsdp));
-  if (run_options.backend != "sim") return;
-  const int per_node = find_topology(run_options.topology).devices_per_node;
-  if (run_options.ranks > per_node && run_options.ranks % per_node != 0)
-    throw Error(fmt::format("--qgz on --ranks {}: {} puts {} ranks on a node, so the last node holds {}; qgZ's "
-                            "all-to-all hops need every node full (--ranks a multiple of {})", run_options.ranks,
-                            run_options.topology, per_node, run_options.ranks % per_node, per_node));
-}
-
-// hpZ: a secondary shard in groups of --hpz ranks, for backward's second gathers.
-void check_hpz(Options& o, const RunOptions& run_options, bool stage_given) {
-  const std::string flag = fmt::format("--hpz {}", o.hpz);
-  if (run_options.backend == "sim" && run_options.ranks % o.hpz != 0)
-    throw Error(fmt::format("{}: does not divide --ranks {} into equal groups", flag, run_options.ranks));
-  if (o.hsdp > 0) throw Error(fmt::format("{} with --hsdp {}: HSDP already gathers within its groups", flag, o.hsdp));
-  if (!o.reshard_after_forward)
-    throw Error(fmt::format("{} with --reshard-after-forward off: nothing is gathered again for backward", flag));
-  check_stage_three_technique(o, stage_given, flag, "");
+// Where the ranks run, known before they start on the simulator alone.
+ShardingPlacement placement(const RunOptions& run_options) {
+  if (run_options.backend != "sim") return {};
+  return {.ranks = run_options.ranks,
+          .per_node = find_topology(run_options.topology).devices_per_node,
+          .topology = run_options.topology};
 }
 
 }  // namespace
 
-// In this order, so that a run breaking two rules is told the same first one every time.
 void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given) {
-  check_hsdp(o, run_options, stage_given);
-  if (o.qwz) check_stage_three_technique(o, stage_given, "--qwz", " (int8 weight gathers)");
-  if (o.qgz) check_stage_three_technique(o, stage_given, "--qgz", " (int4 gradient reduces)");
-  if (o.qgz) check_qgz(o, run_options);
-  if (o.hpz > 0) check_hpz(o, run_options, stage_given);
-  if (o.prefetch != "none" && !has_stage_three(o))
-    throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
-                            o.prefetch));
-  if (!o.reshard_after_forward && !has_stage_three(o))
-    throw Error("--reshard-after-forward off: does nothing here: only stage 3 gathers parameters, so only it can "
-                "keep them whole from forward to backward");
+  default_stages(o, stage_given);
+  check_sharding(o.stages, sharding_options(o), placement(run_options));
+  // What the lab's views run: the tiny GPT's, --what-if's and the sweeps.
+  if (o.hsdp > 0 && o.sweep.over == "hidden")
+    throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
+  for (const auto& [flag, given] : {std::pair<std::string, bool>{"--qwz", o.qwz}, {"--qgz", o.qgz},
+                                    {fmt::format("--hpz {}", o.hpz), o.hpz > 0}})
+    if (given && !o.sweep.over.empty())
+      throw Error(fmt::format("{}: the tiny GPT's run or --what-if, not --sweep (for now)", flag));
   if (!o.reshard_after_forward && (!o.what_if.empty() || !o.sweep.over.empty()))
     throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
 }

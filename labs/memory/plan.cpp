@@ -1,45 +1,12 @@
 // The plan a command line describes: the model's precisions, its parallelism
-// and its activations, checked against what the model's shape allows.
-#include <fmt/format.h>
-#include <fmt/ranges.h>
-
+// and its activations, checked against what the model's shape allows (memory::check_plan).
 #include "labkit/cli.h"
-#include "labkit/error.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
 namespace cli = labkit::cli;
 
 namespace memory_lab {
-
-namespace {
-// What the model's shape allows: tensor parallelism gives each rank whole
-// attention heads (and splits the KV heads, or copies each to the same number
-// of ranks: Megatron-LM, Shoeybi et al. 2019), a pipeline stage holds at least
-// one layer, HSDP's shard groups split the data-parallel ranks evenly, and
-// sequence parallelism (Korthikanti et al. 2022) has tensor-parallel ranks to
-// shard over.
-void check_plan(const Architecture& m, const Plan& p) {
-  if (m.heads % p.tp != 0) {
-    std::vector<int> divisors;
-    for (int d = 1; d <= m.heads; ++d)
-      if (m.heads % d == 0) divisors.push_back(d);
-    throw labkit::Error(fmt::format("--tp {}: each rank takes whole attention heads, and {} has {}: --tp must "
-                                    "divide {} ({})", p.tp, m.name, m.heads, m.heads, fmt::join(divisors, ", ")));
-  }
-  if (!m.latent && m.kv_heads % p.tp != 0 && p.tp % m.kv_heads != 0)
-    throw labkit::Error(fmt::format("--tp {}: {}'s {} KV heads neither split evenly over {} ranks nor copy evenly "
-                                    "to them", p.tp, m.name, m.kv_heads, p.tp));
-  if (p.pp > m.layers)
-    throw labkit::Error(fmt::format("--pp {}: {} has {} layers, and each pipeline stage needs at least one", p.pp,
-                                    m.name, m.layers));
-  if (p.shard_group > 0 && p.dp % p.shard_group != 0)
-    throw labkit::Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
-  if (p.sequence_parallel && p.tp == 1)
-    throw labkit::Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the "
-                        "tensor-parallel ranks; with --tp 1 there are none to split over (add --tp)");
-}
-}  // namespace
 
 void add_plan_options(CLI::App& app, PlanOptions& o) {
   Plan& plan = o.plan;

@@ -139,8 +139,7 @@ int what_if(const Options& o, const RunOptions& run_options) {
   if (arch.experts == 0) throw Error(fmt::format("--what-if {}: a dense model (no experts); try mixtral-8x7b or "
                                                  "deepseek-v3", o.what_if));
   const int E = arch.experts, k = arch.active_experts, ep = o.ep, h = arch.hidden;
-  if (E % ep)
-    throw Error(fmt::format("--ep {}: it does not divide {}'s {} experts", ep, o.what_if, E));
+  check(MoeConfig{.experts = E, .top_k = k}, ep);  // the MoE layer's rules (parallel/moe.h), as the tiny GPT's run
   const Topology topology = find_topology(run_options.topology);
   const int per_node = topology.devices_per_node;
   if (ep > per_node && ep % per_node)

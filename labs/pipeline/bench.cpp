@@ -31,7 +31,7 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<std::string, double>> runs;
   for (const std::string_view name : kScheduleNames) {
-    if (!fits(name, config.layers, o.stages, o.microbatches)) continue;
+    if (!schedule_fits(name, config.layers, o.stages, o.microbatches)) continue;
     const Schedule schedule = make_schedule(name, o.stages, o.microbatches, default_virtual(name));
     runs.emplace_back(name, lab::timed(fmt::format("timing {} on {} simulated stages", name, o.stages),
                                   [&] { train(o, run_options, data, config, schedule, false); }));

@@ -23,9 +23,7 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
   if (P > L) throw Error(fmt::format("--stages {}: more stages than the model's {} layers ({})", P, L, model));
   if (L % P != 0)
     throw Error(fmt::format("--stages {}: the model's {} layers do not cut into {} equal stages ({})", P, L, P, model));
-  if (!tiny && !o.seq && memory::model_preset(o.what_if).positions == 0)
-    throw Error(
-        fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq", o.what_if));
+  if (!tiny) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (tiny && o.seq) throw Error("--seq goes with --what-if; the tiny GPT trains on its context of " +
                                  std::to_string(config.max_seq));
   if (tiny && run_options.payload_free)
@@ -42,10 +40,6 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
 }
 
 }  // namespace
-
-bool fits(std::string_view schedule, int layers, int P, int M) {
-  return layers % (P * default_virtual(schedule)) == 0 && !(schedule == "interleaved" && M % P != 0);
-}
 
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand) {

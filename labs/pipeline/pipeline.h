@@ -36,11 +36,6 @@ namespace pipeline_lab {
 
 using namespace labkit;
 
-// Chunks per stage a schedule runs unless --virtual says: interleaved's 2, zbv's V.
-inline int default_virtual(std::string_view schedule) {
-  return schedule == "interleaved" || schedule == "zbv" ? 2 : 1;
-}
-
 // --steps, --batch (0: two sequences per micro-batch), --lr, --seed, --json, --bench, and the lab's own.
 struct Options : lab::TrainingOptions {
   Options() : TrainingOptions{.steps = 10, .batch = 0, .lr = 0.05f} {}
@@ -81,10 +76,6 @@ Schedule adopt_schedule_file(const CLI::App& app, Options& o);
 
 // The schedule the run asks for (`by_hand`, or --schedule's), refused with the
 // option to blame where it cannot run on the model, the batch or the ranks.
-// Whether the schedule (at its default_virtual chunks per stage) runs a model
-// of `layers` on P stages and M micro-batches: equal chunks, and interleaved's
-// M a multiple of P. The studies that run every schedule skip the others.
-bool fits(std::string_view schedule, int layers, int P, int M);
 Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
                           const std::optional<Schedule>& by_hand);
 

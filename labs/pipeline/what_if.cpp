@@ -159,7 +159,7 @@ void print_straggler(const Schedule& schedule, const RunOptions& run_options, co
 
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = o.seq ? o.seq : arch.positions, b = double(o.batch_or_default()) / given.microbatches;
+  const double seq = memory::what_if_seq(arch, o.seq), b = double(o.batch_or_default()) / given.microbatches;
   const PipeTimes flops = chunk_flops(arch, given.chunks(), b, seq);
   const std::size_t message = std::size_t(b * seq * arch.hidden * 2);
   const PipeTimes seconds = chunk_seconds(flops, run_options);
@@ -236,7 +236,7 @@ void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<
 
 int sweep(const Options& o, const RunOptions& run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = o.seq ? o.seq : arch.positions;
+  const double seq = memory::what_if_seq(arch, o.seq);
   const bool over_m = o.sweep.over == "microbatches";
   const std::vector<std::string_view> names = {"gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
   fmt::print("pipeline --what-if {} --sweep {}={:g}..{:g}: each schedule's bubble, measured payload-free, {} = {}, "
@@ -254,7 +254,7 @@ int sweep(const Options& o, const RunOptions& run_options) {
     std::vector<lab::Cell> row = {v};
     for (const std::string_view name : names) {
       const int V = default_virtual(name);
-      if (!fits(name, arch.layers, P, M)) {
+      if (!schedule_fits(name, arch.layers, P, M)) {
         row.push_back({nullptr, "-"});
         continue;
       }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
 #include "tp.h"
 
 namespace tp_lab {
@@ -18,9 +19,7 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (o.seq && o.what_if.empty())
     throw Error("--seq goes with --cp or --what-if; the tensor-parallel GPT trains on its context of " +
                 std::to_string(config.max_seq));
-  if (!o.what_if.empty() && !o.seq && memory::model_preset(o.what_if).positions == 0)
-    throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
-                            o.what_if));
+  if (!o.what_if.empty()) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (run_options.payload_free && o.what_if.empty())
     throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
                 "and --what-if's)");
@@ -34,9 +33,8 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks
   if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
     throw Error(fmt::format("--ranks {}: {}", ranks, no));
-  if (o.sp && config.max_seq % ranks != 0)
-    throw Error(fmt::format("--sp --ranks {}: the sequence of {} does not split into {} equal shards",
-                            ranks, config.max_seq, ranks));
+  if (const std::string no = sequence_parallel_refusal(config.max_seq, ranks); o.sp && !no.empty())
+    throw Error(fmt::format("--sp --ranks {}: {}", ranks, no));
 }
 
 // --cp: attention alone, over a dp x cp x tp mesh of the ranks.
@@ -74,19 +72,6 @@ void check_options(const Options& o, const RunOptions& run_options, const GptCon
     check_context_parallel(o, run_options, config);
   else
     check_tensor_parallel(o, run_options, config);
-}
-
-std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
-  const std::string model = a.name == "tiny-gpt" ? "the tiny GPT's" : a.name + "'s";
-  const auto split = [&](int n, const char* what, const char* why) {
-    return n % t == 0 ? std::string()
-                      : fmt::format("{} {} {} do not split over {} tensor-parallel ranks ({})", model, n, what, t, why);
-  };
-  for (const std::string& no : {split(a.heads, "heads", "each rank takes whole heads"),
-                                split(a.kv_heads, "kv heads", "each rank takes whole key-value groups"),
-                                split(a.ffn, "MLP features", "the column-parallel layer's width")})
-    if (!no.empty()) return no;
-  return "";
 }
 
 }  // namespace tp_lab

@@ -43,9 +43,6 @@ struct Options : lab::TrainingOptions {
 
 // What the command line asks that cannot be, refused before any rank starts (options.cpp).
 void check_options(const Options& o, const RunOptions& run_options, const GptConfig& config);
-// Why t tensor-parallel ranks cannot split a model's layer ("" if they can):
-// heads, kv heads or the MLP's width that t does not divide.
-std::string tensor_parallel_refusal(const memory::Architecture& a, int t);
 
 // One of a layer's f and g as the run executed it: its collective (empty:
 // the identity) with its bytes and time, from rank 0's trace.

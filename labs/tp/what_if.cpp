@@ -14,6 +14,7 @@
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
+#include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
 #include "tp.h"
@@ -43,7 +44,7 @@ void add_what_if_option(CLI::App& app, Options& o) {
 
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const double seq = o.seq ? o.seq : arch.positions, b = 1, bsh = seq * b * arch.hidden;
+  const double seq = memory::what_if_seq(arch, o.seq), b = 1, bsh = seq * b * arch.hidden;
   run_options.payload_free = true;
   fmt::print("tp --what-if {}: one layer (h = {}, s = {:g}, b = {:g}, bf16) forward and backward, compute at {:.0f}% "
              "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,

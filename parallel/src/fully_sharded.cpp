@@ -4,8 +4,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "labkit/error.h"
 #include "labkit/parallel/quantize.h"
@@ -27,54 +29,56 @@ namespace {
 View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
 View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
 
-// The options FullyShardedGpt refuses, each with its reason. The constructor
-// checks them in order, so a run that breaks two rules is told the first.
-void check_stage(const Comm& comm, int stage, const ShardingOptions& options) {
-  if (stage < 0 || stage > 3) fail(comm.who(), "FullyShardedGpt", "stage={} is not one of 0, 1, 2, 3", stage);
-  if (options.prefetch != Prefetch::none && stage != 3)
-    fail(comm.who(), "FullyShardedGpt", "prefetch at stage={}: only stage 3 gathers parameters before they compute",
-         stage);
-  if (!options.reshard_after_forward && stage != 3)
-    fail(comm.who(), "FullyShardedGpt", "reshard_after_forward=false at stage={}: only stage 3 gathers parameters, "
-         "so only it can keep them whole from forward to backward", stage);
-}
-
-void check_groups(const Comm& comm, int stage, const ShardingOptions& options) {
-  const int shard_group = options.shard_group, hpz = options.hpz_group;
-  if (shard_group < 0 || (shard_group > 0 && comm.size() % shard_group != 0))
-    fail(comm.who(), "FullyShardedGpt", "shard_group={} does not divide the {} ranks into equal groups", shard_group,
-         comm.size());
-  if (hpz < 0 || (hpz > 0 && comm.size() % hpz != 0))
-    fail(comm.who(), "FullyShardedGpt", "hpz_group={} does not divide the {} ranks into equal groups", hpz,
-         comm.size());
-  if (hpz > 0 && (stage != 3 || !options.reshard_after_forward))
-    fail(comm.who(), "FullyShardedGpt", "hpz_group={} at stage {}{}: hpZ keeps a secondary shard for backward's "
-         "second gather, which only stage 3 resharding after forward makes", hpz, stage,
-         options.reshard_after_forward ? "" : " without resharding after forward");
-  const bool hsdp = shard_group > 0 && shard_group < comm.size();
-  if (hpz > 0 && hsdp)
-    fail(comm.who(), "FullyShardedGpt", "hpz_group={} with shard_group={}: HSDP already gathers within its group", hpz,
-         shard_group);
-  if (hsdp && stage == 0)
-    fail(comm.who(), "FullyShardedGpt", "shard_group={} at stage 0: nothing is sharded", shard_group);
-}
-
-// qwZ and qgZ (whose ranks must also fill their nodes evenly: ranks_per_node).
-void check_quantization(const Comm& comm, int stage, const ShardingOptions& options) {
-  if (options.quantize_weights && stage != 3)
-    fail(comm.who(), "FullyShardedGpt", "quantize_weights at stage {}: only stage 3 gathers weights", stage);
-  if (!options.quantize_gradients) return;
-  if (stage != 3)
-    fail(comm.who(), "FullyShardedGpt", "quantize_gradients at stage {}: ZeRO++'s qgZ is a stage-3 technique", stage);
-  if (options.shard_group > 0 && options.shard_group < comm.size())
-    fail(comm.who(), "FullyShardedGpt", "quantize_gradients with shard_group={}: qgZ reduces over all the ranks",
-         options.shard_group);
-}
-
 void check_device(const Comm& comm, const Gpt& model) {
   if (model.device().kind != DeviceKind::cpu)
     fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
          model.device().name);
+}
+
+bool has(std::span<const int> stages, int stage) { return std::find(stages.begin(), stages.end(), stage) != stages.end(); }
+bool only_stage_three(std::span<const int> stages) { return stages.size() == 1 && stages[0] == 3; }
+
+// HSDP (Zhao et al. 2023, PyTorch FSDP's HYBRID_SHARD): groups of --hsdp ranks, at stages 1-3.
+void check_hsdp(std::span<const int> stages, int group, int ranks) {
+  if (ranks > 0 && ranks % group != 0) {
+    std::vector<int> divisors;
+    for (int g = 1; g <= ranks; ++g)
+      if (ranks % g == 0) divisors.push_back(g);
+    throw Error(fmt::format("--hsdp {}: does not divide --ranks {} into equal groups ({} do)", group, ranks,
+                            fmt::join(divisors, ", ")));
+  }
+  if (has(stages, 0))
+    throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
+                            group));
+}
+
+// ZeRO++'s techniques (Wang et al. 2023) shard stage 3's traffic, and only
+// stage 3 runs with them. `what`: the technique in a few words.
+void check_stage_three_technique(std::span<const int> stages, const std::string& flag, const std::string& what) {
+  if (!only_stage_three(stages))
+    throw Error(fmt::format("{}: a stage-3 technique{}; drop --stage or give --stage 3", flag, what));
+}
+
+// qgZ's all-to-all hops: within each node, then across the nodes, so every node full.
+void check_qgz(const ShardingOptions& o, const ShardingPlacement& at) {
+  if (o.shard_group > 0)
+    throw Error(fmt::format("--qgz with --hsdp {}: qgZ reduces over all the ranks, node by node", o.shard_group));
+  if (at.ranks > 0 && at.per_node > 0 && at.ranks > at.per_node && at.ranks % at.per_node != 0)
+    throw Error(fmt::format("--qgz on --ranks {}: {} puts {} ranks on a node, so the last node holds {}; qgZ's "
+                            "all-to-all hops need every node full (--ranks a multiple of {})", at.ranks, at.topology,
+                            at.per_node, at.ranks % at.per_node, at.per_node));
+}
+
+// hpZ: a secondary shard in groups of --hpz ranks, for backward's second gathers.
+void check_hpz(std::span<const int> stages, const ShardingOptions& o, int ranks) {
+  const std::string flag = fmt::format("--hpz {}", o.hpz_group);
+  if (ranks > 0 && ranks % o.hpz_group != 0)
+    throw Error(fmt::format("{}: does not divide --ranks {} into equal groups", flag, ranks));
+  if (o.shard_group > 0)
+    throw Error(fmt::format("{} with --hsdp {}: HSDP already gathers within its groups", flag, o.shard_group));
+  if (!o.reshard_after_forward)
+    throw Error(fmt::format("{} with --reshard-after-forward off: nothing is gathered again for backward", flag));
+  check_stage_three_technique(stages, flag, "");
 }
 
 // FSDP's wrapping: the embeddings, a unit per block, the final norm
@@ -93,15 +97,37 @@ std::vector<FullyShardedGpt::Unit> units_of(const Gpt& model, int stage) {
 
 // The rules and the group splits come in this order: the ranks leave a split
 // in another order than they entered it, so a rule checked after one is
-// reported by another rank than a rule checked before it.
+// reported by another rank than a rule checked before it. The nodes the ranks
+// run on (qgZ's) are checked last, where they are known: ranks_per_node.
+void check_sharding(std::span<const int> stages, const ShardingOptions& options, const ShardingPlacement& placement) {
+  for (int stage : stages)
+    if (stage < 0 || stage > 3) throw Error(fmt::format("--stage {}: ZeRO's stages are 0, 1, 2 and 3", stage));
+  if (options.shard_group < 0 || options.hpz_group < 0)
+    throw Error(fmt::format("--hsdp {} --hpz {}: a group holds at least 1 rank", options.shard_group,
+                            options.hpz_group));
+  if (options.shard_group > 0) check_hsdp(stages, options.shard_group, placement.ranks);
+  if (options.quantize_weights) check_stage_three_technique(stages, "--qwz", " (int8 weight gathers)");
+  if (options.quantize_gradients) check_stage_three_technique(stages, "--qgz", " (int4 gradient reduces)");
+  if (options.quantize_gradients) check_qgz(options, placement);
+  if (options.hpz_group > 0) check_hpz(stages, options, placement.ranks);
+  if (options.prefetch != Prefetch::none && !has(stages, 3))
+    throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
+                            kPrefetchNames[int(options.prefetch)]));
+  if (!options.reshard_after_forward && !has(stages, 3))
+    throw Error("--reshard-after-forward off: does nothing here: only stage 3 gathers parameters, so only it can "
+                "keep them whole from forward to backward");
+}
+
 FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)
     : comm_(comm), model_(model), stage_(stage), reshard_after_forward_(options.reshard_after_forward),
       quantize_weights_(options.quantize_weights), prefetch_policy_(options.prefetch), shard_comm_(&comm) {
-  check_stage(comm, stage, options);
-  check_groups(comm, stage, options);
+  try {
+    check_sharding(std::span(&stage, 1), options, {.ranks = comm.size(), .per_node = 0, .topology = {}});
+  } catch (const Error& e) {
+    fail(comm.who(), "FullyShardedGpt", "{}", e.what());
+  }
   make_groups(options);
   check_device(comm, model);
-  check_quantization(comm, stage, options);
   if (options.quantize_gradients) {  // qgZ's two hops: inside each node, then across
     const int per_node = ranks_per_node(comm, "FullyShardedGpt");
     node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
@@ -442,10 +468,8 @@ bool prefetches_forward(Prefetch p) { return p == Prefetch::forward || p == Pref
 bool prefetches_backward(Prefetch p) { return p == Prefetch::backward || p == Prefetch::both; }
 
 Prefetch parse_prefetch(std::string_view name) {
-  if (name == "none") return Prefetch::none;
-  if (name == "forward") return Prefetch::forward;
-  if (name == "backward") return Prefetch::backward;
-  if (name == "both") return Prefetch::both;
+  for (int p = 0; p < int(std::size(kPrefetchNames)); ++p)
+    if (name == kPrefetchNames[p]) return Prefetch(p);
   throw std::invalid_argument("unknown prefetch '" + std::string(name) + "' (none, forward, backward, both)");
 }
 

@@ -253,6 +253,12 @@ Schedule make_schedule(std::string_view name, int stages, int microbatches, int 
   throw Error(fmt::format("schedule '{}': naive, gpipe, 1f1b, interleaved, zb-h1 or zbv", name));
 }
 
+int default_virtual(std::string_view schedule) { return schedule == "interleaved" || schedule == "zbv" ? 2 : 1; }
+
+bool schedule_fits(std::string_view schedule, int layers, int P, int M) {
+  return layers % (P * default_virtual(schedule)) == 0 && !(schedule == "interleaved" && M % P != 0);
+}
+
 double bubble_formula(const Schedule& s, const PipeTimes& t) {
   const double P = s.stages, M = s.microbatches, V = s.virtual_stages;
   if (s.name == "naive") return (P - 1) / P;

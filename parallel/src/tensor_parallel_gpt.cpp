@@ -57,12 +57,28 @@ TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, in
       logits(acts.take(rows_of(B, T, t, false) * vocab_local)), probs(acts.take(rows_of(B, T, t, false) * vocab_local)),
       losses(acts.take(rows_of(B, T, t, false))) {}
 
+std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
+  const std::string model = a.name == "tiny-gpt" ? "the tiny GPT's" : a.name + "'s";
+  const auto split = [&](int n, const char* what, const char* why) {
+    return n % t == 0 ? std::string()
+                      : fmt::format("{} {} {} do not split over {} tensor-parallel ranks ({})", model, n, what, t, why);
+  };
+  for (const std::string& no : {split(a.heads, "heads", "each rank takes whole heads"),
+                                split(a.kv_heads, "kv heads", "each rank takes whole key-value groups"),
+                                split(a.ffn, "MLP features", "the column-parallel layer's width")})
+    if (!no.empty()) return no;
+  return "";
+}
+
+std::string sequence_parallel_refusal(int T, int t) {
+  return T % t == 0 ? "" : fmt::format("the sequence of {} does not split into {} equal shards", T, t);
+}
+
 TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_parallel)
     : tp_(tp), sequence_parallel_(sequence_parallel), config_(dense.config()) {
   const int t = tp.size();
-  if (config_.heads % t != 0)
-    fail(tp.who(), "TensorParallelGpt", "{} heads do not split over {} tensor-parallel ranks: each rank takes whole "
-         "heads, so the heads must divide by the group's size", config_.heads, t);
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config_), t); !no.empty())
+    fail(tp.who(), "TensorParallelGpt", "{}", no);
   if (dense.device().kind != DeviceKind::cpu)
     fail(tp.who(), "TensorParallelGpt", "the model is on {}: tensor parallelism works on a model in host memory",
          dense.device().name);
@@ -129,9 +145,8 @@ void TensorParallelGpt::prepare(int B, int T) {
   if (T > config_.max_seq)
     fail(tp_.who(), "TensorParallelGpt", "sequence of {} tokens is longer than the model's context, {}", T,
          config_.max_seq);
-  if (sequence_parallel_ && T % tp_.size() != 0)
-    fail(tp_.who(), "TensorParallelGpt", "sequence parallelism: a sequence of {} tokens does not split over {} ranks",
-         T, tp_.size());
+  if (const std::string no = sequence_parallel_refusal(T, tp_.size()); sequence_parallel_ && !no.empty())
+    fail(tp_.who(), "TensorParallelGpt", "sequence parallelism: {}", no);
   if (B != B_ || T != T_) {
     Carver counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);

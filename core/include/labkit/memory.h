@@ -205,6 +205,17 @@ struct Plan {
   std::optional<double> activations;  // bytes per GPU, overriding the formula
   std::optional<double> params;       // overriding the architecture's count (a round "7B")
 };
+// What the model's shape allows of a plan, refused naming the memory lab's
+// option and its value: tensor parallelism gives each rank whole attention
+// heads (and splits the KV heads, or copies each to the same number of ranks:
+// Megatron-LM, Shoeybi et al. 2019), a pipeline stage holds at least one layer,
+// HSDP's shard groups split the data-parallel ranks evenly, and sequence
+// parallelism (Korthikanti et al. 2022) has tensor-parallel ranks to shard over.
+void check_plan(const Architecture& model, const Plan& plan);
+// A what-if run's sequence: `seq` tokens where given (not 0), else the
+// model's learned context; a model with rotary positions has none, so it
+// needs seq, refused naming --what-if and --seq.
+double what_if_seq(const Architecture& model, int seq);
 
 struct Line {
   std::string component;

@@ -83,7 +83,8 @@ using ShardUpdate = std::function<void(std::span<float> params, std::span<const 
 // in the forward pass, the backward, or both, the next unit's all-gather is
 // issued before the current unit computes, so that it runs under that compute.
 enum class Prefetch { none, forward, backward, both };
-Prefetch parse_prefetch(std::string_view name);  // "none", "forward", "backward", "both"; throws naming them
+inline constexpr std::string_view kPrefetchNames[] = {"none", "forward", "backward", "both"};  // by Prefetch
+Prefetch parse_prefetch(std::string_view name);  // one of kPrefetchNames; throws naming them
 bool prefetches_forward(Prefetch p);
 bool prefetches_backward(Prefetch p);
 
@@ -116,6 +117,25 @@ struct ShardingOptions {
   // and one across the nodes. The ranks must fill their nodes evenly.
   bool quantize_gradients = false;
 };
+
+// Where the ranks run, as far as is known when the options are checked: on the
+// simulator the lab knows it before any rank starts; under mpirun only the
+// ranks themselves do.
+struct ShardingPlacement {
+  int ranks = 0;              // the ranks that share the model; 0: not known
+  int per_node = 0;           // ranks to a node by `topology`; 0: not known
+  std::string_view topology;  // what puts them so, named in the message
+};
+
+// The rules for combining ZeRO's stages with ShardingOptions, each refused
+// with its reason in the words of the fsdp lab's options (--stage, --hsdp,
+// --qwz, --qgz, --hpz, --prefetch, --reshard-after-forward) and their values:
+// the lab checks them before any rank starts, with every stage it trains, and
+// the constructor checks the same rules with its own stage. Prefetching and
+// keeping blocks whole need stage 3 among `stages`; hpZ, qwZ and qgZ need it
+// alone. In this order, so that options breaking two rules are told the same
+// first one every time.
+void check_sharding(std::span<const int> stages, const ShardingOptions& options, const ShardingPlacement& placement);
 
 class FullyShardedGpt {
  public:

@@ -113,6 +113,13 @@ Schedule zbv_schedule(int stages, int microbatches, const PipeTimes& times = {})
 Schedule make_schedule(std::string_view name, int stages, int microbatches, int virtual_stages = 1,
                        const PipeTimes& times = {});
 inline constexpr std::string_view kScheduleNames[] = {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zbv"};
+// Chunks per stage a schedule runs unless told otherwise: interleaved's 2, zbv's 2 (its V), the others' 1.
+int default_virtual(std::string_view schedule);
+// Whether make_schedule runs `schedule` at its default_virtual chunks per
+// stage on a model of `layers` over P stages and M micro-batches: the layers
+// cut into P x V equal chunks, and interleaved's M a multiple of P. The studies
+// that run every schedule skip the others.
+bool schedule_fits(std::string_view schedule, int layers, int P, int M);
 
 // The bubble's formula, as a share of the step, at chunk times t (a whole
 // backward is t.backward_input + t.backward_weight):

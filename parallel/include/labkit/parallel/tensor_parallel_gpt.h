@@ -42,10 +42,12 @@
 
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "labkit/comm.h"
 #include "labkit/gpt.h"
+#include "labkit/memory.h"
 #include "labkit/modules.h"
 #include "labkit/tensor.h"
 
@@ -95,6 +97,16 @@ void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, flo
 // rank-major order.
 void all_gather_sequence(Comm& comm, View rows, View whole, View scratch, int B, int T, int C);
 void reduce_scatter_sequence(Comm& comm, View whole, View rows, View scratch, int B, int T, int C);
+
+// Why t tensor-parallel ranks cannot split a model's layer ("" if they can):
+// heads, kv heads or the MLP's width that t does not divide, since each rank
+// takes whole heads, whole key-value groups and a column-parallel slice of the
+// MLP (Megatron-LM, Shoeybi et al. 2019). TensorParallelGpt's constructor
+// refuses with it; the tp lab, before any rank starts, after the option that
+// set t ("--ranks 3: ...", "--tp 3: ...").
+std::string tensor_parallel_refusal(const memory::Architecture& a, int t);
+// Why sequence parallelism cannot shard a sequence of T tokens over t ranks ("" if it can).
+std::string sequence_parallel_refusal(int T, int t);
 
 class TensorParallelGpt {
  public:
