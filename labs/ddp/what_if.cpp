@@ -10,6 +10,7 @@
 #include "labkit/cli.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
@@ -26,11 +27,9 @@ SweepRange parse_sweep(const std::string& text) {
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes "
-                                         "per mode, against the reading's estimate")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
-      ->capture_default_str()->check(cli::above(0.0));
+  lab::add_what_if(app, o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes per mode, "
+                                   "against the reading's estimate");
+  lab::add_step_seconds(app, o.step_seconds);
   app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
   cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
       "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "

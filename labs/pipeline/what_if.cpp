@@ -20,6 +20,7 @@
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/parallel/pipeline_executor.h"
 #include "labkit/topology.h"
@@ -95,11 +96,9 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, "
-                                         "its layers cut into the chunks")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
-      ->check(cli::in_range(1, 1 << 20));
+  lab::add_what_if(app, o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, its "
+                                   "layers cut into the chunks");
+  lab::add_what_if_seq(app, o.seq, "with --what-if: the sequence length (default: the model's learned context)");
   cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
       "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
       "drawn)");
