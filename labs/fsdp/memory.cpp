@@ -6,7 +6,6 @@
 
 #include <fmt/format.h>
 
-#include "columns.h"
 #include "fsdp.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
@@ -59,12 +58,12 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   };
   if (plan.prefetch && r.stage == 3) rows.push_back({MemoryUse::prefetched, "prefetched weights", ""});
   fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.name);
-  lab::Table table({indent(),
-                    {.header = "use", .key = "use", .width = 12, .align = lab::Align::left},
+  lab::Table table({{.header = "use", .key = "use", .width = 12, .align = lab::Align::left},
                     {.header = "measured", .key = "measured_peak", .width = 10},
                     {.header = "estimate", .key = "estimate", .width = 10},
-                    with_notes({.header = "off by", .key = "error", .width = 10}),
-                    {.key = "stage"}});
+                    {.header = "off by", .key = "error", .width = 10},
+                    {.key = "stage"}},
+                   {.rows = "  "});
   table.print_header();
   int off = 0;  // uses further than 5% from the estimate
   for (const Row& row : rows) {
@@ -72,8 +71,9 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     const double error = want > 0 ? (measured - want) / want : measured > 0 ? 1 : 0;
     off += std::abs(error) > 0.05;
     const lab::Cell off_by = {error, want > 0 ? fmt::format("{:+.1f}%", 100 * error) : "-"};
-    table.add({"", std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
-               {want, format_bytes(std::uint64_t(want))}, with_note(off_by, 10, row.why), r.stage});
+    table.add({std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
+               {want, format_bytes(std::uint64_t(want))}, off_by, r.stage},
+              row.why);
   }
   fmt::print("  {:<12} {:>10}  {}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)),
              r.peak_during.empty() ? "" : "during " + r.peak_during);

@@ -17,7 +17,6 @@
 
 #include <fmt/format.h>
 
-#include "columns.h"
 #include "fsdp.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
@@ -143,7 +142,7 @@ Measured measure_rows(LayerSweep& sweep) {
                     {.header = "T_g", .key = "t_gather", .width = 10},
                     {.header = "T_g (a-b)", .key = "t_gather_alpha_beta", .width = 10},
                     {.header = "exposed", .key = "exposed_prefetched", .width = 10},
-                    with_notes({.header = "exposed (a-b)", .key = "exposed_alpha_beta", .width = 13})});
+                    {.header = "exposed (a-b)", .key = "exposed_alpha_beta", .width = 13}});
   table.print_header();
   Measured out;
   for (int h = int(o.sweep.from); h <= o.sweep.to; h *= 2) {
@@ -157,7 +156,8 @@ Measured measure_rows(LayerSweep& sweep) {
     const double parameters = layer_parameters(arch);
     table.add({h, {parameters, format_parameters(parameters)}, lab::seconds(plain.compute),
                lab::seconds(plain.exposed), lab::seconds(predicted_gather), lab::seconds(prefetched.exposed),
-               with_note(lab::seconds(predicted_exposed), 13, hidden ? "hidden" : "exposed")});
+               lab::seconds(predicted_exposed)},
+              hidden ? "hidden" : "exposed");
     std::fflush(stdout);
   }
   out.rows = table.json();

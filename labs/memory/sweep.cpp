@@ -17,7 +17,6 @@ namespace memory_lab {
 namespace lab = labkit::lab;
 
 namespace {
-constexpr double GB = 1e9;
 const char* kParts[] = {"weights",        "gathered weights", "gradients",
                         "master weights", "optimizer states", "activations"};
 constexpr int kPartCount = std::size(kParts);
@@ -61,8 +60,6 @@ void plot_stages(const std::vector<Row>& rows, const std::string& path, const Ar
       fmt::arg("gpu", gpu.name), fmt::arg("limit", gpu.bytes / GB));
   lab::plot(path, {}, data.str(), commands);
 }
-// Bytes, written whole and printed in GB.
-lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}", bytes / GB)}; }
 
 // A row per plan; the first column names the rows (`rows_are`: stage, or ZeRO-N for the GPU counts).
 lab::Table sweep_table(const std::string& rows_are) {

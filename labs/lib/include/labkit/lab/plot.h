@@ -13,11 +13,10 @@
 
 namespace labkit::lab {
 
-// The figure's size in pixels and its font's in points, on a white background.
+// The figure's size and its font's, on a white background.
 struct Figure {
-  int width = 800;
-  int height = 500;
-  int font = 10;
+  int width = 800, height = 500;  // pixels
+  int font = 10;                  // points
 };
 
 // Draws `path` (an SVG, or a PNG where it ends in .png) with gnuplot: its
