@@ -14,8 +14,8 @@
 
 #include "compute_lab.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/plot.h"
 #include "labkit/op_bench.h"
-#include "labkit/output.h"
 
 using namespace labkit;
 
@@ -100,7 +100,7 @@ nlohmann::json print_datasheet_ridges(const std::vector<Measured>& ops) {
 // The roofline, log-log, with the ops as points and the datasheet ridges as dashed lines.
 void plot_roofline(const std::vector<Measured>& ops, const compute::Roofline& roof, const std::string& title,
                    const std::string& path) {
-  std::string points[2];  // forward; backward and update
+  std::string points[2];  // gnuplot index 0: forward; index 1: backward and update
   for (const Measured& m : ops) {
     const std::string label = m.cost.name.substr(0, m.cost.name.find(" ("));  // "matmul qkv"
     points[m.cost.pass == "forward" ? 0 : 1] +=
@@ -111,23 +111,20 @@ void plot_roofline(const std::vector<Measured>& ops, const compute::Roofline& ro
     ridges += fmt::format("set arrow from {0}, graph 0 to {0}, graph 1 nohead dashtype 2 lc rgb '#888888'\n"
                           "set label '{1} ridge {0:.0f}' at {0}, graph 0.03 left rotate by 90 offset -0.7,0 "
                           "textcolor rgb '#666666'\n", a.roof.ridge(), a.name);
-  const std::string script = fmt::format(
-      "set terminal {terminal} size 900,600 font 'sans,10' background '#ffffff'\n"
-      "set output '{path}'\nset termoption noenhanced\nset title '{title}'\n"
+  const std::string commands = fmt::format(
+      "set title '{title}'\n"
       "set logscale xy\nset xrange [0.05:1000]\nset yrange [0.01:{top}]\nset grid\nset key top left\n"
       "set xlabel 'arithmetic intensity (FLOP/byte)'\nset ylabel 'GFLOP/s'\n"
       "peak = {peak}\nbw = {bw}\nroof(x) = x * bw < peak ? x * bw : peak\nset samples 500\n{ridges}"
-      "$forward << EOD\n{forward}EOD\n$backward << EOD\n{backward}EOD\n"
       "plot roof(x) with lines lw 2 lc rgb '#000000' title sprintf('this machine: %.1f GFLOP/s, %.1f GB/s', peak, bw),"
-      " $forward using 1:2 with points pt 7 ps 1.2 lc rgb '#1f77b4' title 'forward',"
-      " $backward using 1:2 with points pt 5 ps 1.2 lc rgb '#d62728' title 'backward, update',"
-      " $forward using 1:2:3 with labels left offset 0.8,0.3 font ',8' notitle,"
-      " $backward using 1:2:3 with labels left offset 0.8,-0.5 font ',8' notitle\n",
-      fmt::arg("terminal", gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("title", title),
+      " $data index 0 using 1:2 with points pt 7 ps 1.2 lc rgb '#1f77b4' title 'forward',"
+      " $data index 1 using 1:2 with points pt 5 ps 1.2 lc rgb '#d62728' title 'backward, update',"
+      " $data index 0 using 1:2:3 with labels left offset 0.8,0.3 font ',8' notitle,"
+      " $data index 1 using 1:2:3 with labels left offset 0.8,-0.5 font ',8' notitle\n",
+      fmt::arg("title", title),
       fmt::arg("top", 4 * roof.peak_flops / GF), fmt::arg("peak", roof.peak_flops / GF),
-      fmt::arg("bw", roof.bandwidth / GF), fmt::arg("ridges", ridges), fmt::arg("forward", points[0]),
-      fmt::arg("backward", points[1]));
-  run_gnuplot(script);
+      fmt::arg("bw", roof.bandwidth / GF), fmt::arg("ridges", ridges));
+  lab::plot(path, {.width = 900, .height = 600}, points[0] + "\n\n" + points[1], commands);
 }
 }  // namespace
 

@@ -5,7 +5,6 @@
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
 #include "labkit/memory.h"
-#include "labkit/units.h"
 
 namespace ddp_lab {
 
@@ -25,12 +24,13 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   const double what_if = lab::timed("timing one payload-free Llama-2 7B step on 1024 ranks, overlap mode", [&] {
     run(big, [&](Comm& comm) { shaped_step(comm, llama, DdpMode::overlap); });
   });
-  fmt::print("{:<44} {:>10}\n", "run", "wall");
-  fmt::print("{:<44} {:>10}\n", fmt::format("1 rank, {} steps", o.steps), format_seconds(one));
-  fmt::print("{:<44} {:>10}  {:.2f}x the one-rank run (target <= 1.5x)\n",
-             fmt::format("{} simulated ranks, {} steps, overlap", run_options.ranks, o.steps), format_seconds(many),
-             many / one);
-  fmt::print("{:<44} {:>10}  (target < 10 s)\n", "Llama-2 7B step, 1024 ranks, payload-free", format_seconds(what_if));
+  // Its JSON is the figures by name (below), not the table's rows.
+  lab::Table table = lab::bench_table(44);
+  table.print_header();
+  table.add({fmt::format("1 rank, {} steps", o.steps), lab::seconds(one)});
+  table.add({fmt::format("{} simulated ranks, {} steps, overlap", run_options.ranks, o.steps), lab::seconds(many)},
+            fmt::format("{:.2f}x the one-rank run (target <= 1.5x)", many / one));
+  table.add({"Llama-2 7B step, 1024 ranks, payload-free", lab::seconds(what_if)}, "(target < 10 s)");
   lab::write_json(o.json, {{"one_rank_seconds", one}, {"ranks", run_options.ranks}, {"simulated_seconds", many},
                            {"ratio", many / one}, {"llama2_7b_1024_ranks_seconds", what_if}});
   return 0;

@@ -3,16 +3,17 @@
 // and compressed (parallel/gradient_compression.h), side by side: the bytes
 // each rank sends per step (counted, from the formula, from the trace), the
 // times, and the two loss curves.
-#include <cstdio>
+#include <sstream>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
-#include "labkit/lab/output.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 
@@ -33,20 +34,14 @@ std::string_view formula_of(Compression kind) {
 bool bytes_agree(const ModeRun& r) { return r.bytes_sent == r.bytes_formula && r.bytes_sent == r.bytes_traced; }
 
 void plot_losses(const std::string& path, const std::string& name, const ModeRun& plain, const ModeRun& compressed) {
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = create_file(data);
-    for (std::size_t s = 0; s < plain.losses.size(); ++s)
-      out << s + 1 << ' ' << plain.losses[s] << ' ' << compressed.losses[s] << '\n';
-  }
-  run_gnuplot(fmt::format(
-      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{}'\nset termoption noenhanced\n"
+  std::ostringstream data;
+  for (std::size_t s = 0; s < plain.losses.size(); ++s)
+    data << s + 1 << ' ' << plain.losses[s] << ' ' << compressed.losses[s] << '\n';
+  lab::plot(path, {}, data.str(), fmt::format(
       "set title 'DDP on the tiny GPT: training loss, uncompressed and {}'\n"
       "set xlabel 'step'\nset ylabel 'loss (mean over the global batch)'\nset key top right\nset grid\n"
-      "plot '{}' using 1:2 with linespoints title 'none', '{}' using 1:3 with linespoints title '{}'\n",
-      gnuplot_terminal(path), path, name, data, data, name));
-  std::remove(data.c_str());
+      "plot $data using 1:2 with linespoints title 'none', '' using 1:3 with linespoints title '{}'\n",
+      name, name));
 }
 
 }  // namespace

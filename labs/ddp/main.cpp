@@ -24,8 +24,7 @@ using namespace ddp_lab;
 int main(int argc, char** argv) {
   CLI::App app{"Lab 5: data parallelism (DDP): naive, bucketed and overlapped gradient averaging"};
   Options o;
-  RunOptions run_options;
-  run_options.ranks = 8;
+  RunOptions run_options{.ranks = 8};
   lab::add_training_options(app, o, {.batch = "global batch: sequences per step over all ranks",
                                      .seed = "initialisation, corpus and shuffling",
                                      .bench = "time the simulation: --ranks ranks against one rank on the same "

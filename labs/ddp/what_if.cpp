@@ -1,16 +1,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
-#include "labkit/lab/output.h"
 #include "labkit/cli.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
 #include "labkit/topology.h"
 #include "labkit/units.h"
 
@@ -26,11 +27,9 @@ SweepRange parse_sweep(const std::string& text) {
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes "
-                                         "per mode, against the reading's estimate")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
-      ->capture_default_str()->check(cli::above(0.0));
+  lab::add_what_if(app, o.what_if, "a model preset (llama2-7b, ...): one payload-free step of its shapes per mode, "
+                                   "against the reading's estimate");
+  lab::add_step_seconds(app, o.step_seconds);
   app.add_flag("--volume", o.volume, "the reading's DDP communication-volume table, computed");
   cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
       "ranks=A..B: weak scaling of the --what-if model (llama2-7b by default) on every topology preset; "
@@ -107,22 +106,17 @@ void plot_step_bars(const std::string& path, const std::string& title,
   double longest = 0;
   for (const auto& [mode, t] : steps) longest = std::max(longest, t.step);
   const auto [unit, scale] = longest < 1e-3 ? std::pair{"us", 1e6} : std::pair{"ms", 1e3};
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = create_file(data);
-    for (const auto& [mode, t] : steps)
-      out << name_of(mode) << ' ' << scale * t.forward << ' ' << scale * t.backward << ' ' << scale * t.optimizer
-          << ' ' << scale * t.exposed() << '\n';
-  }
-  run_gnuplot(fmt::format(
-      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{}'\nset termoption noenhanced\nset title '{}: where the step goes'\n"
+  std::ostringstream data;
+  for (const auto& [mode, t] : steps)
+    data << name_of(mode) << ' ' << scale * t.forward << ' ' << scale * t.backward << ' ' << scale * t.optimizer
+         << ' ' << scale * t.exposed() << '\n';
+  lab::plot(path, {}, data.str(), fmt::format(
+      "set title '{}: where the step goes'\n"
       "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
       "set boxwidth 0.6\nset ylabel 'time per step ({})'\nset yrange [0:*]\nset key outside right\nset grid y\n"
-      "plot '{}' using 2:xtic(1) title 'forward', '' using 3 title 'backward', '' using 4 title 'optimizer', "
+      "plot $data using 2:xtic(1) title 'forward', '' using 3 title 'backward', '' using 4 title 'optimizer', "
       "'' using 5 title 'exposed communication'\n",
-      gnuplot_terminal(path), path, title, unit, data));
-  std::remove(data.c_str());
+      title, unit));
 }
 
 // --sweep ranks=A..B: weak scaling of one --what-if step (each rank keeps its
@@ -160,28 +154,22 @@ int sweep(const Options& o, RunOptions run_options) {
   fmt::print("(naive, overlap: scaling efficiency T_compute / (T_compute + T_exposed); T_step and exposed: overlap)\n");
   lab::write_json(o.json, rows);
   if (!o.plot.empty()) {
-    const std::string data = o.plot + ".dat";
-    {
-      std::ofstream out = create_file(data);
-      for (std::string_view topology : topologies) {
-        out << '"' << topology << "\"\n";
-        for (const nlohmann::json& r : rows)
-          if (r["topology"] == topology)
-            out << r["ranks"] << ' ' << 100 * r["overlap_efficiency"].get<double>() << ' '
-                << 100 * r["naive_efficiency"].get<double>() << '\n';
-        out << "\n\n";
-      }
+    std::ostringstream data;
+    for (std::string_view topology : topologies) {
+      data << '"' << topology << "\"\n";
+      for (const nlohmann::json& r : rows)
+        if (r["topology"] == topology)
+          data << r["ranks"] << ' ' << 100 * r["overlap_efficiency"].get<double>() << ' '
+               << 100 * r["naive_efficiency"].get<double>() << '\n';
+      data << "\n\n";
     }
-    run_gnuplot(fmt::format(
-        "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
-        "set output '{}'\nset termoption noenhanced\n"
+    lab::plot(o.plot, {}, data.str(), fmt::format(
         "set title 'DDP weak scaling, {}: overlapped (solid) and naive (dashed)'\n"
         "set logscale x 2\nset xlabel 'ranks'\nset ylabel 'scaling efficiency (%)'\nset yrange [0:105]\n"
         "set key bottom left\nset grid\n"
-        "plot for [i=0:{}] '{}' index i using 1:2 with linespoints linecolor i+1 title columnheader(1), "
-        "for [i=0:{}] '{}' index i using 1:3 with lines dashtype 2 linecolor i+1 notitle\n",
-        gnuplot_terminal(o.plot), o.plot, name, topologies.size() - 1, data, topologies.size() - 1, data));
-    std::remove(data.c_str());
+        "plot for [i=0:{}] $data index i using 1:2 with linespoints linecolor i+1 title columnheader(1), "
+        "for [i=0:{}] $data index i using 1:3 with lines dashtype 2 linecolor i+1 notitle\n",
+        name, topologies.size() - 1, topologies.size() - 1));
   }
   return 0;
 }
@@ -250,25 +238,18 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
                            {"best_cap_mib", best_cap}, {"model_best_buckets", k},
                            {"model_best_mib", G / k / (1 << 20)}});
   if (!o.plot.empty()) {
-    const std::string data = o.plot + ".dat";
-    {
-      std::ofstream out = create_file(data);
-      for (const nlohmann::json& r : rows)
-        out << r["cap_mib"] << ' ' << 1e3 * r["exposed"].get<double>() << ' '
-            << 1e3 * r["model_exposed"].get<double>() << '\n';
-    }
-    run_gnuplot(fmt::format(
-        "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\n"
-        "set output '{}'\nset termoption noenhanced\n"
+    std::ostringstream data;
+    for (const nlohmann::json& r : rows)
+      data << r["cap_mib"] << ' ' << 1e3 * r["exposed"].get<double>() << ' ' << 1e3 * r["model_exposed"].get<double>()
+           << '\n';
+    lab::plot(o.plot, {}, data.str(), fmt::format(
         "set title 'DDP bucket size, {}, {} ranks on {}: exposed communication'\n"
         "set logscale x 2\nset xlabel 'bucket cap (MiB)'\nset ylabel 'exposed communication (ms)'\n"
         "set yrange [0:*]\nset key top right\nset grid\nset arrow from {},graph 0 to {},graph 1 nohead dashtype 3\n"
-        "plot '{}' using 1:2 with linespoints title 'measured (the simulated step)', "
+        "plot $data using 1:2 with linespoints title 'measured (the simulated step)', "
         "'' using 1:3 with linespoints dashtype 2 title 'overhead model at the same bucket count', "
         "NaN with lines dashtype 3 linecolor rgb 'black' title 'closed-form optimum G / k*'\n",
-        gnuplot_terminal(o.plot), o.plot, name, run_options.ranks, run_options.topology, G / k / (1 << 20),
-        G / k / (1 << 20), data));
-    std::remove(data.c_str());
+        name, run_options.ranks, run_options.topology, G / k / (1 << 20), G / k / (1 << 20)));
   }
   return 0;
 }

@@ -3,15 +3,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "columns.h"
 #include "fsdp.h"
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
-#include "labkit/lab/table.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
 #include "labkit/parallel/fully_sharded.h"
-#include "labkit/units.h"
 
 namespace fsdp_lab {
 
@@ -33,15 +29,16 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     run(big, [&](Comm& comm) { sharded_shaped_step(comm, llama, o.step_seconds, 3); });
   });
   // Its JSON is the figures by name (below), not the table's rows.
-  lab::Table table({{.header = "run", .key = "run", .width = 48, .align = lab::Align::left},
-                    with_notes({.header = "wall", .key = "wall", .width = 10})});
+  lab::Table table = lab::bench_table(48);
   table.print_header();
   table.add({fmt::format("stage 0 (DDP), {} ranks, {} steps", run_options.ranks, o.steps),
-             with_note(lab::seconds(ddp), 10, "")});
+             lab::seconds(ddp)});
   table.add({fmt::format("stage 3, {} ranks, {} steps", run_options.ranks, o.steps),
-             with_note(lab::seconds(sharded), 10, fmt::format("{:.2f}x stage 0's (target <= 1.5x)", sharded / ddp))});
+             lab::seconds(sharded)},
+            fmt::format("{:.2f}x stage 0's (target <= 1.5x)", sharded / ddp));
   table.add({"Llama-2 70B stage-3 step, 1024 ranks, payload-free",
-             with_note(lab::seconds(what_if), 10, "(target < 20 s)")});
+             lab::seconds(what_if)},
+            "(target < 20 s)");
   lab::write_json(o.json, {{"ranks", run_options.ranks}, {"steps", o.steps}, {"stage0_seconds", ddp},
                            {"stage3_seconds", sharded}, {"ratio", sharded / ddp},
                            {"llama2_70b_1024_ranks_seconds", what_if}});

@@ -9,7 +9,6 @@
 //   what_if.cpp  --what-if, --sweep ranks: each stage's memory and a payload-free step of a real model
 //   prefetch.cpp --sweep hidden: the layer size from which prefetching hides the all-gather
 //   bench.cpp    --bench: what the sharded simulation costs in wall time
-//   columns.h    what the lab's tables need beyond lab::Table (an indent, a note after a row)
 #pragma once
 
 #include <cstdint>

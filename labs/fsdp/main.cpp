@@ -32,12 +32,12 @@ using namespace fsdp_lab;
 int main(int argc, char** argv) {
   CLI::App app{"Lab 6: FSDP and ZeRO: data parallelism with the model state sharded, stage 0 (DDP) to 3"};
   Options o;
-  RunOptions run_options;
-  run_options.ranks = 8;
+  RunOptions run_options{.ranks = 8};
   add_sharding_options(app, o);
   lab::add_training_options(app, o, {.batch = "global batch: sequences per step over all ranks",
                                      .lr = fmt::format("learning rate (default {:g} with sgd, {:g} with adamw)",
                                                        kSgdLr, kAdamwLr),
+                                     .lr_says_its_default = true,
                                      .seed = "initialisation, corpus and shuffling",
                                      .bench = "time the simulation itself: stage 3 against stage 0 on the tiny GPT, "
                                               "and a payload-free 70B stage-3 step on 1024 ranks"});

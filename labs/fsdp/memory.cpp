@@ -2,17 +2,15 @@
 // memory lab's estimate for the same configuration.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
-#include "columns.h"
 #include "fsdp.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
 #include "labkit/parallel/fully_sharded.h"
-#include "labkit/output.h"
 #include "labkit/units.h"
 
 namespace fsdp_lab {
@@ -60,12 +58,12 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
   };
   if (plan.prefetch && r.stage == 3) rows.push_back({MemoryUse::prefetched, "prefetched weights", ""});
   fmt::print("stage {}: rank 0's peak memory by use (its tracker) beside the memory lab's estimate\n", r.name);
-  lab::Table table({indent(),
-                    {.header = "use", .key = "use", .width = 12, .align = lab::Align::left},
+  lab::Table table({{.header = "use", .key = "use", .width = 12, .align = lab::Align::left},
                     {.header = "measured", .key = "measured_peak", .width = 10},
                     {.header = "estimate", .key = "estimate", .width = 10},
-                    with_notes({.header = "off by", .key = "error", .width = 10}),
-                    {.key = "stage"}});
+                    {.header = "off by", .key = "error", .width = 10},
+                    {.key = "stage"}},
+                   {.rows = "  "});
   table.print_header();
   int off = 0;  // uses further than 5% from the estimate
   for (const Row& row : rows) {
@@ -73,8 +71,9 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     const double error = want > 0 ? (measured - want) / want : measured > 0 ? 1 : 0;
     off += std::abs(error) > 0.05;
     const lab::Cell off_by = {error, want > 0 ? fmt::format("{:+.1f}%", 100 * error) : "-"};
-    table.add({"", std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
-               {want, format_bytes(std::uint64_t(want))}, with_note(off_by, 10, row.why), r.stage});
+    table.add({std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
+               {want, format_bytes(std::uint64_t(want))}, off_by, r.stage},
+              row.why);
   }
   fmt::print("  {:<12} {:>10}  {}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)),
              r.peak_during.empty() ? "" : "during " + r.peak_during);
@@ -110,7 +109,6 @@ void explain_stage_three_peak(const std::vector<StageRun>& runs) {
 }
 
 void plot_memory(const std::vector<StageRun>& runs, const std::string& path) {
-  const std::string data = path + ".dat";
   std::vector<std::string> uses;  // those some stage holds at its peak
   std::vector<std::size_t> held;
   for (std::size_t i = 0; i < runs.front().at_peak.size(); ++i)
@@ -118,24 +116,19 @@ void plot_memory(const std::vector<StageRun>& runs, const std::string& path) {
       uses.push_back(runs.front().at_peak[i].first);
       held.push_back(i);
     }
-  {
-    std::ofstream out = create_file(data);
-    for (const StageRun& r : runs) {
-      out << '"' << fmt::format("stage {}\\n{}", r.stage, r.peak_during) << '"';
-      for (std::size_t i : held) out << ' ' << r.at_peak[i].second / (1 << 20);
-      out << '\n';
-    }
+  std::ostringstream data;
+  for (const StageRun& r : runs) {
+    data << '"' << fmt::format("stage {}\\n{}", r.stage, r.peak_during) << '"';
+    for (std::size_t i : held) data << ' ' << r.at_peak[i].second / (1 << 20);
+    data << '\n';
   }
-  std::string plot = fmt::format("plot '{}' using 2:xtic(1) title '{}'", data, uses[0]);
+  std::string plot = fmt::format("plot $data using 2:xtic(1) title '{}'", uses[0]);
   for (std::size_t i = 1; i < uses.size(); ++i) plot += fmt::format(", '' using {} title '{}'", i + 2, uses[i]);
-  run_gnuplot(fmt::format(
-      "set terminal {} size 960,560 font 'sans,10' background '#ffffff'\n"
-      "set output '{}'\nset termoption noenhanced\n"
+  lab::plot(path, {.width = 960, .height = 560}, data.str(), fmt::format(
       "set title 'rank 0 of {} at its memory peak, by use (and what it was computing)'\n"
       "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.8 border -1\n"
       "set boxwidth 0.6\nset bmargin 4\nset ylabel 'MiB'\nset yrange [0:*]\nset key outside right\nset grid y\n{}\n",
-      gnuplot_terminal(path), path, runs.front().ranks, plot));
-  std::remove(data.c_str());
+      runs.front().ranks, plot));
 }
 
 }  // namespace fsdp_lab

@@ -12,19 +12,18 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 
-#include "columns.h"
 #include "fsdp.h"
-#include "labkit/lab/output.h"
-#include "labkit/lab/table.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/topology.h"
@@ -80,27 +79,21 @@ Walk measure_forward(const Trace& trace, int layers) {
 // boundary, T_g's latency floor on the left (gnuplot).
 void plot_boundary(const nlohmann::json& rows, std::optional<int> boundary, const std::string& title,
                    const std::string& path) {
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = create_file(data);
-    for (const nlohmann::json& r : rows)
-      out << r["hidden"] << ' ' << double(r["t_forward"]) * 1e6 << ' ' << double(r["t_gather"]) * 1e6 << ' '
-          << double(r["t_gather_alpha_beta"]) * 1e6 << '\n';
-  }
-  run_gnuplot(fmt::format(
-      "set terminal {} size 800,500 font 'sans,10' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+  std::ostringstream data;
+  for (const nlohmann::json& r : rows)
+    data << r["hidden"] << ' ' << double(r["t_forward"]) * 1e6 << ' ' << double(r["t_gather"]) * 1e6 << ' '
+         << double(r["t_gather_alpha_beta"]) * 1e6 << '\n';
+  lab::plot(path, {}, data.str(), fmt::format(
       "set title \"{}\"\nset logscale x 2\nset logscale y 10\nset format y '%g'\n"
       "set xlabel 'hidden size'\nset ylabel 'us per layer'\n"
       "set grid\nset key bottom right\n{}"
-      "plot '{}' using 1:2 with linespoints linewidth 2 title 'T_f: the layer forward', "
+      "plot $data using 1:2 with linespoints linewidth 2 title 'T_f: the layer forward', "
       "'' using 1:3 with linespoints linewidth 2 title 'T_g: its all-gather, measured', "
       "'' using 1:4 with lines dashtype 2 title 'T_g by alpha-beta'\n",
-      gnuplot_terminal(path), path, title,
+      title,
       boundary ? fmt::format("set arrow from {0}, graph 0 to {0}, graph 1 nohead dashtype 3\n"
                              "set label 'alpha-beta boundary: hidden {0}' at {0}, graph 0.92 offset 1,0\n", *boundary)
-               : "",
-      data));
-  std::remove(data.c_str());
+               : ""));
 }
 
 // The sweep's fixed inputs: the model, the machine, and the runs of one
@@ -149,7 +142,7 @@ Measured measure_rows(LayerSweep& sweep) {
                     {.header = "T_g", .key = "t_gather", .width = 10},
                     {.header = "T_g (a-b)", .key = "t_gather_alpha_beta", .width = 10},
                     {.header = "exposed", .key = "exposed_prefetched", .width = 10},
-                    with_notes({.header = "exposed (a-b)", .key = "exposed_alpha_beta", .width = 13})});
+                    {.header = "exposed (a-b)", .key = "exposed_alpha_beta", .width = 13}});
   table.print_header();
   Measured out;
   for (int h = int(o.sweep.from); h <= o.sweep.to; h *= 2) {
@@ -163,7 +156,8 @@ Measured measure_rows(LayerSweep& sweep) {
     const double parameters = layer_parameters(arch);
     table.add({h, {parameters, format_parameters(parameters)}, lab::seconds(plain.compute),
                lab::seconds(plain.exposed), lab::seconds(predicted_gather), lab::seconds(prefetched.exposed),
-               with_note(lab::seconds(predicted_exposed), 13, hidden ? "hidden" : "exposed")});
+               lab::seconds(predicted_exposed)},
+              hidden ? "hidden" : "exposed");
     std::fflush(stdout);
   }
   out.rows = table.json();

@@ -14,7 +14,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "columns.h"
 #include "fsdp.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
@@ -137,17 +136,17 @@ nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs, cons
     const std::string what = lossy.name.substr(lossy.name.find(' ') + 1);  // "qwZ qgZ"
     fmt::print("stage {}: the global batch's loss, exact beside {} ({}{}{})\n", lossy.stage, what,
                o.qwz ? "int8 weight gathers" : "", o.qwz && o.qgz ? ", " : "", o.qgz ? "int4 gradient reduces" : "");
-    lab::Table table({indent(),
-                      {.header = "step", .key = "step", .width = 5},
+    lab::Table table({{.header = "step", .key = "step", .width = 5},
                       {.header = "exact", .key = "exact", .width = 10},
                       {.header = what, .key = "quantized", .width = 10},
                       {.header = "difference", .width = 11},
                       {.key = "stage"},
                       {.key = "qwz"},
-                      {.key = "qgz"}});
+                      {.key = "qgz"}},
+                     {.rows = "  "});
     table.print_header();
     for (std::size_t s = 0; s < lossy.losses.size(); ++s)
-      table.add({"", s + 1, lab::number(exact.losses[s], "{:.5f}"), lab::number(lossy.losses[s], "{:.5f}"),
+      table.add({s + 1, lab::number(exact.losses[s], "{:.5f}"), lab::number(lossy.losses[s], "{:.5f}"),
                  fmt::format("{:+.2e}", double(lossy.losses[s]) - exact.losses[s]), lossy.stage, o.qwz, o.qgz});
     for (const nlohmann::json& row : table.json()) out.push_back(row);
   }

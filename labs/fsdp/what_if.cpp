@@ -7,12 +7,12 @@
 
 #include <CLI/CLI.hpp>
 
-#include "columns.h"
 #include "fsdp.h"
-#include "labkit/lab/output.h"
-#include "labkit/lab/table.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/output.h"
+#include "labkit/lab/table.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/parallel/fully_sharded.h"
@@ -31,23 +31,18 @@ cli::Sweep parse_sweep(const std::string& text) {
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (llama2-7b, ...): each stage's memory per GPU and a "
-                                         "payload-free step of its shapes")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--step-seconds", o.step_seconds, "--what-if: compute per step, in seconds")
-      ->capture_default_str()->check(cli::above(0.0));
+  lab::add_what_if(app, o.what_if, "a model preset (llama2-7b, ...): each stage's memory per GPU and a "
+                                   "payload-free step of its shapes");
+  lab::add_step_seconds(app, o.step_seconds);
   app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
-  app.add_option("--seq", o.seq, "--what-if: tokens per sequence (one sequence per GPU)")
-      ->capture_default_str()->check(cli::in_range(1, 1 << 20));
+  lab::add_what_if_seq(app, o.seq, "--what-if: tokens per sequence (one sequence per GPU)");
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
-  app.add_option_function<std::string>(
-         "--sweep", [&o](const std::string& t) { o.sweep = parse_sweep(t); },
-         "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: "
-         "each stage's memory per GPU and exposed communication; hidden=A..B: its layer at hidden A, 2A, ... B, "
-         "stage 3 on --ranks: where prefetching hides the all-gather, measured and by alpha-beta")
-      ->check(cli::parsed_by([](const std::string& t) { parse_sweep(t); }));
+  cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
+      "ranks=A..B: the --what-if model (llama2-7b by default) on A, 2A, ... B GPUs of every topology preset: each "
+      "stage's memory per GPU and exposed communication; hidden=A..B: its layer at hidden A, 2A, ... B, stage 3 on "
+      "--ranks: where prefetching hides the all-gather, measured and by alpha-beta");
 }
 
 namespace {

@@ -10,8 +10,9 @@ using namespace labkit::memory;
 
 namespace memory_lab {
 
+using labkit::lab::Align;
+
 namespace {
-constexpr double GB = 1e9;
 
 // The model, and with --params, that only the parameter count is given: the
 // activations and the KV cache still come from the preset's layers and widths.
@@ -40,7 +41,6 @@ std::string describe(const Architecture& m, const Plan& p) {
 }  // namespace
 
 int list_models() {
-  using labkit::lab::Align;
   labkit::lab::Table table({{.header = "model", .key = "model", .width = 14, .align = Align::left},
                             {.header = "parameters", .key = "parameters", .width = 16},
                             {.header = "active", .key = "active", .width = 16},
@@ -61,18 +61,22 @@ int list_models() {
 nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, const Gpu& gpu) {
   const Breakdown b = estimate(model, plan, gpu);
   fmt::print("{}\non {} ({:.1f} GB usable)\n\n", describe(model, plan), gpu.name, gpu.bytes / GB);
-  fmt::print("{:<38} {:>10}  {}\n", "component", "GB per GPU", "note");
-  nlohmann::json lines = nlohmann::json::array();
+  labkit::lab::Table table({{.header = "component", .key = "component", .width = 38, .align = Align::left},
+                            {.header = "GB per GPU", .key = "bytes", .width = 10},
+                            {.header = "note", .key = "note", .align = Align::left, .gap = 2},
+                            {.key = "overhead"}});
+  table.print_header();
   bool overheads = false;
   for (const Line& l : b.lines) {
-    if (l.overhead && !overheads) fmt::print("{:<38} {:>10}\n", "overheads:", "");
+    // The overheads under a heading, indented; the heading's blank GB cell is printed (" "), as it always was.
+    if (l.overhead && !overheads) table.print_row({"overheads:", " ", "", true});
     overheads = overheads || l.overhead;
-    fmt::print("{:<38} {:>10.2f}  {}\n", (l.overhead ? "  " : "") + l.component, l.bytes / GB, l.note);
-    lines.push_back({{"component", l.component}, {"bytes", l.bytes}, {"note", l.note}, {"overhead", l.overhead}});
+    table.add({{l.component, (l.overhead ? "  " : "") + l.component}, gb(l.bytes), l.note, l.overhead});
   }
-  fmt::print("{:<38} {:>10.2f}  {}\n", "total", b.total / GB,
-             b.fits() ? fmt::format("fits: {:.0f}% of {:.1f} GB", 100 * b.total / b.gpu_bytes, b.gpu_bytes / GB)
-                      : fmt::format("DOES NOT FIT in {:.1f} GB", b.gpu_bytes / GB));
+  table.print_row({"total", gb(b.total),
+                   b.fits() ? fmt::format("fits: {:.0f}% of {:.1f} GB", 100 * b.total / b.gpu_bytes, b.gpu_bytes / GB)
+                            : fmt::format("DOES NOT FIT in {:.1f} GB", b.gpu_bytes / GB),
+                   false});
   const int needed = gpus_needed(model, plan, gpu);
   const std::string how = plan.training ? "with ZeRO-3" : "with tensor parallelism";
   if (needed)
@@ -83,7 +87,7 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                         {"parameters", plan.params.value_or(count_parameters(model).total)},
                         {"gpu", gpu.name},
                         {"gpu_bytes", gpu.bytes},
-                        {"lines", lines},
+                        {"lines", table.json()},
                         {"total_bytes", b.total},
                         {"fits", b.fits()},
                         {"gpus_needed", needed}};
@@ -107,17 +111,20 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
 }
 
 nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
-  nlohmann::json out = nlohmann::json::array();
   fmt::print("\nmemory over one training step (without overheads):\n");
   const std::vector<Phase> phases = step_timeline(model, plan);
   double peak = 0;
   for (const Phase& p : phases) peak = std::max(peak, p.bytes);
-  for (const Phase& p : phases) {
-    const int bar = int(40 * p.bytes / peak + 0.5);
-    fmt::print("  {:<16} {:>8.1f} GB  {:<40}  {}\n", p.name, p.bytes / GB, std::string(bar, '#'), p.holds);
-    out.push_back({{"phase", p.name}, {"bytes", p.bytes}, {"holds", p.holds}});
-  }
-  return out;
+  // Printed without its header: the title line above says what the columns are.
+  labkit::lab::Table table({{.header = "phase", .key = "phase", .width = 16, .align = Align::left},
+                            {.header = "memory", .key = "bytes", .width = 11},
+                            {.header = "bar", .width = 40, .align = Align::left, .gap = 2},
+                            {.header = "holds", .key = "holds", .align = Align::left, .gap = 2}},
+                           {.rows = "  "});
+  for (const Phase& p : phases)
+    table.add({p.name, {p.bytes, fmt::format("{:.1f} GB", p.bytes / GB)},
+               std::string(int(40 * p.bytes / peak + 0.5), '#'), p.holds});
+  return table.json();
 }
 
 nlohmann::json print_recommendation(const Architecture& model, const Plan& plan, const Gpu& gpu, int gpus,

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fmt/format.h>
+
+#include "labkit/lab/table.h"
 #include "labkit/memory.h"
 
 namespace CLI {
@@ -18,6 +21,11 @@ namespace memory_lab {
 using labkit::memory::Architecture;
 using labkit::memory::Gpu;
 using labkit::memory::Plan;
+
+inline constexpr double GB = 1e9;  // the decimal gigabyte, as GPU datasheets count memory
+
+// Bytes, written whole and printed in GB.
+inline labkit::lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}", bytes / GB)}; }
 
 // The command line's words for a plan, before they are parsed into one.
 struct PlanOptions {

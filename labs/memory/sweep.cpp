@@ -1,14 +1,13 @@
 // --sweep: the same model under each ZeRO stage, or over 1 to 1024 GPUs, side
 // by side; --plot draws the stages as stacked bars (gnuplot).
-#include <cstdio>
-#include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -18,7 +17,6 @@ namespace memory_lab {
 namespace lab = labkit::lab;
 
 namespace {
-constexpr double GB = 1e9;
 const char* kParts[] = {"weights",        "gathered weights", "gradients",
                         "master weights", "optimizer states", "activations"};
 constexpr int kPartCount = std::size(kParts);
@@ -44,33 +42,24 @@ Row row(const std::string& label, const Breakdown& b) {
 
 void plot_stages(const std::vector<Row>& rows, const std::string& path, const Architecture& model, const Plan& plan,
                  const Gpu& gpu) {
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = labkit::create_file(data);
-    out << "stage weights gathered gradients master optimizer activations overheads\n";
-    for (const Row& r : rows) {
-      out << '"' << r.label << '"';
-      for (double p : r.parts) out << ' ' << p / GB;
-      out << ' ' << r.overheads / GB << '\n';
-    }
+  std::ostringstream data;
+  data << "stage weights gathered gradients master optimizer activations overheads\n";
+  for (const Row& r : rows) {
+    data << '"' << r.label << '"';
+    for (double p : r.parts) data << ' ' << p / GB;
+    data << ' ' << r.overheads / GB << '\n';
   }
-  const std::string script = fmt::format(
-      "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{path}'\nset termoption noenhanced\n"
+  const std::string commands = fmt::format(
       "set title '{model}, {optimizer}, dp {dp}, on {gpu}: memory per GPU by ZeRO stage'\n"
       "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
       "set boxwidth 0.6\nset ylabel 'GB per GPU'\nset key outside right top\nset grid ytics\nset yrange [0:*]\n"
       "set arrow from graph 0, first {limit} to graph 1, first {limit} nohead dashtype 2 linewidth 2\n"
       "set label 'GPU memory' at graph 0.99, first {limit} right offset 0,0.7\n"
-      "plot for [i=2:8] '{data}' using i:xtic(1) title columnheader(i)\n",
-      fmt::arg("terminal", labkit::gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("model", model.name),
-      fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp), fmt::arg("gpu", gpu.name),
-      fmt::arg("limit", gpu.bytes / GB), fmt::arg("data", data));
-  labkit::run_gnuplot(script);
-  std::remove(data.c_str());
+      "plot for [i=2:8] $data using i:xtic(1) title columnheader(i)\n",
+      fmt::arg("model", model.name), fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp),
+      fmt::arg("gpu", gpu.name), fmt::arg("limit", gpu.bytes / GB));
+  lab::plot(path, {}, data.str(), commands);
 }
-// Bytes, written whole and printed in GB.
-lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}", bytes / GB)}; }
 
 // A row per plan; the first column names the rows (`rows_are`: stage, or ZeRO-N for the GPU counts).
 lab::Table sweep_table(const std::string& rows_are) {

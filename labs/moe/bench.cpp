@@ -4,14 +4,11 @@
 // one, and the simulator adds its ranks, routing and all-to-alls (the target:
 // at most 2x). The MoE run goes first, so that a check that stops a lab where
 // its ranks would start (the option fuzzer's) stops this one before any work.
-#include <chrono>
-#include <cstdio>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
-#include "labkit/lab/table.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "moe.h"
@@ -19,22 +16,16 @@
 namespace moe_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point from) {
-    return std::chrono::duration<double>(Clock::now() - from).count();
-  };
-  fmt::print("timing {} steps of {} sequences: the MoE GPT ({} experts, top-{}) on {} simulated ranks, then the "
-             "dense tiny GPT on one rank ...\n", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep);
-  std::fflush(stdout);
-  Clock::time_point started = Clock::now();
-  const MoeRun r = train(o, run_options, data, config, false);
-  const double moe = seconds(started);
+  MoeRun r;
+  const double moe = lab::timed(fmt::format("timing {} steps of {} sequences: the MoE GPT ({} experts, top-{}) on {} "
+                                            "simulated ranks", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep),
+                                [&] { r = train(o, run_options, data, config, false); });
   if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
-  started = Clock::now();
   SgdMomentum sgd{.lr = o.lr};
-  train_one_rank(config, data, o.seed, o.steps, o.batch,
-                 [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
-  const double dense = seconds(started);
+  const double dense = lab::timed("timing the same on the dense tiny GPT on one rank", [&] {
+    train_one_rank(config, data, o.seed, o.steps, o.batch,
+                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+  });
   lab::Table table({{.header = "run", .key = "run", .width = 34, .align = lab::Align::left},
                     {.header = "wall", .key = "wall", .width = 10},
                     {.header = "a step", .key = "step", .width = 10},

@@ -5,7 +5,6 @@
 // side: the collapse and its two cures.
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,8 +13,8 @@
 
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 #include "moe.h"
 
 namespace moe_lab {
@@ -27,29 +26,26 @@ void plot_heatmaps(const std::vector<HeatmapPanel>& panels, const std::string& p
     for (const StepRun& s : p.run->steps)
       for (std::int64_t c : s.layers[0].stats.chosen) most = std::max(most, c);
   const int experts = int(panels[0].run->steps[0].layers[0].stats.chosen.size());
-  std::string script = fmt::format(
-      "set terminal {} size {},{} font 'sans,9' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+  std::string commands = fmt::format(
       "set multiplot layout 1,{}\nset palette defined (0 '#ffffff', 1 '#fdd49e', 2 '#fc8d59', 3 '#b30000', "
       "4 '#3f0000')\nset cbrange [0:{}]\nset xlabel 'step'\nset ylabel 'expert (layer 0)'\nset yrange [-0.5:{}]\n"
       "set ytics 1\n",
-      gnuplot_terminal(path), 40 + 420 * panels.size(), 360, path, panels.size(), most, experts - 0.5);
-  std::vector<std::string> files;
+      panels.size(), most, experts - 0.5);
+  std::string data;  // gnuplot index i: panel i, a line per step and expert, a blank line after each step
   for (std::size_t i = 0; i < panels.size(); ++i) {
     const HeatmapPanel& p = panels[i];
-    const std::string data = fmt::format("{}.{}.dat", path, i);
-    files.push_back(data);
-    std::ofstream out = create_file(data);
     for (std::size_t s = 0; s < p.run->steps.size(); ++s) {
       for (std::size_t e = 0; e < p.run->steps[s].layers[0].stats.chosen.size(); ++e)
-        out << fmt::format("{} {} {}\n", s + 1, e, p.run->steps[s].layers[0].stats.chosen[e]);
-      out << '\n';
+        data += fmt::format("{} {} {}\n", s + 1, e, p.run->steps[s].layers[0].stats.chosen[e]);
+      data += '\n';
     }
-    script += fmt::format("set title \"{}\"\nset xrange [0.5:{}]\nplot '{}' using 1:2:3 with image notitle\n", p.title,
-                          p.run->steps.size() + 0.5, data);
+    data += '\n';
+    commands += fmt::format("set title \"{}\"\nset xrange [0.5:{}]\n"
+                            "plot $data index {} using 1:2:3 with image notitle\n",
+                            p.title, p.run->steps.size() + 0.5, i);
   }
-  script += "unset multiplot\n";
-  run_gnuplot(script);
-  for (const std::string& f : files) std::remove(f.c_str());
+  commands += "unset multiplot\n";
+  lab::plot(path, {.width = 40 + 420 * int(panels.size()), .height = 360, .font = 9}, data, commands);
 }
 
 int compare_balance(Options o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {

@@ -5,7 +5,6 @@
 // dropped over the run, the last step's all-to-all bytes and MoE time; the
 // plot the drops and the bytes.
 #include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,8 +14,8 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 #include "labkit/units.h"
 #include "moe.h"
 
@@ -33,21 +32,15 @@ cli::Sweep parse_sweep(const std::string& text) {
 
 // The drops (left axis) and the all-to-all bytes (right) against the factor, from the table's rows.
 void plot_sweep(const nlohmann::json& rows, const std::string& path) {
-  const std::string data_file = path + ".dat";
-  {
-    std::ofstream out = create_file(data_file);
-    for (const nlohmann::json& row : rows)
-      out << fmt::format("{} {} {}\n", row["capacity_factor"].get<double>(), 100 * row["dropped"].get<double>(),
-                         double(row["all_to_all_bytes"].get<std::int64_t>()) / 1024);
-  }
-  run_gnuplot(fmt::format(
-      "set terminal {} size 720,380 font 'sans,10' background '#ffffff'\nset output '{}'\n"
+  std::string data;
+  for (const nlohmann::json& row : rows)
+    data += fmt::format("{} {} {}\n", row["capacity_factor"].get<double>(), 100 * row["dropped"].get<double>(),
+                        double(row["all_to_all_bytes"].get<std::int64_t>()) / 1024);
+  lab::plot(path, {.width = 720, .height = 380}, data,
       "set xlabel 'capacity factor'\nset ylabel 'assignments dropped (%)'\nset y2label 'all-to-all a step (KiB)'\n"
       "set ytics nomirror\nset y2tics\nset key center right\nset grid\n"
-      "plot '{}' using 1:2 with linespoints lw 2 lc rgb '#b30000' title 'dropped', "
-      "'' using 1:3 axes x1y2 with linespoints lw 2 lc rgb '#1f77b4' title 'all-to-all'\n",
-      gnuplot_terminal(path), path, data_file));
-  std::remove(data_file.c_str());
+      "plot $data using 1:2 with linespoints lw 2 lc rgb '#b30000' title 'dropped', "
+      "'' using 1:3 axes x1y2 with linespoints lw 2 lc rgb '#1f77b4' title 'all-to-all'\n");
 }
 
 }  // namespace

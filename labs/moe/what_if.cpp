@@ -24,6 +24,7 @@
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/parallel/expert_dispatch.h"
 #include "labkit/parallel/mesh.h"
@@ -124,12 +125,9 @@ lab::Table what_if_table() {
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at "
-                                         "its scale on --ep ranks, payload-free, its experts in one node and one a "
-                                         "node")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--seq", o.seq, "with --what-if: the tokens of a sequence (default 4096)")
-      ->check(cli::in_range(1, 1 << 20));
+  lab::add_what_if(app, o.what_if, "a model preset with experts (mixtral-8x7b, deepseek-v3): one MoE layer at its "
+                                   "scale on --ep ranks, payload-free, its experts in one node and one a node");
+  lab::add_what_if_seq(app, o.seq, "with --what-if: the tokens of a sequence (default 4096)");
   app.add_option("--micro-batch", o.micro_batch, "with --what-if: the sequences a rank holds")
       ->capture_default_str()->check(cli::in_range(1, 1024));
 }

@@ -12,9 +12,7 @@
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
 #include "labkit/optim.h"
-#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
-#include "labkit/units.h"
 #include "pipeline.h"
 
 namespace pipeline_lab {
@@ -41,16 +39,16 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   const double at_scale = lab::timed("timing GPT-3 interleaved, P = 16, M = 128, V = 2, payload-free", [&] {
     what_if(gpt3, run_options, interleaved_schedule(16, 128, 2));
   });
-  fmt::print("{:<44} {:>10}\n", "run", "wall");
-  fmt::print("{:<44} {:>10}\n", fmt::format("one rank, {} steps of {} sequences", o.steps, B),
-             format_seconds(one_rank));
+  // Its JSON names the figures (below); a schedule's row there is its name, not the printed run.
+  lab::Table table = lab::bench_table(44);
+  table.print_header();
+  table.add({fmt::format("one rank, {} steps of {} sequences", o.steps, B), lab::seconds(one_rank)});
   for (const auto& [name, wall] : runs) {
-    fmt::print("{:<44} {:>10}  {:.2f}x one rank's (target <= 1.5x)\n",
-               fmt::format("{}, {} stages, M = {}", name, o.stages, o.microbatches), format_seconds(wall),
-               wall / one_rank);
+    table.add({fmt::format("{}, {} stages, M = {}", name, o.stages, o.microbatches), lab::seconds(wall)},
+              fmt::format("{:.2f}x one rank's (target <= 1.5x)", wall / one_rank));
     rows.push_back({{"schedule", name}, {"seconds", wall}, {"ratio", wall / one_rank}});
   }
-  fmt::print("{:<44} {:>10}  (target < 5 s)\n", "GPT-3 interleaved P = 16, M = 128, V = 2", format_seconds(at_scale));
+  table.add({"GPT-3 interleaved P = 16, M = 128, V = 2", lab::seconds(at_scale)}, "(target < 5 s)");
   lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"steps", o.steps},
                            {"one_rank_seconds", one_rank}, {"schedules", rows},
                            {"gpt3_payload_free_seconds", at_scale}});

@@ -10,8 +10,6 @@
 // and a panel each in --plot: how the bubble and the picture change with the
 // ratio of the backward's parts to the forward.
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -21,8 +19,8 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 #include "pipeline.h"
 
 namespace pipeline_lab {
@@ -41,19 +39,15 @@ void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_uni
   const int rows = int(panels.size());
   int height = 40;
   for (const GridPanel& p : panels) height += 90 + 16 * int(p.slots.size());
-  std::string script = fmt::format(
-      "set terminal {} size 1300,{} font 'sans,9' background '#ffffff'\nset output '{}'\nset termoption noenhanced\n"
+  std::string commands = fmt::format(
       "set multiplot layout {},1\nset cbrange [0:1]\nunset colorbox\n"
       "set style fill solid 1.0 border rgb '#ffffff'\nset xlabel \"time ({})\"\n",
-      gnuplot_terminal(path), height, path, rows, time_unit);
-  std::vector<std::string> files;
+      rows, time_unit);
+  std::string data;  // gnuplot index i: panel i
   for (std::size_t i = 0; i < panels.size(); ++i) {
     const GridPanel& p = panels[i];
     const int P = int(p.slots.size());
     const double axis = p.own_axis || common == 0 ? end_of(p) : common;
-    const std::string data = fmt::format("{}.{}.dat", path, i);
-    files.push_back(data);
-    std::ofstream out = create_file(data);
     // x centre, stage, half width, kind (0 forward, 1 backward or input, 2 weights), shade, label
     for (int stage = 0; stage < P; ++stage)
       for (const ScheduleRun::Slot& s : p.slots[std::size_t(stage)]) {
@@ -62,22 +56,22 @@ void plot_grid(const std::vector<GridPanel>& panels, const std::string& time_uni
         // A cell too narrow for its number goes without.
         const std::string label = (s.end - s.start) / axis < 0.012 ? ""
                                   : fmt::format("{}{}", s.microbatch, s.chunk >= P ? "'" : "");
-        out << fmt::format("{} {} {} {} {} \"{}\"\n", (s.start + s.end) / 2, stage, (s.end - s.start) / 2, kind,
-                           shade, label);
+        data += fmt::format("{} {} {} {} {} \"{}\"\n", (s.start + s.end) / 2, stage, (s.end - s.start) / 2, kind,
+                            shade, label);
       }
-    script += fmt::format(
-        "set title \"{}\"\nset xrange [0:{}]\nset yrange [{}:-0.6]\nset ytics 1\nset ylabel 'stage'\n"
+    data += "\n\n";
+    commands += fmt::format(
+        "set title \"{0}\"\nset xrange [0:{1}]\nset yrange [{2}:-0.6]\nset ytics 1\nset ylabel 'stage'\n"
         "set object 1 rect from graph 0, graph 0 to graph 1, graph 1 behind fc rgb '#e4e4e4' fs solid 1.0\n"
         "rgb(k, s) = k == 0 ? int(0x1f + s * 200) * 65536 + int(0x77 + s * 130) * 256 + int(0xb4 + s * 70) : "
         "k == 1 ? int(0xff) * 65536 + int(0x7f + s * 120) * 256 + int(0x0e + s * 200) : "
         "int(0x2c + s * 190) * 65536 + int(0xa0 + s * 90) * 256 + int(0x2c + s * 190)\n"
-        "plot '{}' using 1:2:3:(0.42):(rgb($4, $5)) with boxxyerror lc rgb variable notitle, "
-        "'' using 1:2:6 with labels font 'sans,7' notitle\n",
-        p.title, axis, P - 0.4, data);
+        "plot $data index {3} using 1:2:3:(0.42):(rgb($4, $5)) with boxxyerror lc rgb variable notitle, "
+        "$data index {3} using 1:2:6 with labels font 'sans,7' notitle\n",
+        p.title, axis, P - 0.4, i);
   }
-  script += "unset multiplot\n";
-  run_gnuplot(script);
-  for (const std::string& f : files) std::remove(f.c_str());
+  commands += "unset multiplot\n";
+  lab::plot(path, {.width = 1300, .height = height, .font = 9}, data, commands);
 }
 
 PipeTimes parse_times(const std::string& text) {

@@ -18,11 +18,12 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
+#include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
-#include "labkit/output.h"
-#include "labkit/topology.h"
 #include "labkit/parallel/pipeline_executor.h"
+#include "labkit/topology.h"
 #include "labkit/units.h"
 #include "pipeline.h"
 
@@ -95,11 +96,9 @@ Played play(const Schedule& schedule, RunOptions run_options, const PipeTimes& f
 }  // namespace
 
 void add_what_if_options(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, "
-                                         "its layers cut into the chunks")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-  app.add_option("--seq", o.seq, "with --what-if: the sequence length (default: the model's learned context)")
-      ->check(cli::in_range(1, 1 << 20));
+  lab::add_what_if(app, o.what_if, "a model preset (gpt3-175b, ...): the schedule at its scale, payload-free, its "
+                                   "layers cut into the chunks");
+  lab::add_what_if_seq(app, o.seq, "with --what-if: the sequence length (default: the model's learned context)");
   cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
       "with --what-if: microbatches=A..B or stages=A..B, doubling: each schedule's bubble, measured (with --plot "
       "drawn)");
@@ -209,7 +208,6 @@ namespace {
 // (NaN where it cannot run) and the formula, in percent; drawn to --plot.
 void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<std::string_view>& names,
                 const std::string& over_key) {
-  const std::string file = o.plot + ".dat";
   std::string data;
   for (const nlohmann::json& row : rows) {
     data += fmt::format("{}", row[over_key].get<int>());
@@ -219,16 +217,13 @@ void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<
     }
     data += fmt::format(" {}\n", row["formula"].get<double>());
   }
-  create_file(file) << data;
-  std::string plot = fmt::format("plot '{}' using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'", file);
+  std::string plot = "plot $data using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'";
   for (std::size_t i = 0; i < names.size(); ++i)
     plot += fmt::format(", '' using 1:{} with linespoints lw 2 title '{}'", i + 2, names[i]);
-  run_gnuplot(fmt::format("set terminal {} size 800,450 font 'sans,10' background '#ffffff'\nset output '{}'\n"
-                          "set termoption noenhanced\nset logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
-                          "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
-                          gnuplot_terminal(o.plot), o.plot,
-                          over_key == "microbatches" ? "micro-batches M" : "stages P", o.what_if, plot));
-  std::remove(file.c_str());
+  lab::plot(o.plot, {.width = 800, .height = 450}, data,
+            fmt::format("set logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
+                        "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
+                        over_key == "microbatches" ? "micro-batches M" : "stages P", o.what_if, plot));
   fmt::print("wrote {}\n", o.plot);
 }
 

@@ -7,19 +7,19 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "labkit/cost_model.h"
 #include "labkit/cli.h"
+#include "labkit/cost_model.h"
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
-#include "labkit/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 #include "table.h"
@@ -78,32 +78,24 @@ void print_model_errors(const std::vector<Row>& rows, const std::vector<Modeled>
 
 // Time versus size, one line per algorithm, log-log; SVG, or PNG for a .png name.
 void write_plot(const std::vector<Row>& rows, const std::string& path, const RunOptions& run) {
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = create_file(data);
-    for (const std::string& algo : kAlgorithms) {
-      out << "\"" << algo << "\"\n";
-      for (const Row& r : rows)
-        if (r.algo == algo) out << r.bytes << ' ' << r.timing.seconds << '\n';
-      out << "\n\n";
-    }
+  std::ostringstream data;
+  for (const std::string& algo : kAlgorithms) {
+    data << "\"" << algo << "\"\n";
+    for (const Row& r : rows)
+      if (r.algo == algo) data << r.bytes << ' ' << r.timing.seconds << '\n';
+    data << "\n\n";
   }
-  const std::string script = fmt::format(
-      "set terminal {terminal} size 800,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{path}'\n"
-      "set termoption noenhanced\n"
+  const std::string commands = fmt::format(
       "set title 'all_reduce on {ranks} ranks, {topology}: simulated time per algorithm'\n"
       "set logscale x 2\nset logscale y\nset xtics 32\nset autoscale xfix\n"
       "set xlabel 'message size'\nset ylabel 'time'\nset format x '%.0b %BB'\nset format y '%.0s %cs'\n"
       "set key top left\nset grid\n"
       // native (last) dashed, so the ring it usually equals shows beneath it
-      "plot for [i=0:{last_algo}] '{data}' index i using 1:2 with linespoints title columnheader(1), "
-      "'{data}' index {native} using 1:2 with lines dashtype 2 linewidth 2 title columnheader(1)\n",
-      fmt::arg("terminal", gnuplot_terminal(path)), fmt::arg("path", path), fmt::arg("ranks", run.ranks),
-      fmt::arg("topology", run.topology), fmt::arg("last_algo", kAlgorithms.size() - 2), fmt::arg("data", data),
+      "plot for [i=0:{last_algo}] $data index i using 1:2 with linespoints title columnheader(1), "
+      "$data index {native} using 1:2 with lines dashtype 2 linewidth 2 title columnheader(1)\n",
+      fmt::arg("ranks", run.ranks), fmt::arg("topology", run.topology), fmt::arg("last_algo", kAlgorithms.size() - 2),
       fmt::arg("native", kAlgorithms.size() - 1));
-  run_gnuplot(script);
-  std::remove(data.c_str());
+  lab::plot(path, {}, data.str(), commands);
 }
 
 // The JSON of nccl-tests' rows, each with the model's time and error, whether it

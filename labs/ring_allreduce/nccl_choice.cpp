@@ -3,6 +3,7 @@
 // latency and bandwidth that made it so.
 #include <fmt/format.h>
 
+#include "labkit/lab/table.h"
 #include "labkit/nccl_model.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
@@ -21,18 +22,26 @@ std::vector<NcclEstimate> print_nccl_choices(Collective op, const std::vector<st
              system.nvlink ? "NVLink" : "PCIe", system.hopper ? "H100" : "A100");
   fmt::print("# predicted time (us) of each algorithm/protocol, time = latency + size / algbw; NCCL runs the "
              "fastest\n");
-  std::string head = fmt::format("# {:>10}", "size");
+  const auto name = [](const NcclEstimate& e) {
+    return fmt::format("{}/{}", name_of(e.algorithm), name_of(e.protocol));
+  };
+  std::vector<lab::Column> columns = {{.header = "size", .key = "bytes", .width = 10}};
   for (const NcclEstimate& e : nccl_estimates(op, sizes.front(), system))
-    head += fmt::format("  {:>11}", fmt::format("{}/{}", name_of(e.algorithm), name_of(e.protocol)));
-  fmt::print("{}  {:>11}  {:>9}  {:>9}\n", head, "NCCL runs", "latency", "algbw");
+    columns.push_back({.header = name(e), .key = name(e), .width = 11, .gap = 2});
+  columns.insert(columns.end(), {{.header = "NCCL runs", .key = "nccl_runs", .width = 11, .gap = 2},
+                                 {.header = "latency", .key = "latency", .width = 9, .gap = 2},
+                                 {.header = "algbw", .key = "algbw", .width = 9, .gap = 2}});
+  lab::Table table(std::move(columns), {.rows = "  ", .header = "# "});
+  table.print_header();
   std::vector<NcclEstimate> choices;
   for (std::size_t bytes : sizes) {
-    std::string line = fmt::format("  {:>10}", bytes);
-    for (const NcclEstimate& e : nccl_estimates(op, bytes, system)) line += fmt::format("  {:>11.2f}", e.seconds * 1e6);
+    std::vector<lab::Cell> row = {bytes};
+    for (const NcclEstimate& e : nccl_estimates(op, bytes, system))
+      row.push_back(lab::number(e.seconds * 1e6, "{:.2f}"));
     const NcclEstimate& pick = choices.emplace_back(nccl_choice(op, bytes, system));
-    fmt::print("{}  {:>11}  {:>6.2f} us  {:>4.0f} GB/s\n", line,
-               fmt::format("{}/{}", name_of(pick.algorithm), name_of(pick.protocol)), pick.latency * 1e6,
-               pick.bandwidth / 1e9);
+    row.insert(row.end(), {name(pick), lab::number(pick.latency * 1e6, "{:.2f} us"),
+                           lab::number(pick.bandwidth / 1e9, "{:.0f} GB/s")});
+    table.add(std::move(row));
   }
   return choices;
 }

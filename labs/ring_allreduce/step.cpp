@@ -11,6 +11,7 @@
 
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
+#include "labkit/lab/table.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -34,12 +35,21 @@ std::string contributors(std::int64_t bits, int p) {
 
 using State = std::vector<std::vector<std::int64_t>>;  // [rank][chunk]
 
-void print_state(const State& s, int width) {
+// A row per rank, a column per chunk, `width` wide (the last as wide as its text).
+lab::Table grid(int p, int width) {
+  std::vector<lab::Column> columns = {{.header = " ", .width = 6, .align = lab::Align::left}};
+  for (int c = 0; c < p; ++c)
+    columns.push_back({.header = fmt::format("chunk {}", c), .width = c + 1 < p ? width : 0,
+                       .align = lab::Align::left, .gap = 2});
+  return lab::Table(std::move(columns), {.rows = "  "});
+}
+
+void print_state(const lab::Table& grid, const State& s) {
   const int p = int(s.size());
   for (int r = 0; r < p; ++r) {
-    std::string row = fmt::format("  rank {}", r);
-    for (int c = 0; c < p; ++c) row += fmt::format("  {:<{}}", contributors(s[r][c], p), width);
-    fmt::print("{}\n", row.substr(0, row.find_last_not_of(' ') + 1));
+    std::vector<lab::Cell> row = {fmt::format("rank {}", r)};
+    for (int c = 0; c < p; ++c) row.push_back(contributors(s[r][c], p));
+    grid.print_row(std::move(row));
   }
 }
 }  // namespace
@@ -61,15 +71,14 @@ int walk_ring(const RunOptions& base) {
   for (const TraceEvent& e : whole.trace->tracks()[0].events)
     if (e.kind == TraceEvent::Kind::recv) step_ends.push_back(e.end);
 
-  const int width = std::max(4, int(2 * p - 1));
+  const lab::Table table = grid(p, std::max(4, int(2 * p - 1)));
   fmt::print("ring allreduce on {} ranks: {} chunks per buffer; an entry lists whose data the chunk holds "
              "(Σ = everyone's)\n", p, p);
-  std::string header = "        ";
-  for (int c = 0; c < p; ++c) header += fmt::format("  {:<{}}", fmt::format("chunk {}", c), width);
-  fmt::print("{}\nstart\n", header.substr(0, header.find_last_not_of(' ') + 1));
+  table.print_header();
+  fmt::print("start\n");
   State before(p);
   for (int r = 0; r < p; ++r) before[r].assign(p, std::int64_t(1) << r);
-  print_state(before, width);
+  print_state(table, before);
 
   for (std::size_t k = 0; k < step_ends.size(); ++k) {
     RunOptions partial = base;
@@ -88,7 +97,7 @@ int walk_ring(const RunOptions& base) {
     const std::size_t n = scatter ? k + 1 : k + 1 - step_ends.size() / 2;
     fmt::print("{} step {}/{} at {}  ({})\n", scatter ? "reduce-scatter" : "all-gather", n, p - 1,
                format_seconds(step_ends[k]), sends);
-    print_state(buffers, width);
+    print_state(table, buffers);
     before = buffers;
   }
   fmt::print("each rank sent 2(P-1) = {} chunks of n/P: 2(P-1)/P = {:.2f} of its buffer\n", 2 * (p - 1),

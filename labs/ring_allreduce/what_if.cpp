@@ -13,6 +13,7 @@
 
 #include "labkit/cli.h"
 #include "labkit/cost_model.h"
+#include "labkit/lab/table.h"
 #include "labkit/nccl_model.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
@@ -100,10 +101,16 @@ int what_if(const WhatIfOptions& o) {
                                {"InfiniBand HDR", {1.5e-6, 25e9}},
                                {"100GbE RoCE", {5.0e-6, 12.5e9}},
                                {"TCP/IP Ethernet", {50e-6, 12.5e9}}};
-  fmt::print("# {:<20} {:>8} {:>10} {:>12} {:>10}\n", "interconnect", "alpha", "bandwidth", "n* (bytes)", "n*");
-  auto row = [](const std::string& name, const Link& link) {
-    fmt::print("  {:<20} {:>8} {:>5.1f} GB/s {:>12.0f} {:>10}\n", name, format_seconds(link.alpha),
-               link.bandwidth / 1e9, crossover_bytes(link), format_bytes(std::uint64_t(crossover_bytes(link))));
+  lab::Table table({{.header = "interconnect", .key = "interconnect", .width = 20, .align = lab::Align::left},
+                    {.header = "alpha", .key = "alpha", .width = 8},
+                    {.header = "bandwidth", .key = "bandwidth", .width = 10},
+                    {.header = "n* (bytes)", .key = "crossover_bytes", .width = 12},
+                    {.header = "n*", .width = 10}},
+                   {.rows = "  ", .header = "# "});
+  table.print_header();
+  auto row = [&](const std::string& name, const Link& link) {
+    table.add({name, lab::seconds(link.alpha), lab::number(link.bandwidth / 1e9, "{:.1f} GB/s"),
+               lab::number(crossover_bytes(link), "{:.0f}"), lab::bytes(crossover_bytes(link))});
   };
   for (const Interconnect& n : nets) row(n.name, n.link);
   for (std::string_view preset : topology_presets()) {

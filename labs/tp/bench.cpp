@@ -11,7 +11,6 @@
 #include "labkit/lab/output.h"
 #include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
-#include "labkit/units.h"
 #include "tp.h"
 
 namespace tp_lab {
@@ -24,13 +23,13 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   });
   const double split = lab::timed("timing the same steps on the simulated tensor-parallel ranks",
                              [&] { train(o, run_options, data, config, false); });
-  // Two rows and a ratio, not a lab::Table: the ratio follows the second row
-  // only, and the JSON is one object of both runs.
-  fmt::print("{:<48} {:>10}\n", "run", "wall");
-  fmt::print("{:<48} {:>10}\n", fmt::format("dense, one rank, {} steps", o.steps), format_seconds(dense));
-  fmt::print("{:<48} {:>10}  {:.2f}x the dense steps' (target <= 1.5x)\n",
-             fmt::format("tensor parallel{}, {} ranks, {} steps", o.sp ? " + sp" : "", run_options.ranks, o.steps),
-             format_seconds(split), split / dense);
+  // Its JSON is one object of both runs, not the table's rows.
+  lab::Table table = lab::bench_table(48);
+  table.print_header();
+  table.add({fmt::format("dense, one rank, {} steps", o.steps), lab::seconds(dense)});
+  table.add({fmt::format("tensor parallel{}, {} ranks, {} steps", o.sp ? " + sp" : "", run_options.ranks, o.steps),
+             lab::seconds(split)},
+            fmt::format("{:.2f}x the dense steps' (target <= 1.5x)", split / dense));
   lab::write_json(o.json, {{"ranks", run_options.ranks}, {"steps", o.steps}, {"sequence_parallel", o.sp},
                            {"dense_seconds", dense}, {"tensor_parallel_seconds", split}, {"ratio", split / dense}});
   return 0;

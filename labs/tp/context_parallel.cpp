@@ -17,9 +17,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -29,10 +29,10 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/output.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/verdict.h"
 #include "labkit/ops.h"
-#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/mesh.h"
 #include "labkit/parallel/ring_attention.h"
@@ -182,16 +182,13 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
 // the sequence (queries down, keys across; the upper triangle is masked), each
 // cell coloured by the rank whose queries it is, one panel per layout.
 void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string& path) {
-  const std::string data = path + ".dat";
-  {
-    std::ofstream out = create_file(data);
-    for (const LayoutRun& r : runs) {
-      for (int q = 0; q < 2 * cp; ++q) {
-        const int owner = r.layout == SequenceLayout::contiguous ? q / 2 : std::min(q, 2 * cp - 1 - q);
-        for (int k = 0; k <= q; ++k) out << k << ' ' << q << ' ' << owner << '\n';
-      }
-      out << "\n\n";  // a gnuplot index per layout
+  std::ostringstream data;
+  for (const LayoutRun& r : runs) {
+    for (int q = 0; q < 2 * cp; ++q) {
+      const int owner = r.layout == SequenceLayout::contiguous ? q / 2 : std::min(q, 2 * cp - 1 - q);
+      for (int k = 0; k <= q; ++k) data << k << ' ' << q << ' ' << owner << '\n';
     }
+    data << "\n\n";  // a gnuplot index per layout
   }
   // One colour a rank (repeating past eight): a palette of exactly cp colours over the ranks.
   const char* colours[] = {"#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"};
@@ -200,19 +197,16 @@ void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string&
   std::string panels;
   for (std::size_t i = 0; i < runs.size(); ++i)
     panels += fmt::format("set title '{}: the busiest rank does {:.2f}x the mean'\n"
-                          "plot '{}' index {} using 1:2:(0.5):(0.5):3 with boxxyerror fs solid 0.9 border rgb "
+                          "plot $data index {} using 1:2:(0.5):(0.5):3 with boxxyerror fs solid 0.9 border rgb "
                           "'#ffffff' lc palette notitle\n",
-                          name_of(runs[i].layout), busiest_over_mean(runs[i].forward_seconds), data, i);
-  run_gnuplot(fmt::format(
-      "set terminal {} size 1000,500 font 'sans,10' background '#ffffff'\n"
-      "set output '{}'\nset termoption noenhanced\n"
+                          name_of(runs[i].layout), busiest_over_mean(runs[i].forward_seconds), i);
+  lab::plot(path, {.width = 1000, .height = 500}, data.str(), fmt::format(
       "set multiplot layout 1,2 title 'causal attention over {} ranks, in 2 x {} chunks of the sequence: the rank "
       "that computes each block (upper triangle masked)'\n"
       "set size ratio -1\nset xrange [-0.5:{}]\nset yrange [{}:-0.5]\nset xlabel 'key chunk'\n"
       "set ylabel 'query chunk'\nset xtics 1\nset ytics 1\nset cbrange [-0.5:{}]\nset cbtics 1\n"
       "set cblabel 'rank'\nset palette maxcolors {}\nset palette defined ({})\n{}unset multiplot\n",
-      gnuplot_terminal(path), path, cp, cp, 2 * cp - 0.5, 2 * cp - 0.5, cp - 0.5, std::max(cp, 2), palette, panels));
-  std::remove(data.c_str());
+      cp, cp, 2 * cp - 0.5, 2 * cp - 0.5, cp - 0.5, std::max(cp, 2), palette, panels));
 }
 
 // One column list for the printed rows and the JSON; the work per rank is

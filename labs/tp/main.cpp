@@ -21,6 +21,7 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/what_if.h"
 #include "tp.h"
 
 using namespace tp_lab;
@@ -28,15 +29,15 @@ using namespace tp_lab;
 int main(int argc, char** argv) {
   CLI::App app{"Lab 7: tensor parallelism: Megatron's split of the tiny GPT's layers over the ranks"};
   Options o;
-  RunOptions run_options;
-  run_options.ranks = 4;
+  RunOptions run_options{.ranks = 4};
   app.add_flag("--sp", o.sp, "sequence parallelism: the norms and residuals on shards of the sequence, each "
                             "allreduce a reduce-scatter and an all-gather");
   lab::add_training_options(app, o, {.batch = "sequences per step, the same on every rank",
                                      .lr = "learning rate (SGD, momentum 0.9)",
                                      .bench = "time the simulation itself: the tensor-parallel steps on --ranks "
                                               "simulated ranks against the dense model's on one"});
-  add_what_if_option(app, o);
+  lab::add_what_if(app, o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor parallelism "
+                                   "inside a node and across nodes, payload-free");
   add_context_parallel_options(app, o);
   app.add_option("--plot", o.plot, "draw layer 0's timeline on rank 0 with Megatron's f and g (with --cp, the two "
                                   "layouts' attention matrices coloured by the rank that computes each block) to this "

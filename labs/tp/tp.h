@@ -83,7 +83,6 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
 // The views; each prints its tables, writes --json and returns the exit status.
 int tensor_parallel(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config);
-void add_what_if_option(CLI::App& app, Options& o);
 int what_if(const Options& o, RunOptions run_options);
 void add_context_parallel_options(CLI::App& app, Options& o);
 // The tiny GPT's attention (`whole`: all its heads over the whole batch and sequence) over --cp ranks.

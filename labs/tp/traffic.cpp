@@ -4,14 +4,12 @@
 // in both). Read from rank 0's trace of the first step: the collectives of
 // layer 0's forward and backward, matched in order to those places.
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 #include "labkit/units.h"
 #include "tp.h"
 
@@ -114,33 +112,26 @@ LayerTraffic layer_traffic(const TraceTrack& track, bool sp, double step_start) 
 }
 
 void plot_layer(const LayerTraffic& layer, int ranks, bool sp, const std::string& path) {
-  const std::string data = path + ".dat";
-  std::size_t widest = 0;  // steps in the longer pass
-  {
-    std::ofstream out = create_file(data);
-    // x: the step's order in its pass; y: forward on top; colour: compute 0, f 1, g 2, an identity 3.
-    std::size_t forward = 0, backward = 0, place = 0;
-    for (const LayerStep& step : layer.steps) {
-      std::size_t& x = step.pass == "forward" ? forward : backward;
-      out << fmt::format("{} {} {} \"{}\"\n", x++, step.pass == "forward" ? 1 : 0,
-                         step.op.empty() ? 0 : !layer.places[place].collective.empty() ? (step.op == "f" ? 1 : 2) : 3,
-                         step.label);
-      if (!step.op.empty()) ++place;
-    }
-    widest = std::max(forward, backward);
+  // x: the step's order in its pass; y: forward on top; colour: compute 0, f 1, g 2, an identity 3.
+  std::string data;
+  std::size_t forward = 0, backward = 0, place = 0;
+  for (const LayerStep& step : layer.steps) {
+    std::size_t& x = step.pass == "forward" ? forward : backward;
+    data += fmt::format("{} {} {} \"{}\"\n", x++, step.pass == "forward" ? 1 : 0,
+                        step.op.empty() ? 0 : !layer.places[place].collective.empty() ? (step.op == "f" ? 1 : 2) : 3,
+                        step.label);
+    if (!step.op.empty()) ++place;
   }
-  run_gnuplot(fmt::format(
-      "set terminal {} size 1100,420 font 'sans,9' background '#ffffff'\n"
-      "set output '{}'\nset termoption noenhanced\n"
+  const std::size_t widest = std::max(forward, backward);  // steps in the longer pass
+  lab::plot(path, {.width = 1100, .height = 420, .font = 9}, data, fmt::format(
       "set title \"layer 0 of the tiny GPT on {} tensor-parallel ranks{}, rank 0, in the order it ran: compute (grey), "
       "Megatron's f (green) and g (orange), an identity (white)\"\n"
       "set yrange [-0.6:1.6]\nset xrange [-0.6:{}]\nunset xtics\nset ytics ('backward' 0, 'forward' 1)\n"
       "set cbrange [-0.5:3.5]\nunset colorbox\nset palette maxcolors 4\n"
       "set palette defined (0 '#cccccc', 1 '#1b9e77', 2 '#d95f02', 3 '#ffffff')\n"
-      "plot '{}' using 1:2:(0.45):(0.4):3 with boxxyerror fs solid 0.9 border rgb '#444444' lc palette notitle, "
+      "plot $data using 1:2:(0.45):(0.4):3 with boxxyerror fs solid 0.9 border rgb '#444444' lc palette notitle, "
       "'' using 1:2:4 with labels rotate by 90 font 'sans,8' notitle\n",
-      gnuplot_terminal(path), path, ranks, sp ? ", sequence parallel" : "", double(widest) - 0.4, data));
-  std::remove(data.c_str());
+      ranks, sp ? ", sequence parallel" : "", double(widest) - 0.4));
 }
 
 nlohmann::json print_layer_traffic(const std::vector<LayerPlace>& places) {

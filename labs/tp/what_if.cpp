@@ -9,7 +9,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "labkit/cli.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
@@ -35,12 +34,6 @@ lab::Table what_if_table() {
 }
 
 }  // namespace
-
-void add_what_if_option(CLI::App& app, Options& o) {
-  app.add_option("--what-if", o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor "
-                                         "parallelism inside a node and across nodes, payload-free")
-      ->check(cli::parsed_by([](const std::string& name) { memory::model_preset(name); }));
-}
 
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);

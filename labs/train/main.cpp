@@ -26,8 +26,7 @@ using namespace train_lab;
 int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
   Options o;
-  RunOptions run_options;
-  run_options.ranks = 1;
+  RunOptions run_options{.ranks = 1};
   app.add_option("--model", o.model, "tiny-gpt")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
   lab::add_training_options(app, o, {.lr = "AdamW learning rate", .seed = "initialisation and corpus",

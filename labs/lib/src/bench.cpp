@@ -15,4 +15,9 @@ double timed(std::string_view what, const std::function<void()>& body) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+Table bench_table(int width) {
+  return Table({{.header = "run", .key = "run", .width = width, .align = Align::left},
+                {.header = "wall", .key = "wall", .width = 10}});
+}
+
 }  // namespace labkit::lab

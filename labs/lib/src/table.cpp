@@ -14,7 +14,7 @@ Cell seconds(double seconds) { return {seconds, format_seconds(seconds)}; }
 
 Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }
 
-Table::Table(std::vector<Column> columns) : columns_(std::move(columns)) {}
+Table::Table(std::vector<Column> columns, Indent indent) : columns_(std::move(columns)), indent_(std::move(indent)) {}
 
 std::string Table::line(const std::vector<std::string>& texts) const {
   std::size_t printed = 0;  // past the last printed cell with text: empty ones after it print nothing
@@ -35,19 +35,27 @@ std::string Table::line(const std::vector<std::string>& texts) const {
 void Table::print_header() const {
   std::vector<std::string> headers;
   for (const Column& c : columns_) headers.push_back(c.header);
-  fmt::print("{}\n", line(headers));
+  fmt::print("{}{}\n", indent_.header, line(headers));
 }
 
-void Table::add(std::vector<Cell> row) {
+void Table::check(const std::vector<Cell>& row) const {
   if (row.size() != columns_.size())
-    throw std::logic_error(fmt::format("Table::add: {} cells for {} columns", row.size(), columns_.size()));
+    throw std::logic_error(fmt::format("Table: {} cells for {} columns", row.size(), columns_.size()));
+}
+
+void Table::print_row(std::vector<Cell> row, std::string_view note) const {
+  check(row);
   std::vector<std::string> texts;
+  for (Cell& cell : row) texts.push_back(std::move(cell.text));
+  fmt::print("{}{}{}{}\n", indent_.rows, line(texts), note.empty() ? "" : "  ", note);
+}
+
+void Table::add(std::vector<Cell> row, std::string_view note) {
+  check(row);
   nlohmann::json object = nlohmann::json::object();
-  for (std::size_t i = 0; i < row.size(); ++i) {
-    texts.push_back(std::move(row[i].text));
+  for (std::size_t i = 0; i < row.size(); ++i)
     if (!columns_[i].key.empty() && !row[i].value.is_null()) object[columns_[i].key] = std::move(row[i].value);
-  }
-  fmt::print("{}\n", line(texts));
+  print_row(std::move(row), note);
   rows_.push_back(std::move(object));
 }
 

@@ -10,7 +10,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
     app.add_option("--batch", o.batch, words.batch)
         ->capture_default_str()
         ->check(words.max_batch ? cli::in_range(1, words.max_batch) : cli::at_least(1));
-  app.add_option("--lr", o.lr, words.lr)->capture_default_str()->check(cli::above(0.0f));
+  CLI::Option* lr = app.add_option("--lr", o.lr, words.lr)->check(cli::above(0.0f));
+  if (!words.lr_says_its_default) lr->capture_default_str();
   app.add_option("--seed", o.seed, words.seed)->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, words.json)->check(cli::output_file());
   if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);

@@ -4,14 +4,23 @@
 // with the ratio it promises beside its target, as nccl-tests prints its rows.
 //
 //   const double one = lab::timed("timing the same on one rank", [&] { train_one_rank(o, corpus, config); });
+//   lab::Table table = lab::bench_table(44);
+//   table.print_header();                               // run           wall
+//   table.add({"8 simulated ranks", lab::seconds(many)}, fmt::format("{:.2f}x the one-rank run", many / one));
 #pragma once
 
 #include <functional>
 #include <string_view>
 
+#include "labkit/lab/table.h"
+
 namespace labkit::lab {
 
 // Prints "WHAT ...", then runs `body`; returns its wall time in seconds.
 double timed(std::string_view what, const std::function<void()>& body);
+
+// The table of a --bench: each run, named in `width` columns, and its wall time;
+// a row's note gives the ratio it promises beside its target.
+Table bench_table(int width);
 
 }  // namespace labkit::lab

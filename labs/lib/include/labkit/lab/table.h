@@ -12,6 +12,12 @@
 // value in fmt's "{}"): a loss column prints the last loss and writes the curve.
 // A null value leaves its key out of that row's JSON (a "-" where nothing was
 // measured); empty cells at the end of a row print nothing, not even spaces.
+//
+// A table under its title line is indented ({.rows = "  "}), one whose header is
+// a comment for gnuplot and the shell starts it with "# " ({.header = "# ",
+// .rows = "  "}); a row may end with a note, two spaces after its last cell
+// ("1.32x stage 0's (target <= 1.5x)"); a total or a heading between rows is
+// printed (print_row) but kept out of the JSON.
 #pragma once
 
 #include <cstdint>
@@ -61,20 +67,31 @@ Cell seconds(double seconds);
 // true as "yes", false as "NO": a check that failed stands out in a column of yeses.
 Cell yes_no(bool holds);
 
+// What a table's lines start with: `rows` before each row, `header` before the header.
+struct Indent {
+  std::string rows;
+  std::string header = rows;
+};
+
 class Table {
  public:
-  explicit Table(std::vector<Column> columns);
+  explicit Table(std::vector<Column> columns, Indent indent = {});
 
   void print_header() const;
-  // Prints the row (one cell per column, in order) and keeps it for json().
-  void add(std::vector<Cell> row);
+  // Prints the row (one cell per column, in order), then `note` two spaces
+  // after its last cell, and keeps the row for json().
+  void add(std::vector<Cell> row, std::string_view note = {});
+  // Prints the row as add() does, and keeps it out of json().
+  void print_row(std::vector<Cell> row, std::string_view note = {}) const;
   // Every row so far, an object each, keyed by the columns' keys.
   const nlohmann::json& json() const { return rows_; }
 
  private:
   std::string line(const std::vector<std::string>& texts) const;
+  void check(const std::vector<Cell>& row) const;
 
   std::vector<Column> columns_;
+  Indent indent_;
   nlohmann::json rows_ = nlohmann::json::array();
 };
 

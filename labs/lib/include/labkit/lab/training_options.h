@@ -32,6 +32,7 @@ struct TrainingWords {
   std::string batch = "sequences per step";
   int max_batch = 0;  // 0: no bound but the int's
   std::string lr = "learning rate";
+  bool lr_says_its_default = false;  // `lr` gives the default (it depends on the optimizer): --help shows no other
   std::string seed = "initialisation, corpus and sampling";
   std::string json = "also write the table as JSON to this file";
   std::string bench;
