@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     sim.payload_free = true;
     const RunResult simulated = run(sim, [&](Comm& comm) {
       use_algorithm(comm, Collective::all_reduce, use);
-      comm.all_reduce(sizes_only(check / sizeof(float), DType::f32), ReduceOp::sum);
+      comm.all_reduce(meta_view(check / sizeof(float), DType::f32), ReduceOp::sum);
     });
     const double error = (simulated.elapsed - held_out.seconds) / held_out.seconds;
     const bool within = std::abs(error) <= tolerance;

@@ -33,7 +33,7 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
   const double started = g.comm.now();
   // TODO: this rank's output features from the whole input.
   (void)out, (void)whole;
-  g.comm.computed("column-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("column-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
 }
 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
@@ -44,7 +44,7 @@ void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer,
   const double started = g.comm.now();
   // TODO: the weight and bias gradients, and this rank's share of dwhole.
   (void)dout, (void)whole;
-  g.comm.computed("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
   // TODO: f's backward: sum dwhole over the ranks: all_reduce in place, or with
   //       sequence parallelism reduce_scatter_rows into drows.
   (void)dwhole, (void)drows;

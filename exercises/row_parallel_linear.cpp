@@ -27,7 +27,7 @@ void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, flo
   const double started = g.comm.now();
   // TODO: this rank's partial sum of the output, the bias added by rank 0 only.
   (void)partial, (void)input;
-  g.comm.computed("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
   // TODO: g: sum the partials over the ranks: all_reduce in place, or with sequence
   //       parallelism reduce_scatter_rows into rows.
   (void)rows;

@@ -37,7 +37,7 @@ void column_parallel_forward(const TensorParallelGroup& g, const Linear& layer, 
   // STUB: (void)out, (void)whole;
   layer.forward(g.device, out, whole, N);
   // END EXERCISE
-  g.comm.computed("column-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("column-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
 }
 
 void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer, float* dwhole, float* drows,
@@ -52,7 +52,7 @@ void column_parallel_backward(const TensorParallelGroup& g, const Linear& layer,
   // STUB: (void)dout, (void)whole;
   layer.backward(g.device, dwhole, dout, whole, N);
   // END EXERCISE
-  g.comm.computed("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("column-parallel backward", started, 2 * ops::matmul_flops(N, layer.in, layer.out));
   // BEGIN EXERCISE: f's backward: sum dwhole over the ranks: all_reduce in place, or with
   //       sequence parallelism reduce_scatter_rows into drows.
   // STUB: (void)dwhole, (void)drows;

@@ -30,7 +30,7 @@ void row_parallel_forward(const TensorParallelGroup& g, const Linear& layer, flo
   g.device.matmul_forward(partial, input, layer.weight.value, g.comm.rank() == 0 ? layer.bias.value : nullptr, N,
                           layer.in, layer.out);
   // END EXERCISE
-  g.comm.computed("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
+  g.comm.record_compute("row-parallel forward", started, ops::matmul_flops(N, layer.in, layer.out));
   // BEGIN EXERCISE: g: sum the partials over the ranks: all_reduce in place, or with sequence
   //       parallelism reduce_scatter_rows into rows.
   // STUB: (void)rows;

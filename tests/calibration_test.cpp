@@ -61,7 +61,7 @@ TEST(Calibration, TheWrittenTopologyMakesTheSimulatorPredictTheFit) {
   EXPECT_NEAR(loaded.intra.bandwidth, link.bandwidth, 1e-12 * link.bandwidth);
   const double simulated = test::simulate(kRanks, [](Comm& comm) {
     use_algorithm(comm, Collective::all_reduce, "ring");
-    comm.all_reduce(sizes_only(kCheck / sizeof(float), DType::f32), ReduceOp::sum);
+    comm.all_reduce(meta_view(kCheck / sizeof(float), DType::f32), ReduceOp::sum);
   }, file.string(), false).elapsed;
   const double model = predicted(sample_of("ring", kCheck, kRanks, 0), link);
   EXPECT_NEAR(simulated, model, 1e-9 * model);

@@ -20,17 +20,17 @@ double simulated(Collective op, const std::string& algo, std::size_t bytes, int 
     use_algorithm(c, op, algo);
     const std::size_t count = bytes / 4;
     switch (op) {
-      case Collective::all_reduce: c.all_reduce(sizes_only(count, DType::f32), ReduceOp::sum); break;
-      case Collective::broadcast: c.broadcast(sizes_only(count, DType::f32), 0); break;
+      case Collective::all_reduce: c.all_reduce(meta_view(count, DType::f32), ReduceOp::sum); break;
+      case Collective::broadcast: c.broadcast(meta_view(count, DType::f32), 0); break;
       case Collective::all_gather:
-        c.all_gather(sizes_only(count / p, DType::f32), sizes_only(count / p * p, DType::f32));
+        c.all_gather(meta_view(count / p, DType::f32), meta_view(count / p * p, DType::f32));
         break;
       case Collective::all_to_all:
-        c.all_to_all(sizes_only(count / p * p, DType::f32), sizes_only(count / p * p, DType::f32));
+        c.all_to_all(meta_view(count / p * p, DType::f32), meta_view(count / p * p, DType::f32));
         break;
       case Collective::all_to_allv: {
         const std::vector<std::size_t> blocks(p, count / p);
-        c.all_to_allv(sizes_only(count / p * p, DType::f32), blocks, sizes_only(count / p * p, DType::f32), blocks);
+        c.all_to_allv(meta_view(count / p * p, DType::f32), blocks, meta_view(count / p * p, DType::f32), blocks);
         break;
       }
       default: FAIL() << "not swept";

@@ -91,28 +91,28 @@ TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {
   }
 }
 
-TEST(ShapedModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {
+TEST(MetaModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {
   for (const char* name : {"llama2-7b", "gpt2-xl", "mixtral-8x7b"}) {
     const memory::Architecture arch = memory::model_preset(name);
-    const ShapedModel m = shaped_model(arch, 3.0);
+    const MetaModel m = meta_model(arch, 3.0);
     EXPECT_EQ(double(m.parameters()), memory::count_parameters(arch).total) << name;
     // The head and final norm, each layer's tensors, the embeddings.
     ASSERT_EQ(m.pieces.size(), arch.layers * memory::layer_tensors(arch, 0).size() + 2) << name;
     double backward = 0;
-    for (const ShapedModel::Piece& p : m.pieces) backward += p.backward_seconds;
+    for (const MetaModel::Piece& p : m.pieces) backward += p.backward_seconds;
     EXPECT_DOUBLE_EQ(m.forward_seconds, 1.0) << name;
     EXPECT_NEAR(backward, 2.0, 1e-9) << name;
   }
 }
 
-TEST(ShapedModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheLastBucket) {
-  const ShapedModel m = shaped_model(memory::model_preset("llama2-7b"), 2.0);
+TEST(MetaModel, NaiveStepTakesComputePlusOneAllReduceAndOverlapHidesAllButTheLastBucket) {
+  const MetaModel m = meta_model(memory::model_preset("llama2-7b"), 2.0);
   const std::uint64_t grads = m.parameters() * 2;
   auto step = [&](DdpMode mode) {
-    return simulate(8, [&](Comm& c) { shaped_step(c, m, mode); }, "ib-ndr", false).elapsed;
+    return simulate(8, [&](Comm& c) { meta_step(c, m, mode); }, "ib-ndr", false).elapsed;
   };
   const double one_all_reduce = simulate(8, [&](Comm& c) {
-    c.all_reduce(sizes_only(grads / 2, DType::bf16), ReduceOp::avg);
+    c.all_reduce(meta_view(grads / 2, DType::bf16), ReduceOp::avg);
   }, "ib-ndr", false).elapsed;
   EXPECT_NEAR(one_all_reduce, 2.0 * 7 / 8 * double(grads) / 50e9, 1e-3);  // Day 64's formula, and the link's alpha
   EXPECT_NEAR(step(DdpMode::naive), 2.0 + one_all_reduce, 1e-9);
@@ -135,10 +135,10 @@ TEST(BucketOverheadModel, PredictsTheSimulatedExposedCommunication) {
     for (int k : {4, 16, 64}) {
       const NcclEstimate call = nccl_choice(Collective::all_reduce, gradient_bytes / 2 / k * 2, ib_ndr);
       const AllReduceLine line{call.latency, 1 / call.bandwidth};
-      ShapedModel m;
+      MetaModel m;
       for (int i = 0; i < k; ++i) m.pieces.push_back({gradient_bytes / 2 / k, backward / k});
       const double step = simulate(p, [&](Comm& c) {
-        shaped_step(c, m, DdpMode::overlap, {.first_bytes = 1, .bytes = 1});  // a bucket per piece
+        meta_step(c, m, DdpMode::overlap, {.first_bytes = 1, .bytes = 1});  // a bucket per piece
       }, "ib-ndr", false).elapsed;
       const double model = exposed_communication(k, backward, double(gradient_bytes), line);
       EXPECT_NEAR(step - backward, model, 1e-6 * backward) << "T_bwd " << backward << " s, " << k << " buckets";

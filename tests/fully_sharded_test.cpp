@@ -489,10 +489,10 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
 // Payload-free stage 3 of GPT-2 XL's shapes on 16 ranks of two nodes: a layer's
 // all-gather in front of its compute is exposed; prefetched, it runs under the
 // layer before, in the pass that prefetches, and in both with both.
-TEST(ShardedShapedStep, PrefetchHidesTheGathersOfThePassThatPrefetches) {
+TEST(ShardedMetaStep, PrefetchHidesTheGathersOfThePassThatPrefetches) {
   const memory::Architecture arch = memory::model_preset("gpt2-xl");
   auto step = [&](Prefetch prefetch) {
-    return simulate(16, [&](Comm& c) { sharded_shaped_step(c, arch, 1.0, 3, {.prefetch = prefetch}); }, "dgx-h100", false).elapsed;
+    return simulate(16, [&](Comm& c) { sharded_meta_step(c, arch, 1.0, 3, {.prefetch = prefetch}); }, "dgx-h100", false).elapsed;
   };
   const double none = step(Prefetch::none), forward = step(Prefetch::forward), backward = step(Prefetch::backward),
                both = step(Prefetch::both);

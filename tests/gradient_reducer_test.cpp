@@ -48,7 +48,7 @@ TEST(GradientReducer, BucketsFollowDdpsCapsFirstBucketOneMiB) {
   // 10 + 20 reach it, 4 + 30 reach it, and the last 1 KiB is a bucket of its own.
   const std::vector<std::size_t> counts = {MiB / 4, MiB / 2, MiB / 2, 10 * MiB, 20 * MiB, 4 * MiB, 30 * MiB, KiB};
   simulate(1, [&](Comm& c) {
-    const GradientReducer reducer(c, sizes_only(total(counts), DType::f32), backward_order(counts));
+    const GradientReducer reducer(c, meta_view(total(counts), DType::f32), backward_order(counts));
     const std::vector<std::pair<int, int>> want = {{0, 2}, {3, 4}, {5, 6}, {7, 7}};
     ASSERT_EQ(reducer.buckets().size(), want.size());
     for (std::size_t b = 0; b < want.size(); ++b) {
@@ -127,14 +127,14 @@ TEST(GradientReducer, OverlapsBackwardInVirtualTime) {
   const double layer_seconds = 200e-6;
   const int ranks = 8;
   const double one_all_reduce = simulate(ranks, [&](Comm& c) {
-    c.all_reduce(sizes_only(8 * MiB, DType::f32), ReduceOp::avg);
+    c.all_reduce(meta_view(8 * MiB, DType::f32), ReduceOp::avg);
   }, "dgx-h100", false).elapsed;
   const double step = simulate(ranks, [&](Comm& c) {
-    GradientReducer reducer(c, sizes_only(total(counts), DType::f32), backward_order(counts),
+    GradientReducer reducer(c, meta_view(total(counts), DType::f32), backward_order(counts),
                             {.first_bytes = bucket_bytes, .bytes = bucket_bytes});
     ASSERT_EQ(reducer.buckets().size(), 4u);
     for (int layer = 0; layer < 4; ++layer) {
-      c.compute_for("backward", layer_seconds);
+      c.compute_seconds("backward", layer_seconds);
       reducer.ready(layer);  // this layer's bucket starts; the next layer computes meanwhile
     }
     reducer.wait_all();

@@ -34,12 +34,12 @@ double dot(const float* a, const std::vector<float>& b) {
 struct Buffers {
   std::vector<float> values, grads;
   template <class Make> explicit Buffers(Make make) {
-    Carver counter(nullptr, nullptr);
+    Arena counter(nullptr, nullptr);
     make(counter);
-    values.assign(counter.taken(), 0.0f);
-    grads.assign(counter.taken(), 0.0f);
+    values.assign(counter.allocated(), 0.0f);
+    grads.assign(counter.allocated(), 0.0f);
   }
-  Carver carver() { return Carver(values.data(), grads.data()); }
+  Arena arena() { return Arena(values.data(), grads.data()); }
   void zero_grads() { std::fill(grads.begin(), grads.end(), 0.0f); }
 };
 
@@ -74,9 +74,9 @@ void check(const std::vector<Checked>& tensors, const std::function<double()>& l
 
 TEST(ModuleGradients, Linear) {
   const int N = 3, in = 4, out = 5;
-  Buffers p([&](Carver& c) { Linear(c, in, out); });
-  Carver carver = p.carver();
-  const Linear linear(carver, in, out);
+  Buffers p([&](Arena& c) { Linear(c, in, out); });
+  Arena arena = p.arena();
+  const Linear linear(arena, in, out);
   fill_random(p.values.data(), p.values.size(), 1);
   std::vector<float> x(N * in), y(N * out), dx(N * in), G(N * out);
   fill_random(x.data(), x.size(), 2);
@@ -96,19 +96,19 @@ TEST(ModuleGradients, Linear) {
 
 TEST(ModuleGradients, LayerNormAndMlp) {
   const int N = 3, C = 4;
-  Buffers p([&](Carver& c) {
+  Buffers p([&](Arena& c) {
     LayerNorm(c, C);
     Mlp(c, C);
   });
-  Carver carver = p.carver();
-  const LayerNorm norm(carver, C);
-  const Mlp mlp(carver, C);
+  Arena arena = p.arena();
+  const LayerNorm norm(arena, C);
+  const Mlp mlp(arena, C);
   fill_random(p.values.data(), p.values.size(), 4, -0.5f, 0.5f);
-  Buffers a([&](Carver& c) {
+  Buffers a([&](Arena& c) {
     LayerNorm::Acts(c, N, C);
     Mlp::Acts(c, N, C);
   });
-  Carver acts = a.carver();
+  Arena acts = a.arena();
   const LayerNorm::Acts norm_acts(acts, N, C);
   const Mlp::Acts mlp_acts(acts, N, C);
   std::vector<float> x(N * C), dx(N * C), G(N * C);
@@ -135,12 +135,12 @@ TEST(ModuleGradients, LayerNormAndMlp) {
 
 TEST(ModuleGradients, CausalSelfAttentionAndBlock) {
   const int B = 2, T = 3, C = 8, NH = 2;
-  Buffers p([&](Carver& c) { Block(c, C, NH); });
-  Carver carver = p.carver();
-  const Block block(carver, C, NH);
+  Buffers p([&](Arena& c) { Block(c, C, NH); });
+  Arena arena = p.arena();
+  const Block block(arena, C, NH);
   fill_random(p.values.data(), p.values.size(), 7, -0.5f, 0.5f);
-  Buffers a([&](Carver& c) { Block::Acts(c, B, T, C, NH); });
-  Carver acts = a.carver();
+  Buffers a([&](Arena& c) { Block::Acts(c, B, T, C, NH); });
+  Arena acts = a.arena();
   const Block::Acts block_acts(acts, B, T, C, NH);
   std::vector<float> x(B * T * C), dx(x.size()), G(x.size());
   fill_random(x.data(), x.size(), 8);

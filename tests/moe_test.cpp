@@ -83,15 +83,15 @@ TEST(MoeLayer, BackwardMatchesFiniteDifferences) {
   const int C = 8, N = 24;
   const MoeConfig config{.experts = 4, .top_k = 2, .capacity_factor = 0.75, .balance = Balance::aux,
                          .aux_weight = 0.5, .shared_experts = 1};
-  Carver dense_count(nullptr, nullptr), expert_count(nullptr, nullptr);
+  Arena dense_count(nullptr, nullptr), expert_count(nullptr, nullptr);
   MoeLayer(dense_count, expert_count, C, config, 1, 0);
-  std::vector<float> dense(dense_count.taken()), dense_grad(dense.size()), experts(expert_count.taken()),
+  std::vector<float> dense(dense_count.allocated()), dense_grad(dense.size()), experts(expert_count.allocated()),
       expert_grad(experts.size()), x(std::size_t(N) * C), w(x.size());
   std::mt19937 gen(7);
   std::normal_distribution<float> normal(0.0f, 0.5f);
   for (auto* v : {&dense, &experts, &x, &w})
     for (float& f : *v) f = normal(gen);
-  Carver dense_params(dense.data(), dense_grad.data()), expert_params(experts.data(), expert_grad.data());
+  Arena dense_params(dense.data(), dense_grad.data()), expert_params(experts.data(), expert_grad.data());
   MoeLayer layer(dense_params, expert_params, C, config, 1, 0);
 
   simulate(1, [&](Comm& c) {

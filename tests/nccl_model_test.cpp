@@ -139,7 +139,7 @@ TEST(NcclModel, DoubleBinaryTreeIsNcclsAndEachNodeIsALeafInOneTree) {
 TEST(NcclModel, TheSimulatorChargesNcclsChoiceForANativeAllReduce) {
   for (std::size_t bytes : {std::size_t(1024), std::size_t(1) << 30}) {
     sim::Engine engine({.ranks = 16, .topology = kDgxH100, .payload = false});
-    engine.run([&](Comm& c) { c.all_reduce(sizes_only(bytes / 4, DType::f32), ReduceOp::sum); });
+    engine.run([&](Comm& c) { c.all_reduce(meta_view(bytes / 4, DType::f32), ReduceOp::sum); });
     EXPECT_NEAR(engine.elapsed(), nccl_choice(Collective::all_reduce, bytes, dgx(2)).seconds, 1e-12) << bytes;
   }
 }
@@ -152,7 +152,7 @@ TEST(NcclModel, OffNodeBytesFollowTheRingAndTheDoubleBinaryTree) {
   const std::uint64_t n = 1 << 20;
   CollectiveCall call;
   call.op = Collective::all_reduce;
-  call.send = call.recv = sizes_only(n / 4, DType::f32);
+  call.send = call.recv = meta_view(n / 4, DType::f32);
   std::uint64_t ring = 0, tree = 0;
   std::vector<std::uint64_t> per_node(4);
   for (int r = 0; r < 8; ++r) {

@@ -56,7 +56,7 @@ Difference against_dense(int cp, SequenceLayout layout, AttentionShape s) {
 }
 
 // Each rank's seconds in the compute regions named `what`, from the trace.
-std::vector<double> compute_seconds(const Trace& trace, std::string_view what) {
+std::vector<double> compute_seconds_by_rank(const Trace& trace, std::string_view what) {
   std::vector<double> seconds;
   for (const TraceTrack& track : trace.tracks()) {
     double sum = 0;
@@ -139,7 +139,7 @@ TEST(RingAttention, ContiguousWorkIsUnequalAndZigZagIsEven) {
       ring.backward(nullptr, nullptr);
     }, "dgx-h100", false);
     for (const char* what : {"ring attention forward", "ring attention backward"}) {
-      const double imbalance = busiest_over_mean(compute_seconds(*run.trace, what));
+      const double imbalance = busiest_over_mean(compute_seconds_by_rank(*run.trace, what));
       if (layout == SequenceLayout::contiguous)
         EXPECT_NEAR(imbalance, (2.0 * cp - 1) / cp, 1e-3) << what;  // the diagonal blocks keep a little over half
       else

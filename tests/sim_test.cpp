@@ -130,7 +130,7 @@ TEST(SimTime, ComputeChargesFlopsAndStragglersMakeEveryoneWait) {
   Trace trace(4);
   sim::Engine engine({.ranks = 4, .topology = kH100, .speed = {1, 1, 0.25, 1}, .trace = &trace});
   engine.run([](Comm& c) {
-    c.compute("matmul", 989e12 * 0.5 * 1e-3);  // 1 ms at half of the H100's peak
+    c.compute_flops("matmul", 989e12 * 0.5 * 1e-3);  // 1 ms at half of the H100's peak
     c.barrier();
   });
   const double barrier = std::bit_width(3u) * kH100.intra.alpha;
@@ -143,7 +143,7 @@ TEST(SimDeterminism, SameInputsGiveIdenticalTraceBytes) {
   auto scenario = [](Comm& c) {
     std::vector<float> buf(1000, float(c.rank()));
     use_algorithm(c, Collective::all_reduce, "ring");
-    c.compute_for("step", 1e-6 * (c.rank() % 3));
+    c.compute_seconds("step", 1e-6 * (c.rank() % 3));
     c.all_reduce(view_of(buf), ReduceOp::sum);
     std::vector<float> out(8000);
     c.all_gather(view_of(buf), view_of(out));
@@ -161,7 +161,7 @@ TEST(SimDeterminism, SharedNicsGiveIdenticalTraceBytes) {
   auto scenario = [](Comm& c) {
     std::vector<float> send(16 * 1000, float(c.rank())), recv(send.size());
     use_algorithm(c, Collective::all_to_all, "pairwise");
-    c.compute_for("skew", 1e-6 * (c.rank() % 5));
+    c.compute_seconds("skew", 1e-6 * (c.rank() % 5));
     c.all_to_all(view_of(send), view_of(recv));
   };
   std::ostringstream a, b;
@@ -259,7 +259,7 @@ TEST(SimP2P, NonBlockingRequestsCompleteAndTestTellsWhen) {
     std::vector<int> out = {c.rank() * 10 + 1, c.rank() * 10 + 2}, in(2);
     Request r = c.irecv(view_of(in), 1 - c.rank());
     Request s = c.isend(view_of(out), 1 - c.rank());
-    while (!r.test()) c.compute_for("overlap", 1e-7);
+    while (!r.test()) c.compute_seconds("overlap", 1e-7);
     s.wait();
     EXPECT_EQ(in, (std::vector<int>{(1 - c.rank()) * 10 + 1, (1 - c.rank()) * 10 + 2}));
     EXPECT_GE(c.now(), kH100.intra.alpha);
@@ -285,7 +285,7 @@ TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {
   auto scenario = [](bool payload) {
     return [payload](Comm& c) {
       std::vector<float> data(payload ? 4096 : 0);
-      const View v = payload ? view_of(data) : sizes_only(4096, DType::f32);
+      const View v = payload ? view_of(data) : meta_view(4096, DType::f32);
       use_algorithm(c, Collective::all_reduce, "ring");
       c.all_reduce(v, ReduceOp::sum);
     };
@@ -303,7 +303,7 @@ TEST(SimScale, FortyThousandRanksRunPastTheMemoryMapLimit) {
   constexpr int kRanks = 40000;
   std::vector<char> passed(kRanks, 0);
   simulate(kRanks, [&](Comm& c) {
-    const View token = sizes_only(1, DType::f32);
+    const View token = meta_view(1, DType::f32);
     Request from_left = c.irecv(token, (c.rank() + kRanks - 1) % kRanks);
     c.send(token, (c.rank() + 1) % kRanks);
     from_left.wait();
@@ -394,7 +394,7 @@ Result run_collective(Collective op, const std::string& algo, int p, std::size_t
     const CollectiveCall call{op, view_of(send), view_of(recv), rop, root, send_counts, recv_counts};
     if (nonblocking) {
       Request in_flight = c.start(call);
-      c.compute_for("meanwhile", 1e-6);
+      c.compute_seconds("meanwhile", 1e-6);
       in_flight.wait();
     } else {
       c.run(call);
@@ -467,7 +467,7 @@ TEST(SimCollectives, EveryAlgorithmMatchesNativeOnEveryRankCountAndSize) {
 TEST(SimCollectives, BarrierAlgorithmSynchronizes) {
   simulate(5, [](Comm& c) {
     use_algorithm(c, Collective::barrier, "dissemination");
-    c.compute_for("work", c.rank() * 1e-3);
+    c.compute_seconds("work", c.rank() * 1e-3);
     c.barrier();
     EXPECT_GE(c.now(), 4e-3);
   });
@@ -501,7 +501,7 @@ TEST(SimP2P, AReceiveMatchesOnlyItsOwnSource) {
   simulate(4, [](Comm& c) {
     if (c.rank() != 0) {
       std::vector<int> mine(c.rank(), c.rank());  // rank r sends r copies of r
-      c.compute_for("stagger", c.rank() * 1e-6);  // rank 1 sends first
+      c.compute_seconds("stagger", c.rank() * 1e-6);  // rank 1 sends first
       c.send(view_of(mine), 0);
       return;
     }
@@ -572,7 +572,7 @@ TEST(SimFaults, PeersWaitingOnAFailedRankAreToldWhoAndWhatInsteadOfHanging) {
   const std::string report = failure_of(4, 1, 5e-6, [&](Comm& c) {
     std::vector<int> x(4);
     if (c.rank() == 1) {
-      c.compute_for("work", 10e-6);  // cut at 5 us: rank 1 never gets past it
+      c.compute_seconds("work", 10e-6);  // cut at 5 us: rank 1 never gets past it
       ran_past = true;
       c.send(view_of(x), 0);
     } else if (c.rank() == 0) {
@@ -609,7 +609,7 @@ TEST(SimFaults, CollectivesAndLaterCallsFailButWhatWasDeliveredStands) {
   for (const bool joins : {false, true}) {
     const std::string report = failure_of(3, 2, 1e-6, [&](Comm& c) {
       std::vector<float> x(joins ? 1 << 20 : 4);  // 4 MiB take longer than 1 us
-      if (joins ? c.rank() != 2 : c.rank() == 2) c.compute_for("late", joins ? 0.5e-6 : 2e-6);
+      if (joins ? c.rank() != 2 : c.rank() == 2) c.compute_seconds("late", joins ? 0.5e-6 : 2e-6);
       try {
         c.all_reduce(view_of(x), ReduceOp::sum);
       } catch (const RankFailedError&) {
@@ -624,10 +624,10 @@ TEST(SimFaults, CollectivesAndLaterCallsFailButWhatWasDeliveredStands) {
     std::vector<int> x(4);
     if (c.rank() == 1) {
       c.send(view_of(x), 0);  // delivered at about 1 us, before the failure
-      return c.compute_for("work", 10e-6);
+      return c.compute_seconds("work", 10e-6);
     }
     Request r = c.irecv(view_of(x), 1);
-    c.compute_for("work", 10e-6);
+    c.compute_seconds("work", 10e-6);
     r.wait();
     c.send(view_of(x), 1);  // posted after rank 1 failed
   });
@@ -655,20 +655,20 @@ TEST(SimP2P, AMovedRequestIsWaitedOnceThroughItsNewHandle) {
 TEST(SimFaults, ARankStoppedByTheErrorTakesItsOpenRequestsWithIt) {
   const std::string report = failure_of(3, 2, 1e-6, [](Comm& c) {
     std::vector<int> x(4);
-    if (c.rank() == 2) return c.compute_for("work", 2e-6);
+    if (c.rank() == 2) return c.compute_seconds("work", 2e-6);
     if (c.rank() == 1) {
       Request from_0 = c.irecv(view_of(x), 0);  // never waited: rank 1 stops at the next line
       c.recv(view_of(x), 2);
       from_0.wait();
     }
-    c.compute_for("work", 3e-6);
+    c.compute_seconds("work", 3e-6);
     c.send(view_of(x), 1);  // no receive to match: rank 1's buffer is gone
   });
   EXPECT_NE(report.find("  rank 0: send(to=1, tag=0, 16 bytes)\n"), std::string::npos) << report;
   // A message under way from a rank that stops on the failure never arrives, and its receiver is told.
   const std::string orphaned = failure_of(3, 2, 1e-6, [](Comm& c) {
     std::vector<float> x(1 << 20);  // 4 MiB: still on the wire when rank 1 stops
-    if (c.rank() == 2) return c.compute_for("work", 2e-6);
+    if (c.rank() == 2) return c.compute_seconds("work", 2e-6);
     if (c.rank() == 0) return c.recv(view_of(x), 1);
     Request to_0 = c.isend(view_of(x), 0);
     c.recv(view_of(x), 2);
@@ -702,11 +702,11 @@ TEST(SimOverlap, ComputeBesideAnAllReduceInFlightTakesTheLongerOfTheTwo) {
                  use_algorithm(comm, Collective::all_reduce, algo);
                  if (overlap) {
                    Request r = comm.i_all_reduce(view_of(g), ReduceOp::sum);
-                   comm.compute_for("backward", c);
+                   comm.compute_seconds("backward", c);
                    r.wait();
                  } else {
                    comm.all_reduce(view_of(g), ReduceOp::sum);
-                   comm.compute_for("backward", c);
+                   comm.compute_seconds("backward", c);
                  }
                  EXPECT_EQ(g[0], 28.0f);  // 0 + 1 + ... + 7
                }).elapsed;
@@ -751,7 +751,7 @@ TEST(SimOverlap, CallsPostedWhileOneRunsLeaveItIntact) {
     std::vector<Request> in_flight;
     for (std::vector<float>& g : grads) {
       in_flight.push_back(c.i_all_reduce(view_of(g), ReduceOp::avg));
-      c.compute_for("backward", 1e-7);  // the stream starts the call and blocks in it
+      c.compute_seconds("backward", 1e-7);  // the stream starts the call and blocks in it
     }
     for (Request& r : in_flight) r.wait();
     for (int i = 0; i < buckets; ++i) EXPECT_EQ(grads[i][0], 3.5f + float(i)) << "bucket " << i;  // mean of rank + i
@@ -764,7 +764,7 @@ TEST(SimOverlap, TheStreamIsDrawnOnItsOwnTrackUnderTheRank) {
       std::vector<float> g(1024, 1.0f);
       use_algorithm(c, Collective::all_reduce, algo);
       Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
-      c.compute_for("backward", 1e-3);
+      c.compute_seconds("backward", 1e-3);
       r.wait();
     });
     int on_stream = 0;
@@ -818,7 +818,7 @@ TEST(SimOverlap, APeerThatFailsEndsTheWaitWithItsName) {
     EXPECT_THROW(engine.run([&](Comm& c) {
                    std::vector<float> g(1 << 16, 1.0f);
                    use_algorithm(c, Collective::all_reduce, algo);
-                   if (c.rank() == 2) c.compute_for("slow", 1.0);
+                   if (c.rank() == 2) c.compute_seconds("slow", 1.0);
                    Request r = c.i_all_reduce(view_of(g), ReduceOp::sum);
                    try {
                      r.wait();

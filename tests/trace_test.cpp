@@ -20,7 +20,7 @@ namespace {
 json traced_run(int ranks) {
   auto run = test::simulate(ranks, [](Comm& c) {
     std::vector<float> buf(256, 1.0f);
-    c.compute("forward", 1e9);
+    c.compute_flops("forward", 1e9);
     c.track_memory(MemoryUse::activations, 4096);
     use_algorithm(c, Collective::all_reduce, "ring");
     c.all_reduce(view_of(buf), ReduceOp::sum);
@@ -227,11 +227,11 @@ TEST(ChromeTrace, AMessageInFlightWhileTheRankComputesIsDrawnBesideIt) {
     std::vector<float> buf(1024, 1.0f);
     if (c.rank() == 0) {
       Request in_flight = c.isend(view_of(buf), 1, 1);
-      c.compute("forward", 1e9);
+      c.compute_flops("forward", 1e9);
       in_flight.wait();
       c.send(view_of(buf), 1, 2);
     } else {
-      c.compute("forward", 2e9);
+      c.compute_flops("forward", 2e9);
       c.recv(view_of(buf), 0, 1);
       c.recv(view_of(buf), 0, 2);
     }

@@ -32,11 +32,11 @@ TEST(TrainingLoop, TheSpanIsTheStepsOnRankZerosClockAndNothingAfter) {
   double after_steps = 0;
   const TrainingRun run = run_training(sim_ranks(2), [&](Comm& comm, RankTraining& training) {
     training.steps(4, [&](int) {
-      comm.compute("step", 1e9);
+      comm.compute_flops("step", 1e9);
       return 0.0;
     });
     if (comm.rank() == 0) after_steps = comm.now();
-    comm.compute("after the steps", 1e12);
+    comm.compute_flops("after the steps", 1e12);
   });
   EXPECT_GT(run.end, run.start);
   EXPECT_EQ(run.end, after_steps);

@@ -44,7 +44,7 @@ test::SimRun overlapped_ring(double backward) {
     for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = float(100 * c.rank() + i);
     use_algorithm(c, Collective::all_reduce, "ring");
     Request r = c.i_all_reduce(view_of(grads), ReduceOp::sum);
-    c.compute_for("backward", backward);
+    c.compute_seconds("backward", backward);
     r.wait();
   });
 }
@@ -81,7 +81,7 @@ TEST(VizTrace, ReadsALabTraceWithItsSpansAndArrows) {
   auto run = test::simulate(4, [](Comm& c) {
     std::vector<float> buf(64, 1.0f);
     use_algorithm(c, Collective::all_reduce, "ring");
-    c.compute("forward", 1e9);
+    c.compute_flops("forward", 1e9);
     c.all_reduce(view_of(buf), ReduceOp::sum);
   });
   std::ostringstream json;
@@ -158,7 +158,7 @@ TEST(VizTrace, ShowsWhereARankFailedAndWhatThatCutShort) {
   sim::Engine engine({.ranks = 2, .topology = find_topology("dgx-h100"), .trace = &trace, .fail_rank = 1, .fail_at = 3e-6});
   EXPECT_THROW(engine.run([](Comm& c) {
     std::vector<float> x(4);
-    if (c.rank() == 1) c.compute_for("work", 5e-6);
+    if (c.rank() == 1) c.compute_seconds("work", 5e-6);
     c.rank() == 0 ? c.recv(view_of(x), 1) : c.send(view_of(x), 0);
   }), RankFailedError);
   std::ostringstream json;
@@ -257,7 +257,7 @@ TEST(VizSummary, CountsOnlyTheCommunicationComputeDoesNotHide) {
 TEST(VizSummary, ATraceWithoutStreamsHidesNothing) {
   const test::SimRun run = test::simulate(2, [](Comm& c) {
     std::vector<float> x(8);
-    c.compute_for("forward", 2e-6);
+    c.compute_seconds("forward", 2e-6);
     c.all_reduce(view_of(x), ReduceOp::sum);
   });
   const viz::Summary s = viz::summarize(viz::from_trace(*run.trace, "direct"));

@@ -141,7 +141,7 @@ class Engine {
   int live_groups() const;
 
  private:
-  enum class Channel { collective, inspect, split };
+  enum class Channel { collective, gather_object, split };
   using RendezvousKey = std::tuple<int, Channel, std::uint64_t>;
   // A posted send or receive.
   struct P2P {

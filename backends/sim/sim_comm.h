@@ -57,7 +57,7 @@ class SimComm final : public Comm {
   int node_of_global(int global_rank) const override { return engine_.options().topology.node_of(global_rank); }
   double seconds_for_flops(double flops) const override { return engine_.seconds_for_flops(actor_, flops); }
   std::vector<std::vector<std::byte>> gather_untimed(View buf) override {
-    return engine_.gather_untimed(actor_, comm_id_, ++inspect_seq_, buf);
+    return engine_.gather_untimed(actor_, comm_id_, ++gather_seq_, buf);
   }
 
  private:
@@ -65,7 +65,7 @@ class SimComm final : public Comm {
   int comm_id_;
   int me_;     // global rank
   int actor_;  // the engine's actor: me_, or my communication stream
-  std::uint64_t seq_ = 0, split_seq_ = 0, inspect_seq_ = 0;
+  std::uint64_t seq_ = 0, split_seq_ = 0, gather_seq_ = 0;
 };
 
 }  // namespace labkit::sim

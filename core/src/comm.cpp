@@ -333,17 +333,17 @@ Comm* Comm::node_leaders() {
 
 // ---- compute and inspection --------------------------------------------------
 
-void Comm::compute(std::string_view what, double flops) { compute_for(what, seconds_for_flops(flops)); }
+void Comm::compute_flops(std::string_view what, double flops) { compute_seconds(what, seconds_for_flops(flops)); }
 
-void Comm::compute_for(std::string_view what, double seconds) {
+void Comm::compute_seconds(std::string_view what, double seconds) {
   if (seconds < 0) fail(who(), "compute", "duration {} s is negative", seconds);
   const double start = now();
   advance(seconds);
   if (track_) record({TraceEvent::Kind::compute, std::string(what), start, now(), -1, 0, 0, 0, {}});
 }
 
-void Comm::computed(std::string_view what, double started, double flops) {
-  if (clock_is_virtual()) return compute(what, flops);
+void Comm::record_compute(std::string_view what, double started, double flops) {
+  if (clock_is_virtual()) return compute_flops(what, flops);
   if (track_) record({TraceEvent::Kind::compute, std::string(what), started, now(), -1, 0, 0, 0, {}});
 }
 

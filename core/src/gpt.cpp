@@ -36,8 +36,8 @@ memory::Architecture architecture_of(const GptConfig& c) {
 // shards and gathers. wte (V,C), wpe (maxT,C); then each block: ln1, qkv,
 // attention projection, ln2, fc, fc projection (weight then bias each); then
 // the final norm.
-Gpt::Modules::Modules(Carver& params, const GptConfig& c)
-    : wte(params.take(std::size_t(c.vocab) * c.channels)), wpe(params.take(std::size_t(c.max_seq) * c.channels)),
+Gpt::Modules::Modules(Arena& params, const GptConfig& c)
+    : wte(params.allocate(std::size_t(c.vocab) * c.channels)), wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
       blocks([&] {
         std::vector<Block> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(params, c.channels, c.heads);
@@ -45,32 +45,32 @@ Gpt::Modules::Modules(Carver& params, const GptConfig& c)
       }()),
       lnf(params, c.channels) {}
 
-Gpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held)
-    : encoded(acts.take(std::size_t(B) * T * c.channels)),
+Gpt::Acts::Acts(Arena& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held)
+    : encoded(acts.allocate(std::size_t(B) * T * c.channels)),
       blocks([&] {
         std::vector<Block::Acts> b;
-        Carver none(nullptr, nullptr);  // a layer not held: null slices, but for its output
+        Arena none(nullptr, nullptr);  // a layer not held: null slices, but for its output
         for (int l = 0; l < c.layers; ++l)
           if (held.empty() || held[std::size_t(l)]) {
             b.emplace_back(acts, B, T, c.channels, c.heads);
           } else {
             b.emplace_back(none, B, T, c.channels, c.heads);
-            b.back().out = acts.take(std::size_t(B) * T * c.channels);
+            b.back().out = acts.allocate(std::size_t(B) * T * c.channels);
           }
         return b;
       }()),
-      lnf(acts, B * T, c.channels), logits(acts.take(std::size_t(B) * T * c.vocab)),
-      probs(acts.take(std::size_t(B) * T * c.vocab)), losses(acts.take(std::size_t(B) * T)) {}
+      lnf(acts, B * T, c.channels), logits(acts.allocate(std::size_t(B) * T * c.vocab)),
+      probs(acts.allocate(std::size_t(B) * T * c.vocab)), losses(acts.allocate(std::size_t(B) * T)) {}
 
 Gpt::Gpt(const GptConfig& config, std::uint64_t seed, DeviceKind where) : config_(config) {
   if (config.channels % config.heads) throw std::invalid_argument("gpt: channels must divide by heads");
-  Carver counter(nullptr, nullptr);
+  Arena counter(nullptr, nullptr);
   const Modules sizes(counter, config);
   // GPT-2's initialisation: N(0, 0.02) weights, residual projections scaled by
   // 1/sqrt(2L) (Radford et al. 2019), zero biases, unit layer-norm gains.
-  Tensor init({counter.taken()});
-  Carver carver(init.data(), nullptr);
-  const Modules p(carver, config);
+  Tensor init({counter.allocated()});
+  Arena arena(init.data(), nullptr);
+  const Modules p(arena, config);
   std::mt19937_64 gen(seed);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   auto fill = [&](Slice t, std::size_t n, float scale) {
@@ -106,11 +106,11 @@ Gpt::Gpt(const Gpt& other)
 }
 
 void Gpt::carve() {
-  Carver params(params_.data(), grads_.data());
+  Arena params(params_.data(), grads_.data());
   m_.emplace(params, config_);
   if (B_ == 0) return;
   const std::size_t offset = std::size_t(set_) * set_floats_;
-  Carver acts(acts_.data() + offset, grad_acts_.data() + offset);
+  Arena acts(acts_.data() + offset, grad_acts_.data() + offset);
   a_.emplace(acts, config_, B_, T_, held_);
 }
 
@@ -119,9 +119,9 @@ void Gpt::prepare(int B, int T, int set, int sets) {
   if (set < 0 || set >= sets)
     throw std::invalid_argument(fmt::format("gpt: activation set {} of {}", set, sets));
   if (B != B_ || T != T_ || sets != sets_) {
-    Carver counter(nullptr, nullptr);
+    Arena counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T, held_);
-    set_floats_ = counter.taken();
+    set_floats_ = counter.allocated();
     acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
     grad_acts_ = Tensor({set_floats_ * std::size_t(sets)}, device().kind);
     tokens_.resize(std::size_t(sets));

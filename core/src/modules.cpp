@@ -2,8 +2,8 @@
 
 namespace labkit {
 
-Linear::Linear(Carver& params, int in, int out, bool bias)
-    : in(in), out(out), weight(params.take(std::size_t(out) * in)), bias(bias ? params.take(out) : Slice{}) {}
+Linear::Linear(Arena& params, int in, int out, bool bias)
+    : in(in), out(out), weight(params.allocate(std::size_t(out) * in)), bias(bias ? params.allocate(out) : Slice{}) {}
 
 void Linear::forward(const Device& d, float* y, const float* x, int N) const {
   d.matmul_forward(y, x, weight.value, bias.value, N, in, out);
@@ -15,10 +15,10 @@ void Linear::backward(const Device& d, float* dx, const float* dy, const float* 
                     weight.value, N, in, out);
 }
 
-LayerNorm::LayerNorm(Carver& params, int C) : C(C), weight(params.take(C)), bias(params.take(C)) {}
+LayerNorm::LayerNorm(Arena& params, int C) : C(C), weight(params.allocate(C)), bias(params.allocate(C)) {}
 
-LayerNorm::Acts::Acts(Carver& acts, int N, int C)
-    : out(acts.take(std::size_t(N) * C)), mean(acts.take(N)), rstd(acts.take(N)) {}
+LayerNorm::Acts::Acts(Arena& acts, int N, int C)
+    : out(acts.allocate(std::size_t(N) * C)), mean(acts.allocate(N)), rstd(acts.allocate(N)) {}
 
 void LayerNorm::forward(const Device& d, const Acts& a, const float* x, int N) const {
   d.layernorm_forward(a.out.value, a.mean.value, a.rstd.value, x, weight.value, bias.value, N, C);
@@ -28,11 +28,11 @@ void LayerNorm::backward(const Device& d, float* dx, const Acts& a, const float*
   d.layernorm_backward(dx, weight.grad, bias.grad, a.out.grad, x, weight.value, a.mean.value, a.rstd.value, N, C);
 }
 
-Mlp::Mlp(Carver& params, int C) : fc(params, C, 4 * C), proj(params, 4 * C, C) {}
+Mlp::Mlp(Arena& params, int C) : fc(params, C, 4 * C), proj(params, 4 * C, C) {}
 
-Mlp::Acts::Acts(Carver& acts, int N, int C)
-    : hidden(acts.take(std::size_t(N) * 4 * C)), gelu(acts.take(std::size_t(N) * 4 * C)),
-      out(acts.take(std::size_t(N) * C)) {}
+Mlp::Acts::Acts(Arena& acts, int N, int C)
+    : hidden(acts.allocate(std::size_t(N) * 4 * C)), gelu(acts.allocate(std::size_t(N) * 4 * C)),
+      out(acts.allocate(std::size_t(N) * C)) {}
 
 void Mlp::forward(const Device& d, const Acts& a, const float* x, int N) const {
   fc.forward(d, a.hidden.value, x, N);
@@ -46,13 +46,13 @@ void Mlp::backward(const Device& d, float* dx, const Acts& a, const float* x, in
   fc.backward(d, dx, a.hidden.grad, x, N, part);
 }
 
-CausalSelfAttention::CausalSelfAttention(Carver& params, int C, int heads)
+CausalSelfAttention::CausalSelfAttention(Arena& params, int C, int heads)
     : qkv(params, C, 3 * C), proj(params, C, C), heads(heads) {}
 
-CausalSelfAttention::Acts::Acts(Carver& acts, int B, int T, int C, int NH)
-    : qkv(acts.take(std::size_t(B) * T * 3 * C)), heads_out(acts.take(std::size_t(B) * T * C)),
-      preatt(acts.take(std::size_t(B) * NH * T * T)), att(acts.take(std::size_t(B) * NH * T * T)),
-      out(acts.take(std::size_t(B) * T * C)) {}
+CausalSelfAttention::Acts::Acts(Arena& acts, int B, int T, int C, int NH)
+    : qkv(acts.allocate(std::size_t(B) * T * 3 * C)), heads_out(acts.allocate(std::size_t(B) * T * C)),
+      preatt(acts.allocate(std::size_t(B) * NH * T * T)), att(acts.allocate(std::size_t(B) * NH * T * T)),
+      out(acts.allocate(std::size_t(B) * T * C)) {}
 
 void CausalSelfAttention::forward(const Device& d, const Acts& a, const float* x, int B, int T) const {
   qkv.forward(d, a.qkv.value, x, B * T);
@@ -69,12 +69,12 @@ void CausalSelfAttention::backward(const Device& d, float* dx, const Acts& a, co
   qkv.backward(d, dx, a.qkv.grad, x, B * T, part);
 }
 
-Block::Block(Carver& params, int C, int heads)
+Block::Block(Arena& params, int C, int heads)
     : ln1(params, C), attn(params, C, heads), ln2(params, C), mlp(params, C) {}
 
-Block::Acts::Acts(Carver& acts, int B, int T, int C, int NH)
-    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(std::size_t(B) * T * C)), ln2(acts, B * T, C),
-      mlp(acts, B * T, C), out(acts.take(std::size_t(B) * T * C)) {}
+Block::Acts::Acts(Arena& acts, int B, int T, int C, int NH)
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.allocate(std::size_t(B) * T * C)), ln2(acts, B * T, C),
+      mlp(acts, B * T, C), out(acts.allocate(std::size_t(B) * T * C)) {}
 
 void Block::forward(const Device& d, const Acts& a, const float* x, int B, int T) const {
   const int N = B * T, n = N * ln1.C;

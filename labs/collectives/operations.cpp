@@ -61,11 +61,11 @@ struct Demo {
   void collective(const CollectiveCall& call) const {
     if (!o.nonblocking) {
       comm.run(call);
-      if (o.compute > 0) comm.compute_for("compute", o.compute);
+      if (o.compute > 0) comm.compute_seconds("compute", o.compute);
       return;
     }
     Request in_flight = comm.start(call);
-    if (o.compute > 0) comm.compute_for("compute", o.compute);
+    if (o.compute > 0) comm.compute_seconds("compute", o.compute);
     in_flight.wait();
   }
 
@@ -168,7 +168,7 @@ void send_recv(const Demo& d) {
 // Rank r computes for r microseconds, then all wait: the buffers are the clocks.
 void barrier(const Demo& d) {
   const double t0 = d.comm.now();
-  d.comm.compute_for("work", d.r * 1e-6);
+  d.comm.compute_seconds("work", d.r * 1e-6);
   Values before = {float((d.comm.now() - t0) * 1e6)}, after(1);
   d.show(d.titled(Collective::barrier, "barrier") + " (buffer: clock in us)", before, after, [&] {
     d.collective({Collective::barrier, {}, {}, d.op, 0});

@@ -20,9 +20,9 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   const double one = lab::timed("timing the same on one rank", [&] { train_one_rank(o, corpus, config); });
   RunOptions big = run_options;
   big.ranks = 1024, big.payload_free = true;
-  const ShapedModel llama = shaped_model(memory::model_preset("llama2-7b"), 2.0);
+  const MetaModel llama = meta_model(memory::model_preset("llama2-7b"), 2.0);
   const double what_if = lab::timed("timing one payload-free Llama-2 7B step on 1024 ranks, overlap mode", [&] {
-    run(big, [&](Comm& comm) { shaped_step(comm, llama, DdpMode::overlap); });
+    run(big, [&](Comm& comm) { meta_step(comm, llama, DdpMode::overlap); });
   });
   // Its JSON is the figures by name (below), not the table's rows.
   lab::Table table = lab::bench_table(44);

@@ -92,7 +92,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
       const double started = comm.now();
       optimizer.update(model);
       // It reads and writes each parameter's weight, gradient and state: about a dozen FLOPs apiece.
-      comm.computed("optimizer", started, 12.0 * double(model.parameter_count()));
+      comm.record_compute("optimizer", started, 12.0 * double(model.parameter_count()));
       return loss;
     });
     const std::vector<float> weights = model.parameters().to_host();

@@ -39,17 +39,17 @@ void add_what_if_options(CLI::App& app, Options& o) {
 namespace {
 // One payload-free step of `model` in `mode`, measured from rank 0's trace, and
 // how many allreduces it took (its buckets).
-struct ShapedRun {
+struct MetaRun {
   StepTimes times;
   int buckets = 0;
 };
-ShapedRun run_shaped(RunOptions run_options, const ShapedModel& model, DdpMode mode, const BucketCaps& caps) {
+MetaRun run_meta_step(RunOptions run_options, const MetaModel& model, DdpMode mode, const BucketCaps& caps) {
   run_options.payload_free = true;
   run_options.keep_trace = true;
   double from = 0, to = 0;
   const RunResult r = run(run_options, [&](Comm& comm) {
     const double start = comm.now();
-    shaped_step(comm, model, mode, caps);
+    meta_step(comm, model, mode, caps);
     if (comm.rank() == 0) from = start, to = comm.now();
   });
   const TraceTrack& rank0 = r.trace->tracks()[0];
@@ -70,7 +70,7 @@ double efficiency(const StepTimes& t) { return t.compute() / (t.compute() + t.ex
 // T_compute / (T_compute + T_comm), which assumes nothing overlaps.
 int what_if(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const ShapedModel model = shaped_model(arch, o.step_seconds);
+  const MetaModel model = meta_model(arch, o.step_seconds);
   const Topology topology = find_topology(run_options.topology);
   const int p = run_options.ranks;
   const double grads = double(model.parameters()) * size_of(model.grad_dtype);
@@ -86,7 +86,7 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<DdpMode, StepTimes>> steps;
   for (DdpMode mode : modes) {
-    const auto [t, buckets] = run_shaped(run_options, model, mode, caps_of(o));
+    const auto [t, buckets] = run_meta_step(run_options, model, mode, caps_of(o));
     steps.emplace_back(mode, t);
     fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10.1f}%\n", name_of(mode), buckets,
                format_seconds(t.compute()), format_seconds(t.comm), format_seconds(t.exposed()),
@@ -125,7 +125,7 @@ void plot_step_bars(const std::string& path, const std::string& title,
 // communication-to-computation ratio T_comm / T_compute.
 int sweep(const Options& o, RunOptions run_options) {
   const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
-  const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
+  const MetaModel model = meta_model(memory::model_preset(name), o.step_seconds);
   std::vector<int> counts;
   for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) counts.push_back(p);
   const std::vector<std::string_view> topologies = topology_presets();
@@ -140,8 +140,8 @@ int sweep(const Options& o, RunOptions run_options) {
     run_options.topology = std::string(topology);
     for (int p : counts) {
       run_options.ranks = p;
-      const StepTimes naive = run_shaped(run_options, model, DdpMode::naive, caps_of(o)).times;
-      const StepTimes overlap = run_shaped(run_options, model, DdpMode::overlap, caps_of(o)).times;
+      const StepTimes naive = run_meta_step(run_options, model, DdpMode::naive, caps_of(o)).times;
+      const StepTimes overlap = run_meta_step(run_options, model, DdpMode::overlap, caps_of(o)).times;
       fmt::print("{:<10} {:>6} {:>10} {:>10.3f} {:>9.1f}% {:>9.1f}% {:>10} {:>10}\n", topology, p,
                  format_seconds(naive.comm), naive.comm / naive.compute(), 100 * efficiency(naive),
                  100 * efficiency(overlap), format_seconds(overlap.step), format_seconds(overlap.exposed()));
@@ -184,7 +184,7 @@ AllReduceLine measure_all_reduce(RunOptions run_options, std::size_t small_bytes
   run(run_options, [&](Comm& comm) {
     for (int i = 0; i < 2; ++i) {
       const double start = comm.now();
-      comm.all_reduce(sizes_only((i == 0 ? small_bytes : large_bytes) / 2, DType::bf16), ReduceOp::avg);
+      comm.all_reduce(meta_view((i == 0 ? small_bytes : large_bytes) / 2, DType::bf16), ReduceOp::avg);
       if (comm.rank() == 0) took[i] = comm.now() - start;
     }
   });
@@ -200,10 +200,10 @@ AllReduceLine measure_all_reduce(RunOptions run_options, std::size_t small_bytes
 // beside the model's G / k*.
 int bucket_sweep(const Options& o, RunOptions run_options) {
   const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
-  const ShapedModel model = shaped_model(memory::model_preset(name), o.step_seconds);
+  const MetaModel model = meta_model(memory::model_preset(name), o.step_seconds);
   const double G = double(model.parameters()) * size_of(model.grad_dtype);
   double T = 0;
-  for (const ShapedModel::Piece& p : model.pieces) T += p.backward_seconds;
+  for (const MetaModel::Piece& p : model.pieces) T += p.backward_seconds;
   const AllReduceLine line = measure_all_reduce(run_options, std::size_t(G / 64), std::size_t(G / 4));
   fmt::print("ddp --sweep bucket-mb={:g}..{:g}: {}, {} of bf16 gradients in {} tensors, {} ranks on {}, T_bwd {}, "
              "overlap mode, first bucket {:g} MiB ...\n", o.sweep.from, o.sweep.to, name,
@@ -219,7 +219,7 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   for (double cap = o.sweep.from; cap <= o.sweep.to * (1 + 1e-9); cap *= 2) {
     Options at_cap = o;
     at_cap.bucket_mb = cap;
-    const auto [t, buckets] = run_shaped(run_options, model, DdpMode::overlap, caps_of(at_cap));
+    const auto [t, buckets] = run_meta_step(run_options, model, DdpMode::overlap, caps_of(at_cap));
     const double model_exposed = exposed_communication(buckets, T, G, line);
     fmt::print("{:>10g} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}\n", cap, buckets,
                format_bytes(std::uint64_t(G / buckets)), format_seconds(t.comm), format_seconds(t.exposed()),

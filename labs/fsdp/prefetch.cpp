@@ -108,17 +108,17 @@ struct LayerSweep {
 
   // One stage-3 step of the model at hidden h, prefetched or not: what rank 0's forward measured.
   Walk walk(const memory::Architecture& arch, Prefetch prefetch) {
-    const double step = compute_seconds(arch, o.seq, flops);
+    const double step = step_seconds_for(arch, o.seq, flops);
     const RunResult r = run(run_options, [&](Comm& comm) {
       if (comm.rank() == 0) algorithm = std::string(comm.algorithm(Collective::all_gather));
-      sharded_shaped_step(comm, arch, step, 3, {.prefetch = prefetch});
+      sharded_meta_step(comm, arch, step, 3, {.prefetch = prefetch});
     });
     return measure_forward(*r.trace, arch.layers);
   }
   // The alpha-beta side: a layer's forward, and the all-gather of its padded bf16 parameters.
   double forward_seconds(const memory::Architecture& a) const { return 2 * o.seq * layer_parameters(a) / flops; }
   double gather_seconds(const memory::Architecture& a) const {
-    const std::size_t p = std::size_t(run_options.ranks), dtype_bytes = 2;  // bf16, as the shaped step gathers
+    const std::size_t p = std::size_t(run_options.ranks), dtype_bytes = 2;  // bf16, as the meta step gathers
     const std::size_t shard = (std::size_t(layer_parameters(a)) + p - 1) / p;
     return predict(Collective::all_gather, algorithm, shard * p * dtype_bytes, int(p), topology);
   }

@@ -135,7 +135,7 @@ void optimizer_step(Comm& comm, FullyShardedGpt& sharded, const Gpt& model, Opti
   const double started = comm.now();
   sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
   if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));
-  comm.computed("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
+  comm.record_compute("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
                                                                          : sharded.shard_parameters().size()));
 }
 

@@ -96,10 +96,10 @@ memory::Plan plan_for(const Options& o, int stage, int ranks) {
 }
 
 // T_step of one payload-free sharded step of the model's shapes on run_options' ranks and topology.
-double shaped_step_seconds(const Options& o, RunOptions run_options, const memory::Architecture& arch, int stage) {
+double meta_step_seconds(const Options& o, RunOptions run_options, const memory::Architecture& arch, int stage) {
   run_options.payload_free = true;
   return run(run_options, [&](Comm& comm) {
-           sharded_shaped_step(comm, arch, o.step_seconds, stage,
+           sharded_meta_step(comm, arch, o.step_seconds, stage,
                                {.shard_group = o.hsdp, .prefetch = parse_prefetch(o.prefetch)});
          }).elapsed;
 }
@@ -148,7 +148,7 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
   run_options.keep_trace = true;
   for (const Row& row : rows) {
     const RunResult r = run(run_options, [&](Comm& comm) {
-      sharded_shaped_step(comm, arch, o.step_seconds, 3, row.sharding);
+      sharded_meta_step(comm, arch, o.step_seconds, 3, row.sharding);
     });
     const double off_node = off_node_bytes(*r.trace) / nodes;
     memory::Plan plan = plan_for(o, 3, p);
@@ -241,7 +241,7 @@ int what_if(const Options& o, RunOptions run_options) {
     auto line = [&](const char* component) { return b.bytes_of(component); };
     const double optimizer = line("master weights") + line("optimizer states");
     const double gathered = line("gathered weights") + line("prefetched weights");
-    const double step = shaped_step_seconds(o, run_options, arch, stage);
+    const double step = meta_step_seconds(o, run_options, arch, stage);
     table.add({stage, lab::bytes(line("weights")), lab::bytes(gathered), lab::bytes(line("gradients")),
                lab::bytes(optimizer), lab::bytes(line("activations")), lab::bytes(b.total),
                {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step), lab::seconds(step - o.step_seconds)});
@@ -317,7 +317,7 @@ int sweep(const Options& o, RunOptions run_options) {
       run_options.ranks = p;
       std::vector<lab::Cell> row = {std::string(topology), p};
       for (int stage : o.stages) {
-        const double step = shaped_step_seconds(o, run_options, arch, stage);
+        const double step = meta_step_seconds(o, run_options, arch, stage);
         const memory::Breakdown& b = per_gpu.at({p, stage});
         row.push_back(lab::seconds(step - o.step_seconds));
         rows.push_back({{"topology", topology}, {"ranks", p}, {"stage", stage}, {"memory_per_gpu", b.total},

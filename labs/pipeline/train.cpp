@@ -134,7 +134,7 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       for (std::size_t i = 0; i < sgd.size(); ++i) {
         const ParameterRange r = pipeline.owned()[i];
         sgd[i].update({model.parameters().data() + r.offset, r.count}, {model.gradients().data() + r.offset, r.count});
-        comm.computed("optimizer", started, 4.0 * double(r.count));
+        comm.record_compute("optimizer", started, 4.0 * double(r.count));
       }
       return step.loss;
     });

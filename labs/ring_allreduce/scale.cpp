@@ -27,7 +27,7 @@ int scale(const RunOptions& base, std::uint64_t bytes) {
     };
   const auto start = std::chrono::steady_clock::now();
   const RunResult r =
-      run(o, [&](Comm& comm) { ring_all_reduce(comm, sizes_only(bytes / 4, DType::f32), ReduceOp::sum); });
+      run(o, [&](Comm& comm) { ring_all_reduce(comm, meta_view(bytes / 4, DType::f32), ReduceOp::sum); });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%40s\r", "");
   const double model = predict(Collective::all_reduce, "ring", bytes, o.ranks, find_topology(o.topology));

@@ -166,7 +166,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       const double started = comm.now();
       sgd.update({model.parameters().data(), model.parameter_count()},
                  {model.gradients().data(), model.parameter_count()});
-      comm.computed("optimizer", started, 4.0 * double(model.parameter_count()));
+      comm.record_compute("optimizer", started, 4.0 * double(model.parameter_count()));
       return loss;
     });
     if (compare) {  // one rank, the whole model: the weights every rank's slice must equal

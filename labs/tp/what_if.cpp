@@ -67,13 +67,13 @@ int what_if(const Options& o, RunOptions run_options) {
     // backward: the MLP then f's allreduce, attention then f's. Each part
     // computes half the layer's share (their FLOPs are near equal at h >> s).
     const double elapsed = run(run_options, [&](Comm& comm) {
-                             const View activations = sizes_only(std::size_t(bsh), DType::bf16);
+                             const View activations = meta_view(std::size_t(bsh), DType::bf16);
                              for (const char* part : {"forward attention", "forward mlp"}) {
-                               comm.compute_for(part, compute / 3 / 2);
+                               comm.compute_seconds(part, compute / 3 / 2);
                                comm.all_reduce(activations, ReduceOp::sum);
                              }
                              for (const char* part : {"backward mlp", "backward attention"}) {
-                               comm.compute_for(part, compute * 2 / 3 / 2);
+                               comm.compute_seconds(part, compute * 2 / 3 / 2);
                                comm.all_reduce(activations, ReduceOp::sum);
                              }
                            }).elapsed;

@@ -92,7 +92,7 @@ void train_steps(Comm& comm, const Options& o, Gpt& model, AdamW& adamw, const D
       comm.track_memory(MemoryUse::activations, std::int64_t(model.activation_bytes()));
       comm.track_memory(MemoryUse::optimizer, 2 * weight_bytes(model));
     }
-    comm.compute("step", model.flops_per_step(o.batch, T));
+    comm.compute_flops("step", model.flops_per_step(o.batch, T));
     if (o.checkpoint_every && ((s + 1) % o.checkpoint_every == 0 || s + 1 == o.steps))
       save_checkpoint(o.checkpoint, model, adamw, order);
   }

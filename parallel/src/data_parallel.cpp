@@ -72,7 +72,7 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
   // the simulator, its FLOPs at the device's rate.
   double started = comm_.now();
   const float loss = model_.forward(tokens, targets, B, T);
-  comm_.computed("forward", started, model_.config().layers * model_.block_flops(B, T) + model_.head_flops(B, T));
+  comm_.record_compute("forward", started, model_.config().layers * model_.block_flops(B, T) + model_.head_flops(B, T));
   if (first) model_.zero_grad();  // later micro-steps add to the gradients (backward accumulates)
   // backward_order: the final norm (after the head's backward), the blocks from
   // the last, the embeddings (whose table is the head's: done with the head).
@@ -81,7 +81,7 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
   started = comm_.now();
   model_.backward([&](ParameterRange) {
     const double forward_flops = piece == 0 ? model_.head_flops(B, T) : piece <= blocks ? model_.block_flops(B, T) : 0;
-    comm_.computed("backward", started, 2 * forward_flops);  // a backward costs two forwards
+    comm_.record_compute("backward", started, 2 * forward_flops);  // a backward costs two forwards
     if (last) averaging_.ready(piece);
     ++piece;
     started = comm_.now();
@@ -95,7 +95,7 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
   return loss;
 }
 
-std::size_t ShapedModel::parameters() const {
+std::size_t MetaModel::parameters() const {
   std::size_t n = 0;
   for (const Piece& p : pieces) n += p.count;
   return n;
@@ -110,11 +110,11 @@ double computing_parameters(const memory::Architecture& arch) {
 }
 }  // namespace
 
-double compute_seconds(const memory::Architecture& arch, double tokens, double flops_per_second) {
+double step_seconds_for(const memory::Architecture& arch, double tokens, double flops_per_second) {
   return 6 * tokens * computing_parameters(arch) / flops_per_second;
 }
 
-ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) {
+MetaModel meta_model(const memory::Architecture& arch, double step_seconds) {
   memory::Architecture no_layers = arch;
   no_layers.layers = 0;
   const double outside = memory::count_parameters(no_layers).total;  // embeddings, head, final norm
@@ -125,7 +125,7 @@ ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) 
   const double tied_head = arch.tied_embeddings ? double(arch.vocab) * arch.hidden : 0;
   const double computing = computing_parameters(arch);
   auto backward_seconds = [&](double computed_with) { return step_seconds * 2 / 3 * computed_with / computing; };
-  ShapedModel m;
+  MetaModel m;
   m.forward_seconds = step_seconds / 3;
   m.pieces.push_back({std::size_t(head_and_norm), backward_seconds(head_and_norm + tied_head)});
   for (int l = arch.layers - 1; l >= 0; --l) {
@@ -138,18 +138,18 @@ ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds) 
   return m;
 }
 
-void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps) {
+void meta_step(Comm& comm, const MetaModel& model, DdpMode mode, BucketCaps caps) {
   // The pieces laid out as backward finishes them, from the buffer's end.
   std::vector<ParameterRange> order;
   std::size_t end = model.parameters();
-  for (const ShapedModel::Piece& p : model.pieces) {
+  for (const MetaModel::Piece& p : model.pieces) {
     end -= p.count;
     order.push_back({end, p.count});
   }
-  GradientAveraging averaging(comm, sizes_only(model.parameters(), model.grad_dtype), std::move(order), mode, caps);
-  comm.compute_for("forward", model.forward_seconds);
+  GradientAveraging averaging(comm, meta_view(model.parameters(), model.grad_dtype), std::move(order), mode, caps);
+  comm.compute_seconds("forward", model.forward_seconds);
   for (int p = 0; p < int(model.pieces.size()); ++p) {
-    comm.compute_for("backward", model.pieces[p].backward_seconds);
+    comm.compute_seconds("backward", model.pieces[p].backward_seconds);
     averaging.ready(p);
   }
   averaging.finish();

@@ -66,7 +66,7 @@ struct Exchange {
   void play(bool back) const {  // back: the same sizes the other way (the combine)
     const auto& out = back ? recv : send;
     const auto& in = back ? send : recv;
-    group->all_to_allv(sizes_only(total(out), DType::bf16), out, sizes_only(total(in), DType::bf16), in);
+    group->all_to_allv(meta_view(total(out), DType::bf16), out, meta_view(total(in), DType::bf16), in);
   }
 };
 
@@ -126,7 +126,7 @@ ExpertLayerCost play_expert_layer(Comm& ep, const ExpertLayout& l, const Uniform
   for (const Exchange& s : stages) s.play(false);
   cost.dispatch = ep.now() - t;
   t = ep.now();
-  ep.compute("experts", rows * flops_per_row);
+  ep.compute_flops("experts", rows * flops_per_row);
   cost.experts = ep.now() - t;
   t = ep.now();
   for (auto s = stages.rbegin(); s != stages.rend(); ++s) s->play(true);

@@ -255,7 +255,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   const Unit &embeddings = units_.front(), &final_norm = units_.back();
   double started = comm_.now();
   const float loss = model_.forward(tokens, targets, B, T);
-  comm_.computed("forward", started, layers * block + head);
+  comm_.record_compute("forward", started, layers * block + head);
   // Stage 2 holds a unit's whole gradients only from its backward to its
   // reduce-scatter: the embeddings' and the final norm's (the head writes the
   // embedding table's first, the embedding layer last) through all of
@@ -269,7 +269,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
     const std::string what = piece == 0        ? "backward head"
                              : piece <= layers ? fmt::format("backward block {}", layers - piece)
                                                : "backward embeddings";
-    comm_.computed(what, started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
+    comm_.record_compute(what, started, 2 * (piece == 0 ? head : piece <= layers ? block : 0));
     if (stage_ == 2 && piece >= 1 && piece <= layers) {
       const int l = layers - piece;  // this block's backward is done: reduce-scatter, free, and on to the next
       reduce_scatter_gradients(units_[1 + l]);
@@ -318,17 +318,17 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
        [&](int l) {
          const double started = comm_.now();
          model_.forward_layers(l, l + 1);
-         comm_.computed(fmt::format("forward block {}", l), started, block);
+         comm_.record_compute(fmt::format("forward block {}", l), started, block);
          if (hpz_comm_) keep_secondary(units_[1 + l]);
        },
        nothing);
   double started = comm_.now();
   const float loss = model_.head(targets);
-  comm_.computed("forward head", started, head);
+  comm_.record_compute("forward head", started, head);
   for (const Unit* kept : {&embeddings, &final_norm}) track(MemoryUse::gradients, *kept, +1);
   started = comm_.now();
   model_.backward_head();
-  comm_.computed("backward head", started, 2 * head);
+  comm_.record_compute("backward head", started, 2 * head);
   // Backward, from the last block: each block's gradients whole from its
   // backward to its reduce-scatter. Kept whole since forward, a block is not
   // gathered again; with hpZ, it is gathered from the secondary shards.
@@ -339,7 +339,7 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
          track(MemoryUse::gradients, units_[1 + l], +1);
          const double started = comm_.now();
          model_.backward_layers(l, l + 1);
-         comm_.computed(fmt::format("backward block {}", l), started, 2 * block);
+         comm_.record_compute(fmt::format("backward block {}", l), started, 2 * block);
        },
        [&](int l) {
          reduce_scatter_gradients(units_[1 + l]);

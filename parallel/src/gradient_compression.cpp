@@ -81,7 +81,7 @@ bool has_payload(View v) { return v.data != nullptr; }
 // A buffer of `count` elements in `storage`, or sizes only in a payload-free run.
 template <class T>
 View buffer(std::vector<T>& storage, std::size_t count, bool payload) {
-  if (!payload) return sizes_only(count, dtype_of<T>());
+  if (!payload) return meta_view(count, dtype_of<T>());
   storage.resize(count);
   return view_of(storage);
 }

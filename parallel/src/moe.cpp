@@ -96,7 +96,7 @@ double RoutingStats::drop_rate() const {
 
 namespace {
 
-std::vector<Mlp> mlps(Carver& params, int count, int C) {
+std::vector<Mlp> mlps(Arena& params, int count, int C) {
   std::vector<Mlp> out;
   for (int i = 0; i < count; ++i) out.emplace_back(params, C);
   return out;
@@ -163,9 +163,9 @@ void check_plan(const DispatchPlan& p, const Routing& r, std::size_t ranks, std:
 
 // The floats of an MLP's activations on one row (and as many of their gradients).
 std::size_t mlp_acts_per_row(int C) {
-  Carver count(nullptr, nullptr);
+  Arena count(nullptr, nullptr);
   Mlp::Acts(count, 1, C);
-  return count.taken();
+  return count.allocated();
 }
 
 // An MLP's forward FLOPs on n rows: two matmuls of C x 4C (a backward costs twice).
@@ -173,7 +173,7 @@ double mlp_flops(int n, int C) { return 2 * ops::matmul_flops(n, C, 4 * C); }
 
 }  // namespace
 
-MoeLayer::MoeLayer(Carver& dense, Carver& expert_params, int channels, const MoeConfig& config, int ep_size,
+MoeLayer::MoeLayer(Arena& dense, Arena& expert_params, int channels, const MoeConfig& config, int ep_size,
                    int ep_rank)
     : router(dense, channels, config.experts, false),
       shared(mlps(dense, config.shared_experts, channels)),
@@ -212,7 +212,7 @@ void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
 std::vector<std::int64_t> MoeLayer::route(Comm& ep, const float* x) {
   const double started = ep.now();
   choose_experts(x);
-  ep.computed("route", started, ops::matmul_flops(N_, C_, config_.experts));
+  ep.record_compute("route", started, ops::matmul_flops(N_, C_, config_.experts));
   std::vector<std::int64_t> mine(config_.experts, 0), chosen(ep_size_ * mine.size());
   for (int e : routing_.expert) ++mine[e];
   ep.all_gather(view_of(mine), view_of(chosen));
@@ -299,14 +299,14 @@ std::vector<float> MoeLayer::run_experts(Comm& ep) {
   expert_acts_.assign(rows.size() * mlp_acts_per_row(C_), 0.0f);
   expert_grads_.assign(expert_acts_.size(), 0.0f);
   std::vector<float> outputs(received_.size());
-  Carver acts(expert_acts_.data(), expert_grads_.data());
+  Arena acts(expert_acts_.data(), expert_grads_.data());
   for (std::size_t i = 0; i < experts.size(); ++i) {
     const int first = plan_.expert_offsets[i], n = plan_.expert_offsets[i + 1] - first;
     const Mlp::Acts a(acts, n, C_);
     experts[i].forward(d, a, row(expert_in_.data(), first, C_), n);
     scatter_rows(outputs.data(), a.out.value, rows.subspan(first, n), C_);
   }
-  ep.computed("experts", started, mlp_flops(rows.size(), C_));
+  ep.record_compute("experts", started, mlp_flops(rows.size(), C_));
   phases_.experts += ep.now() - started;
   return outputs;
 }
@@ -320,7 +320,7 @@ void MoeLayer::combine(Comm& ep, float* y, const float* x, const std::vector<flo
   const double summed = ep.now();
   combine_with_gates(routing_, plan_.send_order, returned_.data(), C_, y);
   add_shared_experts(y, x);
-  ep.computed("combine", summed, mlp_flops(N_, C_) * double(shared.size()));
+  ep.record_compute("combine", summed, mlp_flops(N_, C_) * double(shared.size()));
   phases_.combine += ep.now() - started;
 }
 
@@ -329,7 +329,7 @@ void MoeLayer::add_shared_experts(float* y, const float* x) {
   const Device& d = device(DeviceKind::cpu);
   shared_acts_.assign(shared.size() * N_ * mlp_acts_per_row(C_), 0.0f);
   shared_grads_.assign(shared_acts_.size(), 0.0f);
-  Carver acts(shared_acts_.data(), shared_grads_.data());
+  Arena acts(shared_acts_.data(), shared_grads_.data());
   for (const Mlp& s : shared) {
     const Mlp::Acts a(acts, N_, C_);
     s.forward(d, a, x, N_);
@@ -363,7 +363,7 @@ std::vector<float> MoeLayer::combine_backward(Comm& ep, float* dx, std::vector<f
       sent[c] = routing_.gate[a] * g[c];
     }
   }
-  ep.computed("combine backward", started, 2 * mlp_flops(N_, C_) * double(shared.size()));
+  ep.record_compute("combine backward", started, 2 * mlp_flops(N_, C_) * double(shared.size()));
   std::vector<float> output_grads(received_.size());
   exchange(ep, rows.data(), output_grads.data(), true);
   phases_.combine += ep.now() - started;
@@ -373,7 +373,7 @@ std::vector<float> MoeLayer::combine_backward(Comm& ep, float* dx, std::vector<f
 // The shared experts' backward, each on dy, into dx.
 void MoeLayer::shared_experts_backward(float* dx, const float* dy, const float* x) {
   const Device& d = device(DeviceKind::cpu);
-  Carver acts(shared_acts_.data(), shared_grads_.data());
+  Arena acts(shared_acts_.data(), shared_grads_.data());
   for (const Mlp& s : shared) {
     const Mlp::Acts a(acts, N_, C_);
     std::copy_n(dy, N_ * C_, a.out.grad);
@@ -388,7 +388,7 @@ std::vector<float> MoeLayer::experts_backward(Comm& ep, const std::vector<float>
   const double started = ep.now();
   const std::span<const int> rows = plan_.expert_rows;
   std::vector<float> din_expert(expert_in_.size(), 0.0f);
-  Carver acts(expert_acts_.data(), expert_grads_.data());
+  Arena acts(expert_acts_.data(), expert_grads_.data());
   for (std::size_t i = 0; i < experts.size(); ++i) {
     const int first = plan_.expert_offsets[i], n = plan_.expert_offsets[i + 1] - first;
     const Mlp::Acts a(acts, n, C_);
@@ -397,7 +397,7 @@ std::vector<float> MoeLayer::experts_backward(Comm& ep, const std::vector<float>
   }
   std::vector<float> input_grads(output_grads.size(), 0.0f);
   scatter_rows(input_grads.data(), din_expert.data(), rows, C_);
-  ep.computed("experts backward", started, 2 * mlp_flops(rows.size(), C_));
+  ep.record_compute("experts backward", started, 2 * mlp_flops(rows.size(), C_));
   phases_.experts += ep.now() - started;
   return input_grads;
 }
@@ -426,7 +426,7 @@ void MoeLayer::route_backward(Comm& ep, float* dx, const std::vector<float>& dga
   std::vector<float> dlogits(probs_.size(), 0.0f);
   ops::softmax_backward(dlogits.data(), probs_.data(), dprobs.data(), N_, config_.experts);
   router.backward(d, dx, dlogits.data(), x, N_);
-  ep.computed("route backward", started, 2 * ops::matmul_flops(N_, C_, config_.experts));
+  ep.record_compute("route backward", started, 2 * ops::matmul_flops(N_, C_, config_.experts));
   phases_.route += ep.now() - started;
 }
 

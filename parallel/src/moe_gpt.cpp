@@ -19,14 +19,14 @@ std::size_t floats(std::size_t rows, std::size_t width) { return rows * width; }
 
 // The dense part in GPT-2's order, each block's router and shared experts
 // where its MLP was; the experts in a buffer of their own, layer by layer.
-MoeGpt::BlockModules::BlockModules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe,
+MoeGpt::BlockModules::BlockModules(Arena& dense, Arena& experts, const GptConfig& c, const MoeConfig& moe,
                                    int ep_size, int ep_rank)
     : ln1(dense, c.channels), attn(dense, c.channels, c.heads), ln2(dense, c.channels),
       moe(dense, experts, c.channels, moe, ep_size, ep_rank) {}
 
-MoeGpt::Modules::Modules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size,
+MoeGpt::Modules::Modules(Arena& dense, Arena& experts, const GptConfig& c, const MoeConfig& moe, int ep_size,
                          int ep_rank)
-    : wte(dense.take(floats(c.vocab, c.channels))), wpe(dense.take(floats(c.max_seq, c.channels))),
+    : wte(dense.allocate(floats(c.vocab, c.channels))), wpe(dense.allocate(floats(c.max_seq, c.channels))),
       blocks([&] {
         std::vector<BlockModules> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(dense, experts, c, moe, ep_size, ep_rank);
@@ -34,33 +34,33 @@ MoeGpt::Modules::Modules(Carver& dense, Carver& experts, const GptConfig& c, con
       }()),
       lnf(dense, c.channels) {}
 
-MoeGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH)
-    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.take(floats(B * T, C))), ln2(acts, B * T, C),
-      moe_out(acts.take(floats(B * T, C))), out(acts.take(floats(B * T, C))) {}
+MoeGpt::BlockActs::BlockActs(Arena& acts, int B, int T, int C, int NH)
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.allocate(floats(B * T, C))), ln2(acts, B * T, C),
+      moe_out(acts.allocate(floats(B * T, C))), out(acts.allocate(floats(B * T, C))) {}
 
-MoeGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T)
-    : encoded(acts.take(floats(B * T, c.channels))),
+MoeGpt::Acts::Acts(Arena& acts, const GptConfig& c, int B, int T)
+    : encoded(acts.allocate(floats(B * T, c.channels))),
       blocks([&] {
         std::vector<BlockActs> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads);
         return b;
       }()),
       lnf(acts, B * T, c.channels),
-      logits(acts.take(floats(B * T, c.vocab))),
-      probs(acts.take(floats(B * T, c.vocab))),
-      losses(acts.take(floats(B, T))) {}
+      logits(acts.allocate(floats(B * T, c.vocab))),
+      probs(acts.allocate(floats(B * T, c.vocab))),
+      losses(acts.allocate(floats(B, T))) {}
 
 MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed)
     : config_(config), moe_(moe), ep_size_(ep_size), ep_rank_(ep_rank) {
   check(moe, ep_size);
   if (config.channels % config.heads) throw Error("moe gpt: channels must divide by heads");
-  Carver dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
+  Arena dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
   Modules(dense_count, experts_count, config, moe, ep_size, ep_rank);
-  dense_ = Tensor({dense_count.taken()});
-  dense_grads_ = Tensor({dense_count.taken()});
-  experts_ = Tensor({experts_count.taken()});
-  expert_grads_ = Tensor({experts_count.taken()});
-  Carver dense_params(dense_.data(), dense_grads_.data()), expert_params(experts_.data(), expert_grads_.data());
+  dense_ = Tensor({dense_count.allocated()});
+  dense_grads_ = Tensor({dense_count.allocated()});
+  experts_ = Tensor({experts_count.allocated()});
+  expert_grads_ = Tensor({experts_count.allocated()});
+  Arena dense_params(dense_.data(), dense_grads_.data()), expert_params(experts_.data(), expert_grads_.data());
   m_.emplace(dense_params, expert_params, config, moe, ep_size, ep_rank);
 
   // GPT-2's initialisation: the dense part drawn in its order from `seed`,
@@ -92,9 +92,9 @@ MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int e
 }
 
 std::size_t MoeGpt::experts_per_layer() const {
-  Carver count(nullptr, nullptr);
+  Arena count(nullptr, nullptr);
   Mlp(count, config_.channels);
-  return count.taken() * (moe_.experts / ep_size_);
+  return count.allocated() * (moe_.experts / ep_size_);
 }
 
 std::vector<float> MoeGpt::experts_of(std::span<const float> whole) const {
@@ -113,15 +113,15 @@ std::vector<float> MoeGpt::experts_of(std::span<const float> whole) const {
 void MoeGpt::prepare(int B, int T) {
   if (T > config_.max_seq) throw Error("moe gpt: sequence longer than the model's context");
   if (B != B_ || T != T_) {
-    Carver counter(nullptr, nullptr);
+    Arena counter(nullptr, nullptr);
     Acts(counter, config_, B, T);
-    acts_ = Tensor({counter.taken()});
-    grad_acts_ = Tensor({counter.taken()});
+    acts_ = Tensor({counter.allocated()});
+    grad_acts_ = Tensor({counter.allocated()});
     B_ = B, T_ = T;
   } else {
     grad_acts_.zero();
   }
-  Carver acts(acts_.data(), grad_acts_.data());
+  Arena acts(acts_.data(), grad_acts_.data());
   a_.emplace(acts, config_, B, T);
 }
 
@@ -198,7 +198,7 @@ float MoeGpt::train_step(Comm& ep, const std::vector<int>& tokens, const std::ve
   const double started = ep.now();
   update_dense({dense_.data(), dense_.size()}, {dense_grads_.data(), dense_grads_.size()});
   update_experts({experts_.data(), experts_.size()}, {expert_grads_.data(), expert_grads_.size()});
-  ep.computed("optimizer", started, 4.0 * double(dense_.size() + experts_.size()));
+  ep.record_compute("optimizer", started, 4.0 * double(dense_.size() + experts_.size()));
   update_bias();
   return loss;
 }

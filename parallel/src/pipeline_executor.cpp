@@ -104,15 +104,15 @@ PipeTimes PipelineExecutor::chunk_flops(int chunk, int B, int T) const {
 
 std::size_t PipelineExecutor::chunk_activation_bytes(int chunk, int B, int T) const {
   const GptConfig& g = model_.config();
-  Carver counter(nullptr, nullptr);
+  Arena counter(nullptr, nullptr);
   const auto [first, last] = layers_of(chunk);
   for (int l = first; l < last; ++l) Block::Acts(counter, B, T, g.channels, g.heads);
-  if (chunk == 0) counter.take(std::size_t(B) * T * g.channels);  // the embeddings' output
+  if (chunk == 0) counter.allocate(std::size_t(B) * T * g.channels);  // the embeddings' output
   if (chunk == schedule_.chunks() - 1) {
     LayerNorm::Acts(counter, B * T, g.channels);
-    counter.take(2 * std::size_t(B) * T * g.vocab + std::size_t(B) * T);  // logits, probabilities, losses
+    counter.allocate(2 * std::size_t(B) * T * g.vocab + std::size_t(B) * T);  // logits, probabilities, losses
   }
-  return 2 * counter.taken() * sizeof(float);  // and their gradients
+  return 2 * counter.allocated() * sizeof(float);  // and their gradients
 }
 
 // One step's micro-batches on this stage: micro-batch m's rows of the batch's
@@ -234,7 +234,7 @@ void PipelineExecutor::exchange(MicroBatches& batch, const PipeAction& a, Pipeli
 double PipelineExecutor::compute(const MicroBatches& batch, const PipeAction& a, PipelineStep& out) {
   const double started = pp_.now();
   const double loss = run_layers(batch, a);
-  pp_.computed(trace_name(schedule_, a), started, flops_of(a.op, chunk_flops(a.chunk, batch.b, batch.T)));
+  pp_.record_compute(trace_name(schedule_, a), started, flops_of(a.op, chunk_flops(a.chunk, batch.b, batch.T)));
   out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp_.now()});
   const auto bytes = std::int64_t(chunk_activation_bytes(a.chunk, batch.b, batch.T));
   if (a.op == PipeOp::forward)
@@ -287,7 +287,7 @@ PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flo
          pp.size());
   PipelineStep out;
   out.start = pp.now();
-  const View message = sizes_only(message_bytes, DType::u8);
+  const View message = meta_view(message_bytes, DType::u8);
   std::vector<Request> sends;
   for (const PipeAction& a : s.actions[std::size_t(pp.rank())]) {
     switch (a.op) {
@@ -302,7 +302,7 @@ PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flo
         break;
       default: {
         const double started = pp.now();
-        pp.compute(trace_name(s, a), flops_of(a.op, flops));
+        pp.compute_flops(trace_name(s, a), flops_of(a.op, flops));
         out.slots.push_back({a.op, a.microbatch, a.chunk, started, pp.now()});
       }
     }

@@ -20,7 +20,7 @@ constexpr int kBits = 4;
 void quantized_exchange_and_add(Comm& group, std::span<const float> values, std::size_t block, std::span<float> sum) {
   const std::size_t p = std::size_t(group.size()), bytes = quantized_bytes(block, kBits);
   if (values.empty()) {
-    group.all_to_all(sizes_only(p * bytes, DType::u8), sizes_only(p * bytes, DType::u8));
+    group.all_to_all(meta_view(p * bytes, DType::u8), meta_view(p * bytes, DType::u8));
     return;
   }
   std::vector<std::uint8_t> send(p * bytes), recv(p * bytes);

@@ -87,9 +87,9 @@ RingAttention::RingAttention(Comm& cp, SequenceLayout layout, AttentionShape sha
 
 void RingAttention::charge(std::string_view what, double started, double flops, bool payload) {
   if (payload)
-    cp_.computed(what, started, flops);
+    cp_.record_compute(what, started, flops);
   else
-    cp_.compute(what, flops);
+    cp_.compute_flops(what, flops);
 }
 
 void RingAttention::forward(const float* qkv, float* out) {
@@ -105,7 +105,7 @@ void RingAttention::forward(const float* qkv, float* out) {
     for (std::size_t row = 0; row < std::size_t(B) * L; ++row)  // this rank's keys and values: the block it starts with
       std::copy_n(qkv_.begin() + row * 3 * C + C, 2 * C, kv.begin() + row * 2 * C);
   }
-  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : sizes_only(n, DType::f32); };
+  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
   for (int s = 0; s < P; ++s) {
     const int source = (r - s + P) % P;  // whose keys and values this rank holds now
     Request sent, received;              // the next block travels while this one is attended to
@@ -175,7 +175,7 @@ void RingAttention::backward(const float* dout, float* dqkv) {
     for (std::size_t row = 0; row < std::size_t(B) * L; ++row)
       std::copy_n(qkv_.begin() + row * 3 * C + C, 2 * C, kv.begin() + row * 2 * C);
   }
-  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : sizes_only(n, DType::f32); };
+  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
   for (int s = 0; s < P; ++s) {
     const int source = (r - s + P) % P;
     Request sent, received;

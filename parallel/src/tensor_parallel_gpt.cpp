@@ -12,12 +12,12 @@
 
 namespace labkit {
 
-TensorParallelGpt::BlockModules::BlockModules(Carver& params, int C, int t)
+TensorParallelGpt::BlockModules::BlockModules(Arena& params, int C, int t)
     : ln1(params, C), qkv(params, C, 3 * C / t), proj(params, C / t, C), ln2(params, C), fc(params, C, 4 * C / t),
       fc_proj(params, 4 * C / t, C) {}
 
-TensorParallelGpt::Modules::Modules(Carver& params, const GptConfig& c, int vocab_local, int t)
-    : wte(params.take(std::size_t(vocab_local) * c.channels)), wpe(params.take(std::size_t(c.max_seq) * c.channels)),
+TensorParallelGpt::Modules::Modules(Arena& params, const GptConfig& c, int vocab_local, int t)
+    : wte(params.allocate(std::size_t(vocab_local) * c.channels)), wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
       blocks([&] {
         std::vector<BlockModules> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(params, c.channels, t);
@@ -35,27 +35,27 @@ std::size_t rows_of(int B, int T, int t, bool sp) { return std::size_t(B) * std:
 
 }  // namespace
 
-TensorParallelGpt::BlockActs::BlockActs(Carver& acts, int B, int T, int C, int NH, int t, const Slice* whole)
+TensorParallelGpt::BlockActs::BlockActs(Arena& acts, int B, int T, int C, int NH, int t, const Slice* whole)
     : ln1(acts, int(rows_of(B, T, t, whole != nullptr)), C), ln1_gathered(whole_or(whole, ln1.out)),
-      qkv(acts.take(rows_of(B, T, t, false) * 3 * C / t)), heads_out(acts.take(rows_of(B, T, t, false) * C / t)),
-      preatt(acts.take(std::size_t(B) * (NH / t) * T * T)), att(acts.take(std::size_t(B) * (NH / t) * T * T)),
-      attn_out(acts.take(rows_of(B, T, t, whole != nullptr) * C)), attn_partial(whole_or(whole, attn_out)),
-      residual(acts.take(rows_of(B, T, t, whole != nullptr) * C)), ln2(acts, int(rows_of(B, T, t, whole != nullptr)), C),
-      ln2_gathered(whole_or(whole, ln2.out)), hidden(acts.take(rows_of(B, T, t, false) * 4 * C / t)),
-      gelu(acts.take(rows_of(B, T, t, false) * 4 * C / t)), mlp_out(acts.take(rows_of(B, T, t, whole != nullptr) * C)),
-      mlp_partial(whole_or(whole, mlp_out)), out(acts.take(rows_of(B, T, t, whole != nullptr) * C)) {}
+      qkv(acts.allocate(rows_of(B, T, t, false) * 3 * C / t)), heads_out(acts.allocate(rows_of(B, T, t, false) * C / t)),
+      preatt(acts.allocate(std::size_t(B) * (NH / t) * T * T)), att(acts.allocate(std::size_t(B) * (NH / t) * T * T)),
+      attn_out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)), attn_partial(whole_or(whole, attn_out)),
+      residual(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)), ln2(acts, int(rows_of(B, T, t, whole != nullptr)), C),
+      ln2_gathered(whole_or(whole, ln2.out)), hidden(acts.allocate(rows_of(B, T, t, false) * 4 * C / t)),
+      gelu(acts.allocate(rows_of(B, T, t, false) * 4 * C / t)), mlp_out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)),
+      mlp_partial(whole_or(whole, mlp_out)), out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)) {}
 
-TensorParallelGpt::Acts::Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp)
-    : whole(sp ? acts.take(rows_of(B, T, t, false) * c.channels) : Slice{}),
-      encoded(acts.take(rows_of(B, T, t, sp) * c.channels)), embed_partial(whole_or(sp ? &whole : nullptr, encoded)),
+TensorParallelGpt::Acts::Acts(Arena& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp)
+    : whole(sp ? acts.allocate(rows_of(B, T, t, false) * c.channels) : Slice{}),
+      encoded(acts.allocate(rows_of(B, T, t, sp) * c.channels)), embed_partial(whole_or(sp ? &whole : nullptr, encoded)),
       blocks([&] {
         std::vector<BlockActs> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t, sp ? &whole : nullptr);
         return b;
       }()),
       lnf(acts, int(rows_of(B, T, t, sp)), c.channels), lnf_gathered(whole_or(sp ? &whole : nullptr, lnf.out)),
-      logits(acts.take(rows_of(B, T, t, false) * vocab_local)), probs(acts.take(rows_of(B, T, t, false) * vocab_local)),
-      losses(acts.take(rows_of(B, T, t, false))) {}
+      logits(acts.allocate(rows_of(B, T, t, false) * vocab_local)), probs(acts.allocate(rows_of(B, T, t, false) * vocab_local)),
+      losses(acts.allocate(rows_of(B, T, t, false))) {}
 
 std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
   const std::string model = a.name == "tiny-gpt" ? "the tiny GPT's" : a.name + "'s";
@@ -84,12 +84,12 @@ TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_p
          dense.device().name);
   vocab_local_ = (config_.vocab + t - 1) / t;
   dense_tensors_ = dense.tensors();
-  Carver counter(nullptr, nullptr);
+  Arena counter(nullptr, nullptr);
   const Modules sizes(counter, config_, vocab_local_, t);
-  params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.taken()}, DeviceKind::cpu);
-  grads_ = Tensor({counter.taken()});
-  Carver carver(params_.data(), grads_.data());
-  m_.emplace(carver, config_, vocab_local_, t);
+  params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.allocated()}, DeviceKind::cpu);
+  grads_ = Tensor({counter.allocated()});
+  Arena arena(params_.data(), grads_.data());
+  m_.emplace(arena, config_, vocab_local_, t);
   tp.track_memory(MemoryUse::weights, std::int64_t(params_.bytes()));
   tp.track_memory(MemoryUse::gradients, std::int64_t(grads_.bytes()));
 }
@@ -148,15 +148,15 @@ void TensorParallelGpt::prepare(int B, int T) {
   if (const std::string no = sequence_parallel_refusal(T, tp_.size()); sequence_parallel_ && !no.empty())
     fail(tp_.who(), "TensorParallelGpt", "sequence parallelism: {}", no);
   if (B != B_ || T != T_) {
-    Carver counter(nullptr, nullptr);
+    Arena counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
     tp_.track_memory(MemoryUse::activations, -std::int64_t(activation_bytes()));
-    acts_ = Tensor({counter.taken()});
-    grad_acts_ = Tensor({counter.taken()});
+    acts_ = Tensor({counter.allocated()});
+    grad_acts_ = Tensor({counter.allocated()});
     tp_.track_memory(MemoryUse::activations, std::int64_t(activation_bytes()));
     B_ = B, T_ = T;
-    Carver carver(acts_.data(), grad_acts_.data());
-    a_.emplace(carver, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
+    Arena arena(acts_.data(), grad_acts_.data());
+    a_.emplace(arena, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
     shuffled_.resize(sequence_parallel_ ? std::size_t(B) * T * config_.channels : 0);
   } else {
     grad_acts_.zero();
@@ -234,7 +234,7 @@ float TensorParallelGpt::forward(const std::vector<int>& tokens, const std::vect
     if (tp_.rank() == 0)
       for (int c = 0; c < C; ++c) row[c] += m_->wpe.value[std::size_t(i % T) * C + c];
   }
-  tp_.computed("forward embeddings", started, 0);
+  tp_.record_compute("forward embeddings", started, 0);
   sum_partials(x, a_->encoded.value);
   for (int l = 0; l < config_.layers; ++l) forward_block(l);
   return vocab_parallel_cross_entropy(targets);
@@ -248,20 +248,20 @@ void TensorParallelGpt::forward_block(int l) {
   const float* x = stream(l - 1);
   double started = tp_.now();
   b.ln1.forward(d, a.ln1, x, R);
-  tp_.computed(fmt::format("forward block {} ln1", l), started, 0);
+  tp_.record_compute(fmt::format("forward block {} ln1", l), started, 0);
   column_parallel_forward(group(), b.qkv, a.qkv.value, a.ln1.out.value, a.ln1_gathered.value);  // f, this rank's heads
   started = tp_.now();
   d.attention_forward(a.heads_out.value, a.preatt.value, a.att.value, a.qkv.value, B_, T_, cl, config_.heads / t);
-  tp_.computed(fmt::format("forward block {} attention", l), started, ops::attention_flops(B_, T_, cl));
+  tp_.record_compute(fmt::format("forward block {} attention", l), started, ops::attention_flops(B_, T_, cl));
   row_parallel_forward(group(), b.proj, a.attn_partial.value, a.attn_out.value, a.heads_out.value);  // then g
   started = tp_.now();
   d.residual_forward(a.residual.value, x, a.attn_out.value, R * C);
   b.ln2.forward(d, a.ln2, a.residual.value, R);
-  tp_.computed(fmt::format("forward block {} ln2", l), started, 0);
+  tp_.record_compute(fmt::format("forward block {} ln2", l), started, 0);
   column_parallel_forward(group(), b.fc, a.hidden.value, a.ln2.out.value, a.ln2_gathered.value);  // f, 4C/t features
   started = tp_.now();
   d.gelu_forward(a.gelu.value, a.hidden.value, N * hl);
-  tp_.computed(fmt::format("forward block {} gelu", l), started, 0);
+  tp_.record_compute(fmt::format("forward block {} gelu", l), started, 0);
   row_parallel_forward(group(), b.fc_proj, a.mlp_partial.value, a.mlp_out.value, a.gelu.value);  // then g
   d.residual_forward(a.out.value, a.residual.value, a.mlp_out.value, R * C);
 }
@@ -276,7 +276,7 @@ float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& ta
   targets_ = targets;
   double started = tp_.now();
   m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), rows());
-  tp_.computed("forward lnf", started, 0);
+  tp_.record_compute("forward lnf", started, 0);
   gather_rows(a_->lnf.out.value, a_->lnf_gathered.value);  // f
   started = tp_.now();
   float* logits = a_->logits.value;
@@ -288,7 +288,7 @@ float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& ta
       if (first + j >= config_.vocab) z = -std::numeric_limits<float>::infinity();  // padding
       largest[i] = std::max(largest[i], z);
     }
-  tp_.computed("forward head", started, ops::matmul_flops(N, C, vl));
+  tp_.record_compute("forward head", started, ops::matmul_flops(N, C, vl));
   all_reduce(largest.data(), largest.size(), ReduceOp::max);
   for (int i = 0; i < N; ++i) {
     const float* z = logits + std::size_t(i) * vl;
@@ -321,11 +321,11 @@ void TensorParallelGpt::backward() {
   // gathered it, and the gradient's scratch is as the forward cleared it.
   d.matmul_backward(a_->lnf_gathered.grad, m_->wte.grad, nullptr, dlogits, a_->lnf_gathered.value, m_->wte.value, N,
                     C, vl);
-  tp_.computed("backward head", started, 2 * ops::matmul_flops(N, C, vl));
+  tp_.record_compute("backward head", started, 2 * ops::matmul_flops(N, C, vl));
   sum_partials(a_->lnf_gathered.grad, a_->lnf.out.grad);  // f's backward: each rank held part of the head's input gradient
   started = tp_.now();
   m_->lnf.backward(d, stream_grad(last), a_->lnf, stream(last), rows());
-  tp_.computed("backward lnf", started, 0);
+  tp_.record_compute("backward lnf", started, 0);
   for (int l = last; l >= 0; --l) backward_block(l);
   // The embedding: its rows' tokens to this rank's table, the positions to every rank's.
   gather_rows(a_->encoded.grad, a_->embed_partial.grad);
@@ -338,7 +338,7 @@ void TensorParallelGpt::backward() {
       for (int c = 0; c < C; ++c) m_->wte.grad[std::size_t(local) * C + c] += row[c];
     for (int c = 0; c < C; ++c) m_->wpe.grad[std::size_t(i % T_) * C + c] += row[c];
   }
-  tp_.computed("backward embeddings", started, 0);
+  tp_.record_compute("backward embeddings", started, 0);
   if (sequence_parallel_) sum_norm_gradients();
 }
 
@@ -354,27 +354,27 @@ void TensorParallelGpt::backward_block(int l) {
   double started = tp_.now();
   b.fc_proj.backward(d, a.gelu.grad, a.mlp_partial.grad, a.gelu.value, N);
   d.gelu_backward(a.hidden.grad, a.hidden.value, a.gelu.grad, N * hl);
-  tp_.computed(fmt::format("backward block {} mlp", l), started, 2 * ops::matmul_flops(N, hl, C));
+  tp_.record_compute(fmt::format("backward block {} mlp", l), started, 2 * ops::matmul_flops(N, hl, C));
   clear_whole_gradient();
   column_parallel_backward(group(), b.fc, a.ln2_gathered.grad, a.ln2.out.grad, a.hidden.grad, a.ln2.out.value,
                            a.ln2_gathered.value);  // ln2's output again, then f's backward
   started = tp_.now();
   b.ln2.backward(d, a.residual.grad, a.ln2, a.residual.value, R);
   d.residual_backward(dx, a.attn_out.grad, a.residual.grad, R * C);
-  tp_.computed(fmt::format("backward block {} ln2", l), started, 0);
+  tp_.record_compute(fmt::format("backward block {} ln2", l), started, 0);
   gather_rows(a.attn_out.grad, a.attn_partial.grad);  // g's backward
   started = tp_.now();
   b.proj.backward(d, a.heads_out.grad, a.attn_partial.grad, a.heads_out.value, N);
   d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B_, T_, cl,
                        config_.heads / t);
-  tp_.computed(fmt::format("backward block {} attention", l), started,
+  tp_.record_compute(fmt::format("backward block {} attention", l), started,
                2 * (ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
   clear_whole_gradient();
   column_parallel_backward(group(), b.qkv, a.ln1_gathered.grad, a.ln1.out.grad, a.qkv.grad, a.ln1.out.value,
                            a.ln1_gathered.value);  // ln1's output again, then f's backward
   started = tp_.now();
   b.ln1.backward(d, dx, a.ln1, x, R);
-  tp_.computed(fmt::format("backward block {} ln1", l), started, 0);
+  tp_.record_compute(fmt::format("backward block {} ln1", l), started, 0);
 }
 
 }  // namespace labkit

@@ -120,7 +120,7 @@ TEST(average_gradients, RunsPayloadFree) {
   // thousand ranks simulates the bytes, not the values.
   Sweep sweep("average_gradients");
   sweep.check({4, 1 << 20, "P=4, a payload-free buffer of 2^20 floats"}, [&] {
-    const Observed run = run_ranks(4, [&](Comm& c) { average_gradients(c, sizes_only(1 << 20, DType::f32)); });
+    const Observed run = run_ranks(4, [&](Comm& c) { average_gradients(c, meta_view(1 << 20, DType::f32)); });
     if (!run.error.empty()) return run.error;
     if (run.native != "all_reduce") return fmt::format("expected one all_reduce, saw {}", run.native);
     return std::string();

@@ -116,12 +116,12 @@ std::string check_output(int ranks) {
   const int C = 8, N = 12, E = 8, local = E / ranks;
   const MoeConfig config{.experts = E, .top_k = 2, .capacity_factor = 0.75, .balance = Balance::none,
                          .shared_experts = 1};
-  Carver dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
+  Arena dense_count(nullptr, nullptr), experts_count(nullptr, nullptr);
   MoeLayer(dense_count, experts_count, C, config, 1, 0);
-  std::vector<float> dense(dense_count.taken()), all(experts_count.taken());
+  std::vector<float> dense(dense_count.allocated()), all(experts_count.allocated());
   for (std::size_t i = 0; i < dense.size(); ++i) dense[i] = 0.3f * float(std::sin(double(i) * 1.3));
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = 0.3f * float(std::cos(double(i) * 0.7));
-  Carver act_count(nullptr, nullptr);
+  Arena act_count(nullptr, nullptr);
   Mlp::Acts(act_count, 1, C);
   std::vector<std::string> wrong(static_cast<std::size_t>(ranks));
   const Observed run = run_ranks(ranks, [&](Comm& c) {
@@ -131,15 +131,15 @@ std::string check_output(int ranks) {
                             all.begin() + std::ptrdiff_t(share * std::size_t(c.rank() + 1))),
         mg(mine.size()), x(std::size_t(N) * C), y(x.size());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(std::cos(double(i + std::size_t(c.rank()) * 131)));
-    Carver dp(d.data(), dg.data()), ep(mine.data(), mg.data());
+    Arena dp(d.data(), dg.data()), ep(mine.data(), mg.data());
     MoeLayer layer(dp, ep, C, config, ranks, c.rank());
     layer.forward(c, y.data(), x.data(), N);
     std::vector<float> d2 = dense, dg2(dense.size());
-    Carver dp2(d2.data(), dg2.data()), wp(whole.data(), wg.data());
+    Arena dp2(d2.data(), dg2.data()), wp(whole.data(), wg.data());
     const MoeLayer naive(dp2, wp, C, config, 1, 0);  // every expert, to run them one token at a time
-    std::vector<float> acts(act_count.taken()), grads(acts.size());
+    std::vector<float> acts(act_count.allocated()), grads(acts.size());
     const auto run_mlp = [&](const Mlp& m, const float* row) {
-      Carver a(acts.data(), grads.data());
+      Arena a(acts.data(), grads.data());
       const Mlp::Acts out(a, 1, C);
       m.forward(device(DeviceKind::cpu), out, row, 1);
       return std::vector<float>(out.out.value, out.out.value + C);
@@ -335,13 +335,13 @@ TEST(plan_dispatch, EachRankSendsTheBytesItsKeptAssignmentsNeed) {
       const MoeConfig config{.experts = 8, .top_k = 2, .capacity_factor = 0.75, .balance = Balance::none};
       std::vector<std::string> wrong(static_cast<std::size_t>(ranks));
       const Observed run = run_ranks(ranks, [&](Comm& c) {
-        Carver dense_count(nullptr, nullptr), expert_count(nullptr, nullptr);
+        Arena dense_count(nullptr, nullptr), expert_count(nullptr, nullptr);
         MoeLayer(dense_count, expert_count, C, config, ranks, c.rank());
-        std::vector<float> dense(dense_count.taken(), 0.1f), dense_grad(dense.size()), experts(expert_count.taken()),
+        std::vector<float> dense(dense_count.allocated(), 0.1f), dense_grad(dense.size()), experts(expert_count.allocated()),
             expert_grad(experts.size()), x(std::size_t(N) * C), y(x.size());
         for (std::size_t i = 0; i < dense.size(); ++i) dense[i] = float(std::sin(double(i)));
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(std::cos(double(i + std::size_t(c.rank()) * 977)));
-        Carver d(dense.data(), dense_grad.data()), e(experts.data(), expert_grad.data());
+        Arena d(dense.data(), dense_grad.data()), e(experts.data(), expert_grad.data());
         MoeLayer layer(d, e, C, config, ranks, c.rank());
         layer.forward(c, y.data(), x.data(), N);
         std::int64_t off_rank = 0;

@@ -117,8 +117,8 @@ struct HostLinear {
   HostLinear(const std::vector<float>& weight, const std::vector<float>& bias, int in, int out)
       : values(weight), grads(weight.size() + bias.size(), 0.0f), layer([&] {
           values.insert(values.end(), bias.begin(), bias.end());
-          Carver carver(values.data(), grads.data());
-          return Linear(carver, in, out);
+          Arena arena(values.data(), grads.data());
+          return Linear(arena, in, out);
         }()) {}
   std::vector<float> weight_grad() const { return {grads.begin(), grads.begin() + std::ptrdiff_t(layer.in) * layer.out}; }
   std::vector<float> bias_grad() const { return {grads.begin() + std::ptrdiff_t(layer.in) * layer.out, grads.end()}; }

@@ -88,8 +88,8 @@ ScenarioRun CollectiveScenario::run() const {
   const std::size_t count = bytes / 4;
   const labkit::RunResult r = labkit::run(o, [&](labkit::Comm& comm) {
     const std::size_t block = count / comm.size();
-    const labkit::View whole = labkit::sizes_only(block * comm.size(), labkit::DType::f32);
-    const labkit::View part = labkit::sizes_only(block, labkit::DType::f32);
+    const labkit::View whole = labkit::meta_view(block * comm.size(), labkit::DType::f32);
+    const labkit::View part = labkit::meta_view(block, labkit::DType::f32);
     switch (op) {
       case labkit::Collective::all_gather: comm.all_gather(part, whole); break;
       case labkit::Collective::reduce_scatter: comm.reduce_scatter(whole, part, labkit::ReduceOp::sum); break;

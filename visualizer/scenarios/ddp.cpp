@@ -16,9 +16,9 @@ struct DdpScenario final : Scenario {
 
   // Compute on each rank's track, each bucket's allreduce on its comm stream.
   ScenarioRun run() const override {
-    const labkit::ShapedModel llama = labkit::shaped_model(labkit::memory::model_preset("llama2-7b"), 2.0);
+    const labkit::MetaModel llama = labkit::meta_model(labkit::memory::model_preset("llama2-7b"), 2.0);
     const labkit::RunResult r =
-        labkit::run(run_options(), [&](labkit::Comm& comm) { labkit::shaped_step(comm, llama, mode); });
+        labkit::run(run_options(), [&](labkit::Comm& comm) { labkit::meta_step(comm, llama, mode); });
     return {from_trace(*r.trace, fmt::format("DDP step ({}) of Llama-2 7B's shapes on {} ranks, {}",
                                              labkit::name_of(mode), ranks, topology))};
   }

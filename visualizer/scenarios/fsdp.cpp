@@ -19,7 +19,7 @@ struct FsdpScenario final : Scenario {
   ScenarioRun run() const override {
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");
     const labkit::RunResult r = labkit::run(run_options(), [&](labkit::Comm& comm) {
-      labkit::sharded_shaped_step(comm, llama, 2.0, stage, {.prefetch = labkit::parse_prefetch(prefetch)});
+      labkit::sharded_meta_step(comm, llama, 2.0, stage, {.prefetch = labkit::parse_prefetch(prefetch)});
     });
     return {from_trace(*r.trace, fmt::format("ZeRO stage {} step of Llama-2 7B's shapes on {} ranks, {}, prefetch {}",
                                              stage, ranks, topology, prefetch))};

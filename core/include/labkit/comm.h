@@ -154,12 +154,12 @@ class Comm {
 
   // ---- compute regions: advance this rank's clock as real work would. On the
   // simulator a region costs flops / (device peak x efficiency x speed factor).
-  void compute(std::string_view what, double flops);
-  void compute_for(std::string_view what, double seconds);
+  void compute_flops(std::string_view what, double flops);
+  void compute_seconds(std::string_view what, double seconds);
   // Real work this rank has just done, since `started` (a now() reading): on a
   // real backend the span from then to now, as long as it really took; on the
   // simulator, whose clock real work does not move, `flops` charged as compute().
-  void computed(std::string_view what, double started, double flops);
+  void record_compute(std::string_view what, double started, double flops);
 
   // ---- memory: say what you allocate and free, by use; the trace draws it as a
   // counter per rank, and memory() keeps the current and peak bytes. A rank's

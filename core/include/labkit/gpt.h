@@ -118,7 +118,7 @@ class Gpt {
     Slice wte, wpe;
     std::vector<Block> blocks;
     LayerNorm lnf;
-    Modules(Carver& params, const GptConfig& c);
+    Modules(Arena& params, const GptConfig& c);
   };
   // The activations of B x T tokens, in forward order.
   struct Acts {
@@ -126,7 +126,7 @@ class Gpt {
     std::vector<Block::Acts> blocks;
     LayerNorm::Acts lnf;
     Slice logits, probs, losses;
-    Acts(Carver& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held);
+    Acts(Arena& acts, const GptConfig& c, int B, int T, const std::vector<bool>& held);
   };
   void carve();  // point the modules, and the activations at the current set, at this model's buffers
   ParameterRange range_of(Slice start, std::size_t count) const;

@@ -33,25 +33,25 @@ enum class BackwardPart { all, input, weights };
 
 // Hands out consecutive slices of a buffer and its gradient twin, in order.
 // With null bases it only counts: that is how a model sizes its buffers.
-class Carver {
+class Arena {
  public:
-  Carver(float* values, float* grads) : values_(values), grads_(grads) {}
-  Slice take(std::size_t n) {
-    const Slice s{values_ ? values_ + taken_ : nullptr, grads_ ? grads_ + taken_ : nullptr};
-    taken_ += n;
+  Arena(float* values, float* grads) : values_(values), grads_(grads) {}
+  Slice allocate(std::size_t n) {
+    const Slice s{values_ ? values_ + allocated_ : nullptr, grads_ ? grads_ + allocated_ : nullptr};
+    allocated_ += n;
     return s;
   }
-  std::size_t taken() const { return taken_; }
+  std::size_t allocated() const { return allocated_; }
 
  private:
   float *values_, *grads_;
-  std::size_t taken_ = 0;
+  std::size_t allocated_ = 0;
 };
 
 // y (N,out) = x (N,in) W^T + b, W (out,in).
 class Linear {
  public:
-  Linear(Carver& params, int in, int out, bool bias = true);
+  Linear(Arena& params, int in, int out, bool bias = true);
   void forward(const Device& d, float* y, const float* x, int N) const;
   void backward(const Device& d, float* dx, const float* dy, const float* x, int N,
                 BackwardPart part = BackwardPart::all) const;  // dx unused for the weights' part
@@ -62,10 +62,10 @@ class Linear {
 // Layer norm over C channels (Ba, Kiros & Hinton 2016), with a gain and a bias.
 class LayerNorm {
  public:
-  LayerNorm(Carver& params, int C);
+  LayerNorm(Arena& params, int C);
   struct Acts {
     Slice out, mean, rstd;  // mean and 1/std per row, kept for backward
-    Acts(Carver& acts, int N, int C);
+    Acts(Arena& acts, int N, int C);
   };
   void forward(const Device& d, const Acts& a, const float* x, int N) const;
   void backward(const Device& d, float* dx, const Acts& a, const float* x, int N) const;
@@ -76,10 +76,10 @@ class LayerNorm {
 // GPT-2's feed-forward network: C -> 4C, GELU, 4C -> C.
 class Mlp {
  public:
-  Mlp(Carver& params, int C);
+  Mlp(Arena& params, int C);
   struct Acts {
     Slice hidden, gelu, out;
-    Acts(Carver& acts, int N, int C);
+    Acts(Arena& acts, int N, int C);
   };
   void forward(const Device& d, const Acts& a, const float* x, int N) const;
   void backward(const Device& d, float* dx, const Acts& a, const float* x, int N,
@@ -91,10 +91,10 @@ class Mlp {
 // and v, each head attends to earlier positions only, another Linear projects.
 class CausalSelfAttention {
  public:
-  CausalSelfAttention(Carver& params, int C, int heads);
+  CausalSelfAttention(Arena& params, int C, int heads);
   struct Acts {
     Slice qkv, heads_out, preatt, att, out;  // preatt and att (B,NH,T,T): scores before and after softmax
-    Acts(Carver& acts, int B, int T, int C, int NH);
+    Acts(Arena& acts, int B, int T, int C, int NH);
   };
   void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
   void backward(const Device& d, float* dx, const Acts& a, const float* x, int B, int T,
@@ -106,7 +106,7 @@ class CausalSelfAttention {
 // A pre-norm transformer block, as GPT-2: r = x + attn(ln1(x)); out = r + mlp(ln2(r)).
 class Block {
  public:
-  Block(Carver& params, int C, int heads);
+  Block(Arena& params, int C, int heads);
   struct Acts {
     LayerNorm::Acts ln1;
     CausalSelfAttention::Acts attn;
@@ -114,7 +114,7 @@ class Block {
     LayerNorm::Acts ln2;
     Mlp::Acts mlp;
     Slice out;  // the residual stream after this block
-    Acts(Carver& acts, int B, int T, int C, int NH);
+    Acts(Arena& acts, int B, int T, int C, int NH);
   };
   void forward(const Device& d, const Acts& a, const float* x, int B, int T) const;
   // From a.out.grad, the gradient of the block's output, to dx (+=).

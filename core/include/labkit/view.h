@@ -25,6 +25,6 @@ struct View {
 template <class T> View view_of(std::span<T> s) { return {s.data(), s.size(), dtype_of<T>()}; }
 template <class T> View view_of(std::vector<T>& v) { return {v.data(), v.size(), dtype_of<T>()}; }
 // A payload-free view: a size with no data behind it (what-if runs at scale).
-inline View sizes_only(std::size_t count, DType dtype) { return {nullptr, count, dtype}; }
+inline View meta_view(std::size_t count, DType dtype) { return {nullptr, count, dtype}; }
 
 }  // namespace labkit

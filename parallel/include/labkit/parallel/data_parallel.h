@@ -87,7 +87,7 @@ class DataParallel {
 // layer's tensors from the last layer's last, the embeddings), each with its
 // gradient count and backward seconds: a bucket holds whole tensors, so their
 // sizes decide what a bucket cap can do.
-struct ShapedModel {
+struct MetaModel {
   struct Piece {
     std::size_t count;
     double backward_seconds;
@@ -100,12 +100,12 @@ struct ShapedModel {
 // `arch`'s pieces with `step_seconds` of compute, a third forward and two thirds
 // backward, each piece's share in proportion to the parameters it computes with
 // (6N FLOPs per token: Kaplan et al. 2020).
-ShapedModel shaped_model(const memory::Architecture& arch, double step_seconds);
+MetaModel meta_model(const memory::Architecture& arch, double step_seconds);
 // The step_seconds that give `tokens` per step at `flops_per_second`, in the
 // same 6N accounting: each layer's forward then takes 2 x tokens x its
 // parameters / flops_per_second.
-double compute_seconds(const memory::Architecture& arch, double tokens, double flops_per_second);
-void shaped_step(Comm& comm, const ShapedModel& model, DdpMode mode, BucketCaps caps = {});
+double step_seconds_for(const memory::Architecture& arch, double tokens, double flops_per_second);
+void meta_step(Comm& comm, const MetaModel& model, DdpMode mode, BucketCaps caps = {});
 
 // The overhead model of overlapped buckets (chapter 5 derives it). One
 // allreduce of n bytes takes a + n b: a the per-call cost (2 (P-1) alpha on a

@@ -253,7 +253,7 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 
 // A ZeRO step of a model known by its shapes alone (payload-free: sizes-only
 // buffers), for what-ifs at the scale of real runs; `step_seconds` of compute
-// spread over the units as shaped_model spreads it (data_parallel.h). Units:
+// spread over the units as meta_model spreads it (data_parallel.h). Units:
 // the root (embeddings, head, final norm) and each layer. Stage 0 is DDP's
 // overlapped step. Gradients are reduce-scattered on the communication stream
 // while backward goes on, as FSDP and DeepSpeed do, and waited for before the
@@ -271,7 +271,7 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // of int4 blocks, the second (across the nodes) issued at the first layer
 // boundary after the first (inside the node) is done, as a launch waiting on
 // an event would. The quantization kernels themselves are taken as free.
-void sharded_shaped_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
+void sharded_meta_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
                          const ShardingOptions& options = {});
 
 }  // namespace labkit

@@ -117,7 +117,7 @@ class MoeLayer {
  public:
   // The router and the shared experts are carved from `dense` (the same on
   // every rank), rank ep_rank's E / ep_size experts from `experts`.
-  MoeLayer(Carver& dense, Carver& experts, int channels, const MoeConfig& config, int ep_size, int ep_rank);
+  MoeLayer(Arena& dense, Arena& experts, int channels, const MoeConfig& config, int ep_size, int ep_rank);
 
   // y (N, C) = the layer on x (N, C), this rank's N tokens; collective over ep.
   void forward(Comm& ep, float* y, const float* x, int N);

@@ -69,13 +69,13 @@ class MoeGpt {
     CausalSelfAttention attn;
     LayerNorm ln2;
     MoeLayer moe;
-    BlockModules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
+    BlockModules(Arena& dense, Arena& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
   };
   struct Modules {
     Slice wte, wpe;
     std::vector<BlockModules> blocks;
     LayerNorm lnf;
-    Modules(Carver& dense, Carver& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
+    Modules(Arena& dense, Arena& experts, const GptConfig& c, const MoeConfig& moe, int ep_size, int ep_rank);
   };
   struct BlockActs {
     LayerNorm::Acts ln1;
@@ -83,14 +83,14 @@ class MoeGpt {
     Slice residual;
     LayerNorm::Acts ln2;
     Slice moe_out, out;
-    BlockActs(Carver& acts, int B, int T, int C, int NH);
+    BlockActs(Arena& acts, int B, int T, int C, int NH);
   };
   struct Acts {
     Slice encoded;
     std::vector<BlockActs> blocks;
     LayerNorm::Acts lnf;
     Slice logits, probs, losses;
-    Acts(Carver& acts, const GptConfig& c, int B, int T);
+    Acts(Arena& acts, const GptConfig& c, int B, int T);
   };
   void prepare(int B, int T);
   const float* stream(int layer) const {

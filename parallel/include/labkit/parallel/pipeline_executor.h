@@ -93,7 +93,7 @@ Request pipeline_exchange(Comm& pp, const Schedule& s, const PipeAction& a, Gpt&
 
 // The same walk payload-free, for what-if runs at scale on the simulator:
 // each chunk's work advances the stage's clock by its FLOPs (`flops`, as
-// Comm::compute charges them), each message carries only its size. Every
+// Comm::compute_flops charges them), each message carries only its size. Every
 // rank of `pp` calls it with the same schedule (validated by the caller).
 PipelineStep play_payload_free(Comm& pp, const Schedule& s, const PipeTimes& flops, std::size_t message_bytes);
 

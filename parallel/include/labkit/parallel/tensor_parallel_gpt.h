@@ -140,13 +140,13 @@ class TensorParallelGpt {
     Linear qkv, proj;  // column- and row-parallel
     LayerNorm ln2;
     Linear fc, fc_proj;  // column- and row-parallel
-    BlockModules(Carver& params, int C, int t);
+    BlockModules(Arena& params, int C, int t);
   };
   struct Modules {
     Slice wte, wpe;  // wte: this rank's V'/t rows
     std::vector<BlockModules> blocks;
     LayerNorm lnf;
-    Modules(Carver& params, const GptConfig& c, int vocab_local, int t);
+    Modules(Arena& params, const GptConfig& c, int vocab_local, int t);
   };
   // Rows: the B x T tokens, or with sequence parallelism this rank's shard of
   // them ("rows" below). Without it, a gathered input is the norm's output
@@ -168,7 +168,7 @@ class TensorParallelGpt {
     Slice mlp_out;                      // rows
     Slice mlp_partial;                  // all B x T
     Slice out;                          // rows
-    BlockActs(Carver& acts, int B, int T, int C, int NH, int t, const Slice* whole);
+    BlockActs(Arena& acts, int B, int T, int C, int NH, int t, const Slice* whole);
   };
   struct Acts {
     Slice whole;                  // sequence parallelism: the all B x T scratch (none without it)
@@ -178,7 +178,7 @@ class TensorParallelGpt {
     LayerNorm::Acts lnf;          // rows
     Slice lnf_gathered;           // all B x T: the head's input
     Slice logits, probs, losses;  // logits, probs: this rank's V'/t columns
-    Acts(Carver& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp);
+    Acts(Arena& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp);
   };
   void prepare(int B, int T);
   TensorParallelGroup group() { return {tp_, params_.device(), B_, T_, sequence_parallel_, view_of(shuffled_)}; }

@@ -1,8 +1,8 @@
-// sharded_shaped_step (fully_sharded.h): FullyShardedGpt's step on a model
+// sharded_meta_step (fully_sharded.h): FullyShardedGpt's step on a model
 // known by its shapes alone, payload-free, so that what-ifs run real models
 // over hundreds of ranks. The same units (the root, a unit per layer), the same
 // collectives in the same order, each on sizes-only buffers, with compute
-// charged as shaped_model spreads it.
+// charged as meta_model spreads it.
 #include <memory>
 #include <vector>
 
@@ -16,24 +16,24 @@ namespace labkit {
 namespace {
 
 // A unit by its shapes: its parameters and its backward's seconds (a forward costs half).
-struct ShapedUnit {
+struct MetaUnit {
   std::size_t count = 0;
   double backward = 0;
 };
 
-// The units from shaped_model's pieces (the head and norm, each layer's tensors
+// The units from meta_model's pieces (the head and norm, each layer's tensors
 // from the last layer, the embeddings): the root, first and last piece
 // together, and each layer's tensors as one unit.
-struct ShapedUnits {
-  ShapedUnit root;
-  std::vector<ShapedUnit> layers;  // in forward order
+struct MetaUnits {
+  MetaUnit root;
+  std::vector<MetaUnit> layers;  // in forward order
 };
 
-ShapedUnits units_of(const memory::Architecture& arch, const ShapedModel& model) {
-  const ShapedModel::Piece &head_and_norm = model.pieces.front(), &embeddings = model.pieces.back();
-  ShapedUnits units{{head_and_norm.count + embeddings.count,
+MetaUnits units_of(const memory::Architecture& arch, const MetaModel& model) {
+  const MetaModel::Piece &head_and_norm = model.pieces.front(), &embeddings = model.pieces.back();
+  MetaUnits units{{head_and_norm.count + embeddings.count,
                      head_and_norm.backward_seconds + embeddings.backward_seconds},
-                    std::vector<ShapedUnit>(arch.layers)};
+                    std::vector<MetaUnit>(arch.layers)};
   std::size_t piece = 1;
   for (int l = arch.layers - 1; l >= 0; --l)
     for (std::size_t t = 0; t < memory::layer_tensors(arch, l).size(); ++t, ++piece) {
@@ -51,7 +51,7 @@ std::unique_ptr<Mesh> grouped(Comm& world, int inner, const char* outer_name, co
 
 // One pass over the layers (FullyShardedGpt's Pass, by shapes).
 struct Walk {
-  std::vector<const ShapedUnit*> order;
+  std::vector<const MetaUnit*> order;
   bool gathers = false;     // each layer all-gathered over `group` before it computes (stage 3)
   bool prefetched = false;  // the next layer's all-gather issued before this one computes
   Comm& group;
@@ -63,9 +63,9 @@ struct Walk {
 
 // One rank's step at stages 1-3: the groups it shards, gathers and reduces
 // over, and its reduce-scatters in flight on the communication stream.
-class ShardedShapedStep {
+class ShardedMetaStep {
  public:
-  ShardedShapedStep(Comm& world, const memory::Architecture& arch, const ShapedModel& model, int stage,
+  ShardedMetaStep(Comm& world, const memory::Architecture& arch, const MetaModel& model, int stage,
                     const ShardingOptions& options);
   void run();
 
@@ -76,14 +76,14 @@ class ShardedShapedStep {
   void plain_reduce_scatter(std::size_t count);
   void send_landed_partial_sums(bool wait);
 
-  const ShapedModel& model_;
+  const MetaModel& model_;
   const int stage_;
   const ShardingOptions& options_;
   std::unique_ptr<Mesh> hsdp_;  // HSDP: ("replicate", "shard"), the state sharded within neighbouring ranks (a node's)
   Comm& comm_;                  // the ranks that share the state: HSDP's shard group, or all
   std::unique_ptr<Mesh> hpz_;   // hpZ: ("across", "node"), backward's gathers inside "node"
   std::unique_ptr<Mesh> nodes_;  // qgZ: ("across", "node"), its two hops
-  const ShapedUnits units_;
+  const MetaUnits units_;
   // A unit's reduce-scatter in flight: qgZ's first hop, whose second waits
   // for it, or what is only waited for.
   struct Reducing {
@@ -94,7 +94,7 @@ class ShardedShapedStep {
   std::vector<Reducing> reducing_;
 };
 
-ShardedShapedStep::ShardedShapedStep(Comm& world, const memory::Architecture& arch, const ShapedModel& model,
+ShardedMetaStep::ShardedMetaStep(Comm& world, const memory::Architecture& arch, const MetaModel& model,
                                      int stage, const ShardingOptions& options)
     : model_(model), stage_(stage), options_(options),
       hsdp_(options.shard_group > 0 && options.shard_group < world.size()
@@ -103,20 +103,20 @@ ShardedShapedStep::ShardedShapedStep(Comm& world, const memory::Architecture& ar
       comm_(hsdp_ ? hsdp_->group("shard") : world),
       hpz_(options.hpz_group > 0 ? grouped(world, options.hpz_group, "across", "node") : nullptr),
       nodes_(options.quantize_gradients
-                 ? grouped(world, ranks_per_node(world, "sharded_shaped_step"), "across", "node")
+                 ? grouped(world, ranks_per_node(world, "sharded_meta_step"), "across", "node")
                  : nullptr),
       units_(units_of(arch, model)) {}
 
-void ShardedShapedStep::run() {
+void ShardedMetaStep::run() {
   const bool three = stage_ == 3;
-  const ShapedUnit& root = units_.root;
+  const MetaUnit& root = units_.root;
   if (three) gather(root.count, comm_, options_.quantize_weights).wait();  // the root stays gathered through the step
-  std::vector<const ShapedUnit*> forward;
-  for (const ShapedUnit& u : units_.layers) forward.push_back(&u);
+  std::vector<const MetaUnit*> forward;
+  for (const MetaUnit& u : units_.layers) forward.push_back(&u);
   walk({.order = forward, .gathers = three, .prefetched = prefetches_forward(options_.prefetch), .group = comm_,
         .quantized = options_.quantize_weights, .what = "forward", .share = 0.5});
-  comm_.compute_for("forward", root.backward / 2);
-  comm_.compute_for("backward", root.backward);
+  comm_.compute_seconds("forward", root.backward / 2);
+  comm_.compute_seconds("backward", root.backward);
   walk({.order = {forward.rbegin(), forward.rend()}, .gathers = three && options_.reshard_after_forward,
         .prefetched = prefetches_backward(options_.prefetch), .group = hpz_ ? hpz_->group("node") : comm_,
         .what = "backward", .share = 1, .reduces = stage_ >= 2});
@@ -131,26 +131,26 @@ void ShardedShapedStep::run() {
   // HSDP: each shard averaged with the same shard of every other group (here
   // after backward, in one call; PyTorch overlaps it unit by unit).
   if (hsdp_)
-    hsdp_->group("replicate").all_reduce(sizes_only(shard_layout(all, comm_.size()).shard, model_.grad_dtype),
+    hsdp_->group("replicate").all_reduce(meta_view(shard_layout(all, comm_.size()).shard, model_.grad_dtype),
                                          ReduceOp::avg);
   if (stage_ < 3) gather(all, comm_, false).wait();  // the updated shards, back to every rank for the next forward
 }
 
 // A unit's all-gather over `group`: shards in the gradients' dtype (bf16), or qwZ's int8 blocks.
-Request ShardedShapedStep::gather(std::size_t count, Comm& group, bool quantized) {
+Request ShardedMetaStep::gather(std::size_t count, Comm& group, bool quantized) {
   const std::size_t s = shard_layout(count, group.size()).shard, p = std::size_t(group.size());
   if (quantized)
-    return group.i_all_gather(sizes_only(quantized_bytes(s, 8), DType::u8),
-                              sizes_only(quantized_bytes(s, 8) * p, DType::u8));
-  return group.i_all_gather(sizes_only(s, model_.grad_dtype), sizes_only(s * p, model_.grad_dtype));
+    return group.i_all_gather(meta_view(quantized_bytes(s, 8), DType::u8),
+                              meta_view(quantized_bytes(s, 8) * p, DType::u8));
+  return group.i_all_gather(meta_view(s, model_.grad_dtype), meta_view(s * p, model_.grad_dtype));
 }
 
 // Stage 3 walks the layers (forward, then backward in reverse) gathering each
 // before it computes. Prefetched, the next layer's all-gather is issued before
 // the current layer computes, so it runs under that compute; else it is
 // issued, and waited for, right in front of its own compute.
-void ShardedShapedStep::walk(const Walk& how) {
-  const std::vector<const ShapedUnit*>& order = how.order;
+void ShardedMetaStep::walk(const Walk& how) {
+  const std::vector<const MetaUnit*>& order = how.order;
   Request next;
   if (how.gathers && how.prefetched && !order.empty()) next = gather(order.front()->count, how.group, how.quantized);
   for (std::size_t i = 0; i < order.size(); ++i) {
@@ -160,31 +160,31 @@ void ShardedShapedStep::walk(const Walk& how) {
       if (how.prefetched && i + 1 < order.size()) next = gather(order[i + 1]->count, how.group, how.quantized);
     }
     if (nodes_) send_landed_partial_sums(false);
-    comm_.compute_for(how.what, order[i]->backward * how.share);
+    comm_.compute_seconds(how.what, order[i]->backward * how.share);
     if (how.reduces) reduce_scatter(order[i]->count);
   }
 }
 
 // A unit's gradients, reduce-scattered (avg) on the communication stream:
 // plainly, or as qgZ's first hop, an all-to-all of int4 blocks inside the node.
-void ShardedShapedStep::reduce_scatter(std::size_t count) {
+void ShardedMetaStep::reduce_scatter(std::size_t count) {
   if (!nodes_) return plain_reduce_scatter(count);
   const std::size_t s = shard_layout(count, comm_.size()).shard;
   Comm& node = nodes_->group("node");
   const std::size_t bytes = quantized_bytes(s * std::size_t(nodes_->group("across").size()), 4) * node.size();
-  reducing_.push_back({node.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), s, false});
+  reducing_.push_back({node.i_all_to_all(meta_view(bytes, DType::u8), meta_view(bytes, DType::u8)), s, false});
 }
 
-void ShardedShapedStep::plain_reduce_scatter(std::size_t count) {
+void ShardedMetaStep::plain_reduce_scatter(std::size_t count) {
   const std::size_t s = shard_layout(count, comm_.size()).shard;
   const DType dtype = model_.grad_dtype;
-  reducing_.push_back({comm_.i_reduce_scatter(sizes_only(s * comm_.size(), dtype), sizes_only(s, dtype), ReduceOp::avg),
+  reducing_.push_back({comm_.i_reduce_scatter(meta_view(s * comm_.size(), dtype), meta_view(s, dtype), ReduceOp::avg),
                        s, true});
 }
 
 // qgZ: each first hop that has landed (all of them, when `wait`) sends its
 // node's partial sums across the nodes.
-void ShardedShapedStep::send_landed_partial_sums(bool wait) {
+void ShardedMetaStep::send_landed_partial_sums(bool wait) {
   for (Reducing& r : reducing_) {
     if (r.across) continue;
     if (wait) {
@@ -194,17 +194,17 @@ void ShardedShapedStep::send_landed_partial_sums(bool wait) {
     }
     Comm& across = nodes_->group("across");
     const std::size_t bytes = quantized_bytes(r.shard, 4) * across.size();
-    r = {across.i_all_to_all(sizes_only(bytes, DType::u8), sizes_only(bytes, DType::u8)), r.shard, true};
+    r = {across.i_all_to_all(meta_view(bytes, DType::u8), meta_view(bytes, DType::u8)), r.shard, true};
   }
 }
 
 }  // namespace
 
-void sharded_shaped_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
+void sharded_meta_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
                          const ShardingOptions& options) {
-  const ShapedModel model = shaped_model(arch, step_seconds);
-  if (stage == 0) return shaped_step(world, model, DdpMode::overlap);
-  ShardedShapedStep(world, arch, model, stage, options).run();
+  const MetaModel model = meta_model(arch, step_seconds);
+  if (stage == 0) return meta_step(world, model, DdpMode::overlap);
+  ShardedMetaStep(world, arch, model, stage, options).run();
 }
 
 }  // namespace labkit
