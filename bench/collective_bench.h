@@ -49,7 +49,7 @@ struct Settings {
   int rounds = 1;  // passes over every size and algorithm; each one's fastest counts
   bool check = true;
   DType dtype = DType::f32;
-  // Larger sizes move no data (meta_view views: the simulator's what-if sizes,
+  // Larger sizes move no data (meta views: the simulator's what-if sizes,
   // too big to hold for every rank), so they are timed but not checked.
   std::size_t data_max_bytes = SIZE_MAX;
   DeviceKind where = DeviceKind::cpu;  // where the buffers live: cuda under --backend nccl

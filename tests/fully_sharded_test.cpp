@@ -492,7 +492,8 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
 TEST(ShardedMetaStep, PrefetchHidesTheGathersOfThePassThatPrefetches) {
   const memory::Architecture arch = memory::model_preset("gpt2-xl");
   auto step = [&](Prefetch prefetch) {
-    return simulate(16, [&](Comm& c) { sharded_meta_step(c, arch, 1.0, 3, {.prefetch = prefetch}); }, "dgx-h100", false).elapsed;
+    const auto rank_fn = [&](Comm& c) { sharded_meta_step(c, arch, 1.0, 3, {.prefetch = prefetch}); };
+    return simulate(16, rank_fn, "dgx-h100", false).elapsed;
   };
   const double none = step(Prefetch::none), forward = step(Prefetch::forward), backward = step(Prefetch::backward),
                both = step(Prefetch::both);

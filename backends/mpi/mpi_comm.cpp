@@ -318,8 +318,8 @@ std::unique_ptr<Comm> MpiComm::split_group(int color, int key) {
   return std::make_unique<MpiComm>(s.comm, s.comm_id, s.members, track(), context_);
 }
 
-// compute_seconds on a real machine: this rank is busy for that long (a sleep), so
-// a lab's modeled work still shapes the timeline; --fail-rank cuts it short.
+// Comm::compute_seconds on a real machine: this rank is busy for that long (a
+// sleep), so a lab's modeled work still shapes the timeline; --fail-rank cuts it short.
 void MpiComm::advance(double seconds) {
   if (global_rank(rank()) == context_.fail_rank) seconds = std::clamp(context_.fail_at - now(), 0.0, seconds);
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));

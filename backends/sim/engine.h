@@ -156,7 +156,7 @@ class Engine {
     bool delivered = false;  // the bytes have been copied
     bool orphaned = false;   // the other end's rank stopped on a failure before they were
   };
-  // Ranks meeting in a collective, a split or an inspection.
+  // Ranks meeting in a collective, a split or a gather_object.
   struct Rendezvous {
     struct Slot {
       bool present = false;
@@ -165,7 +165,7 @@ class Engine {
       CollectiveCall call;
       int color = 0, key = 0;
       Membership membership{-1, -1, {}};
-      std::vector<std::byte> bytes;  // inspect: this rank's buffer
+      std::vector<std::byte> bytes;  // gather_object: this rank's buffer
     };
     std::vector<Slot> slots;
     int arrived = 0, left = 0;

@@ -331,7 +331,7 @@ Comm* Comm::node_leaders() {
   return node_leaders_->get();
 }
 
-// ---- compute and inspection --------------------------------------------------
+// ---- compute regions and memory ----------------------------------------------
 
 void Comm::compute_flops(std::string_view what, double flops) { compute_seconds(what, seconds_for_flops(flops)); }
 

@@ -37,7 +37,8 @@ memory::Architecture architecture_of(const GptConfig& c) {
 // attention projection, ln2, fc, fc projection (weight then bias each); then
 // the final norm.
 Gpt::Modules::Modules(Arena& params, const GptConfig& c)
-    : wte(params.allocate(std::size_t(c.vocab) * c.channels)), wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
+    : wte(params.allocate(std::size_t(c.vocab) * c.channels)),
+      wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
       blocks([&] {
         std::vector<Block> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(params, c.channels, c.heads);

@@ -73,8 +73,8 @@ Block::Block(Arena& params, int C, int heads)
     : ln1(params, C), attn(params, C, heads), ln2(params, C), mlp(params, C) {}
 
 Block::Acts::Acts(Arena& acts, int B, int T, int C, int NH)
-    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.allocate(std::size_t(B) * T * C)), ln2(acts, B * T, C),
-      mlp(acts, B * T, C), out(acts.allocate(std::size_t(B) * T * C)) {}
+    : ln1(acts, B * T, C), attn(acts, B, T, C, NH), residual(acts.allocate(std::size_t(B) * T * C)),
+      ln2(acts, B * T, C), mlp(acts, B * T, C), out(acts.allocate(std::size_t(B) * T * C)) {}
 
 void Block::forward(const Device& d, const Acts& a, const float* x, int B, int T) const {
   const int N = B * T, n = N * ln1.C;

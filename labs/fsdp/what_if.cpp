@@ -100,7 +100,7 @@ double meta_step_seconds(const Options& o, RunOptions run_options, const memory:
   run_options.payload_free = true;
   return run(run_options, [&](Comm& comm) {
            sharded_meta_step(comm, arch, o.step_seconds, stage,
-                               {.shard_group = o.hsdp, .prefetch = parse_prefetch(o.prefetch)});
+                             {.shard_group = o.hsdp, .prefetch = parse_prefetch(o.prefetch)});
          }).elapsed;
 }
 

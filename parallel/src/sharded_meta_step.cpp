@@ -1,7 +1,7 @@
-// sharded_meta_step (fully_sharded.h): FullyShardedGpt's step on a model
+// sharded_meta_step (fully_sharded.h): FullyShardedGpt's step on a meta model,
 // known by its shapes alone, payload-free, so that what-ifs run real models
 // over hundreds of ranks. The same units (the root, a unit per layer), the same
-// collectives in the same order, each on sizes-only buffers, with compute
+// collectives in the same order, each on meta views (view.h), with compute
 // charged as meta_model spreads it.
 #include <memory>
 #include <vector>
@@ -66,7 +66,7 @@ struct Walk {
 class ShardedMetaStep {
  public:
   ShardedMetaStep(Comm& world, const memory::Architecture& arch, const MetaModel& model, int stage,
-                    const ShardingOptions& options);
+                  const ShardingOptions& options);
   void run();
 
  private:
@@ -95,7 +95,7 @@ class ShardedMetaStep {
 };
 
 ShardedMetaStep::ShardedMetaStep(Comm& world, const memory::Architecture& arch, const MetaModel& model,
-                                     int stage, const ShardingOptions& options)
+                                 int stage, const ShardingOptions& options)
     : model_(model), stage_(stage), options_(options),
       hsdp_(options.shard_group > 0 && options.shard_group < world.size()
                 ? grouped(world, options.shard_group, "replicate", "shard")
@@ -201,7 +201,7 @@ void ShardedMetaStep::send_landed_partial_sums(bool wait) {
 }  // namespace
 
 void sharded_meta_step(Comm& world, const memory::Architecture& arch, double step_seconds, int stage,
-                         const ShardingOptions& options) {
+                       const ShardingOptions& options) {
   const MetaModel model = meta_model(arch, step_seconds);
   if (stage == 0) return meta_step(world, model, DdpMode::overlap);
   ShardedMetaStep(world, arch, model, stage, options).run();

@@ -17,7 +17,8 @@ TensorParallelGpt::BlockModules::BlockModules(Arena& params, int C, int t)
       fc_proj(params, 4 * C / t, C) {}
 
 TensorParallelGpt::Modules::Modules(Arena& params, const GptConfig& c, int vocab_local, int t)
-    : wte(params.allocate(std::size_t(vocab_local) * c.channels)), wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
+    : wte(params.allocate(std::size_t(vocab_local) * c.channels)),
+      wpe(params.allocate(std::size_t(c.max_seq) * c.channels)),
       blocks([&] {
         std::vector<BlockModules> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(params, c.channels, t);
@@ -37,24 +38,29 @@ std::size_t rows_of(int B, int T, int t, bool sp) { return std::size_t(B) * std:
 
 TensorParallelGpt::BlockActs::BlockActs(Arena& acts, int B, int T, int C, int NH, int t, const Slice* whole)
     : ln1(acts, int(rows_of(B, T, t, whole != nullptr)), C), ln1_gathered(whole_or(whole, ln1.out)),
-      qkv(acts.allocate(rows_of(B, T, t, false) * 3 * C / t)), heads_out(acts.allocate(rows_of(B, T, t, false) * C / t)),
+      qkv(acts.allocate(rows_of(B, T, t, false) * 3 * C / t)),
+      heads_out(acts.allocate(rows_of(B, T, t, false) * C / t)),
       preatt(acts.allocate(std::size_t(B) * (NH / t) * T * T)), att(acts.allocate(std::size_t(B) * (NH / t) * T * T)),
       attn_out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)), attn_partial(whole_or(whole, attn_out)),
-      residual(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)), ln2(acts, int(rows_of(B, T, t, whole != nullptr)), C),
+      residual(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)),
+      ln2(acts, int(rows_of(B, T, t, whole != nullptr)), C),
       ln2_gathered(whole_or(whole, ln2.out)), hidden(acts.allocate(rows_of(B, T, t, false) * 4 * C / t)),
-      gelu(acts.allocate(rows_of(B, T, t, false) * 4 * C / t)), mlp_out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)),
+      gelu(acts.allocate(rows_of(B, T, t, false) * 4 * C / t)),
+      mlp_out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)),
       mlp_partial(whole_or(whole, mlp_out)), out(acts.allocate(rows_of(B, T, t, whole != nullptr) * C)) {}
 
 TensorParallelGpt::Acts::Acts(Arena& acts, const GptConfig& c, int B, int T, int vocab_local, int t, bool sp)
     : whole(sp ? acts.allocate(rows_of(B, T, t, false) * c.channels) : Slice{}),
-      encoded(acts.allocate(rows_of(B, T, t, sp) * c.channels)), embed_partial(whole_or(sp ? &whole : nullptr, encoded)),
+      encoded(acts.allocate(rows_of(B, T, t, sp) * c.channels)),
+      embed_partial(whole_or(sp ? &whole : nullptr, encoded)),
       blocks([&] {
         std::vector<BlockActs> b;
         for (int l = 0; l < c.layers; ++l) b.emplace_back(acts, B, T, c.channels, c.heads, t, sp ? &whole : nullptr);
         return b;
       }()),
       lnf(acts, int(rows_of(B, T, t, sp)), c.channels), lnf_gathered(whole_or(sp ? &whole : nullptr, lnf.out)),
-      logits(acts.allocate(rows_of(B, T, t, false) * vocab_local)), probs(acts.allocate(rows_of(B, T, t, false) * vocab_local)),
+      logits(acts.allocate(rows_of(B, T, t, false) * vocab_local)),
+      probs(acts.allocate(rows_of(B, T, t, false) * vocab_local)),
       losses(acts.allocate(rows_of(B, T, t, false))) {}
 
 std::string tensor_parallel_refusal(const memory::Architecture& a, int t) {
@@ -368,7 +374,7 @@ void TensorParallelGpt::backward_block(int l) {
   d.attention_backward(a.qkv.grad, a.preatt.grad, a.att.grad, a.heads_out.grad, a.qkv.value, a.att.value, B_, T_, cl,
                        config_.heads / t);
   tp_.record_compute(fmt::format("backward block {} attention", l), started,
-               2 * (ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
+                     2 * (ops::attention_flops(B_, T_, cl) + ops::matmul_flops(N, cl, C)));
   clear_whole_gradient();
   column_parallel_backward(group(), b.qkv, a.ln1_gathered.grad, a.ln1.out.grad, a.qkv.grad, a.ln1.out.value,
                            a.ln1_gathered.value);  // ln1's output again, then f's backward

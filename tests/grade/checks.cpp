@@ -74,7 +74,7 @@ std::string hint_for(const std::string& error) {
 // A grade run carries payloads, so a view with a count and no data (an empty
 // std::vector's data() is null) would move nothing where the simulator's
 // payload-free runs move sizes only: the learner's values come out wrong with
-// no word of why. (Labs time sizes-only messages inside payload runs, so the
+// no word of why. (Labs time meta views' messages inside payload runs, so the
 // simulator itself lets them through.)
 void check_has_data(int rank, bool is_send, int peer, View buf) {
   if (buf.data || buf.count == 0) return;

@@ -337,8 +337,8 @@ TEST(plan_dispatch, EachRankSendsTheBytesItsKeptAssignmentsNeed) {
       const Observed run = run_ranks(ranks, [&](Comm& c) {
         Arena dense_count(nullptr, nullptr), expert_count(nullptr, nullptr);
         MoeLayer(dense_count, expert_count, C, config, ranks, c.rank());
-        std::vector<float> dense(dense_count.allocated(), 0.1f), dense_grad(dense.size()), experts(expert_count.allocated()),
-            expert_grad(experts.size()), x(std::size_t(N) * C), y(x.size());
+        std::vector<float> dense(dense_count.allocated(), 0.1f), dense_grad(dense.size()),
+            experts(expert_count.allocated()), expert_grad(experts.size()), x(std::size_t(N) * C), y(x.size());
         for (std::size_t i = 0; i < dense.size(); ++i) dense[i] = float(std::sin(double(i)));
         for (std::size_t i = 0; i < x.size(); ++i) x[i] = float(std::cos(double(i + std::size_t(c.rank()) * 977)));
         Arena d(dense.data(), dense_grad.data()), e(experts.data(), expert_grad.data());

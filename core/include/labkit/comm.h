@@ -152,13 +152,14 @@ class Comm {
   Comm& node_group();
   Comm* node_leaders();
 
-  // ---- compute regions: advance this rank's clock as real work would. On the
-  // simulator a region costs flops / (device peak x efficiency x speed factor).
+  // ---- compute regions: advance this rank's clock as real work would, by a
+  // modeled amount of work. On the simulator `flops` cost flops / (device peak x
+  // efficiency x speed factor); `seconds` is the duration itself.
   void compute_flops(std::string_view what, double flops);
   void compute_seconds(std::string_view what, double seconds);
   // Real work this rank has just done, since `started` (a now() reading): on a
   // real backend the span from then to now, as long as it really took; on the
-  // simulator, whose clock real work does not move, `flops` charged as compute().
+  // simulator, whose clock real work does not move, `flops` charged as compute_flops().
   void record_compute(std::string_view what, double started, double flops);
 
   // ---- memory: say what you allocate and free, by use; the trace draws it as a

@@ -31,8 +31,9 @@ struct Slice {
 
 enum class BackwardPart { all, input, weights };
 
-// Hands out consecutive slices of a buffer and its gradient twin, in order.
-// With null bases it only counts: that is how a model sizes its buffers.
+// A bump allocator (an arena): hands out consecutive slices of a buffer and its
+// gradient twin, in order, and frees nothing; the buffer is freed whole. With
+// null bases it only counts: that is how a model sizes its buffers.
 class Arena {
  public:
   Arena(float* values, float* grads) : values_(values), grads_(grads) {}

@@ -11,7 +11,7 @@
 namespace labkit {
 
 struct View {
-  void* data = nullptr;  // null in a payload-free run: only the size travels
+  void* data = nullptr;  // null in a payload-free run (meta_view): only the size travels
   std::size_t count = 0;
   DType dtype = DType::f32;
 
@@ -24,7 +24,9 @@ struct View {
 
 template <class T> View view_of(std::span<T> s) { return {s.data(), s.size(), dtype_of<T>()}; }
 template <class T> View view_of(std::vector<T>& v) { return {v.data(), v.size(), dtype_of<T>()}; }
-// A payload-free view: a size with no data behind it (what-if runs at scale).
+// A meta view: a size and a dtype with no data behind it, what PyTorch calls a
+// tensor on the meta device (https://pytorch.org/docs/stable/meta.html). The
+// simulator moves its size only, so a payload-free what-if runs at scale.
 inline View meta_view(std::size_t count, DType dtype) { return {nullptr, count, dtype}; }
 
 }  // namespace labkit

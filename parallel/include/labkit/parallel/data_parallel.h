@@ -80,8 +80,8 @@ class DataParallel {
   GradientAveraging averaging_;
 };
 
-// A data-parallel step of a model known by its shapes alone (payload-free:
-// sizes-only buffers), for what-ifs at the scale of real runs: a 7B model's
+// A data-parallel step of a meta model, known by its shapes alone (payload-free:
+// meta views, view.h), for what-ifs at the scale of real runs: a 7B model's
 // step over a thousand ranks simulates in seconds. The pieces are the weight
 // tensors in the order backward finishes them (the head and final norm, each
 // layer's tensors from the last layer's last, the embeddings), each with its

@@ -251,8 +251,8 @@ void zero_step(Comm& comm, View grads, View grad_shard, View param_shard, View p
 // rank's memory tracker told of both (MemoryUse::gathered, full's bytes).
 void gather_compute_free(Comm& comm, View shard, View full, const std::function<void()>& compute);
 
-// A ZeRO step of a model known by its shapes alone (payload-free: sizes-only
-// buffers), for what-ifs at the scale of real runs; `step_seconds` of compute
+// A ZeRO step of a meta model, known by its shapes alone (payload-free: meta
+// views, view.h), for what-ifs at the scale of real runs; `step_seconds` of compute
 // spread over the units as meta_model spreads it (data_parallel.h). Units:
 // the root (embeddings, head, final norm) and each layer. Stage 0 is DDP's
 // overlapped step. Gradients are reduce-scattered on the communication stream
@@ -272,6 +272,6 @@ void gather_compute_free(Comm& comm, View shard, View full, const std::function<
 // boundary after the first (inside the node) is done, as a launch waiting on
 // an event would. The quantization kernels themselves are taken as free.
 void sharded_meta_step(Comm& comm, const memory::Architecture& arch, double step_seconds, int stage,
-                         const ShardingOptions& options = {});
+                       const ShardingOptions& options = {});
 
 }  // namespace labkit
