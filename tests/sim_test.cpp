@@ -201,6 +201,14 @@ TEST(SimDeadlock, ARankThatSkipsACollectiveIsNamed) {
   EXPECT_NE(report.find("rank 0: barrier(group=0) waiting for rank 1"), std::string::npos) << report;
 }
 
+// The report names the call a learner wrote (gather_object), as MPI's error does.
+TEST(SimDeadlock, ARankThatSkipsAGatherObjectIsNamed) {
+  const std::string report = error_of(3, [](Comm& c) {
+    if (c.rank() != 1) c.gather_object(c.rank());
+  });
+  EXPECT_NE(report.find("rank 0: gather_object(group=0) waiting for rank 1"), std::string::npos) << report;
+}
+
 TEST(SimErrors, NameTheRankTheOperationAndTheArgument) {
   auto expect = [](int ranks, const std::function<void(Comm&)>& fn, const std::string& text) {
     const std::string e = error_of(ranks, fn);

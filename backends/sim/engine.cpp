@@ -582,7 +582,7 @@ void Engine::release(const Rendezvous& rv, double at) {
 std::vector<std::vector<std::byte>> Engine::gather_untimed(int rank, int comm_id, std::uint64_t seq, View buf) {
   using Gathered = std::vector<std::vector<std::byte>>;
   return meet<Gathered>(
-      rank, {comm_id, Channel::gather_object, seq}, "inspect",
+      rank, {comm_id, Channel::gather_object, seq}, "gather_object",
       [&](Rendezvous::Slot& s) {
         if (buf.data) s.bytes.assign(static_cast<const std::byte*>(buf.data), static_cast<const std::byte*>(buf.data) + buf.bytes());
       },
