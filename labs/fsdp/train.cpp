@@ -136,7 +136,7 @@ void optimizer_step(Comm& comm, FullyShardedGpt& sharded, const Gpt& model, Opti
   sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
   if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));
   comm.record_compute("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
-                                                                         : sharded.shard_parameters().size()));
+                                                                               : sharded.shard_parameters().size()));
 }
 
 }  // namespace
