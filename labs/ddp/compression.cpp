@@ -11,8 +11,8 @@
 
 #include "ddp.h"
 #include "labkit/lab/output.h"
-#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 

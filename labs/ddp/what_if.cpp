@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ddp.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
-#include "labkit/cli.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
 #include "labkit/topology.h"

@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 
 #include "labkit/cost_model.h"
-#include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
