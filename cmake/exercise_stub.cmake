@@ -1,5 +1,5 @@
 # Exercises are cut out of the solutions, so the two cannot drift apart. In
-# solutions/NAME.cpp, three kinds of comment line make the learner's stub:
+# solutions/LAYER/NAME.cpp, three kinds of comment line make the learner's stub:
 #
 #   // BEGIN EXERCISE: what to write      the learner's part starts; in the stub
 #   //   (more comment lines go on)       "// TODO: what to write" and the comment
@@ -14,7 +14,7 @@
 # exercise. The stub keeps each marker line's indentation.
 #
 # include() it for labkit_exercise_stub(), or run it as a script to write every
-# stub into exercises/ (what ./labkit exercises does):
+# stub into exercises/LAYER/ (what ./labkit exercises does):
 #   cmake -P cmake/exercise_stub.cmake
 
 # labkit_exercise_stub(SOLUTION OUT): OUT is the stub cut out of the file
@@ -76,25 +76,24 @@ function(labkit_exercise_stub solution out)
   set(${out} "${stub}" PARENT_SCOPE)
 endfunction()
 
-# As a script: write exercises/NAME.cpp for every solutions/NAME.cpp that
-# marks an exercise, and say which files changed.
+# As a script: write exercises/LAYER/NAME.cpp for every solutions/LAYER/NAME.cpp
+# that marks an exercise, and say which files changed.
 if(CMAKE_SCRIPT_MODE_FILE STREQUAL CMAKE_CURRENT_LIST_FILE)
   get_filename_component(root ${CMAKE_CURRENT_LIST_DIR} DIRECTORY)
-  file(GLOB solutions ${root}/solutions/*.cpp)
+  file(GLOB solutions RELATIVE ${root}/solutions ${root}/solutions/*/*.cpp)
   foreach(solution IN LISTS solutions)
-    get_filename_component(name ${solution} NAME)
-    labkit_exercise_stub(${solution} stub)
+    labkit_exercise_stub(${root}/solutions/${solution} stub)
     if(stub STREQUAL "")
       continue()
     endif()
-    set(exercise ${root}/exercises/${name})
+    set(exercise ${root}/exercises/${solution})
     set(old "")
     if(EXISTS ${exercise})
       file(READ ${exercise} old)
     endif()
     if(NOT old STREQUAL stub)
       file(WRITE ${exercise} "${stub}")
-      message(STATUS "wrote exercises/${name}")
+      message(STATUS "wrote exercises/${solution}")
     endif()
   endforeach()
 endif()

@@ -1,4 +1,4 @@
-// The algorithms of labkit's solutions/, written again as a plain MPI program,
+// The algorithms of labkit's solutions/collectives/, written again as a plain MPI program,
 // for SimGrid's SMPI to time on the platform that stands for a labkit topology
 // (./labkit simgrid). Only the messages matter here: sizes, peers and order are
 // those of the labkit versions; no data is reduced (SMPI is told to charge no
@@ -25,7 +25,7 @@ void exchange(std::vector<char>& buf, long send_at, int to, long recv_at, int fr
                0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
 }
 
-// solutions/ring_all_reduce.cpp: P-1 reduce-scatter steps, then P-1 all-gather steps, a chunk each.
+// solutions/collectives/ring_all_reduce.cpp: P-1 reduce-scatter steps, then P-1 all-gather steps, a chunk each.
 void ring(std::vector<char>& buf, int p, int rank) {
   const long chunk = long(buf.size()) / p;
   const int right = (rank + 1) % p, left = (rank - 1 + p) % p;
@@ -37,7 +37,7 @@ void ring(std::vector<char>& buf, int p, int rank) {
   for (int s = 0; s < p - 1; ++s) exchange(buf, at(rank + 1 - s), right, at(rank - s), left, chunk);
 }
 
-// solutions/recursive_halving_doubling_all_reduce.cpp, P a power of two: halve the
+// solutions/collectives/recursive_halving_doubling_all_reduce.cpp, P a power of two: halve the
 // window at distances P/2 .. 1, then double it back at distances 1 .. P/2.
 void recursive_halving_doubling(std::vector<char>& buf, int p, int rank) {
   const long chunk = long(buf.size()) / p;
@@ -61,7 +61,7 @@ void recursive_halving_doubling(std::vector<char>& buf, int p, int rank) {
   }
 }
 
-// solutions/naive_all_reduce.cpp: everyone sends to rank 0, which receives in rank
+// solutions/collectives/naive_all_reduce.cpp: everyone sends to rank 0, which receives in rank
 // order and then sends the result to each in rank order.
 void naive(std::vector<char>& buf, int p, int rank) {
   const int bytes = int(buf.size());
@@ -76,7 +76,7 @@ void naive(std::vector<char>& buf, int p, int rank) {
   for (int to = 1; to < p; ++to) MPI_Send(buf.data(), bytes, MPI_BYTE, to, 0, MPI_COMM_WORLD);
 }
 
-// solutions/pairwise_all_to_all.cpp: in round s send block rank + s, receive block rank - s.
+// solutions/collectives/pairwise_all_to_all.cpp: in round s send block rank + s, receive block rank - s.
 void pairwise(std::vector<char>& buf, int p, int rank) {
   const long block = long(buf.size()) / p;
   std::vector<char> recv(buf.size());

@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 
 #include "compute_lab.h"
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/output.h"
 #include "labkit/run.h"

@@ -12,6 +12,7 @@
 #include "ddp.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/output.h"

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/sweep.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/equivalence.h"

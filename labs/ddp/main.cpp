@@ -15,9 +15,9 @@
 #include <fmt/format.h>
 
 #include "ddp.h"
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 
 using namespace ddp_lab;
 

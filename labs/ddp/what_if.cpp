@@ -8,6 +8,7 @@
 
 #include "ddp.h"
 #include "labkit/cli.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/what_if.h"

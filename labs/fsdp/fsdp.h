@@ -19,8 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/sweep.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/memory_tracker.h"
 #include "labkit/optim.h"

@@ -24,8 +24,8 @@
 #include <fmt/format.h>
 
 #include "fsdp.h"
-#include "labkit/cli.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 
 using namespace fsdp_lab;
 

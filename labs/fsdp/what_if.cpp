@@ -10,6 +10,7 @@
 #include "fsdp.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/what_if.h"

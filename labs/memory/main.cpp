@@ -17,9 +17,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "memory_lab.h"
 

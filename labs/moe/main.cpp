@@ -14,9 +14,9 @@
 // all-to-all bytes of each layer beside their formula and where the step's
 // time went). The other views: --compare and --plot (heatmap.cpp), --sweep
 // capacity=A..B (sweep.cpp), --what-if MODEL (what_if.cpp), --bench (bench.cpp).
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "moe.h"
 
 using namespace moe_lab;

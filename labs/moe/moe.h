@@ -18,8 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/sweep.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/parallel/moe.h"
 #include "labkit/parallel/sequences.h"

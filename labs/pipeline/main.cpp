@@ -20,9 +20,9 @@
 
 #include <fmt/format.h>
 
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "pipeline.h"
 
 using namespace pipeline_lab;

@@ -20,8 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "labkit/sweep.h"
 #include "labkit/gpt.h"
+#include "labkit/lab/sweep.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/parallel/pipeline_schedule.h"

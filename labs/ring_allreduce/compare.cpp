@@ -18,6 +18,7 @@
 #include "labkit/cli.h"
 #include "labkit/cost_model.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/units.h"

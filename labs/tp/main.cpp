@@ -18,9 +18,9 @@
 //   --what-if gpt3-175b   a layer's time with its allreduces inside a node and across nodes (what_if.cpp)
 //   --cp 4                context parallelism: attention over sequence shards (context_parallel.cpp)
 //   --bench               what the simulation costs in wall time (bench.cpp)
-#include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/what_if.h"
 #include "tp.h"
 

@@ -3,9 +3,10 @@
 # file (the learner's only view on Gradescope).
 # -DGRADER -DNINJA -DCXX (the C++ compiler) -DOUT (a scratch directory)
 file(REMOVE_RECURSE ${OUT})
-file(WRITE ${OUT}/exercises/naive_all_reduce.cpp "void naive_all_reduce() { fold_into_rank_zero(); }\n")
+file(WRITE ${OUT}/exercises/collectives/naive_all_reduce.cpp "void naive_all_reduce() { fold_into_rank_zero(); }\n")
 file(WRITE ${OUT}/build.ninja "rule cxx\n  command = ${CXX} -c $in -o $out\n"
-                              "build exercises/naive_all_reduce.cpp.o: cxx exercises/naive_all_reduce.cpp\n")
+                              "build exercises/collectives/naive_all_reduce.cpp.o: "
+                              "cxx exercises/collectives/naive_all_reduce.cpp\n")
 execute_process(COMMAND ${NINJA} WORKING_DIRECTORY ${OUT} OUTPUT_FILE ${OUT}/build.log ERROR_FILE ${OUT}/build.log)
 file(WRITE ${OUT}/manifest.json
      "[{\"lab\": \"collectives\", \"exercise\": \"naive_all_reduce\", \"binary\": \"${OUT}/missing\"}]\n")

@@ -1,4 +1,4 @@
-# Fails while the learner's starting file (EXERCISE, exercises/NAME.cpp) is not
+# Fails while the learner's starting file (EXERCISE, exercises/LAYER/NAME.cpp) is not
 # the stub cut from its solution's markers (STUB, in the build tree), and shows
 # the difference. -DSTUB -DEXERCISE
 file(READ ${STUB} stub)

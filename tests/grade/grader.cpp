@@ -84,14 +84,16 @@ std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std:
 }
 
 // What the compiler said about `e` in the build's log (`./labkit grade` keeps
-// ninja's output): the first failed step that compiles exercises/NAME.cpp or
-// links grade_NAME, without its command line, at most `n` lines; "" if none.
+// ninja's output): the first failed step that compiles exercises/LAYER/NAME.cpp
+// or links grade_NAME, without its command line, at most `n` lines; "" if none.
 std::string compiler_errors(const fs::path& build_log, const Exercise& e, std::size_t n) {
   std::ifstream in(build_log);
   std::string line, out;
   auto is_its = [&](std::string failed) {  // "FAILED: OUTPUT " (ninja ends it with a space)
     failed.erase(failed.find_last_not_of(' ') + 1);
-    return failed.find("exercises/" + e.name + ".cpp") != std::string::npos || failed.ends_with("/grade_" + e.name);
+    const bool compiles_it = failed.find("exercises/") != std::string::npos &&
+                             failed.find("/" + e.name + ".cpp") != std::string::npos;
+    return compiles_it || failed.ends_with("/grade_" + e.name);
   };
   while (std::getline(in, line) && !(line.starts_with("FAILED: ") && is_its(line))) {}
   if (!in || !std::getline(in, line)) return "";  // the failed step's command line

@@ -1,6 +1,7 @@
-// labkit::cli — the checks every lab and tool puts on its options, so that a
-// bad value is refused on one line naming the option, the value and what is
-// allowed:
+// labkit::cli — the checks every program puts on its options (the launcher's
+// --backend, --ranks, --trace, ...; the labs, bench/, the grader, the
+// visualizer), so that a bad value is refused on one line naming the option,
+// the value and what is allowed:
 //
 //   error: --seq: -5 is out of range (must be >= 1)
 //   error: --tp: 2.5 is not a whole number (must be >= 1)
@@ -9,7 +10,8 @@
 // CLI11's own Range and PositiveNumber print DBL_MAX in full ("Value 0 not in
 // range 0.000000 to 1797693134862315708145...") and let nan through. Each
 // check's description ("(>= 1)") shows in --help after the option's type,
-// where tests/options_test.cpp reads it to try the values just outside.
+// where tests/options_test.cpp reads it to try the values just outside. The
+// checks only labs use are the lab library's (labkit/lab/option_checks.h).
 #pragma once
 
 #include <charconv>
@@ -23,8 +25,6 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
-
-#include "labkit/sweep.h"
 
 namespace labkit::cli {
 
@@ -97,15 +97,6 @@ CLI::Validator one_of(const std::string& what, const std::vector<std::string>& n
 // good when `parse` accepts it, and its message says why not.
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
-// An option whose text `parse` turns into `value` (a spec, a sweep, a duration),
-// refused when parsed, with parse's message, where parse throws.
-template <class T, class Parse>
-CLI::Option* add_parsed(CLI::App& app, const std::string& name, T& value, Parse parse, const std::string& help) {
-  return app
-      .add_option_function<std::string>(name, [&value, parse](const std::string& text) { value = parse(text); }, help)
-      ->check(parsed_by([parse](const std::string& text) { parse(text); }));
-}
-
 // A byte count in labkit::parse_bytes's form (1024, 64K, 1M, 2G), at least `min` bytes.
 CLI::Validator byte_size(std::uint64_t min = 0);
 
@@ -114,8 +105,6 @@ CLI::Validator byte_size(std::uint64_t min = 0);
 // this user may not write. Its folders are created, as the lab would. With
 // `extensions`, only those (gnuplot draws .svg or .png, chosen by extension).
 CLI::Validator output_file(std::vector<std::string> extensions = {});
-// A figure (--plot): an output_file that is .svg or .png.
-CLI::Validator figure_file();
 
 // CLI11's errors on one line, "error: ..." as a lab's own errors read; CLI11
 // adds "Run with --help for more information." on a second.

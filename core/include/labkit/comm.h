@@ -33,8 +33,9 @@ namespace labkit {
 class Comm;
 
 // A labkit collective algorithm: a function over a Comm's point-to-point that
-// does what `op` does, as the backend's native collective would. solutions/
-// defines them and algorithms.h lists them; Comm only runs the one it is given.
+// does what `op` does, as the backend's native collective would.
+// solutions/collectives/ defines them and algorithms.h lists them; Comm only
+// runs the one it is given.
 struct Algorithm {
   Collective op;
   std::string_view name;

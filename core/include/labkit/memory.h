@@ -92,7 +92,7 @@ struct Optimizer {
 std::span<const Optimizer> optimizers();  // "Chapter 1"'s optimizer table
 const Optimizer& find_optimizer(std::string_view name);
 
-// ---- the three formulas of the exercises (solutions/ and exercises/) -----------
+// ---- the three formulas of the exercises (solutions/memory/, exercises/memory/) ----
 struct ModelStatePrecision {
   Precision weights = Precision::bf16, grads = Precision::bf16, states = Precision::fp32;
   bool master_weights = true;  // an fp32 copy of the weights for the update

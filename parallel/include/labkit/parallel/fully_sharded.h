@@ -230,7 +230,7 @@ class FullyShardedGpt {
 // a payload-free view. f32 only.
 void mark_freed(View v);
 
-// ---- lab 6's exercises (solutions/NAME.cpp; FullyShardedGpt calls them) ----
+// ---- lab 6's exercises (solutions/parallel/NAME.cpp; FullyShardedGpt calls them) ----
 
 // 6.1 A flat run of `full.count` elements sharded over the ranks as
 // shard_layout splits it: shards of S = shard.count elements, the run padded

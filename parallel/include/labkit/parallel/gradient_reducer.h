@@ -71,7 +71,7 @@ class GradientReducer {
   std::vector<Request> in_flight_;   // one per started bucket, in bucket order
 };
 
-// ---- lab 5's exercises (solutions/NAME.cpp; the reducer and DataParallel call them) ----
+// ---- lab 5's exercises (solutions/parallel/NAME.cpp; the reducer and DataParallel call them) ----
 
 // 5.1 The gradients' mean over the ranks, in place, blocking: every rank ends
 // with the gradient of the whole global batch (naive DDP's one allreduce).

@@ -78,14 +78,14 @@ struct Routing {
   int tokens() const { return k ? int(expert.size()) / k : 0; }
 };
 
-// Exercise 9.1 (solutions/top_k_routing.cpp): each token's k highest scores
+// Exercise 9.1 (solutions/parallel/top_k_routing.cpp): each token's k highest scores
 // (N x E; ties to the lower expert), its gates from probs (N x E), all kept;
 // then the assignments walked in order, each kept while its expert has room
 // (room[e] left of its capacity, taken as it goes), else dropped.
 Routing select_top_k(std::span<const float> scores, std::span<const float> probs, int experts, int k);
 void drop_over_capacity(Routing& r, std::vector<std::int64_t> room);
 
-// Exercise 9.2 (solutions/plan_dispatch.cpp): where this rank's kept
+// Exercise 9.2 (solutions/parallel/plan_dispatch.cpp): where this rank's kept
 // assignments travel, and where every rank's land. kept (ep x E) holds each
 // rank's kept assignments per expert; rank q holds experts [q E/ep, (q+1) E/ep).
 struct DispatchPlan {
@@ -100,7 +100,7 @@ struct DispatchPlan {
 };
 DispatchPlan plan_dispatch(const Routing& r, std::span<const std::int64_t> kept, int rank, int ranks);
 
-// Exercise 9.3 (solutions/combine_with_gates.cpp): y (N x C) = each token's
+// Exercise 9.3 (solutions/parallel/combine_with_gates.cpp): y (N x C) = each token's
 // kept assignments' outputs weighted by their gates; returned holds one row
 // per entry of send_order, in its order.
 void combine_with_gates(const Routing& r, std::span<const int> send_order, const float* returned, int C, float* y);

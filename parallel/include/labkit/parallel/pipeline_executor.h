@@ -85,7 +85,7 @@ class PipelineExecutor {
   std::unique_ptr<Comm> embedding_group_;  // the stages of the first and last chunk
 };
 
-// Exercise 8.2 (solutions/pipeline_exchange.cpp): one of a schedule's sends
+// Exercise 8.2 (solutions/parallel/pipeline_exchange.cpp): one of a schedule's sends
 // or receives, between the model's current activation set and the
 // neighbour's, for a chunk of layers [first, last): a receive returns once its
 // message is in place (an empty Request), a send at once with its Request.

@@ -99,7 +99,7 @@ void add_backward(Schedule& s, int microbatch, int chunk, PipeOp op = PipeOp::ba
 
 Schedule naive_schedule(int stages, int microbatches);
 Schedule gpipe_schedule(int stages, int microbatches);
-Schedule one_f_one_b_schedule(int stages, int microbatches);  // exercise 8.1 (solutions/)
+Schedule one_f_one_b_schedule(int stages, int microbatches);  // exercise 8.1 (solutions/parallel/)
 Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages);  // M a multiple of P
 Schedule zb_h1_schedule(int stages, int microbatches);
 // ZB-V is the paper's order for equal times, or a greedy placement of each

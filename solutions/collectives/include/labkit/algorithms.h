@@ -1,7 +1,7 @@
 // labkit's collective algorithms over point-to-point. Declared here, defined once
-// in solutions/ (the reference) or, for the exercises, in exercises/ (the
-// learner's version); the labkit_solutions library holds them and this catalogue,
-// above the Comm that runs them. Each takes the same arguments as the Comm call it
+// in solutions/collectives/ (the reference) or, for the exercises, in
+// exercises/collectives/ (the learner's version); the labkit_collectives library
+// holds them and this catalogue, above the Comm that runs them. Each takes the same arguments as the Comm call it
 // implements and is never called with ReduceOp::avg (Comm runs avg as sum, then divides).
 #pragma once
 

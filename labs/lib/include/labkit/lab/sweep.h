@@ -1,7 +1,7 @@
 // labkit::cli::Sweep — a study's range on the command line, "NAME=A..B"
-// (--sweep ranks=8..1024), apart from cli.h so that a lab's own header can
-// hold one without pulling in CLI11, whose header costs seconds of every
-// file that includes it.
+// (--sweep ranks=8..1024), apart from option_checks.h so that a lab's own
+// header can hold one without pulling in CLI11, whose header costs seconds of
+// every file that includes it.
 #pragma once
 
 #include <string>

@@ -172,7 +172,7 @@ void TensorParallelGpt::prepare(int B, int T) {
 void TensorParallelGpt::all_reduce(float* x, std::size_t n, ReduceOp op) { tp_.all_reduce({x, n, DType::f32}, op); }
 
 // f and g with sequence parallelism are exercise 7.3's pair
-// (solutions/sequence_parallel_collectives.cpp); without it, f forward is
+// (solutions/parallel/sequence_parallel_collectives.cpp); without it, f forward is
 // nothing and g an allreduce in place.
 void all_gather_rows(const TensorParallelGroup& g, int width, const float* rows, float* whole) {
   const std::size_t n = std::size_t(g.B) * g.T * width;
