@@ -28,10 +28,6 @@
 #include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
 
-namespace CLI {
-class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
-}
-
 namespace pipeline_lab {
 
 using namespace labkit;

@@ -23,10 +23,6 @@
 #include "labkit/run.h"
 #include "labkit/trace.h"
 
-namespace CLI {
-class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
-}
-
 namespace tp_lab {
 
 using namespace labkit;
