@@ -146,6 +146,14 @@ TEST(LabTable, APrintedRowIsPrintedLikeAnyOtherAndKeptOutOfTheJson) {
   EXPECT_EQ(table.json().size(), 1u);
 }
 
+TEST(LabTable, ANumberInUnitsPrintsScaledAndWritesTheWholeValue) {
+  const lab::Cell gb = lab::number(1.5e9, "{:.3g} GB", 1e9), whole = lab::number(std::uint64_t(3), "{:.1f}", 2);
+  EXPECT_EQ(gb.text, "1.5 GB");
+  EXPECT_EQ(gb.value, 1.5e9);
+  EXPECT_EQ(whole.text, "1.5");
+  EXPECT_TRUE(whole.value.is_number_unsigned()) << whole.value;  // an integer stays one in the JSON
+}
+
 TEST(LabTable, ARowOfTheWrongLengthIsAMistakeInTheLab) {
   lab::Table table(name_and_time());
   EXPECT_THROW(table.add({"ring", 2}), std::logic_error);

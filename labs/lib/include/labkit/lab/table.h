@@ -58,6 +58,11 @@ template <class T>
 Cell number(T value, std::string_view spec) {
   return {value, fmt::format(fmt::runtime(spec), value)};
 }
+// A number printed in `unit`s ("{:.1f}" of bytes with unit 1e6: megabytes), written whole.
+template <class T>
+Cell number(T value, std::string_view spec, double unit) {
+  return {value, fmt::format(fmt::runtime(spec), double(value) / unit)};
+}
 // A share printed as a percentage ("18.3%"), written as the share (0.183).
 Cell percent(double share);
 // Bytes printed with their unit ("813 KiB"), written in bytes.
