@@ -154,6 +154,17 @@ TEST(LabTable, ANumberInUnitsPrintsScaledAndWritesTheWholeValue) {
   EXPECT_TRUE(whole.value.is_number_unsigned()) << whole.value;  // an integer stays one in the JSON
 }
 
+TEST(LabTable, AnEmptyCellThatKeepsItsPlacePrintsItsGapAtTheEndOfARow) {
+  lab::Table table({{.header = "run", .key = "run", .width = 6, .align = lab::Align::left},
+                    {.header = "note", .align = lab::Align::left, .gap = 2, .keep_empty = true}});
+  EXPECT_EQ(printed([&] {
+              table.print_header();
+              table.add({"ring", "differs"});
+              table.add({"tree", ""});
+            }),
+            "run     note\nring    differs\ntree    \n");
+}
+
 TEST(LabTable, ARowOfTheWrongLengthIsAMistakeInTheLab) {
   lab::Table table(name_and_time());
   EXPECT_THROW(table.add({"ring", 2}), std::logic_error);

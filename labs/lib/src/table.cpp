@@ -19,7 +19,7 @@ Table::Table(std::vector<Column> columns, Indent indent) : columns_(std::move(co
 std::string Table::line(const std::vector<std::string>& texts) const {
   std::size_t printed = 0;  // past the last printed cell with text: empty ones after it print nothing
   for (std::size_t i = 0; i < texts.size(); ++i)
-    if (!columns_[i].header.empty() && !texts[i].empty()) printed = i + 1;
+    if (!columns_[i].header.empty() && (!texts[i].empty() || columns_[i].keep_empty)) printed = i + 1;
   std::string out;
   bool first = true;
   for (std::size_t i = 0; i < printed; ++i) {

@@ -11,7 +11,8 @@
 // A cell is a value for the JSON and the text printed for it (by default the
 // value in fmt's "{}"): a loss column prints the last loss and writes the curve.
 // A null value leaves its key out of that row's JSON (a "-" where nothing was
-// measured); empty cells at the end of a row print nothing, not even spaces.
+// measured); empty cells at the end of a row print nothing, not even spaces,
+// unless their column keeps them (a note column that printed "  {}" always).
 //
 // A table under its title line is indented ({.rows = "  "}), one whose header is
 // a comment for gnuplot and the shell starts it with "# " ({.header = "# ",
@@ -38,6 +39,7 @@ struct Column {
   int width = 0;       // printed width; 0: as wide as its text (a last column)
   Align align = Align::right;
   int gap = 1;         // spaces before it (none before the first)
+  bool keep_empty = false;  // an empty cell at the end of a row still prints its gap and width
 };
 
 struct Cell {
