@@ -165,6 +165,17 @@ TEST(LabTable, AnEmptyCellThatKeepsItsPlacePrintsItsGapAtTheEndOfARow) {
             "run     note\nring    differs\ntree    \n");
 }
 
+TEST(LabTable, AGroupedRowWritesAnObjectPerGroupBesideTheColumnsOfNone) {
+  lab::Table table({{.header = "ranks", .key = "ranks", .width = 5},
+                    {.header = "stage 0", .key = "exposed", .width = 8, .group = "0"},
+                    {.key = "stage", .group = "0"},
+                    {.header = "stage 3", .key = "exposed", .width = 8, .group = "3"},
+                    {.key = "stage", .group = "3"}});
+  EXPECT_EQ(printed([&] { table.add({8, 0.5, 0, 0.25, 3}); }), "    8      0.5     0.25\n");
+  EXPECT_EQ(table.json(), nlohmann::json::parse(R"([{"ranks": 8, "stage": 0, "exposed": 0.5},
+                                                    {"ranks": 8, "stage": 3, "exposed": 0.25}])"));
+}
+
 TEST(LabTable, ARowOfTheWrongLengthIsAMistakeInTheLab) {
   lab::Table table(name_and_time());
   EXPECT_THROW(table.add({"ring", 2}), std::logic_error);

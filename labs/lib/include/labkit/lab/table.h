@@ -19,6 +19,11 @@
 // .rows = "  "}); a row may end with a note, two spaces after its last cell
 // ("1.32x stage 0's (target <= 1.5x)"); a total or a heading between rows is
 // printed (print_row) but kept out of the JSON.
+//
+// A row that prints a column per stage (a sweep: a row per rank count, the
+// stages side by side) writes an object per stage, in "long" form as pandas'
+// melt would: each column of a `group` goes into that group's object, beside
+// every column of none ({"ranks": 8, "stage": 3, "exposed": 0.02}).
 #pragma once
 
 #include <cstdint>
@@ -39,6 +44,7 @@ struct Column {
   int width = 0;       // printed width; 0: as wide as its text (a last column)
   Align align = Align::right;
   int gap = 1;         // spaces before it (none before the first)
+  std::string group;   // the JSON object it goes into, one per group in a row; empty: every one of them
   bool keep_empty = false;  // an empty cell at the end of a row still prints its gap and width
 };
 
@@ -90,7 +96,7 @@ class Table {
   void add(std::vector<Cell> row, std::string_view note = {});
   // Prints the row as add() does, and keeps it out of json().
   void print_row(std::vector<Cell> row, std::string_view note = {}) const;
-  // Every row so far, an object each, keyed by the columns' keys.
+  // Every row so far, an object each (one per group where columns have one), keyed by the columns' keys.
   const nlohmann::json& json() const { return rows_; }
 
  private:
@@ -98,6 +104,7 @@ class Table {
   void check(const std::vector<Cell>& row) const;
 
   std::vector<Column> columns_;
+  std::vector<std::string> groups_;  // the columns' groups in order; one "" where none has a group
   Indent indent_;
   nlohmann::json rows_ = nlohmann::json::array();
 };
