@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/bench.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/training_options.h"
@@ -180,6 +181,16 @@ TEST(LabTable, ARowOfTheWrongLengthIsAMistakeInTheLab) {
   lab::Table table(name_and_time());
   EXPECT_THROW(table.add({"ring", 2}), std::logic_error);
   EXPECT_THROW(table.print_row({"ring"}), std::logic_error);
+}
+
+TEST(LabBench, TheTableWritesEachRowsWallTimeAndTheColumnsALabAdds) {
+  lab::Table table = lab::bench_table(8, {{.key = "schedule"}});
+  const std::string out = printed([&] {
+    table.print_header();
+    table.add({"1f1b, 4", lab::seconds(2), "1f1b"}, "1.20x");
+  });
+  EXPECT_EQ(out, "run            wall\n1f1b, 4      2.00 s  1.20x\n");
+  EXPECT_EQ(table.json(), nlohmann::json::parse(R"([{"seconds": 2.0, "schedule": "1f1b"}])"));
 }
 
 TEST(LabTrainingOptions, TheLrHelpShowsOneDefault) {
