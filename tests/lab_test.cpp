@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/bench.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/training_options.h"
@@ -146,10 +147,50 @@ TEST(LabTable, APrintedRowIsPrintedLikeAnyOtherAndKeptOutOfTheJson) {
   EXPECT_EQ(table.json().size(), 1u);
 }
 
+TEST(LabTable, ANumberInUnitsPrintsScaledAndWritesTheWholeValue) {
+  const lab::Cell gb = lab::number(1.5e9, "{:.3g} GB", 1e9), whole = lab::number(std::uint64_t(3), "{:.1f}", 2);
+  EXPECT_EQ(gb.text, "1.5 GB");
+  EXPECT_EQ(gb.value, 1.5e9);
+  EXPECT_EQ(whole.text, "1.5");
+  EXPECT_TRUE(whole.value.is_number_unsigned()) << whole.value;  // an integer stays one in the JSON
+}
+
+TEST(LabTable, AnEmptyCellThatKeepsItsPlacePrintsItsGapAtTheEndOfARow) {
+  lab::Table table({{.header = "run", .key = "run", .width = 6, .align = lab::Align::left},
+                    {.header = "note", .align = lab::Align::left, .gap = 2, .keep_empty = true}});
+  EXPECT_EQ(printed([&] {
+              table.print_header();
+              table.add({"ring", "differs"});
+              table.add({"tree", ""});
+            }),
+            "run     note\nring    differs\ntree    \n");
+}
+
+TEST(LabTable, AGroupedRowWritesAnObjectPerGroupBesideTheColumnsOfNone) {
+  lab::Table table({{.header = "ranks", .key = "ranks", .width = 5},
+                    {.header = "stage 0", .key = "exposed", .width = 8, .group = "0"},
+                    {.key = "stage", .group = "0"},
+                    {.header = "stage 3", .key = "exposed", .width = 8, .group = "3"},
+                    {.key = "stage", .group = "3"}});
+  EXPECT_EQ(printed([&] { table.add({8, 0.5, 0, 0.25, 3}); }), "    8      0.5     0.25\n");
+  EXPECT_EQ(table.json(), nlohmann::json::parse(R"([{"ranks": 8, "stage": 0, "exposed": 0.5},
+                                                    {"ranks": 8, "stage": 3, "exposed": 0.25}])"));
+}
+
 TEST(LabTable, ARowOfTheWrongLengthIsAMistakeInTheLab) {
   lab::Table table(name_and_time());
   EXPECT_THROW(table.add({"ring", 2}), std::logic_error);
   EXPECT_THROW(table.print_row({"ring"}), std::logic_error);
+}
+
+TEST(LabBench, TheTableWritesEachRowsWallTimeAndTheColumnsALabAdds) {
+  lab::Table table = lab::bench_table(8, {{.key = "schedule"}});
+  const std::string out = printed([&] {
+    table.print_header();
+    table.add({"1f1b, 4", lab::seconds(2), "1f1b"}, "1.20x");
+  });
+  EXPECT_EQ(out, "run            wall\n1f1b, 4      2.00 s  1.20x\n");
+  EXPECT_EQ(table.json(), nlohmann::json::parse(R"([{"seconds": 2.0, "schedule": "1f1b"}])"));
 }
 
 TEST(LabTrainingOptions, TheLrHelpShowsOneDefault) {

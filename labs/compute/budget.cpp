@@ -13,6 +13,9 @@
 #include <fmt/format.h>
 
 #include "compute_lab.h"
+#include "labkit/lab/table.h"
+
+namespace lab = labkit::lab;
 
 using namespace labkit::compute;
 
@@ -63,20 +66,27 @@ nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
   const double peak = gpu.roof.peak_flops;
   fmt::print("# C = 6 N D (Kaplan et al. 2020): 2 FLOPs per parameter per token forward, 4 backward\n");
   fmt::print("# {}-hours = C / ({:.0f} TFLOP/s dense BF16 x {:.0f}% MFU) / 3600\n", gpu.name, peak / 1e12, mfu * 100);
-  fmt::print("{:<13} {:>6} {:>6} {:>9} {:>9} {:>14} {:>10} {:>8}  {}\n", "model", "N", "D", "C = 6ND", "reading",
-             gpu.name + "-hours", "reading", "its MFU", "note");
-  nlohmann::json rows = nlohmann::json::array();
+  // The note is printed after its two spaces on every row, those without one too.
+  lab::Table table({{.header = "model", .key = "model", .width = 13, .align = lab::Align::left},
+                    {.header = "N", .key = "params", .width = 6},
+                    {.header = "D", .key = "tokens", .width = 6},
+                    {.header = "C = 6ND", .key = "flops", .width = 9},
+                    {.header = "reading", .key = "reading_flops", .width = 9},
+                    {.header = gpu.name + "-hours", .key = "hours", .width = 14},
+                    {.header = "reading", .key = "reading_hours", .width = 10},
+                    {.header = "its MFU", .key = "reading_mfu", .width = 8},
+                    {.header = "note", .align = lab::Align::left, .gap = 2, .keep_empty = true},
+                    {.key = "differs"}});
+  table.print_header();
   for (const Run& r : kReadingRuns) {
     const double flops = training_flops(r.params, r.tokens), hours = device_hours(flops, peak, mfu);
     // Day 64's hours are A100-hours: the MFU they imply is on the A100's peak.
     const double its_mfu = implied_mfu(r.reading_flops, r.reading_hours, accelerator("a100").roof.peak_flops);
     const bool differs = std::abs(hours / r.reading_hours - 1) > 0.1;
-    fmt::print("{:<13} {:>6} {:>6} {:>9.2e} {:>9.1e} {:>14} {:>10} {:>7.0f}%  {}{}\n", r.model, count(r.params),
-               count(r.tokens), flops, r.reading_flops, grouped(hours), rounded(r.reading_hours), its_mfu * 100,
-               differs ? "differs: " : "", differs ? r.note : "");
-    rows.push_back({{"model", r.model}, {"params", r.params}, {"tokens", r.tokens}, {"flops", flops},
-                    {"reading_flops", r.reading_flops}, {"hours", hours}, {"reading_hours", r.reading_hours},
-                    {"reading_mfu", its_mfu}, {"differs", differs}});
+    table.add({r.model, {r.params, count(r.params)}, {r.tokens, count(r.tokens)}, lab::number(flops, "{:.2e}"),
+               lab::number(r.reading_flops, "{:.1e}"), {hours, grouped(hours)},
+               {r.reading_hours, rounded(r.reading_hours)}, {its_mfu, fmt::format("{:.0f}%", its_mfu * 100)},
+               differs ? fmt::format("differs: {}", r.note) : "", differs});
   }
   const double gpt4 = training_flops(kGpt4Active, 13e12), epigraph = kGpt4Gpus * kGpt4Days * 24;
   const double epigraph_mfu = implied_mfu(gpt4, epigraph, accelerator("a100").roof.peak_flops);
@@ -85,7 +95,7 @@ nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
              count(1.8e12), count(kGpt4Active), gpt4);
   fmt::print("# the reading's epigraph, {} GPUs for 3 months = {} A100-hours, is that C at {:.0f}% MFU "
              "(its table says ~200M)\n", grouped(kGpt4Gpus), grouped(epigraph), epigraph_mfu * 100);
-  return {{"gpu", gpu.name}, {"peak_flops", peak}, {"mfu", mfu}, {"runs", rows},
+  return {{"gpu", gpu.name}, {"peak_flops", peak}, {"mfu", mfu}, {"runs", table.json()},
           {"gpt4_active_flops", gpt4}, {"gpt4_epigraph_hours", epigraph}, {"gpt4_epigraph_mfu", epigraph_mfu}};
 }
 

@@ -12,6 +12,9 @@
 #include <fmt/format.h>
 
 #include "compute_lab.h"
+#include "labkit/lab/table.h"
+
+namespace lab = labkit::lab;
 
 using namespace labkit::compute;
 
@@ -62,14 +65,16 @@ constexpr ReadingCcr kReadingCcr[] = {{1, "3072.0"},  {4, "12288.0"},  {16, "491
 nlohmann::json print_gpt3_sweep() {
   fmt::print("# CCR = 6 N tokens / (2 N x 2 bytes) = 1.5 tokens per rank per step: N cancels\n");
   fmt::print("# GPT-3 175B, sequences of {:.0f} tokens, bf16 gradients (the guide's calculate_ccr.py)\n", kSeq);
-  fmt::print("{:>6} {:>9} {:>16} {:>12}\n", "batch", "tokens", "CCR (FLOP/byte)", "reading");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "batch", .key = "batch", .width = 6},
+                    {.header = "tokens", .key = "tokens", .width = 9},
+                    {.header = "CCR (FLOP/byte)", .key = "ccr", .width = 16},
+                    {.header = "reading", .width = 12}});
+  table.print_header();
   for (const auto [batch, prints] : kReadingCcr) {
     const double ccr = ddp_ccr(kGpt3, batch * kSeq, kBf16);
-    fmt::print("{:>6} {:>9.0f} {:>16} {:>12}\n", batch, batch * kSeq, grouped(ccr), prints);
-    rows.push_back({{"batch", batch}, {"tokens", batch * kSeq}, {"ccr", ccr}});
+    table.add({batch, lab::number(batch * kSeq, "{:.0f}"), {ccr, grouped(ccr)}, prints});
   }
-  return rows;
+  return table.json();
 }
 
 nlohmann::json print_gpt3_example() {
@@ -103,19 +108,29 @@ nlohmann::json print_gpt3_example() {
 
 nlohmann::json print_practical_numbers() {
   fmt::print("\n# the guide's practical roofline numbers (6.7), and the kit's: dense peaks, links one direction\n");
-  fmt::print("{:<30} {:>8} {:>8} {:>9} {:>10} {:>11} | {:>7} {:>8} {:>8} {:>11}\n", "configuration", "peak TF",
-             "GB/s", "= CCR*", "prints", "90% batch", "peak TF", "GB/s", "CCR*", "90% tok/GPU");
-  nlohmann::json rows = nlohmann::json::array();
+  // The guide's columns left of the bar, the kit's right of it.
+  lab::Table table({{.header = "configuration", .key = "configuration", .width = 30, .align = lab::Align::left},
+                    {.header = "peak TF", .key = "reading_peak", .width = 8},
+                    {.header = "GB/s", .key = "reading_link", .width = 8},
+                    {.header = "= CCR*", .key = "reading_ridge", .width = 9},
+                    {.header = "prints", .width = 10},
+                    {.header = "90% batch", .width = 11},
+                    {.header = "|", .width = 1},
+                    {.header = "peak TF", .key = "peak", .width = 7},
+                    {.header = "GB/s", .key = "link", .width = 8},
+                    {.header = "CCR*", .key = "ridge", .width = 8},
+                    {.header = "90% tok/GPU", .key = "tokens_per_gpu_for_90_percent", .width = 11}});
+  table.print_header();
+  // A figure printed with its thousands grouped ("2,198"), in `unit`s, written whole.
+  const auto in_groups = [](double value, double unit = 1) { return lab::Cell{value, grouped(value / unit)}; };
   for (const Config& c : practical_configs()) {
     const Roofline reading{c.reading_peak, c.reading_link}, kit{c.peak, c.link};
     const double tokens = ddp_tokens_for(0.9, kit.ridge(), kBf16) / c.gpus_per_allreduce;
-    fmt::print("{:<30} {:>8} {:>8g} {:>9} {:>10} {:>11} | {:>7} {:>8g} {:>8} {:>11}\n", c.name,
-               grouped(c.reading_peak / TF), c.reading_link / GB, grouped(reading.ridge()), c.reading_ridge,
-               c.reading_batch, grouped(c.peak / TF), c.link / GB, grouped(kit.ridge()), grouped(tokens));
-    rows.push_back({{"configuration", c.name}, {"reading_peak", c.reading_peak}, {"reading_link", c.reading_link},
-                    {"reading_ridge", reading.ridge()}, {"peak", c.peak}, {"link", c.link}, {"ridge", kit.ridge()},
-                    {"tokens_per_gpu_for_90_percent", tokens}});
+    table.add({c.name, in_groups(c.reading_peak, TF), lab::number(c.reading_link, "{:g}", GB),
+               in_groups(reading.ridge()), c.reading_ridge, c.reading_batch, "|", in_groups(c.peak, TF),
+               lab::number(c.link, "{:g}", GB), in_groups(kit.ridge()), in_groups(tokens)});
   }
+  const nlohmann::json& rows = table.json();
   const double per_h100 = rows[0]["tokens_per_gpu_for_90_percent"];
   const double per_ndr_gpu = rows[2]["tokens_per_gpu_for_90_percent"];
   fmt::print("# 90% tok/GPU: tokens per GPU per step for CCR = 1.5 tokens to reach 0.9 CCR* (full overlap). The\n"

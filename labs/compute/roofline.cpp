@@ -15,6 +15,7 @@
 #include "compute_lab.h"
 #include "labkit/gpt.h"
 #include "labkit/lab/plot.h"
+#include "labkit/lab/table.h"
 #include "labkit/op_bench.h"
 
 using namespace labkit;
@@ -63,38 +64,51 @@ std::vector<Measured> measure_ops(const GptConfig& config, int batch, const Devi
 
 nlohmann::json print_ops(const std::vector<Measured>& ops, const compute::Roofline& roof) {
   const compute::Roofline h100 = compute::accelerator("h100").roof;
-  fmt::print("{:<22} {:<9} {:>9} {:>8} {:>9} {:>10} {:>10} {:>7}  {:<7} {}\n", "op", "pass", "MFLOP", "MB",
-             "FLOP/byte", "roof GF/s", "measured", "of roof", "bound", "on H100");
-  nlohmann::json rows = nlohmann::json::array();
+  using lab::Align;
+  lab::Table table({{.header = "op", .key = "op", .width = 22, .align = Align::left},
+                    {.header = "pass", .key = "pass", .width = 9, .align = Align::left},
+                    {.header = "MFLOP", .key = "flops", .width = 9},
+                    {.header = "MB", .key = "bytes", .width = 8},
+                    {.header = "FLOP/byte", .key = "intensity", .width = 9},
+                    {.header = "roof GF/s", .key = "attainable", .width = 10},
+                    {.header = "measured", .key = "measured", .width = 10},
+                    {.header = "of roof", .width = 7},
+                    {.header = "bound", .width = 7, .align = Align::left, .gap = 2},
+                    {.header = "on H100"}});
+  table.print_header();
+  const auto bound = [](const compute::Roofline& r, double intensity) {
+    return r.memory_bound(intensity) ? "memory" : "compute";
+  };
   for (const Measured& m : ops) {
     const double intensity = m.cost.intensity(), attainable = roof.attainable(intensity);
-    fmt::print("{:<22} {:<9} {:>9.1f} {:>8.1f} {:>9.2f} {:>10.2f} {:>10.2f} {:>6.0f}%  {:<7} {}\n", m.cost.name,
-               m.cost.pass, m.cost.flops / MB, m.cost.bytes / MB, intensity, attainable / GF,
-               m.flops_per_second / GF, 100 * m.flops_per_second / attainable,
-               roof.memory_bound(intensity) ? "memory" : "compute",
-               h100.memory_bound(intensity) ? "memory" : "compute");
-    rows.push_back({{"op", m.cost.name}, {"pass", m.cost.pass}, {"flops", m.cost.flops}, {"bytes", m.cost.bytes},
-                    {"intensity", intensity}, {"attainable", attainable}, {"measured", m.flops_per_second}});
+    table.add({m.cost.name, m.cost.pass, lab::number(m.cost.flops, "{:.1f}", MB),
+               lab::number(m.cost.bytes, "{:.1f}", MB), lab::number(intensity, "{:.2f}"),
+               lab::number(attainable, "{:.2f}", GF), lab::number(m.flops_per_second, "{:.2f}", GF),
+               fmt::format("{:.0f}%", 100 * m.flops_per_second / attainable), bound(roof, intensity),
+               bound(h100, intensity)});
   }
   fmt::print("# of roof over 100%: the op's tensors stayed in cache, which is faster than the memory roof\n");
-  return rows;
+  return table.json();
 }
 
 nlohmann::json print_datasheet_ridges(const std::vector<Measured>& ops) {
   fmt::print("\n# datasheet roofs (dense BF16 tensor peak / HBM bandwidth; NVIDIA H100 and A100 datasheets)\n");
-  fmt::print("{:<6} {:>8} {:>9} {:>7}  {:>26}  {}\n", "gpu", "peak TF", "HBM TB/s", "ridge", "ridge at the sparse peak",
-             "tiny GPT ops memory-bound there");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "gpu", .key = "gpu", .width = 6, .align = lab::Align::left},
+                    {.header = "peak TF", .key = "peak_flops", .width = 8},
+                    {.header = "HBM TB/s", .key = "bandwidth", .width = 9},
+                    {.header = "ridge", .key = "ridge", .width = 7},
+                    {.header = "ridge at the sparse peak", .key = "sparse_ridge", .width = 26, .gap = 2},
+                    {.header = "tiny GPT ops memory-bound there", .key = "memory_bound_ops", .gap = 2}});
+  table.print_header();
   for (const compute::Accelerator& a : compute::accelerators()) {
     int bound = 0;
     for (const Measured& m : ops) bound += a.roof.memory_bound(m.cost.intensity());
     const compute::Roofline sparse{a.sparse_flops, a.roof.bandwidth};
-    fmt::print("{:<6} {:>8.0f} {:>9.2f} {:>7.0f}  {:>26.0f}  {} of {}\n", a.name, a.roof.peak_flops / 1e12,
-               a.roof.bandwidth / 1e12, a.roof.ridge(), sparse.ridge(), bound, ops.size());
-    rows.push_back({{"gpu", a.name}, {"peak_flops", a.roof.peak_flops}, {"bandwidth", a.roof.bandwidth},
-                    {"ridge", a.roof.ridge()}, {"sparse_ridge", sparse.ridge()}, {"memory_bound_ops", bound}});
+    table.add({a.name, lab::number(a.roof.peak_flops, "{:.0f}", 1e12), lab::number(a.roof.bandwidth, "{:.2f}", 1e12),
+               lab::number(a.roof.ridge(), "{:.0f}"), lab::number(sparse.ridge(), "{:.0f}"),
+               {bound, fmt::format("{} of {}", bound, ops.size())}});
   }
-  return rows;
+  return table.json();
 }
 
 // The roofline, log-log, with the ops as points and the datasheet ridges as dashed lines.

@@ -15,8 +15,8 @@
 #include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
+#include "labkit/lab/table.h"
 #include "labkit/output.h"
-#include "labkit/units.h"
 
 namespace ddp_lab {
 
@@ -86,24 +86,28 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
              run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
   fmt::print("(compression changes the averaged gradients, so this run is not checked against one rank: "
              "an uncompressed run on the same batches runs beside it)\n");
-  fmt::print("{:<12} {:>10} {:>10} {:>10} {:>7} {:>9} {:>9} {:>8}\n", "averaging", "bytes/rank", "formula", "traced",
-             "ratio", "T_comm", "T_step", "loss");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "averaging", .key = "compress", .width = 12, .align = lab::Align::left},
+                    {.header = "bytes/rank", .key = "bytes_sent", .width = 10},
+                    {.header = "formula", .key = "bytes_formula", .width = 10},
+                    {.header = "traced", .key = "bytes_traced", .width = 10},
+                    {.header = "ratio", .key = "ratio", .width = 7},
+                    {.header = "T_comm", .key = "t_comm", .width = 9},
+                    {.header = "T_step", .key = "t_step", .width = 9},
+                    {.header = "loss", .key = "loss", .width = 8},
+                    {.key = "ranks"},
+                    {.key = "ranks_agree"}});
+  table.print_header();
   for (const auto& [label, r] : {std::pair{std::string("none"), &plain}, std::pair{name, &compressed}}) {
     const double ratio = double(plain.bytes_sent) / double(r->bytes_sent);
-    fmt::print("{:<12} {:>10} {:>10} {:>10} {:>6.1f}x {:>9} {:>9} {:>8.4f}\n", label, r->bytes_sent,
-               r->bytes_formula, r->bytes_traced, ratio, format_seconds(r->per_step.comm),
-               format_seconds(r->per_step.step), r->losses.back());
-    rows.push_back({{"compress", label}, {"ranks", r->ranks}, {"bytes_sent", r->bytes_sent},
-                    {"bytes_formula", r->bytes_formula}, {"bytes_traced", r->bytes_traced}, {"ratio", ratio},
-                    {"t_comm", r->per_step.comm}, {"t_step", r->per_step.step}, {"loss", r->losses},
-                    {"ranks_agree", r->ranks_agree}});
+    table.add({label, r->bytes_sent, r->bytes_formula, r->bytes_traced, lab::number(ratio, "{:.1f}x"),
+               lab::seconds(r->per_step.comm), lab::seconds(r->per_step.step),
+               {r->losses, fmt::format("{:.4f}", r->losses.back())}, r->ranks, r->ranks_agree});
   }
   fmt::print("{:>4} {:>10} {:>12}\n", "step", "loss none", fmt::format("loss {}", name));
   for (std::size_t s = 0; s < plain.losses.size(); ++s)
     fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
   if (!run_options.trace.empty()) fmt::print("traces, one per row: {}, {}\n", plain_run.trace, compressed_run.trace);
-  lab::write_json(o.json, rows);
+  lab::write_json(o.json, table.json());
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
 
   const bool agree = bytes_agree(plain) && bytes_agree(compressed), same = plain.ranks_agree && compressed.ranks_agree;

@@ -11,6 +11,7 @@
 #include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
+#include "labkit/lab/table.h"
 #include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/topology.h"
@@ -82,21 +83,23 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
              topology.name, link.bandwidth / 1e9, format_seconds(o.step_seconds));
   fmt::print("the reading's estimate: T_comm = 2 (P-1)/P x G / B = {}, efficiency {:.1f}% (no overlap)\n",
              format_seconds(formula), 100 * o.step_seconds / (o.step_seconds + formula));
-  fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>11}\n", "mode", "buckets", "T_compute", "T_comm", "exposed",
-             "T_step", "efficiency");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "mode", .key = "mode", .width = 9, .align = lab::Align::left},
+                    {.header = "buckets", .key = "buckets", .width = 7},
+                    {.header = "T_compute", .key = "t_compute", .width = 10},
+                    {.header = "T_comm", .key = "t_comm", .width = 10},
+                    {.header = "exposed", .key = "exposed", .width = 10},
+                    {.header = "T_step", .key = "t_step", .width = 10},
+                    {.header = "efficiency", .key = "efficiency", .width = 11},
+                    {.key = "formula_t_comm"}});
+  table.print_header();
   std::vector<std::pair<DdpMode, StepTimes>> steps;
   for (DdpMode mode : modes) {
     const auto [t, buckets] = run_meta_step(run_options, model, mode, caps_of(o));
     steps.emplace_back(mode, t);
-    fmt::print("{:<9} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10.1f}%\n", name_of(mode), buckets,
-               format_seconds(t.compute()), format_seconds(t.comm), format_seconds(t.exposed()),
-               format_seconds(t.step), 100 * efficiency(t));
-    rows.push_back({{"mode", name_of(mode)}, {"buckets", buckets}, {"t_compute", t.compute()}, {"t_comm", t.comm},
-                    {"exposed", t.exposed()}, {"t_step", t.step}, {"efficiency", efficiency(t)},
-                    {"formula_t_comm", formula}});
+    table.add({name_of(mode), buckets, lab::seconds(t.compute()), lab::seconds(t.comm), lab::seconds(t.exposed()),
+               lab::seconds(t.step), lab::percent(efficiency(t)), formula});
   }
-  lab::write_json(o.json, rows);
+  lab::write_json(o.json, table.json());
   if (!o.plot.empty())
     plot_step_bars(o.plot, fmt::format("DDP step of {} on {} ranks of {}", o.what_if, p, topology.name), steps);
   return 0;
@@ -134,25 +137,28 @@ int sweep(const Options& o, RunOptions run_options) {
              "on {} topologies ...\n", name, model.parameters() / 1e9, format_seconds(o.step_seconds), o.sweep.from,
              o.sweep.to, topologies.size());
   std::fflush(stdout);
-  fmt::print("{:<10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "topology", "ranks", "T_comm", "comm/comp",
-             "naive", "overlap", "T_step", "exposed");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "topology", .key = "topology", .width = 10, .align = lab::Align::left},
+                    {.header = "ranks", .key = "ranks", .width = 6},
+                    {.header = "T_comm", .key = "t_comm", .width = 10},
+                    {.header = "comm/comp", .key = "comm_to_compute", .width = 10},
+                    {.header = "naive", .key = "naive_efficiency", .width = 10},
+                    {.header = "overlap", .key = "overlap_efficiency", .width = 10},
+                    {.header = "T_step", .key = "overlap_t_step", .width = 10},
+                    {.header = "exposed", .key = "overlap_exposed", .width = 10}});
+  table.print_header();
   for (std::string_view topology : topologies) {
     run_options.topology = std::string(topology);
     for (int p : counts) {
       run_options.ranks = p;
       const StepTimes naive = run_meta_step(run_options, model, DdpMode::naive, caps_of(o)).times;
       const StepTimes overlap = run_meta_step(run_options, model, DdpMode::overlap, caps_of(o)).times;
-      fmt::print("{:<10} {:>6} {:>10} {:>10.3f} {:>9.1f}% {:>9.1f}% {:>10} {:>10}\n", topology, p,
-                 format_seconds(naive.comm), naive.comm / naive.compute(), 100 * efficiency(naive),
-                 100 * efficiency(overlap), format_seconds(overlap.step), format_seconds(overlap.exposed()));
-      rows.push_back({{"topology", topology}, {"ranks", p}, {"t_comm", naive.comm},
-                      {"comm_to_compute", naive.comm / naive.compute()}, {"naive_efficiency", efficiency(naive)},
-                      {"overlap_efficiency", efficiency(overlap)}, {"overlap_t_step", overlap.step},
-                      {"overlap_exposed", overlap.exposed()}});
+      table.add({topology, p, lab::seconds(naive.comm), lab::number(naive.comm / naive.compute(), "{:.3f}"),
+                 lab::percent(efficiency(naive)), lab::percent(efficiency(overlap)), lab::seconds(overlap.step),
+                 lab::seconds(overlap.exposed())});
     }
   }
   fmt::print("(naive, overlap: scaling efficiency T_compute / (T_compute + T_exposed); T_step and exposed: overlap)\n");
+  const nlohmann::json& rows = table.json();
   lab::write_json(o.json, rows);
   if (!o.plot.empty()) {
     std::ostringstream data;
@@ -213,24 +219,27 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   fmt::print("one allreduce of n bytes, fitted on this cluster: a + n b, a = {} per call, 1/b = {:.1f} GB/s\n",
              format_seconds(line.a), 1e-9 / line.b);
   std::fflush(stdout);
-  fmt::print("{:>10} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}\n", "cap MiB", "buckets", "mean bucket", "T_comm",
-             "exposed", "model", "T_step");
-  nlohmann::json rows = nlohmann::json::array();
+  lab::Table table({{.header = "cap MiB", .key = "cap_mib", .width = 10},
+                    {.header = "buckets", .key = "buckets", .width = 8},
+                    {.header = "mean bucket", .width = 11},
+                    {.header = "T_comm", .key = "t_comm", .width = 10},
+                    {.header = "exposed", .key = "exposed", .width = 10},
+                    {.header = "model", .key = "model_exposed", .width = 10},
+                    {.header = "T_step", .key = "t_step", .width = 10}});
+  table.print_header();
   double best_cap = 0, best_exposed = 0;
   for (double cap = o.sweep.from; cap <= o.sweep.to * (1 + 1e-9); cap *= 2) {
     Options at_cap = o;
     at_cap.bucket_mb = cap;
     const auto [t, buckets] = run_meta_step(run_options, model, DdpMode::overlap, caps_of(at_cap));
     const double model_exposed = exposed_communication(buckets, T, G, line);
-    fmt::print("{:>10g} {:>8} {:>11} {:>10} {:>10} {:>10} {:>10}\n", cap, buckets,
-               format_bytes(std::uint64_t(G / buckets)), format_seconds(t.comm), format_seconds(t.exposed()),
-               format_seconds(model_exposed), format_seconds(t.step));
+    table.add({lab::number(cap, "{:g}"), buckets, format_bytes(std::uint64_t(G / buckets)), lab::seconds(t.comm),
+               lab::seconds(t.exposed()), lab::seconds(model_exposed), lab::seconds(t.step)});
     std::fflush(stdout);
-    rows.push_back({{"cap_mib", cap}, {"buckets", buckets}, {"t_comm", t.comm}, {"exposed", t.exposed()},
-                    {"model_exposed", model_exposed}, {"t_step", t.step}});
     if (best_cap == 0 || t.exposed() < best_exposed) best_cap = cap, best_exposed = t.exposed();
   }
   const double k = best_bucket_count(T, G, line);
+  const nlohmann::json& rows = table.json();
   fmt::print("sweep:       least exposed at a {:g} MiB cap: {}\n", best_cap, format_seconds(best_exposed));
   fmt::print("closed form: k* = max((T - G b) / a, sqrt(T / a)) = {:.0f} buckets of G / k* = {:.1f} MiB: {} "
              "exposed\n", k, G / k / (1 << 20), format_seconds(exposed_communication(k, T, G, line)));
@@ -268,17 +277,20 @@ int volume(const Options& o, int ranks) {
   const double link = 200e9;  // the guide's column: 200 GB/s
   fmt::print("DDP communication per step and rank (the reading's 2N x sizeof; exactly 2 (P-1)/P N x sizeof: x{:.3f} "
              "at P = {})\n", 2.0 * (ranks - 1) / ranks / 2, ranks);
-  fmt::print("{:<11} {:>7} {:>10} {:>10} {:>12} {:>15}\n", "model", "params", "fp32 GB", "fp16 GB", "@ 200 GB/s",
-             fmt::format("fp16 GB, P = {}", ranks));
-  nlohmann::json out = nlohmann::json::array();
+  lab::Table table({{.header = "model", .key = "model", .width = 11, .align = lab::Align::left},
+                    {.header = "params", .key = "params", .width = 7},
+                    {.header = "fp32 GB", .key = "fp32_bytes", .width = 10},
+                    {.header = "fp16 GB", .key = "half_bytes", .width = 10},
+                    {.header = "@ 200 GB/s", .key = "seconds_at_200GBps", .width = 12},
+                    {.header = fmt::format("fp16 GB, P = {}", ranks), .key = "exact_half_bytes", .width = 15},
+                    {.key = "ranks"}});
+  table.print_header();
   for (const Row& r : rows) {
     const double fp32 = 2 * r.params * 4, half = 2 * r.params * 2, exact = 2.0 * (ranks - 1) / ranks * r.params * 2;
-    fmt::print("{:<11} {:>6.3g}B {:>10.3g} {:>10.3g} {:>12} {:>15.3g}\n", r.model, r.params / 1e9, fp32 / 1e9,
-               half / 1e9, format_seconds(half / link), exact / 1e9);
-    out.push_back({{"model", r.model}, {"params", r.params}, {"fp32_bytes", fp32}, {"half_bytes", half},
-                   {"seconds_at_200GBps", half / link}, {"exact_half_bytes", exact}, {"ranks", ranks}});
+    table.add({r.model, lab::number(r.params, "{:.3g}B", 1e9), lab::number(fp32, "{:.3g}", 1e9),
+               lab::number(half, "{:.3g}", 1e9), lab::seconds(half / link), lab::number(exact, "{:.3g}", 1e9), ranks});
   }
-  lab::write_json(o.json, out);
+  lab::write_json(o.json, table.json());
   return 0;
 }
 

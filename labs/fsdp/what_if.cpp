@@ -263,12 +263,18 @@ int what_if(const Options& o, RunOptions run_options) {
 namespace {
 
 // The sweep's tables: a row per rank count (and topology), a column per stage.
-// Its JSON has a row per topology, rank count and stage instead (sweep()).
-lab::Table sweep_table(const Options& o, const char* first) {
+// Their JSON has a row per topology, rank count and stage instead: a stage's
+// cells are the printed one (written as `key`), the stage, then one for each
+// of `beside`, written only.
+lab::Table sweep_table(const Options& o, const char* first, const char* key, const std::vector<const char*>& beside) {
   std::vector<lab::Column> columns = {{.header = first, .key = "topology", .width = 10, .align = lab::Align::left},
                                       {.header = "ranks", .key = "ranks", .width = 6}};
-  for (int stage : o.stages)
-    columns.push_back({.header = fmt::format("stage {}", stage), .key = fmt::format("stage_{}", stage), .width = 11});
+  for (int stage : o.stages) {
+    const std::string group = fmt::format("stage {}", stage);
+    columns.push_back({.header = group, .key = key, .width = 11, .group = group});
+    columns.push_back({.key = "stage", .group = group});
+    for (const char* also : beside) columns.push_back({.key = also, .group = group});
+  }
   return lab::Table(columns);
 }
 
@@ -297,38 +303,35 @@ int sweep(const Options& o, RunOptions run_options) {
              topologies.size(), o.seq, o.recompute);
   std::fflush(stdout);
   fmt::print("memory per GPU on {} (the memory lab's estimate; '!': does not fit)\n", gpu.name);
-  lab::Table memory_table = sweep_table(o, " ");
+  lab::Table memory_table = sweep_table(o, " ", "memory_per_gpu", {});
   memory_table.print_header();
   std::map<std::pair<int, int>, memory::Breakdown> per_gpu;  // (ranks, stage): the same on every topology
   for (int p : counts) {
     std::vector<lab::Cell> row = {"", p};
     for (int stage : o.stages) {
       const memory::Breakdown& b = per_gpu[{p, stage}] = memory::estimate(arch, plan_for(o, stage, p), gpu);
-      row.push_back({b.total, format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!")});
+      row.insert(row.end(), {{b.total, format_bytes(std::uint64_t(b.total)) + (b.fits() ? " " : "!")}, stage});
     }
     memory_table.add(row);
   }
   fmt::print("exposed communication per step: T_step less the {} of compute\n", format_seconds(o.step_seconds));
-  lab::Table exposed_table = sweep_table(o, "topology");
+  lab::Table exposed_table = sweep_table(o, "topology", "exposed", {"memory_per_gpu", "fits", "t_step"});
   exposed_table.print_header();
-  nlohmann::json rows = nlohmann::json::array();  // one per topology, rank count and stage
   for (std::string_view topology : topologies) {
     run_options.topology = std::string(topology);
     for (int p : counts) {
       run_options.ranks = p;
-      std::vector<lab::Cell> row = {std::string(topology), p};
+      std::vector<lab::Cell> row = {topology, p};
       for (int stage : o.stages) {
         const double step = meta_step_seconds(o, run_options, arch, stage);
         const memory::Breakdown& b = per_gpu.at({p, stage});
-        row.push_back(lab::seconds(step - o.step_seconds));
-        rows.push_back({{"topology", topology}, {"ranks", p}, {"stage", stage}, {"memory_per_gpu", b.total},
-                        {"fits", b.fits()}, {"t_step", step}, {"exposed", step - o.step_seconds}});
+        row.insert(row.end(), {lab::seconds(step - o.step_seconds), stage, b.total, b.fits(), step});
       }
       exposed_table.add(row);
       std::fflush(stdout);
     }
   }
-  lab::write_json(o.json, rows);
+  lab::write_json(o.json, exposed_table.json());  // a row per topology, rank count and stage
   return 0;
 }
 

@@ -26,7 +26,6 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     train_one_rank(config, data, o.seed, o.steps, B,
                    [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
   });
-  nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<std::string, double>> runs;
   for (const std::string_view name : kScheduleNames) {
     if (!schedule_fits(name, config.layers, o.stages, o.microbatches)) continue;
@@ -39,18 +38,18 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   const double at_scale = lab::timed("timing GPT-3 interleaved, P = 16, M = 128, V = 2, payload-free", [&] {
     what_if(gpt3, run_options, interleaved_schedule(16, 128, 2));
   });
-  // Its JSON names the figures (below); a schedule's row there is its name, not the printed run.
-  lab::Table table = lab::bench_table(44);
+  // Its JSON has a row per schedule (its name, not the printed run) and names the other figures (below).
+  lab::Table table = lab::bench_table(44, {{.key = "schedule"}, {.key = "ratio"}});
+  const lab::Cell none{nullptr, ""};
   table.print_header();
-  table.add({fmt::format("one rank, {} steps of {} sequences", o.steps, B), lab::seconds(one_rank)});
-  for (const auto& [name, wall] : runs) {
-    table.add({fmt::format("{}, {} stages, M = {}", name, o.stages, o.microbatches), lab::seconds(wall)},
+  table.print_row({fmt::format("one rank, {} steps of {} sequences", o.steps, B), lab::seconds(one_rank), none, none});
+  for (const auto& [name, wall] : runs)
+    table.add({fmt::format("{}, {} stages, M = {}", name, o.stages, o.microbatches), lab::seconds(wall), name,
+               wall / one_rank},
               fmt::format("{:.2f}x one rank's (target <= 1.5x)", wall / one_rank));
-    rows.push_back({{"schedule", name}, {"seconds", wall}, {"ratio", wall / one_rank}});
-  }
-  table.add({"GPT-3 interleaved P = 16, M = 128, V = 2", lab::seconds(at_scale)}, "(target < 5 s)");
+  table.print_row({"GPT-3 interleaved P = 16, M = 128, V = 2", lab::seconds(at_scale), none, none}, "(target < 5 s)");
   lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"steps", o.steps},
-                           {"one_rank_seconds", one_rank}, {"schedules", rows},
+                           {"one_rank_seconds", one_rank}, {"schedules", table.json()},
                            {"gpt3_payload_free_seconds", at_scale}});
   return 0;
 }

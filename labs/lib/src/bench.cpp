@@ -15,9 +15,11 @@ double timed(std::string_view what, const std::function<void()>& body) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-Table bench_table(int width) {
-  return Table({{.header = "run", .key = "run", .width = width, .align = Align::left},
-                {.header = "wall", .key = "wall", .width = 10}});
+Table bench_table(int width, std::vector<Column> json_only) {
+  std::vector<Column> columns = {{.header = "run", .width = width, .align = Align::left},
+                                 {.header = "wall", .key = "seconds", .width = 10}};
+  columns.insert(columns.end(), json_only.begin(), json_only.end());
+  return Table(std::move(columns));
 }
 
 }  // namespace labkit::lab

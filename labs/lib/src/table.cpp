@@ -1,5 +1,6 @@
 #include "labkit/lab/table.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "labkit/units.h"
@@ -14,12 +15,17 @@ Cell seconds(double seconds) { return {seconds, format_seconds(seconds)}; }
 
 Cell yes_no(bool holds) { return {holds, holds ? "yes" : "NO"}; }
 
-Table::Table(std::vector<Column> columns, Indent indent) : columns_(std::move(columns)), indent_(std::move(indent)) {}
+Table::Table(std::vector<Column> columns, Indent indent) : columns_(std::move(columns)), indent_(std::move(indent)) {
+  for (const Column& c : columns_)
+    if (!c.group.empty() && std::find(groups_.begin(), groups_.end(), c.group) == groups_.end())
+      groups_.push_back(c.group);
+  if (groups_.empty()) groups_.push_back("");
+}
 
 std::string Table::line(const std::vector<std::string>& texts) const {
   std::size_t printed = 0;  // past the last printed cell with text: empty ones after it print nothing
   for (std::size_t i = 0; i < texts.size(); ++i)
-    if (!columns_[i].header.empty() && !texts[i].empty()) printed = i + 1;
+    if (!columns_[i].header.empty() && (!texts[i].empty() || columns_[i].keep_empty)) printed = i + 1;
   std::string out;
   bool first = true;
   for (std::size_t i = 0; i < printed; ++i) {
@@ -52,11 +58,16 @@ void Table::print_row(std::vector<Cell> row, std::string_view note) const {
 
 void Table::add(std::vector<Cell> row, std::string_view note) {
   check(row);
-  nlohmann::json object = nlohmann::json::object();
-  for (std::size_t i = 0; i < row.size(); ++i)
-    if (!columns_[i].key.empty() && !row[i].value.is_null()) object[columns_[i].key] = std::move(row[i].value);
+  for (const std::string& group : groups_) {
+    nlohmann::json object = nlohmann::json::object();
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const Column& c = columns_[i];
+      if (!c.key.empty() && (c.group.empty() || c.group == group) && !row[i].value.is_null())
+        object[c.key] = row[i].value;
+    }
+    rows_.push_back(std::move(object));
+  }
   print_row(std::move(row), note);
-  rows_.push_back(std::move(object));
 }
 
 }  // namespace labkit::lab

@@ -7,6 +7,9 @@
 //   lab::Table table = lab::bench_table(44);
 //   table.print_header();                               // run           wall
 //   table.add({"8 simulated ranks", lab::seconds(many)}, fmt::format("{:.2f}x the one-rank run", many / one));
+//
+// Its JSON is each added row's wall time ("seconds"), with the columns a lab
+// adds to it (JSON-only ones: a schedule's name, a ratio).
 #pragma once
 
 #include <functional>
@@ -20,7 +23,8 @@ namespace labkit::lab {
 double timed(std::string_view what, const std::function<void()>& body);
 
 // The table of a --bench: each run, named in `width` columns, and its wall time;
-// a row's note gives the ratio it promises beside its target.
-Table bench_table(int width);
+// a row's note gives the ratio it promises beside its target. `json_only`
+// columns follow them, a cell each in every row.
+Table bench_table(int width, std::vector<Column> json_only = {});
 
 }  // namespace labkit::lab

@@ -11,13 +11,19 @@
 // A cell is a value for the JSON and the text printed for it (by default the
 // value in fmt's "{}"): a loss column prints the last loss and writes the curve.
 // A null value leaves its key out of that row's JSON (a "-" where nothing was
-// measured); empty cells at the end of a row print nothing, not even spaces.
+// measured); empty cells at the end of a row print nothing, not even spaces,
+// unless their column keeps them (a note column that printed "  {}" always).
 //
 // A table under its title line is indented ({.rows = "  "}), one whose header is
 // a comment for gnuplot and the shell starts it with "# " ({.header = "# ",
 // .rows = "  "}); a row may end with a note, two spaces after its last cell
 // ("1.32x stage 0's (target <= 1.5x)"); a total or a heading between rows is
 // printed (print_row) but kept out of the JSON.
+//
+// A row that prints a column per stage (a sweep: a row per rank count, the
+// stages side by side) writes an object per stage, in "long" form as pandas'
+// melt would: each column of a `group` goes into that group's object, beside
+// every column of none ({"ranks": 8, "stage": 3, "exposed": 0.02}).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +44,8 @@ struct Column {
   int width = 0;       // printed width; 0: as wide as its text (a last column)
   Align align = Align::right;
   int gap = 1;         // spaces before it (none before the first)
+  std::string group;   // the JSON object it goes into, one per group in a row; empty: every one of them
+  bool keep_empty = false;  // an empty cell at the end of a row still prints its gap and width
 };
 
 struct Cell {
@@ -57,6 +65,11 @@ struct Cell {
 template <class T>
 Cell number(T value, std::string_view spec) {
   return {value, fmt::format(fmt::runtime(spec), value)};
+}
+// A number printed in `unit`s ("{:.1f}" of bytes with unit 1e6: megabytes), written whole.
+template <class T>
+Cell number(T value, std::string_view spec, double unit) {
+  return {value, fmt::format(fmt::runtime(spec), double(value) / unit)};
 }
 // A share printed as a percentage ("18.3%"), written as the share (0.183).
 Cell percent(double share);
@@ -83,7 +96,7 @@ class Table {
   void add(std::vector<Cell> row, std::string_view note = {});
   // Prints the row as add() does, and keeps it out of json().
   void print_row(std::vector<Cell> row, std::string_view note = {}) const;
-  // Every row so far, an object each, keyed by the columns' keys.
+  // Every row so far, an object each (one per group where columns have one), keyed by the columns' keys.
   const nlohmann::json& json() const { return rows_; }
 
  private:
@@ -91,6 +104,7 @@ class Table {
   void check(const std::vector<Cell>& row) const;
 
   std::vector<Column> columns_;
+  std::vector<std::string> groups_;  // the columns' groups in order; one "" where none has a group
   Indent indent_;
   nlohmann::json rows_ = nlohmann::json::array();
 };
