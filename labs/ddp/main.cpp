@@ -18,6 +18,7 @@
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
 #include "labkit/lab/option_checks.h"
+#include "labkit/lab/training_options.h"
 
 using namespace ddp_lab;
 
@@ -55,9 +56,8 @@ int main(int argc, char** argv) {
   return lab::run_main(app, argc, argv, [&] {
     if (!o.plot.empty() && (o.volume || o.bench))
       throw Error(fmt::format("--plot {}: --volume and --bench draw no plot", o.plot));
-    if (run_options.payload_free && o.what_if.empty() && o.sweep.over.empty())
-      throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are --what-if's and "
-                  "--sweep's)");
+    if (o.what_if.empty() && o.sweep.over.empty())
+      lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
     if (o.volume) return volume(o, run_options.ranks);
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));

@@ -10,6 +10,7 @@
 #include "fsdp.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/topology.h"
 
@@ -83,9 +84,7 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
 }
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {
-  if (run_options.payload_free)
-    throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are --what-if's and "
-                "--sweep's)");
+  lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
   if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
     throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                             o.batch, run_options.ranks));

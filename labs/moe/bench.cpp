@@ -9,7 +9,6 @@
 
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
-#include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "moe.h"
 
@@ -21,11 +20,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
                                             "simulated ranks", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep),
                                 [&] { r = train(o, run_options, data, config, false); });
   if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
-  SgdMomentum sgd{.lr = o.lr};
-  const double dense = lab::timed("timing the same on the dense tiny GPT on one rank", [&] {
-    train_one_rank(config, data, o.seed, o.steps, o.batch,
-                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
-  });
+  const double dense = lab::timed("timing the same on the dense tiny GPT on one rank",
+                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr); });
   lab::Table table({{.header = "run", .key = "run", .width = 34, .align = lab::Align::left},
                     {.header = "wall", .key = "wall", .width = 10},
                     {.header = "a step", .key = "step", .width = 10},

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/moe_gpt.h"
 #include "labkit/parallel/training_loop.h"
@@ -144,7 +145,7 @@ void check_options(const Options& o, const RunOptions& run_options, const CLI::A
   check(m, o.ep);  // the MoE layer's own rules (parallel/moe.h), before any rank starts: top-k, ep, capacity
   if (o.batch % o.ep)
     throw Error(fmt::format("--batch {}: it does not split into {} equal shares, one a rank (--ep)", o.batch, o.ep));
-  if (run_options.payload_free) throw Error("--payload-free: the tiny GPT computes with real values");
+  lab::refuse_payload_free(run_options.payload_free, {"--what-if"});
   if (run_options.backend == "nccl")
     throw Error("--backend nccl: the MoE layer keeps its tokens and experts in host memory (sim or mpi for now)");
   if (run_options.backend == "sim" && app.count("--ranks") && run_options.ranks != o.ep)

@@ -11,7 +11,6 @@
 
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
-#include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "pipeline.h"
 
@@ -21,11 +20,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   // The one-rank baseline is the lab's first work, outside any rank: where its ranks would start.
   if (before_ranks_start) before_ranks_start(run_options);
   const int B = o.batch_or_default();
-  SgdMomentum sgd{.lr = o.lr};
-  const double one_rank = lab::timed("timing one rank", [&] {
-    train_one_rank(config, data, o.seed, o.steps, B,
-                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
-  });
+  const double one_rank =
+      lab::timed("timing one rank", [&] { train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr); });
   std::vector<std::pair<std::string, double>> runs;
   for (const std::string_view name : kScheduleNames) {
     if (!schedule_fits(name, config.layers, o.stages, o.microbatches)) continue;

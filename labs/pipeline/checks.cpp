@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/memory.h"
 #include "pipeline.h"
 
@@ -26,8 +27,7 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
   if (!tiny) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (tiny && o.seq) throw Error("--seq goes with --what-if; the tiny GPT trains on its context of " +
                                  std::to_string(config.max_seq));
-  if (tiny && run_options.payload_free)
-    throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are --what-if's)");
+  if (tiny) lab::refuse_payload_free(run_options.payload_free, {"--what-if"});
   if ((L / P) % V != 0)
     throw Error(o.virtual_stages
                     ? fmt::format("--virtual {}: a stage's {} layers do not cut into {} equal chunks", V, L / P, V)

@@ -139,11 +139,8 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       return step.loss;
     });
     if (compare) {
-      const std::vector<float>& one_rank = training.one_rank([&] {
-        SgdMomentum one_sgd{.lr = o.lr};
-        return train_one_rank(config, data, o.seed, o.steps, B,
-                              [&](std::span<float> w, std::span<const float> g) { one_sgd.update(w, g); });
-      });
+      const std::vector<float>& one_rank =
+          training.one_rank([&] { return train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr); });
       training.versus_one_rank(relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()));
     }
     const StageSummary mine{step.start, step.end, step.activation_sets,

@@ -9,18 +9,14 @@
 
 #include "labkit/lab/bench.h"
 #include "labkit/lab/output.h"
-#include "labkit/optim.h"
 #include "labkit/parallel/equivalence.h"
 #include "tp.h"
 
 namespace tp_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  SgdMomentum sgd{.lr = o.lr};
-  const double dense = lab::timed("timing the dense model on one rank", [&] {
-    train_one_rank(config, data, o.seed, o.steps, o.batch,
-                   [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
-  });
+  const double dense = lab::timed("timing the dense model on one rank",
+                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr); });
   const double split = lab::timed("timing the same steps on the simulated tensor-parallel ranks",
                              [&] { train(o, run_options, data, config, false); });
   // Its JSON is one object of both runs, not the table's rows.

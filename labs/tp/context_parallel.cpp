@@ -122,7 +122,13 @@ void read_trace(LayoutRun& out, const Trace& trace, double backward_started) {
   }
 }
 
-LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const AttentionShape& s) {
+// The attention --cp splits: all the tiny GPT's heads over the whole batch and sequence.
+AttentionShape whole_attention(const Options& o, const GptConfig& config) {
+  return {.B = o.batch, .T = o.seq ? o.seq : config.max_seq, .C = config.channels, .NH = config.heads};
+}
+
+LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_options, const GptConfig& config) {
+  const AttentionShape s = whole_attention(o, config);
   run_options.keep_trace = true;
   LayoutRun out;
   out.layout = layout;
@@ -131,12 +137,10 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
   DenseAttention dense;
   double backward_started = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
+    // Under mpirun -np gives the ranks, so the check the command line made on the simulator happens here.
+    if (const std::string no = mesh_refusal(o, comm.size(), "-np", config); !no.empty())
+      throw Error(fmt::format("{}: {}", comm.who(), no));
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
-    // Under mpirun -np gives the ranks, so the checks the command line made on the simulator happen here.
-    if (tp < 1 || comm.size() % (tp * o.cp) != 0 || s.NH % tp != 0 || s.B % (comm.size() / (tp * o.cp)) != 0)
-      throw Error(fmt::format("{}: tp --cp {}: {} ranks do not split into tp {} x cp {} groups of whole heads ({}) "
-                              "and equal shares of the batch ({})", comm.who(), o.cp, comm.size(), tp, o.cp, s.NH,
-                              s.B));
     Mesh mesh(comm, {{"dp", comm.size() / (tp * o.cp)}, {"cp", o.cp}, {"tp", tp}});
     const MeshCoord at = mesh.coord();
     const AttentionShape mine{.B = s.B / mesh.size("dp"), .T = s.T, .C = s.C / tp, .NH = s.NH / tp};
@@ -243,14 +247,15 @@ void add_context_parallel_options(CLI::App& app, Options& o) {
       ->check(cli::at_least(1));
 }
 
-int context_parallel(const Options& o, const RunOptions& run_options, const AttentionShape& s) {
+int context_parallel(const Options& o, const RunOptions& run_options, const GptConfig& config) {
+  const AttentionShape s = whole_attention(o, config);
   const bool payload = !run_options.payload_free;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();
   std::vector<LayoutRun> runs;
   for (const SequenceLayout layout : {SequenceLayout::contiguous, SequenceLayout::zigzag}) {
     if (o.bench) fmt::print("running the {} layout ...\n", name_of(layout)), std::fflush(stdout);
-    runs.push_back(run_layout(layout, o, run_options, s));
+    runs.push_back(run_layout(layout, o, run_options, config));
   }
   const double wall = std::chrono::duration<double>(Clock::now() - started).count();
   if (runs[0].forward_seconds.empty()) return 0;  // a process of mpirun that ran another rank than 0

@@ -52,10 +52,7 @@ int main(int argc, char** argv) {
     if (run_options.backend == "nccl")
       throw Error("--backend nccl: the tensor-parallel model keeps its slices in host memory (sim or mpi for now)");
     check_options(o, run_options, config);
-    if (o.cp)
-      return context_parallel(o, run_options,
-                              {.B = o.batch, .T = o.seq ? o.seq : config.max_seq, .C = config.channels,
-                               .NH = config.heads});
+    if (o.cp) return context_parallel(o, run_options, config);
     if (!o.what_if.empty()) return what_if(o, run_options);
     if (o.bench) return bench(o, run_options, data, config);
     return tensor_parallel(o, run_options, data, config);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "labkit/error.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "tp.h"
 
@@ -20,9 +21,7 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
     throw Error("--seq goes with --cp or --what-if; the tensor-parallel GPT trains on its context of " +
                 std::to_string(config.max_seq));
   if (!o.what_if.empty()) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
-  if (run_options.payload_free && o.what_if.empty())
-    throw Error("--payload-free: the tensor-parallel GPT computes with real values (payload-free runs are --cp's "
-                "and --what-if's)");
+  if (o.what_if.empty()) lab::refuse_payload_free(run_options.payload_free, {"--cp", "--what-if"});
   if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
     if (run_options.ranks_given)
       throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
@@ -50,22 +49,27 @@ void check_context_parallel(const Options& o, const RunOptions& run_options, con
   if (!run_options.payload_free && seq > 4096)
     throw Error(fmt::format("--seq {}: dense attention to check against holds B x heads x {}^2 scores; above 4096 "
                             "add --payload-free", seq, seq));
-  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks
-  if (o.cp > ranks) throw Error(fmt::format("--cp {} is more ranks than --ranks {}", o.cp, ranks));
-  const int tp = o.tp ? o.tp : ranks / o.cp;
-  if (std::int64_t(tp) * o.cp > ranks)
-    throw Error(fmt::format("--tp {} x --cp {} = {} ranks, more than --ranks {}", tp, o.cp, tp * o.cp, ranks));
-  if (ranks % (tp * o.cp) != 0)
-    throw Error(fmt::format("--ranks {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp "
-                            "grid are data-parallel copies of it)", ranks, tp, o.cp, tp * o.cp));
-  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
-    throw Error(fmt::format("--tp {}: {}", tp, no));
-  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
-    throw Error(fmt::format("--batch {}: the {} data-parallel copies (--ranks {} over tp {} x cp {}) each take an "
-                            "equal share of it", o.batch, dp, ranks, tp, o.cp));
+  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks: each rank checks them
+  if (const std::string no = mesh_refusal(o, ranks, "--ranks", config); !no.empty()) throw Error(no);
 }
 
 }  // namespace
+
+std::string mesh_refusal(const Options& o, int ranks, std::string_view given_by, const GptConfig& config) {
+  if (o.cp > ranks) return fmt::format("--cp {} is more ranks than {} {}", o.cp, given_by, ranks);
+  const int tp = o.tp ? o.tp : ranks / o.cp;
+  if (std::int64_t(tp) * o.cp > ranks)
+    return fmt::format("--tp {} x --cp {} = {} ranks, more than {} {}", tp, o.cp, tp * o.cp, given_by, ranks);
+  if (ranks % (tp * o.cp) != 0)
+    return fmt::format("{} {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp grid are "
+                       "data-parallel copies of it)", given_by, ranks, tp, o.cp, tp * o.cp);
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
+    return fmt::format("--tp {}: {}", tp, no);
+  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
+    return fmt::format("--batch {}: the {} data-parallel copies ({} {} over tp {} x cp {}) each take an equal share "
+                       "of it", o.batch, dp, given_by, ranks, tp, o.cp);
+  return "";
+}
 
 void check_options(const Options& o, const RunOptions& run_options, const GptConfig& config) {
   if (o.cp)

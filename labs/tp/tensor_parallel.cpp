@@ -170,11 +170,8 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       return loss;
     });
     if (compare) {  // one rank, the whole model: the weights every rank's slice must equal
-      const std::vector<float>& dense = training.one_rank([&] {
-        SgdMomentum dense_sgd{.lr = o.lr};
-        return train_one_rank(config, data, o.seed, o.steps, o.batch,
-                              [&](std::span<float> w, std::span<const float> g) { dense_sgd.update(w, g); });
-      });
+      const std::vector<float>& dense =
+          training.one_rank([&] { return train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr); });
       training.versus_one_rank(relative_difference(model.parameters().to_host(), model.slice_of_dense(dense)));
     }
     if (comm.rank() != 0) return;

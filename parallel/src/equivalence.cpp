@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "labkit/optim.h"
 #include "labkit/parallel/sampler.h"
 
 namespace labkit {
@@ -13,6 +14,13 @@ std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data
     update({m.parameters().data(), m.parameter_count()}, {m.gradients().data(), m.parameter_count()});
   };
   return train_one_rank(model, data, seed, steps, batch, whole, reversed).weights;
+}
+
+std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
+                                      int batch, float lr) {
+  SgdMomentum sgd{.lr = lr};
+  return train_one_rank(config, data, seed, steps, batch,
+                        [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
 }
 
 OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed, int steps, int batch,

@@ -1,6 +1,9 @@
 #include "labkit/lab/training_options.h"
 
+#include <fmt/format.h>
+
 #include "labkit/cli.h"
+#include "labkit/error.h"
 
 namespace labkit::lab {
 
@@ -15,6 +18,14 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
   app.add_option("--seed", o.seed, words.seed)->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
   app.add_option("--json", o.json, words.json)->check(cli::output_file());
   if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);
+}
+
+void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies) {
+  if (!payload_free) return;
+  std::string runs;
+  for (std::size_t i = 0; i < studies.size(); ++i)
+    runs += (i == 0 ? "" : i + 1 == studies.size() ? " and " : ", ") + studies[i] + "'s";
+  throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are " + runs + ")");
 }
 
 }  // namespace labkit::lab

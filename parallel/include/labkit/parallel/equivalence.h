@@ -65,6 +65,11 @@ using OptimizerUpdate = std::function<void(std::span<float> params, std::span<co
 std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
                                   int batch, const OptimizerUpdate& update, bool reversed = false);
 
+// The same, stepped by SGD with momentum at `lr` (labkit::SgdMomentum): the
+// optimizer the tensor-parallel, pipeline and MoE GPTs train with.
+std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
+                                      int batch, float lr);
+
 // The same loop on a model the caller built (on any device), stepped by an
 // optimizer that takes the whole model (LARS and LAMB read its layers);
 // returns its first step's gradients beside its last weights.

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
@@ -40,5 +41,10 @@ struct TrainingWords {
 
 // Adds --steps, --batch, --lr, --seed, --json and --bench, with `o`'s values as their defaults.
 void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words);
+
+// The tiny GPT computes with real values, so --payload-free (`payload_free`)
+// on its run is an error that names the lab's runs that take it, `studies`
+// (its options: {"--what-if", "--sweep"}).
+void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies);
 
 }  // namespace labkit::lab
