@@ -9,6 +9,7 @@
 
 #include <fmt/ranges.h>
 
+#include "labkit/device.h"
 #include "labkit/output.h"
 #include "labkit/units.h"
 
@@ -27,6 +28,21 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
   return {[parse = std::move(parse)](std::string& text) -> std::string {
             try {
               parse(text);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          ""};
+}
+
+CLI::Validator timed_device() {
+  return {[](std::string& text) -> std::string {
+            if (text == "fenced")
+              return "fenced: the fenced device opens and closes its memory around every op, slow on purpose to "
+                     "test the GPU's path; time cpu or cuda";
+            try {
+              parse_device(text);
               return "";
             } catch (const std::exception& e) {
               return e.what();

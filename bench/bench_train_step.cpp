@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   cli::one_line_errors(app);
   std::string device_name = "cpu", dump, json;
   int batch = 8, steps = 50, warmup = 5, vocab = 32;
-  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str()->check(cli::parsed_by(parse_device));
+  app.add_option("--device", device_name, "cpu or cuda")->capture_default_str()->check(cli::timed_device());
   app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--steps", steps, "timed steps (the median is reported)")
       ->capture_default_str()->check(cli::at_least(1));

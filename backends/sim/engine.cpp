@@ -1,12 +1,12 @@
 #include "engine.h"
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
+#include "labkit/scratch.h"
 #include "labkit/units.h"
 #include "native_collectives.h"
 #include "sim_comm.h"
@@ -345,12 +345,14 @@ void Engine::share_bandwidth(double at) {
 // The bytes land when the message is delivered: whichever end first sees the
 // operation complete copies them, before either side can touch its buffer again.
 // (A run stopped at time t therefore shows exactly the messages delivered by t.)
+// The copy is the device's that holds either buffer (copy_local): ranks that
+// share a GPU send from its memory to its memory, as NCCL's P2P does.
 void Engine::deliver(std::int64_t id) {
   P2P& op = ops_[id];
   if (op.delivered) return;
   P2P& other = ops_[op.partner];
   const P2P &s = op.is_send ? op : other, &r = op.is_send ? other : op;
-  if (options_.payload && s.buf.data && r.buf.data && s.buf.bytes()) std::memcpy(r.buf.data, s.buf.data, s.buf.bytes());
+  if (options_.payload) copy_local(r.buf, s.buf);
   op.delivered = other.delivered = true;
 }
 

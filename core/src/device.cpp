@@ -44,8 +44,8 @@ constexpr Device kCpu = {
     .synchronize = [] {},
     .holds = [](const void*) { return true; },
     .copy = host_copy,
-    .reduce = reduce_local,
-    .divide = divide_local,
+    .reduce = reduce_on_host,
+    .divide = divide_on_host,
     .encoder_forward = ops::encoder_forward<float>,
     .encoder_backward = ops::encoder_backward<float>,
     .matmul_forward = ops::matmul_forward<float>,
@@ -68,10 +68,18 @@ constexpr Device kCpu = {
 DeviceKind parse_device(const std::string& name) {
   if (name == "cpu") return DeviceKind::cpu;
   if (name == "cuda") return DeviceKind::cuda;
-  throw std::invalid_argument("unknown device '" + name + "' (cpu, cuda)");
+  if (name == "fenced") return DeviceKind::fenced;
+  throw std::invalid_argument("unknown device '" + name + "' (cpu, cuda, fenced)");
 }
 
-const Device& device(DeviceKind kind) { return kind == DeviceKind::cpu ? kCpu : cuda_device(); }
+const Device& device(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu: return kCpu;
+    case DeviceKind::cuda: return cuda_device();
+    case DeviceKind::fenced: return fenced_device();
+  }
+  return kCpu;
+}
 
 namespace {
 std::atomic<bool> gpu_memory_allocated = false;
@@ -81,7 +89,13 @@ void note_gpu_memory() { gpu_memory_allocated = true; }
 
 const Device& device_of(const void* p) {
   if (gpu_memory_allocated && p && cuda_device().holds(p)) return cuda_device();
+  if (fenced_device().holds(p)) return fenced_device();
   return kCpu;
+}
+
+const Device& device_of(const void* a, const void* b) {
+  const Device& d = device_of(a);
+  return d.kind != DeviceKind::cpu ? d : device_of(b);
 }
 
 }  // namespace labkit

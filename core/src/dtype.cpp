@@ -97,7 +97,10 @@ void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::si
                             "std::vector's) while {} holds {} values of {}: nothing would be reduced",
                             in ? "inout" : "in", in ? "in" : "inout", count, name_of(dtype)));
   if (!in || !inout) return;
-  if (const Device& d = device_of(inout); d.kind != DeviceKind::cpu) return d.reduce(op, dtype, in, inout, count);
+  device_of(inout, in).reduce(op, dtype, in, inout, count);
+}
+
+void reduce_on_host(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   switch (dtype) {
     case DType::f32: return reduce_typed(op, static_cast<const float*>(in), static_cast<float*>(inout), count);
     case DType::f64: return reduce_typed(op, static_cast<const double*>(in), static_cast<double*>(inout), count);
@@ -109,8 +112,10 @@ void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::si
 }
 
 void divide_local(DType dtype, void* inout, std::size_t count, int divisor) {
-  if (const Device& d = device_of(inout); inout && d.kind != DeviceKind::cpu) return d.divide(dtype, inout, count, divisor);
-  if (!inout) return;
+  if (inout) device_of(inout).divide(dtype, inout, count, divisor);
+}
+
+void divide_on_host(DType dtype, void* inout, std::size_t count, int divisor) {
   switch (dtype) {
     case DType::f32: return divide_typed(static_cast<float*>(inout), count, divisor);
     case DType::f64: return divide_typed(static_cast<double*>(inout), count, divisor);

@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   app.add_flag("--ccr", ccr, "the communication-to-computation ratio of data parallelism, and its ridge");
   app.add_flag("--roofline", roofline, "measure this machine's roofs and time the tiny GPT's ops against them");
   app.add_option("--device", device, "--roofline: cpu, or cuda (a GPU)")
-      ->capture_default_str()->check(cli::parsed_by(labkit::parse_device));
+      ->capture_default_str()->check(cli::timed_device());
   app.add_option("--batch", batch, "--roofline: sequences of 32 tokens (large: the tensors outgrow the caches)")
       ->capture_default_str()->check(cli::in_range(1, 16384));
   app.add_option("--plot", plot, "--roofline: draw it, ops as points, SVG or PNG (gnuplot)")->check(cli::figure_file());

@@ -37,7 +37,6 @@ struct Options : lab::TrainingOptions {
   std::string optimizer = "adamw";
   int warmup = 0;   // steps of linear learning-rate warmup
   double clip = 0;  // clip the gradients' global norm to this (0: never)
-  std::string device = "cpu";
   std::string what_if;       // a model preset: its payload-free step instead of the tiny GPT
   double step_seconds = 2;   // --what-if: compute per step
   bool volume = false;

@@ -45,9 +45,6 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::at_least(0));
   app.add_option("--clip", o.clip, "clip the gradients' global norm to this (0: never)")
       ->capture_default_str()->check(cli::at_least(0.0));
-  app.add_option("--device", o.device, "where each rank's model trains: cpu, or cuda (a GPU; with --backend nccl "
-                                       "the allreduces run there too)")
-      ->capture_default_str()->check(cli::parsed_by(parse_device));
   add_what_if_options(app, o);
   app.add_option("--plot", o.plot, "draw to this SVG or PNG (gnuplot): each mode's step as stacked bars; with "
                                    "--sweep its curves, with --compress both loss curves")->check(cli::figure_file());

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
                                      .json = "also write the tables as JSON to this file",
                                      .bench = "time the simulation: the MoE GPT's steps on --ep ranks against the "
                                               "dense tiny GPT's on one (target 2x); with --what-if the layer's wall "
-                                              "time"});
+                                              "time",
+                                     .device = ""});
   add_what_if_options(app, o);
   app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)")
       ->check(cli::figure_file());

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   lab::add_training_options(app, o, {.batch = "", .lr = "learning rate (SGD, momentum 0.9)",
                                      .bench = "time the simulation itself: every schedule's steps on --stages "
                                               "simulated ranks against one rank's on the same batches, then GPT-3's "
-                                              "interleaved step at P = 16, M = 128, payload-free"});
+                                              "interleaved step at P = 16, M = 128, payload-free",
+                                     .device = ""});
   app.add_option("--batch", o.batch, "sequences per step (default: two per micro-batch)")
       ->check(cli::in_range(1, 4096));
   app.add_option("--layers", o.layers, "the tiny GPT's layers")->capture_default_str()->check(cli::in_range(1, 64));

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
   lab::add_training_options(app, o, {.batch = "sequences per step, the same on every rank",
                                      .lr = "learning rate (SGD, momentum 0.9)",
                                      .bench = "time the simulation itself: the tensor-parallel steps on --ranks "
-                                              "simulated ranks against the dense model's on one"});
+                                              "simulated ranks against the dense model's on one",
+                                     .device = ""});
   lab::add_what_if(app, o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor parallelism "
                                    "inside a node and across nodes, payload-free");
   add_context_parallel_options(app, o);

@@ -30,11 +30,9 @@ int main(int argc, char** argv) {
   app.add_option("--model", o.model, "tiny-gpt")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
   lab::add_training_options(app, o, {.lr = "AdamW learning rate", .seed = "initialisation and corpus",
-                                     .json = "also write the loss curve as JSON"});
+                                     .json = "also write the loss curve as JSON", .device = "where the model trains"});
   app.add_option("--print-every", o.print_every, "steps between loss lines")
       ->capture_default_str()->check(cli::at_least(1));
-  app.add_option("--device", o.device, "where the model trains: cpu, or cuda (a GPU)")
-      ->capture_default_str()->check(cli::parsed_by(parse_device));
   app.add_option("--checkpoint", o.checkpoint, "the file --checkpoint-every writes and --resume reads")
       ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every, "save the run every N steps and after the last")
@@ -46,6 +44,8 @@ int main(int argc, char** argv) {
     if (app.count("--checkpoint") && !o.checkpoint_every && !o.resume)
       throw Error(fmt::format("--checkpoint {}: nothing writes or reads it without --checkpoint-every or --resume",
                               o.checkpoint));
+    if (o.mfu && o.device == "fenced")
+      throw Error("--mfu --device fenced: the fenced device is slow on purpose (a test's); measure cpu or cuda");
     return train(o, run_options);
   });
 }

@@ -102,7 +102,8 @@ void train_steps(Comm& comm, const Options& o, Gpt& model, AdamW& adamw, const D
 void print_summary(Comm& comm, const Options& o, const RunOptions& run, const Gpt& model, int ran, double wall) {
   const int tokens = o.batch * model.config().max_seq;
   fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}; {} on the simulated {}\n", ran, tokens,
-             ran * tokens / wall, o.device == "cpu" ? "CPU" : "GPU", format_seconds(comm.now()), run.topology);
+             ran * tokens / wall, o.device == "cuda" ? "GPU" : o.device == "fenced" ? "CPU, fenced" : "CPU",
+             format_seconds(comm.now()), run.topology);
   std::string held;
   for (MemoryUse use : kMemoryUses)
     held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));

@@ -97,6 +97,10 @@ CLI::Validator one_of(const std::string& what, const std::vector<std::string>& n
 // good when `parse` accepts it, and its message says why not.
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
+// A device whose speed is measured (--roofline, --mfu, bench step): cpu or
+// cuda. The fenced device is refused by name: it is slow on purpose, a test's.
+CLI::Validator timed_device();
+
 // A byte count in labkit::parse_bytes's form (1024, 64K, 1M, 2G), at least `min` bytes.
 CLI::Validator byte_size(std::uint64_t min = 0);
 

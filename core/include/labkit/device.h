@@ -1,8 +1,9 @@
-// Where memory lives and where the ops run: the CPU, or an NVIDIA GPU. A Device
-// is a table of functions, filled once per device (core/src/device.cpp for the
-// CPU, core/src/ops_cuda.cu for CUDA), so the modules and the GPT are written
-// once and run on either: the same code path as llm.c's train_gpt2.c and
-// train_gpt2.cu, without keeping two copies of the model.
+// Where memory lives and where the ops run: the CPU, an NVIDIA GPU, or the
+// fenced device that stands in for one where there is none. A Device is a
+// table of functions, filled once per device (core/src/device.cpp for the CPU,
+// core/src/ops_cuda.cu for CUDA, core/src/fenced_device.cpp), so the modules
+// and the GPT are written once and run on any: the same code path as llm.c's
+// train_gpt2.c and train_gpt2.cu, without keeping two copies of the model.
 #pragma once
 
 #include <cstddef>
@@ -13,14 +14,18 @@
 
 namespace labkit {
 
-enum class DeviceKind { cpu, cuda };
-DeviceKind parse_device(const std::string& name);  // "cpu" or "cuda"
+// fenced: host memory the host cannot touch, opened only inside the device's
+// own ops (the CPU's kernels), so host code that reads device memory stops with
+// the allocation named, as on a GPU it would crash or read garbage: how a
+// machine without a GPU tests the path a GPU takes (fenced_device.cpp).
+enum class DeviceKind { cpu, cuda, fenced };
+DeviceKind parse_device(const std::string& name);  // "cpu", "cuda" or "fenced"
 
 struct Device {
   DeviceKind kind;
   const char* name;
 
-  // Memory: allocate is zero-filled; copies take bytes, either side host memory.
+  // Memory: allocate is zero-filled; copies take bytes, the other side host memory.
   void* (*allocate)(std::size_t bytes);
   void (*release)(void* p);
   void (*copy_from_host)(void* dst, const void* src, std::size_t bytes);
@@ -28,7 +33,8 @@ struct Device {
   void (*zero)(void* p, std::size_t bytes);
   void (*synchronize)();  // wait until every op issued so far has finished
   // What the collective algorithms need when their buffers live here: is p
-  // this device's memory, a copy within it, and reduce_local (dtype.h) on it.
+  // this device's memory, a copy within it or between it and the host (either
+  // way), and reduce_local (dtype.h) on it.
   bool (*holds)(const void* p);
   void (*copy)(void* dst, const void* src, std::size_t bytes);
   void (*reduce)(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count);
@@ -63,8 +69,12 @@ const Device& device(DeviceKind kind);  // the CUDA one throws if this build or 
 // The device whose memory p points into: the CPU unless GPU memory was ever
 // allocated in this process and p is in it (so host-only runs never ask CUDA).
 const Device& device_of(const void* p);
+// The device that holds either buffer (`a`'s where both are off the host): where
+// a copy or a reduction between them runs.
+const Device& device_of(const void* a, const void* b);
 void note_gpu_memory();  // called by the CUDA device's allocate
 const Device& cuda_device();            // in ops_cuda.cu, or no_cuda.cpp in a build without CUDA
+const Device& fenced_device();          // in fenced_device.cpp
 bool cuda_available();                  // built with CUDA, and a GPU is present
 
 }  // namespace labkit

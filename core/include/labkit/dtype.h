@@ -65,8 +65,13 @@ template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
 // and sent on, in bf16. Adding in float and rounding once gives the correctly
 // rounded bf16 sum (float's 24 bits are enough for the double rounding to be
 // harmless), where adding in 8-bit arithmetic would lose bits on every step.
+// Either buffer on a device sends the call there (device_of), which refuses
+// the other where it is host memory.
 void reduce_local(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count);
 void divide_local(DType dtype, void* inout, std::size_t count, int divisor);
+// The same on host memory: the CPU device's, and the fenced device's inside its fence.
+void reduce_on_host(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count);
+void divide_on_host(DType dtype, void* inout, std::size_t count, int divisor);
 
 // Element i of a buffer of dtype, read as a double or written from one (rounded
 // to the dtype): for checks and printing, where the element type is data.

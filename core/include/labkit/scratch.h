@@ -21,9 +21,9 @@ struct Chunk {
 Chunk chunk_range(std::size_t count, int parts, int i);
 
 // Helpers the algorithms share. Both respect payload-free views (null data),
-// and work where the buffers live: host memory, or a GPU's under NCCL.
+// and work where the buffers live: host memory, or a device's (either side).
 inline void copy_local(View to, View from) {
-  if (to.data && from.data && from.bytes()) device_of(to.data).copy(to.data, from.data, from.bytes());
+  if (to.data && from.data && from.bytes()) device_of(to.data, from.data).copy(to.data, from.data, from.bytes());
 }
 
 // A temporary buffer of `count` elements of like.dtype: real memory when `like`

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "labkit/cli.h"
+#include "labkit/device.h"
 #include "labkit/error.h"
 
 namespace labkit::lab {
@@ -16,6 +17,13 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
   CLI::Option* lr = app.add_option("--lr", o.lr, words.lr)->check(cli::above(0.0f));
   if (!words.lr_says_its_default) lr->capture_default_str();
   app.add_option("--seed", o.seed, words.seed)->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  if (!words.device.empty())
+    app.add_option("--device", o.device, words.device + ": cpu; cuda (a GPU: the simulator's ranks share it, "
+                                                        "--backend nccl gives each its own); or fenced (the CPU's "
+                                                        "kernels on memory the host cannot touch: the GPU's path, "
+                                                        "tested without one)")
+        ->capture_default_str()
+        ->check(cli::parsed_by(parse_device));
   app.add_option("--json", o.json, words.json)->check(cli::output_file());
   if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);
 }

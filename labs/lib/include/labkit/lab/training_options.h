@@ -23,6 +23,7 @@ struct TrainingOptions {
   int batch = 8;
   float lr = 0.1f;
   std::uint64_t seed = 1337;
+  std::string device = "cpu";  // where each rank's tensors live and its ops run (labkit::parse_device)
   std::string json;   // also write the lab's tables as JSON to this file
   bool bench = false;  // time the simulation instead
 };
@@ -37,9 +38,10 @@ struct TrainingWords {
   std::string seed = "initialisation, corpus and sampling";
   std::string json = "also write the table as JSON to this file";
   std::string bench;
+  std::string device = "where each rank's model trains";  // the devices follow; "" leaves --device out
 };
 
-// Adds --steps, --batch, --lr, --seed, --json and --bench, with `o`'s values as their defaults.
+// Adds --steps, --batch, --lr, --seed, --device, --json and --bench, with `o`'s values as their defaults.
 void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words);
 
 // The tiny GPT computes with real values, so --payload-free (`payload_free`)

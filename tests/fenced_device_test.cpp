@@ -1,0 +1,105 @@
+// The fenced device (core/src/fenced_device.cpp): its ops compute what the
+// CPU's do, bit for bit, and host code that touches its memory is stopped with
+// the allocation named, as a GPU would crash on it.
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "labkit/device.h"
+#include "labkit/error.h"
+#include "labkit/gpt.h"
+#include "labkit/optim.h"
+#include "labkit/scratch.h"
+#include "labkit/tensor.h"
+
+namespace labkit {
+namespace {
+
+using ::testing::HasSubstr;
+
+// What a host loop over a tensor's data() does on a GPU, planted on purpose.
+float read_on_the_host(const float* p, int i) { return *(static_cast<const volatile float*>(p) + i); }
+
+// BLAS keeps threads: the death tests re-run the binary rather than fork it.
+class FencedDeviceDeathTest : public ::testing::Test {
+ protected:
+  void SetUp() override { GTEST_FLAG_SET(death_test_style, "threadsafe"); }
+};
+
+TEST_F(FencedDeviceDeathTest, AHostReadOfItsMemoryStopsNamingTheAllocationAndTheByte) {
+  const Tensor t({16}, DeviceKind::fenced);
+  EXPECT_DEATH(read_on_the_host(t.data(), 3),
+               "fenced device: the host read from fenced allocation #[0-9]+ \\(64 bytes\\) at byte 12, outside the "
+               "device's ops");
+}
+
+TEST_F(FencedDeviceDeathTest, AHostWriteIsStoppedToo) {
+  Tensor t({4}, DeviceKind::fenced);
+  EXPECT_DEATH(std::memset(t.data(), 0, 8), "the host wrote to fenced allocation #[0-9]+ \\(16 bytes\\) at byte 0");
+}
+
+TEST(FencedDevice, IsNeitherTheHostNorIndexableFromIt) {
+  Tensor t({4}, DeviceKind::fenced);
+  EXPECT_FALSE(t.on_host());
+  EXPECT_EQ(&device_of(t.data()), &device(DeviceKind::fenced));
+  EXPECT_EQ(&device_of(std::vector<float>(4).data()), &device(DeviceKind::cpu));
+  EXPECT_THROW(t[0], std::logic_error);
+}
+
+TEST(FencedDevice, CopiesCrossTheFenceEitherWay) {
+  const std::vector<float> values = {1, 2, 3, 4};
+  Tensor t = Tensor::from_host(values, {4}, DeviceKind::fenced);
+  EXPECT_EQ(t.to_host(), values);
+  EXPECT_EQ(t.clone().to_host(), values);
+  std::vector<float> back(4);
+  copy_local(view_of(std::span(back)), {t.data(), 4});  // device to host: the fenced side's copy, not a memcpy
+  EXPECT_EQ(back, values);
+  const std::vector<float> twos(4, 2.0f);
+  reduce_local(ReduceOp::sum, DType::f32, Tensor::from_host(twos, {4}, DeviceKind::fenced).data(), t.data(), 4);
+  EXPECT_EQ(t.to_host(), (std::vector<float>{3, 4, 5, 6}));
+  t.zero();
+  EXPECT_EQ(t.to_host(), std::vector<float>(4));
+}
+
+TEST(FencedDevice, AnOpHandedHostMemoryNamesTheOpAndTheArgument) {
+  const Device& fenced = device(DeviceKind::fenced);
+  Tensor inp({2, 3}, DeviceKind::fenced), weight({4, 3}, DeviceKind::fenced);
+  std::vector<float> out_on_the_host(8);
+  try {
+    fenced.matmul_forward(out_on_the_host.data(), inp.data(), weight.data(), nullptr, 2, 3, 4);
+    FAIL() << "matmul_forward ran on host memory";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fenced device: matmul_forward was handed host memory as its argument 1"));
+  }
+  std::vector<float> host(4);
+  EXPECT_THROW(reduce_local(ReduceOp::sum, DType::f32, host.data(), inp.data(), 4), Error);
+}
+
+// The fence changes where memory may be read, not what is computed: the same
+// kernels, so the same bits, step after step.
+TEST(FencedDevice, TheGptTrainsToTheCpusWeightsBitForBit) {
+  const GptConfig config{.max_seq = 16, .vocab = 20, .layers = 2, .heads = 4, .channels = 32};
+  Gpt on_cpu(config, 7), fenced(config, 7, DeviceKind::fenced);
+  AdamW cpu_adamw, fenced_adamw;
+  std::vector<int> x(4 * 16), y(4 * 16);
+  for (int step = 0; step < 3; ++step) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = int((i * 7 + step) % 20);
+      y[i] = int((i * 5 + 3 * step) % 20);
+    }
+    EXPECT_EQ(fenced.forward(x, y, 4, 16), on_cpu.forward(x, y, 4, 16)) << "step " << step;
+    on_cpu.zero_grad();
+    fenced.zero_grad();
+    on_cpu.backward();
+    fenced.backward();
+    cpu_adamw.update(on_cpu.parameters(), on_cpu.gradients());
+    fenced_adamw.update(fenced.parameters(), fenced.gradients());
+  }
+  EXPECT_EQ(fenced.parameters().to_host(), on_cpu.parameters().to_host());
+}
+
+}  // namespace
+}  // namespace labkit
