@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <fmt/ranges.h>
 
@@ -37,18 +38,12 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
 }
 
 CLI::Validator timed_device() {
-  return {[](std::string& text) -> std::string {
-            if (text == "fenced")
-              return "fenced: the fenced device opens and closes its memory around every op, slow on purpose to "
-                     "test the GPU's path; time cpu or cuda";
-            try {
-              parse_device(text);
-              return "";
-            } catch (const std::exception& e) {
-              return e.what();
-            }
-          },
-          ""};
+  return parsed_by([](const std::string& text) {
+    if (text == "fenced")
+      throw std::invalid_argument("fenced: the fenced device opens and closes its memory around every op, slow on "
+                                  "purpose to test the GPU's path; time cpu or cuda");
+    parse_device(text);
+  });
 }
 
 CLI::Validator byte_size(std::uint64_t min) {

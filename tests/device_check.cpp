@@ -51,7 +51,12 @@ std::vector<Check> checks(bool nccl) {
     out.push_back({"ddp", fmt::format("--ranks {} --batch 16 --steps 5", ranks), ranks});
   out.push_back({"ddp", "--ranks 4 --batch 16 --steps 5 --optimizer sgd --clip 1 --accum 2", 4});
   out.push_back({"ddp", "--ranks 4 --batch 16 --steps 5 --compress powersgd:2", 4});
-  if (nccl) out.push_back({"ddp", "--batch 16 --steps 5", 1, true});
+  for (const int ranks : {2, 4, 8})
+    out.push_back({"fsdp", fmt::format("--ranks {} --batch 16 --steps 5", ranks), ranks});
+  out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --hsdp 2", 4});
+  out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --stage 3 --hpz 2 --prefetch both", 4});
+  if (nccl)
+    for (const char* lab : {"ddp", "fsdp"}) out.push_back({lab, "--batch 16 --steps 5", 1, true});
   return out;
 }
 

@@ -78,6 +78,23 @@ TEST(FencedDevice, AnOpHandedHostMemoryNamesTheOpAndTheArgument) {
   EXPECT_THROW(reduce_local(ReduceOp::sum, DType::f32, host.data(), inp.data(), 4), Error);
 }
 
+// SGD and clipping run where the gradients are: the same bits as on the host.
+TEST(FencedDevice, SgdAndClippingRunOnTheDeviceAsOnTheHost) {
+  std::vector<float> w(100), g(100);
+  for (int i = 0; i < 100; ++i) w[i] = 0.01f * float(i), g[i] = 0.5f - 0.013f * float(i);
+  Tensor fenced_w = Tensor::from_host(w, {100}, DeviceKind::fenced);
+  Tensor fenced_g = Tensor::from_host(g, {100}, DeviceKind::fenced);
+  SgdMomentum on_host{.lr = 0.1f}, on_device{.lr = 0.1f};
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(clip_by_global_norm(fenced_g, 0.5), clip_by_global_norm(g, 0.5));
+    on_host.update(w, g);
+    on_device.update(fenced_w, fenced_g);
+  }
+  EXPECT_EQ(fenced_g.to_host(), g);
+  EXPECT_EQ(fenced_w.to_host(), w);
+  EXPECT_EQ(on_device.velocity.device().kind, DeviceKind::fenced);
+}
+
 // The fence changes where memory may be read, not what is computed: the same
 // kernels, so the same bits, step after step.
 TEST(FencedDevice, TheGptTrainsToTheCpusWeightsBitForBit) {

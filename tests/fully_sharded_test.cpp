@@ -70,7 +70,7 @@ ShardedRun train_sharded(int ranks, int stage, ShardingOptions options = {}, con
     for (int s = 0; s < kSteps; ++s) {
       zero.forward_backward(rows_of(tokens(s, 0), c.rank() * rows, rows), rows_of(tokens(s, 1), c.rank() * rows, rows),
                             rows, kConfig.max_seq);
-      zero.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+      zero.step([&](View w, View g) { sgd.update(w, g); });
     }
     out.weights[c.rank()] = zero.gather_parameters();
     if (c.rank() == 0)
@@ -469,7 +469,7 @@ TEST(FullyShardedGpt, SendsTwoNThenThreeNParametersWorth) {
       const int rows = kBatch / ranks;
       zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows), rows_of(tokens(0, 1), c.rank() * rows, rows),
                             rows, kConfig.max_seq);
-      zero.step([](std::span<float>, std::span<const float>) {});
+      zero.step([](View, View) {});
     });
     std::uint64_t bytes = 0, gathers = 0;
     for (const TraceEvent& e : run.trace->tracks()[0].events)

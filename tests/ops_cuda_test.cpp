@@ -178,6 +178,24 @@ TEST_F(CudaOps, ResidualAndAdamW) {
 
 // The whole model: the GPT on the GPU computes what the GPT on the CPU does,
 // starting from the same weights, through several AdamW steps.
+TEST_F(CudaOps, SgdFillScaleAndSumOfSquares) {
+  const long n = 5000;
+  auto w = random(n, 11), g = random(n, 12), v = random(n, 13);
+  OnGpu<float> gw(w), gg(g), gv(v);
+  cpu::sgd_momentum_update(w.data(), v.data(), g.data(), n, 0.1f, 0.9f);
+  gpu::sgd_momentum_update(gw.ptr, gv.ptr, gg.ptr, n, 0.1f, 0.9f);
+  expect_close(gw.host(), w, "sgd_momentum_update: weights");
+  expect_close(gv.host(), v, "sgd_momentum_update: velocity");
+  const double squares = cpu::sum_of_squares(g.data(), n);
+  EXPECT_NEAR(gpu::sum_of_squares(gg.ptr, n), squares, 1e-12 * squares);
+  cpu::scale(g.data(), 0.25f, n);
+  gpu::scale(gg.ptr, 0.25f, n);
+  expect_close(gg.host(), g, "scale");
+  cpu::fill(g.data(), 7.0f, n - 1);
+  gpu::fill(gg.ptr, 7.0f, n - 1);
+  expect_close(gg.host(), g, "fill");
+}
+
 TEST_F(CudaOps, GptTrainsTheSameOnBothDevices) {
   using labkit::DeviceKind;
   const labkit::GptConfig config{.max_seq = 16, .vocab = 20, .layers = 2, .heads = 4, .channels = 32};

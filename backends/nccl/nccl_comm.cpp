@@ -122,6 +122,7 @@ void NcclComm::launch() {
   std::vector<OnDevice> buffers;
   buffers.reserve(posted_.size());
   for (const Posted& p : posted_) buffers.emplace_back(p.buf, p.is_send);
+  after_compute();
   check(ncclGroupStart(), who(), "ncclGroupStart");
   for (std::size_t i = 0; i < posted_.size(); ++i) {
     const Posted& p = posted_[i];
@@ -137,6 +138,15 @@ void NcclComm::launch() {
     if (!posted_[i].is_send) buffers[i].out();
   posted_.clear();
   launched_ = next_id_;
+}
+
+// NCCL's stream starts after the work queued on the compute stream so far: a
+// send or a collective reads what a kernel wrote, as PyTorch's process groups
+// order their NCCL streams. (The compute after it waits on the host, which
+// synchronizes with the stream before it hands a buffer back.)
+void NcclComm::after_compute() {
+  check(cudaEventRecord(inputs_ready_, cudaStreamLegacy), who(), "cudaEventRecord");
+  check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), who(), "cudaStreamWaitEvent");
 }
 
 // Polls rather than blocking, so that a send nobody receives stops the run with
@@ -158,10 +168,7 @@ std::string_view NcclComm::run_native(const CollectiveCall& c) { return wait_nat
 
 std::int64_t NcclComm::start_native(const CollectiveCall& c) {
   NativePending pending{c.op, now(), nullptr, [] {}};
-  // The collective reads what the compute stream wrote: it starts after the work
-  // queued there so far, as PyTorch's process groups order their NCCL streams.
-  check(cudaEventRecord(inputs_ready_, cudaStreamLegacy), who(), "cudaEventRecord");
-  check(cudaStreamWaitEvent(stream_, inputs_ready_, 0), who(), "cudaStreamWaitEvent");
+  after_compute();
   const Counts counts = info(c.op).counts;
   const bool has_send = counts != Counts::in_place && counts != Counts::none;
   const OnDevice send(has_send ? c.send : View{}, true), recv(c.recv, true);

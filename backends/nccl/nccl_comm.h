@@ -55,12 +55,13 @@ class NcclComm final : public mpi::MpiComm {
     std::function<void()> copy_out;
   };
   void launch();                      // the posted sends and receives, as one group
+  void after_compute();               // NCCL's stream waits for the compute stream's work so far
   // Wait for the stream (or only for `event` on it), or fail after the deadlock timeout.
   void synchronize(std::string_view what, cudaEvent_t event = nullptr) const;
 
   ncclComm_t nccl_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cudaEvent_t inputs_ready_ = nullptr;  // recorded on the compute stream before each collective
+  cudaEvent_t inputs_ready_ = nullptr;  // recorded on the compute stream before each collective and send
   std::vector<Posted> posted_;
   std::map<std::int64_t, NativePending> natives_;
   std::int64_t next_native_ = 0;

@@ -62,6 +62,10 @@ constexpr Device kCpu = {
     .crossentropy_forward = ops::crossentropy_forward<float>,
     .crossentropy_softmax_backward = ops::crossentropy_softmax_backward<float>,
     .adamw_update = ops::adamw_update,
+    .sgd_momentum_update = ops::sgd_momentum_update,
+    .fill = ops::fill,
+    .scale = ops::scale,
+    .sum_of_squares = ops::sum_of_squares,
 };
 }  // namespace
 

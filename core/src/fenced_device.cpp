@@ -251,6 +251,10 @@ constexpr Device kFenced = {
     .crossentropy_softmax_backward =
         opened<"crossentropy_softmax_backward", ops::crossentropy_softmax_backward<float>>,
     .adamw_update = opened<"adamw_update", ops::adamw_update>,
+    .sgd_momentum_update = opened<"sgd_momentum_update", ops::sgd_momentum_update>,
+    .fill = opened<"fill", ops::fill>,
+    .scale = opened<"scale", ops::scale>,
+    .sum_of_squares = opened<"sum_of_squares", ops::sum_of_squares>,
 };
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "labkit/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -267,6 +268,25 @@ void adamw_update(float* params, float* master, const float* grads, float* m, fl
     weight -= s.lr * ((m[i] / s.correct1) / (std::sqrt(v[i] / s.correct2) + s.eps) + s.weight_decay * weight);
     if (s.bf16_weights) params[i] = round_to_bf16(weight);
   }
+}
+
+void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum) {
+  for (long i = 0; i < n; ++i) {
+    velocity[i] = momentum * velocity[i] + grads[i];
+    params[i] -= lr * velocity[i];
+  }
+}
+
+void fill(float* out, float value, long n) { std::fill_n(out, n, value); }
+
+void scale(float* inout, float factor, long n) {
+  for (long i = 0; i < n; ++i) inout[i] *= factor;
+}
+
+double sum_of_squares(const float* in, long n) {
+  double sum = 0;
+  for (long i = 0; i < n; ++i) sum += double(in[i]) * in[i];
+  return sum;
 }
 
 // The models run in float; the gradient checks in double.

@@ -252,6 +252,38 @@ __global__ void adamw_kernel(float* params, float* master, const float* grads, f
   weight -= s.lr * ((m[i] / s.correct1) / (sqrtf(v[i] / s.correct2) + s.eps) + s.weight_decay * weight);
   if (s.bf16_weights) params[i] = round_to_bf16(weight);
 }
+
+__global__ void sgd_momentum_kernel(float* params, float* velocity, const float* grads, long n, float lr,
+                                    float momentum) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  velocity[i] = momentum * velocity[i] + grads[i];
+  params[i] -= lr * velocity[i];
+}
+
+__global__ void fill_kernel(float* out, float value, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+__global__ void scale_kernel(float* inout, float factor, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) inout[i] *= factor;
+}
+
+// Each block sums its squares in double in shared memory (a tree), then adds
+// its sum to *out: atomicAdd on double, sm_60 and newer.
+__global__ void sum_of_squares_kernel(double* out, const float* in, long n) {
+  __shared__ double partial[kThreads];
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  partial[threadIdx.x] = i < n ? double(in[i]) * in[i] : 0.0;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) atomicAdd(out, partial[0]);
+}
 }  // namespace
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
@@ -372,6 +404,37 @@ void adamw_update(float* params, float* master, const float* grads, float* m, fl
   launched("adamw_update");
 }
 
+void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum) {
+  sgd_momentum_kernel<<<blocks(n), kThreads>>>(params, velocity, grads, n, lr, momentum);
+  launched("sgd_momentum_update");
+}
+
+void fill(float* out, float value, long n) {
+  if (n == 0) return;
+  fill_kernel<<<blocks(n), kThreads>>>(out, value, n);
+  launched("fill");
+}
+
+void scale(float* inout, float factor, long n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks(n), kThreads>>>(inout, factor, n);
+  launched("scale");
+}
+
+// The one number that comes back: copied to the host, which waits for it.
+double sum_of_squares(const float* in, long n) {
+  if (n == 0) return 0;
+  double* sum = nullptr;
+  check(cudaMalloc(&sum, sizeof(double)), "cudaMalloc");
+  check(cudaMemset(sum, 0, sizeof(double)), "cudaMemset");
+  sum_of_squares_kernel<<<blocks(n), kThreads>>>(sum, in, n);
+  launched("sum_of_squares");
+  double host = 0;
+  check(cudaMemcpy(&host, sum, sizeof(double), cudaMemcpyDeviceToHost), "sum_of_squares to the host");
+  cudaFree(sum);
+  return host;
+}
+
 }  // namespace labkit::ops::cuda
 
 namespace labkit {
@@ -485,6 +548,10 @@ const Device kCuda = [] {
   d.crossentropy_forward = crossentropy_forward;
   d.crossentropy_softmax_backward = crossentropy_softmax_backward;
   d.adamw_update = adamw_update;
+  d.sgd_momentum_update = ops::cuda::sgd_momentum_update;
+  d.fill = ops::cuda::fill;
+  d.scale = ops::cuda::scale;
+  d.sum_of_squares = ops::cuda::sum_of_squares;
   return d;
 }();
 }  // namespace

@@ -11,6 +11,17 @@ namespace {
 void check_sizes(std::size_t params, std::size_t grads) {
   if (params != grads) throw std::invalid_argument("optimizer: parameters and gradients differ in size");
 }
+
+// The device both views are on, checked.
+const Device& device_of_views(View params, View grads) {
+  check_sizes(params.count, grads.count);
+  if (params.dtype != DType::f32 || grads.dtype != DType::f32)
+    throw std::invalid_argument("optimizer: parameters and gradients are f32 views");
+  const Device& d = device_of(params.data);
+  if (device_of(grads.data).kind != d.kind)
+    throw std::invalid_argument("optimizer: parameters and gradients on different devices");
+  return d;
+}
 }  // namespace
 
 void AdamW::update(Tensor& params, const Tensor& grads) {
@@ -23,6 +34,11 @@ void AdamW::update(Tensor& params, const Tensor& grads) {
 void AdamW::update(std::span<float> params, std::span<const float> grads) {
   check_sizes(params.size(), grads.size());
   update(device(DeviceKind::cpu), params.data(), grads.data(), params.size());
+}
+
+void AdamW::update_views(View params, View grads) {
+  update(device_of_views(params, grads), static_cast<float*>(params.data), static_cast<const float*>(grads.data),
+         params.count);
 }
 
 void AdamW::update(const Device& d, float* params, const float* grads, std::size_t n) {
@@ -48,14 +64,28 @@ void AdamW::update(const Device& d, float* params, const float* grads, std::size
   d.adamw_update(params, master.size() ? master.data() : nullptr, grads, m.data(), v.data(), long(n), s);
 }
 
+void SgdMomentum::update(Tensor& params, const Tensor& grads) {
+  check_sizes(params.size(), grads.size());
+  if (params.device().kind != grads.device().kind)
+    throw std::invalid_argument("optimizer: parameters and gradients on different devices");
+  update(params.device(), params.data(), grads.data(), params.size());
+}
+
 void SgdMomentum::update(std::span<float> params, std::span<const float> grads) {
   check_sizes(params.size(), grads.size());
-  if (velocity.empty()) velocity.assign(params.size(), 0.0f);
-  if (velocity.size() != params.size()) throw std::invalid_argument("optimizer: called on a different set of parameters");
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    velocity[i] = momentum * velocity[i] + grads[i];
-    params[i] -= lr * velocity[i];
-  }
+  update(device(DeviceKind::cpu), params.data(), grads.data(), params.size());
+}
+
+void SgdMomentum::update_views(View params, View grads) {
+  update(device_of_views(params, grads), static_cast<float*>(params.data), static_cast<const float*>(grads.data),
+         params.count);
+}
+
+void SgdMomentum::update(const Device& d, float* params, const float* grads, std::size_t n) {
+  if (velocity.size() == 0) velocity = Tensor({n}, d.kind);
+  if (velocity.size() != n || velocity.device().kind != d.kind)
+    throw std::invalid_argument("optimizer: called on a different set of parameters");
+  d.sgd_momentum_update(params, velocity.data(), grads, long(n), lr, momentum);
 }
 
 namespace {
@@ -113,16 +143,23 @@ void Lamb::update(std::span<float> params, std::span<const float> grads, std::sp
   }
 }
 
-double clip_by_global_norm(std::span<float> grads, double max_norm, const std::function<double(double)>& sum_over_ranks) {
-  double squared = 0;
-  for (float g : grads) squared += double(g) * g;
+namespace {
+double clip_by_global_norm(const Device& d, float* grads, std::size_t n, double max_norm,
+                           const std::function<double(double)>& sum_over_ranks) {
+  double squared = d.sum_of_squares(grads, long(n));
   if (sum_over_ranks) squared = sum_over_ranks(squared);
   const double total = std::sqrt(squared);
-  if (total > max_norm) {
-    const float scale = float(max_norm / total);
-    for (float& g : grads) g *= scale;
-  }
+  if (total > max_norm) d.scale(grads, float(max_norm / total), long(n));
   return total;
+}
+}  // namespace
+
+double clip_by_global_norm(std::span<float> grads, double max_norm, const std::function<double(double)>& sum_over_ranks) {
+  return clip_by_global_norm(device(DeviceKind::cpu), grads.data(), grads.size(), max_norm, sum_over_ranks);
+}
+
+double clip_by_global_norm(Tensor& grads, double max_norm, const std::function<double(double)>& sum_over_ranks) {
+  return clip_by_global_norm(grads.device(), grads.data(), grads.size(), max_norm, sum_over_ranks);
 }
 
 }  // namespace labkit

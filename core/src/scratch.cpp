@@ -3,11 +3,22 @@
 #include <map>
 #include <mutex>
 
+#include <fmt/format.h>
+
+#include "labkit/error.h"
+
 namespace labkit {
 
 Chunk chunk_range(std::size_t count, int parts, int i) {
   const std::size_t base = count / parts, extra = count % parts, index = i;
   return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+}
+
+void fill_local(View v, float value) {
+  if (!v.data || !v.count) return;
+  if (v.dtype != DType::f32)
+    throw Error(fmt::format("fill_local: a view of {} {}; it fills f32 views", v.count, name_of(v.dtype)));
+  device_of(v.data).fill(static_cast<float*>(v.data), value, long(v.count));
 }
 
 // The scratch pool: free buffers by device and capacity. A buffer is held by

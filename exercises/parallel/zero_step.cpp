@@ -20,8 +20,8 @@
 namespace labkit {
 
 void zero_step(Comm& comm, View grads, View grad_shard, View param_shard, View params, const ShardUpdate& update) {
-  // TODO: reduce_scatter grads (avg) into grad_shard; update(param_shard, grad_shard)
-  //       as spans of floats; then unshard param_shard into params.
+  // TODO: reduce_scatter grads (avg) into grad_shard; update(param_shard, grad_shard);
+  //       then unshard param_shard into params.
   (void)comm, (void)grads, (void)grad_shard, (void)param_shard, (void)params, (void)update;
 }
 

@@ -55,7 +55,9 @@ int main(int argc, char** argv) {
       throw Error(fmt::format("--plot {}: --volume and --bench draw no plot", o.plot));
     if (o.what_if.empty() && o.sweep.over.empty())
       lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
-    if (o.volume) return volume(o, run_options.ranks);
+    else
+      lab::refuse_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
+    if (o.volume) return lab::refuse_device(o, "--volume computes a formula"), volume(o, run_options.ranks);
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
     const bool compressing = o.compress.kind != Compression::none;

@@ -38,13 +38,12 @@ struct Optimizer {
 
   void update(Gpt& model) {
     adamw.lr = sgd.lr = lars.lr = lamb.lr = warmup_lr(lr, ++steps, warmup);
-    if (name == "adamw" && clip == 0) return adamw.update(model.parameters(), model.gradients());
-    // The rest works in host memory: a model on a GPU goes there and back.
+    if (clip > 0) clip_by_global_norm(model.gradients(), clip);  // DDP: every rank holds the whole gradient
+    if (name == "adamw") return adamw.update(model.parameters(), model.gradients());
+    if (name == "sgd") return sgd.update(model.parameters(), model.gradients());
+    // LARS and LAMB work in host memory, layer by layer: a model on a device goes there and back.
     std::vector<float> params = model.parameters().to_host(), grads = model.gradients().to_host();
-    if (clip > 0) clip_by_global_norm(grads, clip);  // DDP: every rank holds the whole gradient
     const std::vector<ParameterRange> layers = model.backward_order();
-    if (name == "adamw") adamw.update(params, grads);
-    if (name == "sgd") sgd.update(params, grads);
     if (name == "lars") lars.update(params, grads, layers);
     if (name == "lamb") lamb.update(params, grads, layers);
     model.device().copy_from_host(model.parameters().data(), params.data(), params.size() * sizeof(float));

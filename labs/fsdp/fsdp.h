@@ -70,11 +70,11 @@ struct Optimizer {
   SgdMomentum sgd;
   AdamW adamw;
   explicit Optimizer(const Options& o) : name(o.optimizer), sgd{.lr = o.lr}, adamw{.lr = o.lr} {}
-  void update(std::span<float> params, std::span<const float> grads) {
+  void update(View params, View grads) {  // where the model lives
     if (name == "sgd") return sgd.update(params, grads);
     adamw.update(params, grads);
   }
-  std::size_t state_bytes() const { return name == "sgd" ? sgd.velocity.size() * sizeof(float) : adamw.state_bytes(); }
+  std::size_t state_bytes() const { return name == "sgd" ? sgd.velocity.bytes() : adamw.state_bytes(); }
   const char* estimator_name() const { return name == "sgd" ? "momentum" : "adamw"; }  // memory::optimizers()
 };
 

@@ -40,8 +40,7 @@ int main(int argc, char** argv) {
                                      .lr_says_its_default = true,
                                      .seed = "initialisation, corpus and shuffling",
                                      .bench = "time the simulation itself: stage 3 against stage 0 on the tiny GPT, "
-                                              "and a payload-free 70B stage-3 step on 1024 ranks",
-                                     .device = ""});
+                                              "and a payload-free 70B stage-3 step on 1024 ranks"});
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")
       ->capture_default_str()->check(cli::one_of("optimizer", {"sgd", "adamw"}));
   add_what_if_options(app, o);

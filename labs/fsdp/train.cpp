@@ -133,7 +133,7 @@ void read_trace(const Trace& trace, double first, double last, int steps, StageR
 // FLOPs per parameter this rank updates; its state is sized at the first.
 void optimizer_step(Comm& comm, FullyShardedGpt& sharded, const Gpt& model, Optimizer& optimizer, int s) {
   const double started = comm.now();
-  sharded.step([&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); });
+  sharded.step([&](View w, View g) { optimizer.update(w, g); });
   if (s == 0) comm.track_memory(MemoryUse::optimizer, std::int64_t(optimizer.state_bytes()));
   comm.record_compute("optimizer", started, 12.0 * double(sharded.stage() == 0 ? model.parameter_count()
                                                                                : sharded.shard_parameters().size()));
@@ -152,7 +152,8 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
     if (o.batch % comm.size() != 0)
       fail(comm.who(), "fsdp", "--batch {} does not split over {} ranks: each rank takes batch / ranks sequences",
            o.batch, comm.size());
-    Gpt model(config, o.seed);  // the same seed: every rank starts from the same weights, and keeps its shard
+    // The same seed: every rank starts from the same weights, and keeps its shard.
+    Gpt model(config, o.seed, parse_device(o.device));
     FullyShardedGpt sharded(comm, model, stage, sharding_at(o, stage, quantized));
     Optimizer optimizer(o);
     // This rank's part of each global batch, forward and backward, then its optimizer step.
@@ -180,10 +181,10 @@ StageRun train(const Options& o, RunOptions run_options, int stage, const Sequen
 }
 
 std::vector<float> train_one_rank(const Options& o, const Sequences& data, const GptConfig& config, bool reversed) {
+  Gpt model(config, o.seed, parse_device(o.device));  // on the ranks' device: the same kernels
   Optimizer optimizer(o);
-  return labkit::train_one_rank(config, data, o.seed, o.steps, o.batch,
-                                [&](std::span<float> w, std::span<const float> g) { optimizer.update(w, g); },
-                                reversed);
+  const auto step = [&](Gpt& m) { optimizer.update(view_of(m.parameters()), view_of(m.gradients())); };
+  return labkit::train_one_rank(model, data, o.seed, o.steps, o.batch, step, reversed).weights;
 }
 
 }  // namespace fsdp_lab

@@ -29,7 +29,7 @@ void shard_of(View full, View shard, int rank) {
   const std::size_t begin = std::min(full.count, std::size_t(rank) * shard.count);
   const std::size_t end = std::min(full.count, begin + shard.count);
   copy_local(shard.slice(0, end - begin), full.slice(begin, end - begin));
-  if (shard.data) std::fill_n(static_cast<float*>(shard.data) + (end - begin), shard.count - (end - begin), 0.0f);
+  fill_local(shard.slice(end - begin, shard.count - (end - begin)), 0.0f);
   // END EXERCISE
 }
 

@@ -20,12 +20,11 @@
 namespace labkit {
 
 void zero_step(Comm& comm, View grads, View grad_shard, View param_shard, View params, const ShardUpdate& update) {
-  // BEGIN EXERCISE: reduce_scatter grads (avg) into grad_shard; update(param_shard, grad_shard)
-  //       as spans of floats; then unshard param_shard into params.
+  // BEGIN EXERCISE: reduce_scatter grads (avg) into grad_shard; update(param_shard, grad_shard);
+  //       then unshard param_shard into params.
   // STUB: (void)comm, (void)grads, (void)grad_shard, (void)param_shard, (void)params, (void)update;
   comm.reduce_scatter(grads, grad_shard, ReduceOp::avg);
-  update({static_cast<float*>(param_shard.data), param_shard.count},
-         {static_cast<const float*>(grad_shard.data), grad_shard.count});
+  update(param_shard, grad_shard);
   unshard(comm, param_shard, params);
   // END EXERCISE
 }

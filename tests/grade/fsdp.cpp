@@ -59,7 +59,7 @@ std::string check_equal_to_one_rank(int p, int stage) {
     FullyShardedGpt sharded(c, model, stage);
     SgdMomentum sgd{.lr = 0.05f};
     sharded.forward_backward(shard(batch(0), c.rank()), shard(batch(1), c.rank()), rows, kT);
-    sharded.step([&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+    sharded.step([&](View w, View g) { sgd.update(w, g); });
     got[c.rank()] = sharded.gather_parameters();
   });
   if (!run.error.empty()) return run.error;
@@ -172,14 +172,15 @@ TEST(zero_step, UpdatesItsShardOnceAndGathersEveryShard) {
           got[c.rank()].assign(n, -1.0f);
           int calls = 0;
           zero_step(c, view_of(grads), view_of(grad_shard), view_of(param_shard), view_of(got[c.rank()]),
-                    [&](std::span<float> w, std::span<const float> g) {
+                    [&](View w, View g) {
                       ++calls;
-                      if (w.size() != layout.shard || g.size() != layout.shard) {
+                      if (w.count != layout.shard || g.count != layout.shard) {
                         wrong[c.rank()] = fmt::format("rank {}'s update saw {} parameters and {} gradients; its shard "
-                                                      "is {}", c.rank(), w.size(), g.size(), layout.shard);
+                                                      "is {}", c.rank(), w.count, g.count, layout.shard);
                         return;
                       }
-                      for (std::size_t i = 0; i < w.size(); ++i) w[i] -= kLr * g[i];
+                      for (std::size_t i = 0; i < w.count; ++i)
+                        static_cast<float*>(w.data)[i] -= kLr * static_cast<const float*>(g.data)[i];
                     });
           if (wrong[c.rank()].empty() && calls != 1)
             wrong[c.rank()] = fmt::format("rank {} called update {} times; once per step, over the whole shard "

@@ -63,6 +63,11 @@ struct Device {
                                         int N, int V);
   void (*adamw_update)(float* params, float* master, const float* grads, float* m, float* v, long n,
                        const ops::AdamWStep& step);
+  void (*sgd_momentum_update)(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
+  // The parallel labs' data paths: fill, scale, and a sum of squares that comes back to the host.
+  void (*fill)(float* out, float value, long n);
+  void (*scale)(float* inout, float factor, long n);
+  double (*sum_of_squares)(const float* in, long n);
 };
 
 const Device& device(DeviceKind kind);  // the CUDA one throws if this build or machine has no GPU

@@ -74,6 +74,17 @@ struct AdamWStep {
 };
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
 
+// SGD with momentum as PyTorch writes it: v = momentum v + g; w -= lr v.
+void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
+
+// What the parallel labs' data paths do to a buffer besides the model's ops:
+// fill it (a freed shard marked NaN, a reduce-scatter's zero padding), scale it
+// (clipping), and its sum of squares (a norm's square), summed in double and
+// returned to the host: the one number clipping needs there.
+void fill(float* out, float value, long n);
+void scale(float* inout, float factor, long n);
+double sum_of_squares(const float* in, long n);
+
 // Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits
 // (dtype.h's to_bf16 and back; a NaN stays NaN).
 float round_to_bf16(float x);

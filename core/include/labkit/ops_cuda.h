@@ -35,5 +35,9 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
                                    int V);
 
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
+void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
+void fill(float* out, float value, long n);
+void scale(float* inout, float factor, long n);
+double sum_of_squares(const float* in, long n);
 
 }  // namespace labkit::ops::cuda

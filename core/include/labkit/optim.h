@@ -3,6 +3,7 @@
 // on the parameters' device, and the update runs there.
 #pragma once
 
+#include <concepts>
 #include <functional>
 #include <span>
 #include <vector>
@@ -29,18 +30,28 @@ struct AdamW {
   int step = 0;
   void update(Tensor& params, const Tensor& grads);              // on the tensors' device
   void update(std::span<float> params, std::span<const float> grads);  // host memory
+  // f32 views, on their device (a template only so that a braced {pointer, count} still means a span).
+  template <std::same_as<View> V> void update(V params, V grads) { update_views(params, grads); }
   // Bytes of optimizer state: m and v, and the master copy if there is one.
   std::size_t state_bytes() const { return m.bytes() + v.bytes() + master.bytes(); }
 
  private:
+  void update_views(View params, View grads);
   void update(const Device& d, float* params, const float* grads, std::size_t n);
 };
 
-// SGD with momentum, as PyTorch writes it: v = momentum v + g; w -= lr v. Host memory.
+// SGD with momentum, as PyTorch writes it: v = momentum v + g; w -= lr v.
 struct SgdMomentum {
   float lr = 0.1f, momentum = 0.9f;
-  std::vector<float> velocity = {};
-  void update(std::span<float> params, std::span<const float> grads);
+  Tensor velocity = {};  // sized on the first update, on the parameters' device
+  void update(Tensor& params, const Tensor& grads);                    // on the tensors' device
+  void update(std::span<float> params, std::span<const float> grads);  // host memory
+  // f32 views, on their device (a template only so that a braced {pointer, count} still means a span).
+  template <std::same_as<View> V> void update(V params, V grads) { update_views(params, grads); }
+
+ private:
+  void update_views(View params, View grads);
+  void update(const Device& d, float* params, const float* grads, std::size_t n);
 };
 
 // ---- the large-batch recipe (Goyal et al. 2017; You et al. 2017, 2019)
@@ -82,5 +93,7 @@ struct Lamb {
 // left empty and the norm is local.
 double clip_by_global_norm(std::span<float> grads, double max_norm,
                            const std::function<double(double)>& sum_over_ranks = {});
+// The same on the gradients' device: the squared norm comes to the host, the scaling stays there.
+double clip_by_global_norm(Tensor& grads, double max_norm, const std::function<double(double)>& sum_over_ranks = {});
 
 }  // namespace labkit

@@ -26,6 +26,10 @@ inline void copy_local(View to, View from) {
   if (to.data && from.data && from.bytes()) device_of(to.data, from.data).copy(to.data, from.data, from.bytes());
 }
 
+// Every element of an f32 view set to `value` where it lives: a freed shard's
+// NaNs, a shard's zero padding.
+void fill_local(View v, float value);
+
 // A temporary buffer of `count` elements of like.dtype: real memory when `like`
 // has data, sizes only when the run is payload-free. The memory comes from a
 // pool and goes back to it, so an algorithm called in a loop (a benchmark, a

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "labkit/device.h"
+#include "labkit/view.h"
 
 namespace labkit {
 
@@ -81,5 +82,8 @@ template <class T> class TensorOf {
 
 using Tensor = TensorOf<float>;
 using IndexTensor = TensorOf<int>;
+
+// A tensor's elements as a View, for the collectives and the optimizers: on its device.
+template <class T> View view_of(TensorOf<T>& t) { return {t.data(), t.size(), dtype_of<T>()}; }
 
 }  // namespace labkit

@@ -36,4 +36,8 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
   throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are " + runs + ")");
 }
 
+void refuse_device(const TrainingOptions& o, const std::string& view) {
+  if (o.device != "cpu") throw Error(fmt::format("--device {}: {}, with no tensors to place on a device", o.device, view));
+}
+
 }  // namespace labkit::lab

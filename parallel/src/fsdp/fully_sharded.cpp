@@ -12,6 +12,7 @@
 #include "labkit/error.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/parallel/quantized_reduce_scatter.h"
+#include "labkit/scratch.h"
 #include "ranks_per_node.h"
 
 namespace labkit {
@@ -20,19 +21,17 @@ ShardLayout shard_layout(std::size_t count, int ranks) {
   return {.count = count, .shard = (count + std::size_t(ranks) - 1) / std::size_t(ranks), .ranks = ranks};
 }
 
-void mark_freed(View v) {
-  if (v.data) std::fill_n(static_cast<float*>(v.data), v.count, std::numeric_limits<float>::quiet_NaN());
-}
+void mark_freed(View v) { fill_local(v, std::numeric_limits<float>::quiet_NaN()); }
 
 namespace {
 
-View view_of(float* data, std::size_t count) { return {data, count, DType::f32}; }
-View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer.data() + r.offset, r.count); }
+View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer).slice(r.offset, r.count); }
 
-void check_device(const Comm& comm, const Gpt& model) {
-  if (model.device().kind != DeviceKind::cpu)
-    fail(comm.who(), "FullyShardedGpt", "the model is on {}: sharding works on a model in host memory",
-         model.device().name);
+// ZeRO++'s int8 and int4 blocks are made in host memory (quantize.h) for now.
+void check_device(const Comm& comm, const Gpt& model, const ShardingOptions& options) {
+  if (model.device().kind != DeviceKind::cpu && (options.quantize_weights || options.quantize_gradients))
+    fail(comm.who(), "FullyShardedGpt", "{}: ZeRO++'s quantized blocks are made in host memory; the model is on {}",
+         options.quantize_weights ? "--qwz" : "--qgz", model.device().name);
 }
 
 bool has(std::span<const int> stages, int stage) { return std::find(stages.begin(), stages.end(), stage) != stages.end(); }
@@ -127,7 +126,7 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
     fail(comm.who(), "FullyShardedGpt", "{}", e.what());
   }
   make_groups(options);
-  check_device(comm, model);
+  check_device(comm, model, options);
   if (options.quantize_gradients) {  // qgZ's two hops: inside each node, then across
     const int per_node = ranks_per_node(comm, "FullyShardedGpt");
     node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
@@ -169,9 +168,10 @@ void FullyShardedGpt::lay_out_shards() {
       secondary += u.secondary.shard;
     }
   }
-  param_shard_.resize(offset);
-  grad_shard_.assign(offset, 0.0f);
-  secondary_.resize(secondary);
+  const DeviceKind where = model_.device().kind;
+  param_shard_ = Tensor({offset}, where);
+  grad_shard_ = Tensor({offset}, where);
+  secondary_ = Tensor({secondary}, where);
 }
 
 // What a unit passes through on its way between shards and whole: its padded
@@ -184,9 +184,10 @@ void FullyShardedGpt::allocate_staging(const ShardingOptions& options) {
     largest_shard = std::max(largest_shard, u.layout.shard);
     largest_secondary = std::max(largest_secondary, u.secondary.padded());
   }
-  flat_.resize(largest);
+  const DeviceKind where = model_.device().kind;
+  flat_ = Tensor({largest}, where);
   if (options.prefetch != Prefetch::none || options.quantize_weights)
-    prefetch_.resize(std::max(largest, largest_secondary));
+    prefetch_ = Tensor({std::max(largest, largest_secondary)}, where);
   if (options.quantize_weights) {
     quantized_shard_.resize(quantized_bytes(largest_shard, 8));
     quantized_gathered_.resize(quantized_bytes(largest_shard, 8) * std::size_t(shard_comm_->size()));
@@ -202,13 +203,13 @@ void FullyShardedGpt::keep_starting_shards() {
     if (stage_ == 3) mark_freed(run_of(model_.parameters(), u.range));
   }
   const auto whole = std::int64_t(model_.parameter_count() * sizeof(float));
-  const auto shard = std::int64_t(param_shard_.size() * sizeof(float));
+  const auto shard = std::int64_t(param_shard_.bytes());
   comm_.track_memory(MemoryUse::weights, stage_ < 3 ? whole : shard);
   comm_.track_memory(MemoryUse::gradients, stage_ < 2 ? whole : shard);
 }
 
-View FullyShardedGpt::shard_of_unit(std::vector<float>& shards, const Unit& unit) {
-  return view_of(shards.data() + unit.shard_offset, unit.layout.shard);
+View FullyShardedGpt::shard_of_unit(Tensor& shards, const Unit& unit) {
+  return view_of(shards).slice(unit.shard_offset, unit.layout.shard);
 }
 
 void FullyShardedGpt::track(MemoryUse use, const Unit& unit, int sign) {
@@ -223,16 +224,21 @@ void FullyShardedGpt::gather(const Unit& unit, Tensor& into) {
 // that share the state; this rank keeps its shard of the mean. HSDP then
 // averages that shard with the same shard of every other group.
 void FullyShardedGpt::reduce_scatter_gradients(const Unit& unit) {
-  const float* grads = model_.gradients().data() + unit.range.offset;
-  std::fill(std::copy_n(grads, unit.range.count, flat_.begin()), flat_.begin() + unit.layout.padded(), 0.0f);
   const View shard = shard_of_unit(grad_shard_, unit);
-  const View full = view_of(flat_.data(), unit.layout.padded());
+  const View full = padded_gradients(unit);
   if (node_mesh_) {
     quantized_reduce_scatter(node_mesh_->group("node"), node_mesh_->group("across"), full, shard);
   } else {
     shard_comm_->reduce_scatter(full, shard, ReduceOp::avg);
   }
   if (replicate_comm_) replicate_comm_->all_reduce(shard, ReduceOp::avg);
+}
+
+View FullyShardedGpt::padded_gradients(const Unit& unit) {
+  const View padded = view_of(flat_).slice(0, unit.layout.padded());
+  copy_local(padded.slice(0, unit.range.count), run_of(model_.gradients(), unit.range));
+  fill_local(padded.slice(unit.range.count, unit.layout.padding()), 0.0f);
+  return padded;
 }
 
 void FullyShardedGpt::free_gradients(const Unit& unit) {
@@ -279,7 +285,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
     ++piece;
     started = comm_.now();
   });
-  if (stage_ == 0) comm_.all_reduce(view_of(model_.gradients().data(), model_.parameter_count()), ReduceOp::avg);
+  if (stage_ == 0) comm_.all_reduce(view_of(model_.gradients()), ReduceOp::avg);
   if (stage_ == 2)
     for (const Unit* u : {&embeddings, &final_norm}) {
       reduce_scatter_gradients(*u);
@@ -367,7 +373,7 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
   Tensor& params = model_.parameters();
   Comm& group = how.from_secondary ? *hpz_comm_ : *shard_comm_;
   const auto shard = [&](const Unit& u) {
-    return how.from_secondary ? view_of(secondary_.data() + u.secondary_offset, u.secondary.shard)
+    return how.from_secondary ? view_of(secondary_).slice(u.secondary_offset, u.secondary.shard)
                               : shard_of_unit(param_shard_, u);
   };
   const bool prefetched = how.prefetch && how.gather;
@@ -409,7 +415,7 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
 
 Request FullyShardedGpt::start_gather(Comm& group, View shard, bool quantized) {
   const auto p = std::size_t(group.size());
-  if (!quantized) return group.i_all_gather(shard, view_of(prefetch_.data(), shard.count * p));
+  if (!quantized) return group.i_all_gather(shard, view_of(prefetch_).slice(0, shard.count * p));
   const std::size_t bytes = quantized_bytes(shard.count, 8);
   quantize({static_cast<const float*>(shard.data), shard.count}, {quantized_shard_.data(), bytes}, 8);
   return group.i_all_gather({quantized_shard_.data(), bytes, DType::u8},
@@ -422,44 +428,38 @@ void FullyShardedGpt::land(Comm& group, const Unit& unit, std::size_t shard, boo
     for (std::size_t r = 0; r < std::size_t(group.size()); ++r)
       dequantize({quantized_gathered_.data() + r * bytes, bytes}, {prefetch_.data() + r * shard, shard}, 8);
   }
-  std::copy_n(prefetch_.begin(), unit.range.count, model_.parameters().data() + unit.range.offset);
+  copy_local(run_of(model_.parameters(), unit.range), view_of(prefetch_).slice(0, unit.range.count));
 }
 
 // hpZ: while a block is whole after its forward, this rank keeps its slice of
 // it over the hpZ group; backward gathers the block from those slices.
 void FullyShardedGpt::keep_secondary(const Unit& unit) {
-  shard_of(run_of(model_.parameters(), unit.range), view_of(secondary_.data() + unit.secondary_offset,
-                                                            unit.secondary.shard), hpz_comm_->rank());
+  shard_of(run_of(model_.parameters(), unit.range),
+           view_of(secondary_).slice(unit.secondary_offset, unit.secondary.shard), hpz_comm_->rank());
   comm_.track_memory(MemoryUse::weights, std::int64_t(unit.secondary.shard * sizeof(float)));
 }
 
 void FullyShardedGpt::step(const ShardUpdate& update) {
-  if (stage_ == 0) {
-    update({model_.parameters().data(), model_.parameter_count()},
-           {model_.gradients().data(), model_.parameter_count()});
-    return;
-  }
+  if (stage_ == 0) return update(view_of(model_.parameters()), view_of(model_.gradients()));
   if (stage_ == 1) {
     // HSDP: the group's mean of each shard, averaged with the other groups' before the update.
-    const ShardUpdate across_groups = [&](std::span<float> params, std::span<const float> grads) {
-      if (replicate_comm_) replicate_comm_->all_reduce(view_of(grad_shard_.data(), grad_shard_.size()), ReduceOp::avg);
+    const ShardUpdate across_groups = [&](View params, View grads) {
+      if (replicate_comm_) replicate_comm_->all_reduce(view_of(grad_shard_), ReduceOp::avg);
       update(params, grads);
     };
     const Unit& run = units_.front();
-    const float* grads = model_.gradients().data();
-    std::fill(std::copy_n(grads, run.range.count, flat_.begin()), flat_.begin() + run.layout.padded(), 0.0f);
-    zero_step(*shard_comm_, view_of(flat_.data(), run.layout.padded()), shard_of_unit(grad_shard_, run),
-              shard_of_unit(param_shard_, run), run_of(model_.parameters(), run.range), across_groups);
+    zero_step(*shard_comm_, padded_gradients(run), shard_of_unit(grad_shard_, run), shard_of_unit(param_shard_, run),
+              run_of(model_.parameters(), run.range), across_groups);
     return;
   }
-  update(param_shard_, grad_shard_);
+  update(view_of(param_shard_), view_of(grad_shard_));
   if (stage_ == 3) return;  // the next forward gathers what it needs
   for (const Unit& unit : units_) gather(unit, model_.parameters());
 }
 
 std::vector<float> FullyShardedGpt::gather_parameters() {
   if (stage_ == 0) return model_.parameters().to_host();
-  Tensor full({model_.parameter_count()});
+  Tensor full({model_.parameter_count()}, model_.device().kind);
   for (const Unit& unit : units_) gather(unit, full);
   return full.to_host();
 }

@@ -76,8 +76,10 @@ struct ShardLayout {
 };
 ShardLayout shard_layout(std::size_t count, int ranks);
 
-// What an optimizer does to the parameters a rank updates, given their gradients.
-using ShardUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
+// What an optimizer does to the parameters a rank updates, given their
+// gradients: f32 views of the same length, where the model lives (host or
+// device memory; the optimizers' View overloads, optim.h).
+using ShardUpdate = std::function<void(View params, View grads)>;
 
 // Stage 3's prefetch (FSDP's forward_prefetch, backward_prefetch=BACKWARD_PRE):
 // in the forward pass, the backward, or both, the next unit's all-gather is
@@ -175,7 +177,7 @@ class FullyShardedGpt {
   // units()[0] the embeddings, [1 + l] block l, the last the final norm; at
   // stage 1 one unit, the whole model as one flat run.
   const std::vector<Unit>& units() const { return units_; }
-  std::span<const float> shard_parameters() const { return param_shard_; }
+  const Tensor& shard_parameters() const { return param_shard_; }
 
  private:
   // The constructor's steps, in order, between its checks of the options.
@@ -183,12 +185,13 @@ class FullyShardedGpt {
   void lay_out_shards();
   void allocate_staging(const ShardingOptions& options);
   void keep_starting_shards();
-  View shard_of_unit(std::vector<float>& shards, const Unit& unit);
+  View shard_of_unit(Tensor& shards, const Unit& unit);
   void gather(const Unit& unit, Tensor& into);  // this unit's parameters, whole, into its run of `into`
   // A unit's all-gather from `shard` over `group` into prefetch_, fp32 or
   // (quantized) int8 blocks; land() puts it, dequantized, into its run of the parameters.
   Request start_gather(Comm& group, View shard, bool quantized);
   void land(Comm& group, const Unit& unit, std::size_t shard, bool quantized);
+  View padded_gradients(const Unit& unit);  // the unit's gradients in flat_, padded with zeros to P S
   void reduce_scatter_gradients(const Unit& unit);
   void free_gradients(const Unit& unit);  // after the reduce-scatter: the whole gradients freed
   float forward_backward_sharded_parameters(const std::vector<int>& tokens, const std::vector<int>& targets, int B,
@@ -217,17 +220,18 @@ class FullyShardedGpt {
   Comm* hpz_comm_ = nullptr;        // hpZ: the group a block's secondary shards are spread over
   std::unique_ptr<Mesh> node_mesh_;  // qgZ: ("across", nodes) x ("node", ranks per node)
   std::vector<Unit> units_;
-  std::vector<float> param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
-  std::vector<float> secondary_;                 // hpZ: this rank's secondary shard of every block
-  std::vector<float> flat_;                      // one padded unit's gradients: what a reduce-scatter sends
-  std::vector<float> prefetch_;                  // the next block's parameters, padded, as its all-gather lands
-  std::vector<std::uint8_t> quantized_shard_, quantized_gathered_;  // qwZ's wire format, this rank's and all
+  // On the model's device:
+  Tensor param_shard_, grad_shard_;  // this rank's shard of every unit, unit after unit
+  Tensor secondary_;                 // hpZ: this rank's secondary shard of every block
+  Tensor flat_;                      // one padded unit's gradients: what a reduce-scatter sends
+  Tensor prefetch_;                  // the next block's parameters, padded, as its all-gather lands
+  std::vector<std::uint8_t> quantized_shard_, quantized_gathered_;  // qwZ's wire format (host memory: --device cpu)
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
 
-// What a rank frees of a whole tensor it does not keep: its values become NaN,
-// so that a use without gathering again poisons the result. Nothing happens to
-// a payload-free view. f32 only.
+// What a rank frees of a whole tensor it does not keep: its values become NaN
+// (fill_local, where it lives), so that a use without gathering again poisons
+// the result. Nothing happens to a payload-free view. f32 only.
 void mark_freed(View v);
 
 // ---- lab 6's exercises (solutions/parallel/NAME.cpp; FullyShardedGpt calls them) ----

@@ -49,4 +49,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
 // (its options: {"--what-if", "--sweep"}).
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies);
 
+// A view that places no tensors (`view`: "--what-if runs payload-free"):
+// --device other than cpu is an error that says so.
+void refuse_device(const TrainingOptions& o, const std::string& view);
+
 }  // namespace labkit::lab
