@@ -31,6 +31,7 @@
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 
+namespace cli = labkit::cli;
 namespace lab = labkit::lab;
 using labkit::Error;
 
@@ -55,6 +56,8 @@ std::vector<Check> checks(bool nccl) {
     out.push_back({"fsdp", fmt::format("--ranks {} --batch 16 --steps 5", ranks), ranks});
   out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --hsdp 2", 4});
   out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --stage 3 --hpz 2 --prefetch both", 4});
+  for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zbv"})
+    out.push_back({"pipeline", fmt::format("--stages 4 --schedule {} --steps 5", schedule), 4});
   if (nccl)
     for (const char* lab : {"ddp", "fsdp"}) out.push_back({lab, "--batch 16 --steps 5", 1, true});
   return out;
@@ -112,12 +115,15 @@ std::string last_line(const std::string& output) {
 int main(int argc, char** argv) {
   CLI::App app{"device_check: every lab that takes --device, on a device against the CPU"};
   std::string device = "fenced", mpiexec, labs = LABKIT_LABS_DIR, json, out = "out/device_check";
+  std::vector<std::string> only;
   app.add_option("--device", device, "the device under test: cuda (a GPU), or fenced (CI's stand-in)")
-      ->capture_default_str()->check(labkit::cli::one_of("device", {"cuda", "fenced"}));
+      ->capture_default_str()->check(cli::one_of("device", {"cuda", "fenced"}));
   app.add_option("--mpiexec", mpiexec, "also run each lab under this mpirun, one process, --backend nccl (cuda)");
+  app.add_option("--lab", only, "only this lab's rows (repeat for more; default: every lab that takes --device)")
+      ->check(cli::one_of("lab", {"train", "ddp", "fsdp", "pipeline"}));
   app.add_option("--labs", labs, "the directory of the lab executables")->capture_default_str();
   app.add_option("--out", out, "where the runs write their JSON")->capture_default_str();
-  app.add_option("--json", json, "also write the table as JSON to this file")->check(labkit::cli::output_file());
+  app.add_option("--json", json, "also write the table as JSON to this file")->check(cli::output_file());
   return lab::run_main(app, argc, argv, [&] {
     if (!mpiexec.empty() && device != "cuda") throw Error("--mpiexec: the NCCL runs take --device cuda");
     std::filesystem::create_directories(out);
@@ -135,6 +141,7 @@ int main(int argc, char** argv) {
     table.print_header();
     int failed = 0;
     for (const Check& c : checks(!mpiexec.empty())) {
+      if (!only.empty() && std::find(only.begin(), only.end(), c.lab) == only.end()) continue;
       const std::string name = fmt::format("{} {}{}", c.lab, c.args, c.nccl ? " (nccl)" : "");
       const std::filesystem::path cpu_json = std::filesystem::path(out) / "cpu.json",
                                   device_json = std::filesystem::path(out) / (device + ".json");

@@ -93,8 +93,6 @@ void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {
   if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
     throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                             o.batch, run_options.ranks));
-  if (run_options.backend == "nccl")
-    throw Error("--backend nccl: the sharded step keeps its shards in host memory (sim or mpi for now)");
 }
 
 }  // namespace fsdp_lab

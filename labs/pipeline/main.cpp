@@ -47,8 +47,7 @@ int main(int argc, char** argv) {
   lab::add_training_options(app, o, {.batch = "", .lr = "learning rate (SGD, momentum 0.9)",
                                      .bench = "time the simulation itself: every schedule's steps on --stages "
                                               "simulated ranks against one rank's on the same batches, then GPT-3's "
-                                              "interleaved step at P = 16, M = 128, payload-free",
-                                     .device = ""});
+                                              "interleaved step at P = 16, M = 128, payload-free"});
   app.add_option("--batch", o.batch, "sequences per step (default: two per micro-batch)")
       ->check(cli::in_range(1, 4096));
   app.add_option("--layers", o.layers, "the tiny GPT's layers")->capture_default_str()->check(cli::in_range(1, 64));
@@ -61,8 +60,8 @@ int main(int argc, char** argv) {
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;
-    if (run_options.backend == "nccl")
-      throw Error("--backend nccl: the pipeline's stages keep the model in host memory (sim or mpi for now)");
+    if (o.reading || o.compare)
+      lab::refuse_device(o, o.reading ? "--reading plays a schedule" : "--compare plays the schedules");
     if (o.reading) return readings_example(run_options);
     std::optional<Schedule> by_hand;
     if (!o.schedule_file.empty()) by_hand = adopt_schedule_file(app, o);

@@ -120,7 +120,7 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
   const int B = o.batch_or_default(), T = config.max_seq;
   PipelineRun out;
   const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
-    Gpt model(config, o.seed);
+    Gpt model(config, o.seed, parse_device(o.device));
     PipelineExecutor pipeline(comm, model, schedule);
     std::vector<SgdMomentum> sgd(pipeline.owned().size(), SgdMomentum{.lr = o.lr});
     // Every stage draws the same batches: the first stage embeds their tokens, the last scores their targets.
@@ -133,14 +133,15 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       const double started = comm.now();
       for (std::size_t i = 0; i < sgd.size(); ++i) {
         const ParameterRange r = pipeline.owned()[i];
-        sgd[i].update({model.parameters().data() + r.offset, r.count}, {model.gradients().data() + r.offset, r.count});
+        sgd[i].update(view_of(model.parameters()).slice(r.offset, r.count),
+                      view_of(model.gradients()).slice(r.offset, r.count));
         comm.record_compute("optimizer", started, 4.0 * double(r.count));
       }
       return step.loss;
     });
     if (compare) {
-      const std::vector<float>& one_rank =
-          training.one_rank([&] { return train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr); });
+      const std::vector<float>& one_rank = training.one_rank(
+          [&] { return train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr, model.device().kind); });
       training.versus_one_rank(relative_difference(model.parameters().to_host(), one_rank, pipeline.owned()));
     }
     const StageSummary mine{step.start, step.end, step.activation_sets,

@@ -17,10 +17,11 @@ std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data
 }
 
 std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
-                                      int batch, float lr) {
+                                      int batch, float lr, DeviceKind where) {
+  Gpt model(config, seed, where);
   SgdMomentum sgd{.lr = lr};
-  return train_one_rank(config, data, seed, steps, batch,
-                        [&](std::span<float> w, std::span<const float> g) { sgd.update(w, g); });
+  const auto step = [&](Gpt& m) { sgd.update(m.parameters(), m.gradients()); };
+  return train_one_rank(model, data, seed, steps, batch, step).weights;
 }
 
 OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed, int steps, int batch,

@@ -66,9 +66,10 @@ std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data
                                   int batch, const OptimizerUpdate& update, bool reversed = false);
 
 // The same, stepped by SGD with momentum at `lr` (labkit::SgdMomentum): the
-// optimizer the tensor-parallel, pipeline and MoE GPTs train with.
+// optimizer the tensor-parallel, pipeline and MoE GPTs train with; on `where`,
+// the ranks' device (the same kernels as theirs).
 std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
-                                      int batch, float lr);
+                                      int batch, float lr, DeviceKind where = DeviceKind::cpu);
 
 // The same loop on a model the caller built (on any device), stepped by an
 // optimizer that takes the whole model (LARS and LAMB read its layers);
