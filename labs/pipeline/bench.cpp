@@ -20,8 +20,9 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
   // The one-rank baseline is the lab's first work, outside any rank: where its ranks would start.
   if (before_ranks_start) before_ranks_start(run_options);
   const int B = o.batch_or_default();
-  const double one_rank =
-      lab::timed("timing one rank", [&] { train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr); });
+  const double one_rank = lab::timed("timing one rank", [&] {
+    train_one_rank_sgd(config, data, o.seed, o.steps, B, o.lr, parse_device(o.device));
+  });
   std::vector<std::pair<std::string, double>> runs;
   for (const std::string_view name : kScheduleNames) {
     if (!schedule_fits(name, config.layers, o.stages, o.microbatches)) continue;
