@@ -78,6 +78,26 @@ TEST(FencedDevice, AnOpHandedHostMemoryNamesTheOpAndTheArgument) {
   EXPECT_THROW(reduce_local(ReduceOp::sum, DType::f32, host.data(), inp.data(), 4), Error);
 }
 
+// The MoE layer's ops (its experts' ReLU, its router's softmax backward) are in the table too.
+TEST(FencedDevice, ReluAndSoftmaxBackwardAreTheCpusKernels) {
+  const int N = 3, V = 5;
+  std::vector<float> x(N * V), dy(N * V);
+  for (int i = 0; i < N * V; ++i) x[i] = 0.1f * float(i % 7) - 0.3f, dy[i] = 0.05f * float(i % 5) - 0.1f;
+  const Device &cpu = device(DeviceKind::cpu), &fenced = device(DeviceKind::fenced);
+  const auto on_both = [&](auto op) {  // op(device, out, x, dy) on host buffers and on fenced copies of them
+    std::vector<float> host_out(N * V);
+    op(cpu, host_out.data(), x.data(), dy.data());
+    Tensor out({std::size_t(N * V)}, DeviceKind::fenced);
+    const Tensor fx = Tensor::from_host(x, {x.size()}, DeviceKind::fenced);
+    const Tensor fdy = Tensor::from_host(dy, {dy.size()}, DeviceKind::fenced);
+    op(fenced, out.data(), fx.data(), fdy.data());
+    EXPECT_EQ(out.to_host(), host_out);
+  };
+  on_both([&](const Device& d, float* out, const float* in, const float*) { d.relu_forward(out, in, N * V); });
+  on_both([&](const Device& d, float* out, const float* in, const float* g) { d.relu_backward(out, in, g, N * V); });
+  on_both([&](const Device& d, float* out, const float* p, const float* g) { d.softmax_backward(out, p, g, N, V); });
+}
+
 // SGD and clipping run where the gradients are: the same bits as on the host.
 TEST(FencedDevice, SgdAndClippingRunOnTheDeviceAsOnTheHost) {
   std::vector<float> w(100), g(100);

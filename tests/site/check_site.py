@@ -393,7 +393,7 @@ def check_images(facts):
 def check_search(page, chapters):
     """Type each chapter's term into Material's search box, as a reader would."""
     page.open("/")
-    for i, c in enumerate(chapters):
+    for c in chapters:
         term = search_term(c, chapters)
         page.evaluate("""(() => { const q = document.querySelector("[data-md-component=search-query]");
                                   q.value = ""; q.focus(); })()""")
@@ -401,9 +401,10 @@ def check_search(page, chapters):
             page.browser.send("Input.dispatchKeyEvent", {"type": "keyDown", "text": ch, "key": ch}, session=page.session)
             page.browser.send("Input.dispatchKeyEvent", {"type": "keyUp", "key": ch}, session=page.session)
         results = []
-        # The first search waits for the worker to index the whole site: on a loaded
-        # machine (CI's two cores, the other tests beside it) that takes longer than a page.
-        deadline = time.monotonic() + (3 * TIMEOUT if i == 0 else TIMEOUT)
+        # Results come from Material's search worker, which first indexes the whole
+        # site: on a loaded machine (CI's two cores, the other tests beside it) it
+        # may take longer than a page to answer, so a search gets three times the patience.
+        deadline = time.monotonic() + 3 * TIMEOUT
 
         def listed():
             nonlocal results

@@ -55,6 +55,10 @@ struct Device {
   void (*residual_forward)(float* out, const float* a, const float* b, int n);
   void (*residual_backward)(float* da, float* db, const float* dout, int n);
   void (*softmax_forward)(float* probs, const float* logits, int N, int V);
+  // The MoE layer's: its experts' ReLU, and its router's softmax backward.
+  void (*relu_forward)(float* out, const float* inp, int n);
+  void (*relu_backward)(float* dinp, const float* inp, const float* dout, int n);
+  void (*softmax_backward)(float* dlogits, const float* probs, const float* dprobs, int N, int V);
   void (*attention_forward)(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH);
   void (*attention_backward)(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                              const float* att, int B, int T, int C, int NH);
