@@ -94,19 +94,17 @@ MpiComm::~MpiComm() {
 std::int64_t MpiComm::post_send(View buf, int to, int tag) {
   die_if_due();
   if (!buf.data && buf.count) fail(who(), "send", "a payload-free buffer: --payload-free runs on the simulator only");
-  Pending p{MPI_REQUEST_NULL, true, to, tag, buf.bytes(), std::make_shared<HostStaging>(buf, true)};
-  MPI_Issend(p.staged->data(), bytes_arg(buf.bytes(), who(), "send"), MPI_BYTE, to, tag, comm_, &p.request);
+  Pending& p = pending_[next_id_] = {MPI_REQUEST_NULL, true, to, tag, buf.bytes(), HostStaging(buf, true)};
+  MPI_Issend(p.staged.data(), bytes_arg(buf.bytes(), who(), "send"), MPI_BYTE, to, tag, comm_, &p.request);
   ++context_.messages;
-  pending_.emplace(next_id_, p);
   return next_id_++;
 }
 
 std::int64_t MpiComm::post_recv(View buf, int from, int tag) {
   die_if_due();
   if (!buf.data && buf.count) fail(who(), "recv", "a payload-free buffer: --payload-free runs on the simulator only");
-  Pending p{MPI_REQUEST_NULL, false, from, tag, buf.bytes(), std::make_shared<HostStaging>(buf, false)};
-  MPI_Irecv(p.staged->data(), bytes_arg(buf.bytes(), who(), "recv"), MPI_BYTE, from, tag, comm_, &p.request);
-  pending_.emplace(next_id_, p);
+  Pending& p = pending_[next_id_] = {MPI_REQUEST_NULL, false, from, tag, buf.bytes(), HostStaging(buf, false)};
+  MPI_Irecv(p.staged.data(), bytes_arg(buf.bytes(), who(), "recv"), MPI_BYTE, from, tag, comm_, &p.request);
   return next_id_++;
 }
 
@@ -161,7 +159,7 @@ void MpiComm::wait_request(std::int64_t id) {
     MPI_Get_count(&status, MPI_BYTE, &got);
     if (std::size_t(got) != p.bytes)
       fail(who(), "recv", "{} bytes arrived from rank {} (tag {}) for a {}-byte buffer", got, p.peer, p.tag, p.bytes);
-    p.staged->copy_out();
+    p.staged.copy_out();
   }
   pending_.erase(id);
 }
@@ -171,7 +169,7 @@ bool MpiComm::test_request(std::int64_t id) {
   Pending& p = pending_.at(id);
   MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
   if (!done) return false;
-  if (!p.is_send) p.staged->copy_out();
+  if (!p.is_send) p.staged.copy_out();
   pending_.erase(id);
   return true;
 }
@@ -234,10 +232,9 @@ std::int64_t MpiComm::start_native(const CollectiveCall& call) {
   die_if_due();
   // Device buffers go through host copies; the result, in place or not, comes back in wait_native.
   NativePending& p = natives_[next_id_] = {MPI_REQUEST_NULL, call.op, now(), {},
-                                           std::make_shared<HostStaging>(call.send, true),
-                                           std::make_shared<HostStaging>(call.recv, true)};
+                                           HostStaging(call.send, true), HostStaging(call.recv, true)};
   CollectiveCall c = call;
-  c.send.data = p.send->data(), c.recv.data = p.recv->data();
+  c.send.data = p.send.data(), c.recv.data = p.recv.data();
   const MPI_Datatype t = mpi_type(c.recv.dtype);
   const MPI_Op op = mpi_op(c.reduce_op, c.recv.dtype);
   const int n = int(c.recv.count);
@@ -298,7 +295,7 @@ Comm::NativeDone MpiComm::wait_native(std::int64_t id) {
   });
   // It ended, as far as this rank can tell, when the wait saw it done; Open MPI's
   // libnbc picks its own algorithm per size.
-  p.recv->copy_out();
+  p.recv.copy_out();
   const NativeDone done{p.started, now(), "open-mpi"};
   natives_.erase(id);
   return done;
@@ -308,7 +305,7 @@ bool MpiComm::test_native(std::int64_t id) {
   int done = 0;
   NativePending& p = natives_.at(id);
   MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
-  if (done) p.recv->copy_out();
+  if (done) p.recv.copy_out();
   return done;
 }
 

@@ -81,7 +81,7 @@ class MpiComm : public Comm {
     bool is_send;
     int peer, tag;
     std::size_t bytes;
-    std::shared_ptr<HostStaging> staged;  // a device buffer's host copy (host_staging.h)
+    HostStaging staged;  // a device buffer's host copy (host_staging.h)
   };
   // MPI_Test until `request` completes; now and then checks that `peer` (-1:
   // every rank of the group) is alive, and calls `stalled` past the deadlock timeout.
@@ -98,7 +98,7 @@ class MpiComm : public Comm {
     Collective op;
     double started;
     std::vector<int> counts_and_displacements;  // all_to_allv's, which MPI reads until it completes
-    std::shared_ptr<HostStaging> send, recv;    // device buffers' host copies (host_staging.h)
+    HostStaging send, recv;                     // device buffers' host copies (host_staging.h)
   };
   std::map<std::int64_t, NativePending> natives_;
   std::int64_t next_id_ = 0;

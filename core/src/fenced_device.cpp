@@ -49,10 +49,9 @@ struct Registry {
   std::uint64_t made = 0;
 };
 Registry& registry = *new Registry;
-std::mutex& registry_lock = registry.lock;
 std::atomic<bool> any_allocated = false;
 
-// The allocation holding `p`, or null. Under registry_lock.
+// The allocation holding `p`, or null. Under registry.lock.
 Allocation* find(const void* p, std::uintptr_t* base = nullptr) {
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   auto it = registry.allocations.upper_bound(at);
@@ -75,9 +74,9 @@ struct sigaction previous_handler;
 void on_fault(int signal, siginfo_t* info, void* context) {
   std::uintptr_t base = 0;
   const Allocation* a = nullptr;
-  if (registry_lock.try_lock()) {
+  if (registry.lock.try_lock()) {
     a = find(info->si_addr, &base);
-    registry_lock.unlock();
+    registry.lock.unlock();
   }
   if (a) {
     char message[320];
@@ -121,14 +120,14 @@ void* fenced_allocate(std::size_t bytes) {
   const std::size_t mapped = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
   void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zero-filled, as allocate promises
   if (p == MAP_FAILED) throw std::bad_alloc();
-  const std::lock_guard lock(registry_lock);
+  const std::lock_guard lock(registry.lock);
   registry.allocations.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{++registry.made, bytes, mapped});
   any_allocated = true;
   return p;
 }
 
 void fenced_release(void* p) {
-  const std::lock_guard lock(registry_lock);
+  const std::lock_guard lock(registry.lock);
   const auto it = registry.allocations.find(reinterpret_cast<std::uintptr_t>(p));
   if (it == registry.allocations.end()) return;
   munmap(p, it->second.mapped);
@@ -137,7 +136,7 @@ void fenced_release(void* p) {
 
 bool fenced_holds(const void* p) {
   if (!any_allocated || !p) return false;
-  const std::lock_guard lock(registry_lock);
+  const std::lock_guard lock(registry.lock);
   return find(p) != nullptr;
 }
 
@@ -165,7 +164,7 @@ class Opened {
   void open_argument(const char* op, std::initializer_list<int> host_allowed, int position, T argument) {
     if constexpr (std::is_pointer_v<T>) {
       if (!argument) return;
-      const std::lock_guard lock(registry_lock);
+      const std::lock_guard lock(registry.lock);
       std::uintptr_t base = 0;
       Allocation* a = find(argument, &base);
       if (!a) {
@@ -179,7 +178,7 @@ class Opened {
     }
   }
   void close() {
-    const std::lock_guard lock(registry_lock);
+    const std::lock_guard lock(registry.lock);
     for (const std::uintptr_t base : opened_)
       if (const auto it = registry.allocations.find(base); it != registry.allocations.end() && --it->second.opened == 0)
         protect(base, it->second, PROT_NONE);

@@ -12,7 +12,15 @@ void check_sizes(std::size_t params, std::size_t grads) {
   if (params != grads) throw std::invalid_argument("optimizer: parameters and gradients differ in size");
 }
 
-// The device both views are on, checked.
+// The device both tensors are on, checked.
+const Device& device_of_tensors(const Tensor& params, const Tensor& grads) {
+  check_sizes(params.size(), grads.size());
+  if (params.device().kind != grads.device().kind)
+    throw std::invalid_argument("optimizer: parameters and gradients on different devices");
+  return params.device();
+}
+
+// The same for views.
 const Device& device_of_views(View params, View grads) {
   check_sizes(params.count, grads.count);
   if (params.dtype != DType::f32 || grads.dtype != DType::f32)
@@ -25,10 +33,7 @@ const Device& device_of_views(View params, View grads) {
 }  // namespace
 
 void AdamW::update(Tensor& params, const Tensor& grads) {
-  check_sizes(params.size(), grads.size());
-  if (params.device().kind != grads.device().kind)
-    throw std::invalid_argument("optimizer: parameters and gradients on different devices");
-  update(params.device(), params.data(), grads.data(), params.size());
+  update(device_of_tensors(params, grads), params.data(), grads.data(), params.size());
 }
 
 void AdamW::update(std::span<float> params, std::span<const float> grads) {
@@ -65,10 +70,7 @@ void AdamW::update(const Device& d, float* params, const float* grads, std::size
 }
 
 void SgdMomentum::update(Tensor& params, const Tensor& grads) {
-  check_sizes(params.size(), grads.size());
-  if (params.device().kind != grads.device().kind)
-    throw std::invalid_argument("optimizer: parameters and gradients on different devices");
-  update(params.device(), params.data(), grads.data(), params.size());
+  update(device_of_tensors(params, grads), params.data(), grads.data(), params.size());
 }
 
 void SgdMomentum::update(std::span<float> params, std::span<const float> grads) {
