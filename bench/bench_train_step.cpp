@@ -28,10 +28,12 @@ template <class T> void write_binary(const std::filesystem::path& path, const st
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Time one tiny-GPT training step (forward, backward, AdamW)"};
+  CLI::App app{"Time one GPT training step (forward, backward, AdamW)"};
   cli::one_line_errors(app);
-  std::string device_name = "cpu", dump, json;
+  std::string model_name = "tiny-gpt", device_name = "cpu", dump, json;
   int batch = 8, steps = 50, warmup = 5, vocab = 32;
+  app.add_option("--model", model_name, "tiny-gpt or small-gpt (labkit::gpt_preset)")
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
   app.add_option("--device", device_name, "cpu or cuda")->capture_default_str()->check(cli::timed_device());
   app.add_option("--batch", batch, "sequences per step")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--steps", steps, "timed steps (the median is reported)")
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
 
   try {
     const DeviceKind where = parse_device(device_name);
-    const GptConfig config = gpt_preset("tiny-gpt", vocab);
+    const GptConfig config = gpt_preset(model_name, vocab);
     const int T = config.max_seq;
     Gpt model(config, 1337, where);
     std::vector<int> x(batch * T), y(batch * T);
@@ -59,7 +61,7 @@ int main(int argc, char** argv) {
       xy.insert(xy.end(), y.begin(), y.end());
       write_binary(std::filesystem::path(dump) / "batch.bin", xy);
       create_file((std::filesystem::path(dump) / "config.json").string())
-          << nlohmann::json{{"batch", batch}, {"seq", T},          {"vocab", vocab},
+          << nlohmann::json{{"model", model_name}, {"batch", batch}, {"seq", T}, {"vocab", vocab},
                             {"layers", config.layers}, {"heads", config.heads}, {"channels", config.channels}}
                  .dump()
           << '\n';
@@ -80,9 +82,9 @@ int main(int argc, char** argv) {
     }
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
-    fmt::print("labkit   {:>4}  tiny-gpt ({} parameters), B={} T={}: first loss {:.6f}, step {:.3f} ms median of {} "
+    fmt::print("labkit   {:>4}  {} ({} parameters), B={} T={}: first loss {:.6f}, step {:.3f} ms median of {} "
                "({:.0f} tokens/s)\n",
-               device_name, model.parameter_count(), batch, T, first_loss, median, steps, batch * T / median * 1e3);
+               device_name, model_name, model.parameter_count(), batch, T, first_loss, median, steps, batch * T / median * 1e3);
     if (!json.empty())
       create_file(json) << nlohmann::json{{"framework", "labkit"}, {"device", device_name}, {"batch", batch},
                                           {"seq", T},             {"first_loss", first_loss}, {"step_ms", median},

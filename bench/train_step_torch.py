@@ -87,7 +87,7 @@ def main():
             ms.append(elapsed)
     median = statistics.median(ms)
     B, T = x.shape
-    print(f"pytorch  {args.device:>4}  tiny-gpt ({sum(p.numel() for p in params.values())} parameters), B={B} T={T}: "
+    print(f"pytorch  {args.device:>4}  {cfg.get('model', 'tiny-gpt')} ({sum(p.numel() for p in params.values())} parameters), B={B} T={T}: "
           f"first loss {first_loss:.6f}, step {median:.3f} ms median of {args.steps} "
           f"({B * T / median * 1e3:.0f} tokens/s); torch {torch.__version__}")
     if args.json:

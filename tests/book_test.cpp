@@ -1,5 +1,6 @@
 // The book cannot go stale: every ```console block in book/*.md is run, and each
-// command's output must match what the book shows. A block looks like
+// command's output must match what the book shows, and it must end as the book
+// says it does (expected_status). A block looks like
 //
 //   ```console
 //   $ ./labkit lab collectives --op all_reduce --ranks 4
@@ -14,6 +15,8 @@
 #include <regex>
 #include <set>
 #include <sstream>
+
+#include <sys/wait.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -47,16 +50,33 @@ std::vector<Command> console_commands(const fs::path& chapter) {
   return out;
 }
 
-std::string run(const std::string& command) {
-  const std::string shell = fmt::format("cd '{}' && LABKIT_NO_BUILD=1 LABKIT_BUILD_DIR='{}' {} 2>&1",
-                                        LABKIT_SOURCE_DIR, LABKIT_BINARY_DIR, command);
+struct Ran {
   std::string output;
-  FILE* pipe = popen(shell.c_str(), "r");
-  if (!pipe) return "popen failed";
+  int status = -1;  // the pipeline's, as bash's pipefail gives it: the last command that failed
+};
+
+Ran run(const std::string& command) {
+  std::string quoted;  // for bash -c '...'
+  for (char c : fmt::format("cd '{}' && LABKIT_NO_BUILD=1 LABKIT_BUILD_DIR='{}' {} 2>&1", LABKIT_SOURCE_DIR,
+                            LABKIT_BINARY_DIR, command))
+    quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  Ran ran;
+  FILE* pipe = popen(("bash -o pipefail -c '" + quoted + "'").c_str(), "r");
+  if (!pipe) return {"popen failed"};
   std::array<char, 4096> buf;
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) output.append(buf.data(), n);
-  pclose(pipe);
-  return output;
+  while (std::size_t n = fread(buf.data(), 1, buf.size(), pipe)) ran.output.append(buf.data(), n);
+  const int status = pclose(pipe);
+  ran.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return ran;
+}
+
+// The status a command the book shows should end with: 0; not 0 where the book
+// shows it refusing ("error: ..."); 1 for a diff that shows a difference; and a
+// lab that `| head` cut off ends with SIGPIPE (141), as it does for a reader.
+bool expected_status(const Command& c, int status) {
+  if (c.command.starts_with("diff ")) return status == (c.expected.empty() ? 0 : 1);  // 1: the files differ
+  if (c.expected.starts_with("error: ") || c.expected.find("\nerror: ") != std::string::npos) return status != 0;
+  return status == 0 || (status == 141 && c.command.find("| head") != std::string::npos);
 }
 
 std::string without_trailing_newlines(std::string s) {
@@ -128,10 +148,12 @@ TEST_P(Book, EveryCommandPrintsWhatTheChapterShows) {
   const fs::path chapter = fs::path(LABKIT_SOURCE_DIR) / "book" / GetParam();
   const std::vector<Command> commands = console_commands(chapter);
   for (const Command& c : commands) {
-    const std::string got = run(c.command);
-    const std::string diff = first_difference(c.expected, got);
+    const Ran ran = run(c.command);
+    const std::string diff = first_difference(c.expected, ran.output);
     EXPECT_EQ(diff, "") << GetParam() << ":" << c.line << ": $ " << c.command << "\n"
                         << "Update the book with what the command prints now, or fix the regression.";
+    EXPECT_TRUE(expected_status(c, ran.status)) << GetParam() << ":" << c.line << ": $ " << c.command
+                                                << "\nexited with status " << ran.status;
   }
 }
 

@@ -56,7 +56,7 @@ class CudaOps : public ::testing::Test {
 }  // namespace
 
 TEST_F(CudaOps, MatmulForwardAndBackward) {
-  const int N = 64, C = 48, OC = 80;
+  const int N = 150, C = 48, OC = 80;  // rows in three chunks of the column sums, the last a part
   auto inp = random(N * C, 1), w = random(OC * C, 2), b = random(OC, 3), dout = random(N * OC, 4);
   std::vector<float> out(N * OC), dinp(N * C), dw(OC * C), db(OC);
   OnGpu<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(out), g_dinp(dinp), g_dw(dw), g_db(db);
@@ -71,7 +71,7 @@ TEST_F(CudaOps, MatmulForwardAndBackward) {
 }
 
 TEST_F(CudaOps, LayerNormGeluSoftmax) {
-  const int N = 32, C = 40;
+  const int N = 150, C = 40;
   auto x = random(N * C, 5), w = random(C, 6), b = random(C, 7), dout = random(N * C, 8);
   std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C), dw(C), db(C), g(N * C), dg(N * C), p(N * C);
   OnGpu<float> g_x(x), g_w(w), g_b(b), g_dout(dout), g_out(out), g_mean(mean), g_rstd(rstd), g_dx(dx), g_dw(dw),
@@ -93,6 +93,24 @@ TEST_F(CudaOps, LayerNormGeluSoftmax) {
   expect_close(g_g.host(), g, "gelu");
   expect_close(g_dg.host(), dg, "gelu backward");
   expect_close(g_p.host(), p, "softmax");
+}
+
+// Past a warp: rows of 70 positions and heads of 40 channels, which the 32
+// lanes of a row's warp take in strides.
+TEST_F(CudaOps, AttentionPastAWarpsWidth) {
+  const int B = 2, T = 70, C = 80, NH = 2;
+  auto qkv = random(B * T * 3 * C, 21), dout = random(B * T * C, 22);
+  std::vector<float> out(B * T * C), pre(B * NH * T * T), att(pre.size()), dqkv(qkv.size()), dpre(pre.size()),
+      datt(pre.size());
+  OnGpu<float> g_qkv(qkv), g_dout(dout), g_out(out), g_pre(pre), g_att(att), g_dqkv(dqkv), g_dpre(dpre), g_datt(datt);
+  cpu::attention_forward(out.data(), pre.data(), att.data(), qkv.data(), B, T, C, NH);
+  cpu::attention_backward(dqkv.data(), dpre.data(), datt.data(), dout.data(), qkv.data(), att.data(), B, T, C, NH);
+  gpu::attention_forward(g_out.ptr, g_pre.ptr, g_att.ptr, g_qkv.ptr, B, T, C, NH);
+  gpu::attention_backward(g_dqkv.ptr, g_dpre.ptr, g_datt.ptr, g_dout.ptr, g_qkv.ptr, g_att.ptr, B, T, C, NH);
+  expect_close(g_att.host(), att, "attention weights");
+  expect_close(g_out.host(), out, "attention out");
+  expect_close(g_dpre.host(), dpre, "attention score gradients");
+  expect_close(g_dqkv.host(), dqkv, "attention dinp");
 }
 
 TEST_F(CudaOps, AttentionEmbeddingsCrossEntropy) {

@@ -23,7 +23,9 @@ namespace labkit {
 
 GptConfig gpt_preset(const std::string& name, int vocab) {
   if (name == "tiny-gpt") return {.max_seq = 32, .vocab = vocab, .layers = 2, .heads = 4, .channels = 64};
-  throw std::invalid_argument("unknown model '" + name + "' (tiny-gpt)");
+  // Big enough that a GPU's kernels, not their launches, take a step's time.
+  if (name == "small-gpt") return {.max_seq = 256, .vocab = vocab, .layers = 4, .heads = 8, .channels = 512};
+  throw std::invalid_argument("unknown model '" + name + "' (tiny-gpt, small-gpt)");
 }
 
 memory::Architecture architecture_of(const GptConfig& c) {

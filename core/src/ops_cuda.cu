@@ -2,6 +2,8 @@
 
 #include "labkit/device.h"
 
+#include "cuda_caching_allocator.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -53,12 +55,19 @@ __global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
   if (i < long(N) * OC) out[i] += bias[i % OC];
 }
 
+// Column sums (a bias's or a norm's gradient) take a thread per column and a
+// grid row per chunk of rows: one thread per column alone would leave a GPU's
+// SMs idle and walk every row in turn. Each chunk adds its partial sum.
+constexpr int kRowsPerChunk = 64;
+dim3 column_grid(int N, int columns) { return dim3(blocks(columns), (N + kRowsPerChunk - 1) / kRowsPerChunk); }
+
 __global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
   if (o >= OC) return;
+  const int first = blockIdx.y * kRowsPerChunk, last = min(N, first + kRowsPerChunk);
   float sum = 0;
-  for (int n = 0; n < N; ++n) sum += dout[long(n) * OC + o];
-  dbias[o] += sum;
+  for (int n = first; n < last; ++n) sum += dout[long(n) * OC + o];
+  atomicAdd(&dbias[o], sum);
 }
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -76,9 +85,8 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   rstd[n] = s;
 }
 
-__global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* dbias, const float* dout,
-                                          const float* inp, const float* weight, const float* mean, const float* rstd,
-                                          int N, int C) {
+__global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
+                                          const float* mean, const float* rstd, int N, int C) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
   const float* x = inp + long(n) * C;
@@ -93,10 +101,24 @@ __global__ void layernorm_backward_kernel(float* dinp, float* dweight, float* db
   dnorm_norm_mean /= C;
   for (int i = 0; i < C; ++i) {
     const float norm = (x[i] - mean[n]) * rstd[n];
-    atomicAdd(&dbias[i], d[i]);
-    atomicAdd(&dweight[i], norm * d[i]);
     dinp[long(n) * C + i] += (weight[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
   }
+}
+
+// The norm's weight and bias gradients: column sums, as bias_backward_kernel's.
+__global__ void layernorm_params_backward_kernel(float* dweight, float* dbias, const float* dout, const float* inp,
+                                                 const float* mean, const float* rstd, int N, int C) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= C) return;
+  const int first = blockIdx.y * kRowsPerChunk, last = min(N, first + kRowsPerChunk);
+  float dw = 0, db = 0;
+  for (int n = first; n < last; ++n) {
+    const float d = dout[long(n) * C + c];
+    dw += (inp[long(n) * C + c] - mean[n]) * rstd[n] * d;
+    db += d;
+  }
+  atomicAdd(&dweight[c], dw);
+  atomicAdd(&dbias[c], db);
 }
 
 constexpr float kGeluScale = 0.7978845608028654f;  // sqrt(2 / pi)
@@ -159,67 +181,123 @@ __global__ void softmax_backward_kernel(float* dlogits, const float* probs, cons
 }
 
 // One thread per (b, t, h): the CPU loop body of attention_forward.
+// Attention, a warp per row (b, t, h) of the T x T scores: its 32 lanes split
+// the row's positions, then the head's channels, so a small batch still gives
+// the GPU B x T x NH warps of work, and the lanes read keys and values side by
+// side. The causal mask stops each row at t.
+constexpr int kWarp = 32;
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Which row this warp has, and this thread's lane in it (-1: no row, past the end).
+struct AttentionRow {
+  int b, t, h, lane;
+  __device__ AttentionRow(int B, int T, int NH) {
+    const long thread = long(blockIdx.x) * blockDim.x + threadIdx.x;
+    const long row = thread / kWarp;
+    lane = int(thread % kWarp);
+    h = int(row % NH), t = int((row / NH) % T), b = int(row / (long(NH) * T));
+    if (row >= long(B) * T * NH) lane = -1;
+  }
+};
+
+int attention_blocks(int B, int T, int NH) { return blocks(long(B) * T * NH * kWarp); }
+
 __global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                          int NH) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= B * T * NH) return;
-  const int h = i % NH, t = (i / NH) % T, b = i / (NH * T);
+  const AttentionRow r(B, T, NH);
+  if (r.lane < 0) return;  // a whole warp: the rows are warp-aligned
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
-  const float* query = inp + long(b) * T * C3 + t * C3 + h * hs;
-  float* pre = preatt + (long(b * NH + h) * T + t) * T;
-  float* a = att + (long(b * NH + h) * T + t) * T;
+  const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;  // this batch row and head: query at 0, key C, value 2C
+  const float* query = qkv + long(r.t) * C3;
+  float* pre = preatt + (long(r.b * NH + r.h) * T + r.t) * T;
+  float* a = att + (long(r.b * NH + r.h) * T + r.t) * T;
   float max = -INFINITY;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* key = inp + long(b) * T * C3 + t2 * C3 + h * hs + C;
+  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) {
+    const float* key = qkv + long(t2) * C3 + C;
     float dot = 0;
     for (int k = 0; k < hs; ++k) dot += query[k] * key[k];
     pre[t2] = dot * scale;
     max = fmaxf(max, pre[t2]);
   }
+  max = warp_max(max);
   float sum = 0;
-  for (int t2 = 0; t2 <= t; ++t2) sum += a[t2] = expf(pre[t2] - max);
-  for (int t2 = 0; t2 < T; ++t2) a[t2] = t2 <= t ? a[t2] / sum : 0.0f;
-  float* o = out + long(b) * T * C + t * C + h * hs;
-  for (int k = 0; k < hs; ++k) o[k] = 0;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* value = inp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
-    for (int k = 0; k < hs; ++k) o[k] += a[t2] * value[k];
+  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) sum += a[t2] = expf(pre[t2] - max);
+  sum = warp_sum(sum);
+  for (int t2 = r.lane; t2 < T; t2 += kWarp) a[t2] = t2 <= r.t ? a[t2] / sum : 0.0f;
+  __syncwarp();  // each lane reads every position's weight below
+  float* o = out + long(r.b) * T * C + long(r.t) * C + r.h * hs;
+  for (int k = r.lane; k < hs; k += kWarp) {
+    float acc = 0;
+    for (int t2 = 0; t2 <= r.t; ++t2) acc += a[t2] * qkv[long(t2) * C3 + 2 * C + k];
+    o[k] = acc;
   }
 }
 
-// One thread per (b, t, h); keys and values of earlier positions are shared, so atomics.
-__global__ void attention_backward_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
-                                          const float* inp, const float* att, int B, int T, int C, int NH) {
-  const int i = blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= B * T * NH) return;
-  const int h = i % NH, t = (i / NH) % T, b = i / (NH * T);
+// Backward, part one, a warp per query row t: the gradient of its weights, of
+// its scores, and of its query. Nothing is shared with another row, so no atomics.
+__global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
+                                                const float* inp, const float* att, int B, int T, int C, int NH) {
+  const AttentionRow r(B, T, NH);
+  if (r.lane < 0) return;
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
-  const long row = (long(b * NH + h) * T + t) * T;
+  const long row = (long(r.b * NH + r.h) * T + r.t) * T;
   const float* a = att + row;
   float* da = datt + row;
   float* dpre = dpreatt + row;
-  const float* query = inp + long(b) * T * C3 + t * C3 + h * hs;
-  float* dquery = dinp + long(b) * T * C3 + t * C3 + h * hs;
-  const float* d = dout + long(b) * T * C + t * C + h * hs;
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* value = inp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
-    float* dvalue = dinp + long(b) * T * C3 + t2 * C3 + h * hs + 2 * C;
-    for (int k = 0; k < hs; ++k) {
-      da[t2] += value[k] * d[k];
-      atomicAdd(&dvalue[k], a[t2] * d[k]);
-    }
+  const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;
+  const float* d = dout + long(r.b) * T * C + long(r.t) * C + r.h * hs;
+  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) {
+    const float* value = qkv + long(t2) * C3 + 2 * C;
+    float dot = 0;
+    for (int k = 0; k < hs; ++k) dot += value[k] * d[k];
+    da[t2] += dot;
   }
-  for (int t2 = 0; t2 <= t; ++t2)
-    for (int t3 = 0; t3 <= t; ++t3) dpre[t3] += a[t2] * ((t2 == t3 ? 1.0f : 0.0f) - a[t3]) * da[t2];
-  for (int t2 = 0; t2 <= t; ++t2) {
-    const float* key = inp + long(b) * T * C3 + t2 * C3 + h * hs + C;
-    float* dkey = dinp + long(b) * T * C3 + t2 * C3 + h * hs + C;
-    for (int k = 0; k < hs; ++k) {
-      atomicAdd(&dquery[k], key[k] * dpre[t2] * scale);
-      atomicAdd(&dkey[k], query[k] * dpre[t2] * scale);
+  // Softmax backward, sum_t2 a[t2] (delta(t2,t3) - a[t3]) da[t2], is a[t3] (da[t3] - a . da).
+  float a_dot_da = 0;
+  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) a_dot_da += a[t2] * da[t2];
+  a_dot_da = warp_sum(a_dot_da);
+  for (int t3 = r.lane; t3 <= r.t; t3 += kWarp) dpre[t3] += a[t3] * (da[t3] - a_dot_da);
+  __syncwarp();  // each lane reads every position's score gradient below
+  float* dquery = dinp + long(r.b) * T * C3 + long(r.t) * C3 + r.h * hs;
+  for (int k = r.lane; k < hs; k += kWarp) {
+    float acc = 0;
+    for (int t2 = 0; t2 <= r.t; ++t2) acc += dpre[t2] * qkv[long(t2) * C3 + C + k];
+    dquery[k] += acc * scale;
+  }
+}
+
+// Part two, a warp per key row t2 (AttentionRow's t): its key's and value's
+// gradients, summed over the later queries t >= t2 that saw it.
+__global__ void attention_backward_key_value_kernel(float* dinp, const float* dpreatt, const float* dout,
+                                                    const float* inp, const float* att, int B, int T, int C, int NH) {
+  const AttentionRow r(B, T, NH);
+  if (r.lane < 0) return;
+  const int C3 = 3 * C, hs = C / NH, t2 = r.t;
+  const float scale = rsqrtf(float(hs));
+  const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;
+  float* dkey = dinp + long(r.b) * T * C3 + long(t2) * C3 + r.h * hs + C;
+  float* dvalue = dkey + C;
+  const long rows = long(r.b * NH + r.h) * T;  // row t of the scores is (rows + t) * T
+  for (int k = r.lane; k < hs; k += kWarp) {
+    float dk = 0, dv = 0;
+    for (int t = t2; t < T; ++t) {
+      const long score = (rows + t) * T + t2;
+      dk += dpreatt[score] * qkv[long(t) * C3 + k];
+      dv += att[score] * dout[long(r.b) * T * C + long(t) * C + r.h * hs + k];
     }
+    dkey[k] += dk * scale;
+    dvalue[k] += dv;
   }
 }
 
@@ -320,7 +398,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                               C) != CUBLAS_STATUS_SUCCESS))
     throw std::runtime_error("cublas: matmul_backward");
   if (dbias) {
-    bias_backward_kernel<<<blocks(OC), kThreads>>>(dbias, dout, N, OC);
+    bias_backward_kernel<<<column_grid(N, OC), kThreads>>>(dbias, dout, N, OC);
     launched("matmul_backward bias");
   }
 }
@@ -333,7 +411,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  layernorm_backward_kernel<<<blocks(N), kThreads>>>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_kernel<<<blocks(N), kThreads>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_params_backward_kernel<<<column_grid(N, C), kThreads>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
   launched("layernorm_backward");
 }
 
@@ -378,13 +457,16 @@ void softmax_backward(float* dlogits, const float* probs, const float* dprobs, i
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
-  attention_forward_kernel<<<blocks(B * T * NH), kThreads>>>(out, preatt, att, inp, B, T, C, NH);
+  attention_forward_kernel<<<attention_blocks(B, T, NH), kThreads>>>(out, preatt, att, inp, B, T, C, NH);
   launched("attention_forward");
 }
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                         const float* att, int B, int T, int C, int NH) {
-  attention_backward_kernel<<<blocks(B * T * NH), kThreads>>>(dinp, dpreatt, datt, dout, inp, att, B, T, C, NH);
+  attention_backward_query_kernel<<<attention_blocks(B, T, NH), kThreads>>>(dinp, dpreatt, datt, dout, inp, att, B, T,
+                                                                           C, NH);
+  attention_backward_key_value_kernel<<<attention_blocks(B, T, NH), kThreads>>>(dinp, dpreatt, dout, inp, att, B, T, C,
+                                                                               NH);
   launched("attention_backward");
 }
 
@@ -424,14 +506,12 @@ void scale(float* inout, float factor, long n) {
 // The one number that comes back: copied to the host, which waits for it.
 double sum_of_squares(const float* in, long n) {
   if (n == 0) return 0;
-  double* sum = nullptr;
-  check(cudaMalloc(&sum, sizeof(double)), "cudaMalloc");
-  check(cudaMemset(sum, 0, sizeof(double)), "cudaMemset");
+  double* sum = static_cast<double*>(cuda_memory::allocate(sizeof(double)));  // zero-filled
   sum_of_squares_kernel<<<blocks(n), kThreads>>>(sum, in, n);
   launched("sum_of_squares");
   double host = 0;
   check(cudaMemcpy(&host, sum, sizeof(double), cudaMemcpyDeviceToHost), "sum_of_squares to the host");
-  cudaFree(sum);
+  cuda_memory::release(sum);
   return host;
 }
 
@@ -461,7 +541,8 @@ template <class T, class Wide = T> __global__ void divide_kernel(T* inout, long 
   if (i < n) inout[i] = T(Wide(inout[i]) / Wide(divisor));
 }
 
-// Launched on the default stream and waited for: as synchronous as the host's.
+// Launched on the default stream, after the kernels that wrote either buffer
+// and before any that reads the result: no wait, the stream keeps the order.
 void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   const long n = long(count);
   const int grid = int((n + 255) / 256);
@@ -478,7 +559,7 @@ void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size
                                                           static_cast<__nv_bfloat16*>(inout), n);
       break;
   }
-  check(cudaStreamSynchronize(0), "reduce_local on the GPU");
+  check(cudaGetLastError(), "reduce_local on the GPU");
 }
 
 void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
@@ -492,15 +573,12 @@ void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
     case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, 256>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
     case DType::u8: divide_kernel<<<grid, 256>>>(static_cast<unsigned char*>(inout), n, divisor); break;
   }
-  check(cudaStreamSynchronize(0), "divide_local on the GPU");
+  check(cudaGetLastError(), "divide_local on the GPU");
 }
 
 void* gpu_allocate(std::size_t bytes) {
   note_gpu_memory();
-  void* p = nullptr;
-  check(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc");
-  check(cudaMemset(p, 0, bytes), "cudaMemset");
-  return p;
+  return cuda_memory::allocate(bytes);
 }
 
 // Filled field by field: designated initializers are C++20, and nvcc builds this file as C++17.
@@ -509,23 +587,16 @@ const Device kCuda = [] {
   d.kind = DeviceKind::cuda;
   d.name = "cuda";
   d.allocate = gpu_allocate;
-  d.release = [](void* p) { cudaFree(p); };
+  d.release = cuda_memory::release;
   d.copy_from_host = [](void* dst, const void* src, std::size_t bytes) {
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
   };
   d.copy_to_host = [](void* dst, const void* src, std::size_t bytes) {
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
   };
-  d.zero = [](void* p, std::size_t bytes) { check(cudaMemset(p, 0, bytes), "cudaMemset"); };
+  d.zero = [](void* p, std::size_t bytes) { check(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync"); };
   d.synchronize = [] { check(cudaDeviceSynchronize(), "synchronize"); };
-  d.holds = [](const void* p) {
-    cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      cudaGetLastError();  // a host pointer CUDA never saw: clear the error
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-  };
+  d.holds = cuda_memory::holds;  // its own blocks: no call into CUDA per question
   d.copy = [](void* dst, const void* src, std::size_t bytes) {
     check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy on the GPU");
   };

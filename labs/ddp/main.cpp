@@ -29,7 +29,8 @@ int main(int argc, char** argv) {
   lab::add_training_options(app, o, {.batch = "global batch: sequences per step over all ranks",
                                      .seed = "initialisation, corpus and shuffling",
                                      .bench = "time the simulation: --ranks ranks against one rank on the same "
-                                              "batches, and a payload-free 7B step on 1024 ranks"});
+                                              "batches, and a payload-free 7B step on 1024 ranks",
+                                     .model = "the GPT each rank holds"});
   app.add_option("--mode", o.modes, "naive, bucketed or overlap (several: a row each)")
       ->capture_default_str()->check(cli::one_of("mode", {"naive", "bucketed", "overlap"}));
   app.add_option("--accum", o.accum, "micro-steps per step: gradients accumulate, and only the last micro-step "
@@ -56,8 +57,8 @@ int main(int argc, char** argv) {
     if (o.what_if.empty() && o.sweep.over.empty())
       lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
     else
-      lab::refuse_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
-    if (o.volume) return lab::refuse_device(o, "--volume computes a formula"), volume(o, run_options.ranks);
+      lab::refuse_model_and_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
+    if (o.volume) return lab::refuse_model_and_device(o, "--volume computes a formula"), volume(o, run_options.ranks);
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
     const bool compressing = o.compress.kind != Compression::none;
@@ -68,8 +69,8 @@ int main(int argc, char** argv) {
     if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
       throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                               o.batch, run_options.ranks));
-    const Sequences corpus = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
-    const GptConfig config = gpt_preset("tiny-gpt", corpus.tokens.vocab);
+    const Sequences corpus = training_sequences(o.seed, gpt_preset(o.model, 1).max_seq);
+    const GptConfig config = gpt_preset(o.model, corpus.tokens.vocab);
     if (o.bench) return bench(o, run_options, corpus, config);
     if (compressing) return compare_compression(o, run_options, corpus, config);
     return train_modes(o, run_options, modes, corpus, config);

@@ -59,7 +59,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
   const OneRankRun one_rank = train_one_rank(o, corpus, config);
   const double reordered = relative_difference(train_one_rank(o, corpus, config, true).weights, one_rank.weights);
   const double weight_limit = rounding_limit(reordered);
-  fmt::print("ddp: tiny-gpt, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n",
+  fmt::print("ddp: {}, {} ranks, global batch {}{}, {} steps, {}, {}; times per step, from rank 0's trace\n", o.model,
              runs.front().ranks, o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps,
              o.optimizer, run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
   lab::Table table = modes_table();

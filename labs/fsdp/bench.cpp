@@ -11,14 +11,14 @@
 
 namespace fsdp_lab {
 
-// --bench, side by side in one run: --steps steps of the tiny GPT on --ranks
+// --bench, side by side in one run: --steps steps of --model on --ranks
 // simulated ranks at stage 3 (a gather per block, twice, and a reduce-scatter)
 // against stage 0 (DDP: one allreduce), data-carrying, the same batches; then
 // one payload-free stage-3 step of Llama-2 70B's shapes over 1024 ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
   auto timed = [&](int stage) {
-    return lab::timed(fmt::format("timing {} steps of the tiny GPT on {} simulated ranks at stage {}", o.steps,
-                                  run_options.ranks, stage),
+    return lab::timed(fmt::format("timing {} steps of {} on {} simulated ranks at stage {}", o.steps,
+                                  o.model, run_options.ranks, stage),
                       [&] { train(o, run_options, stage, data, config); });
   };
   const double ddp = timed(0), sharded = timed(3);

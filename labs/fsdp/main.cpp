@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
                                      .lr_says_its_default = true,
                                      .seed = "initialisation, corpus and shuffling",
                                      .bench = "time the simulation itself: stage 3 against stage 0 on the tiny GPT, "
-                                              "and a payload-free 70B stage-3 step on 1024 ranks"});
+                                              "and a payload-free 70B stage-3 step on 1024 ranks",
+                                     .model = "the GPT the ranks shard"});
   app.add_option("--optimizer", o.optimizer, "sgd (momentum 0.9) or adamw")
       ->capture_default_str()->check(cli::one_of("optimizer", {"sgd", "adamw"}));
   add_what_if_options(app, o);
@@ -55,8 +56,8 @@ int main(int argc, char** argv) {
     if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);
     check_tiny_gpt_run(o, run_options);
-    const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
-    const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
+    const Sequences data = training_sequences(o.seed, gpt_preset(o.model, 1).max_seq);
+    const GptConfig config = gpt_preset(o.model, data.tokens.vocab);
     if (o.bench) return bench(o, run_options, data, config);
     return train_stages(o, run_options, data, config);
   });

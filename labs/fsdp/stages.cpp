@@ -102,7 +102,7 @@ std::string groups(const StageRun& r0, const Options& o) {
 }
 
 void print_heading(const StageRun& r0, const Options& o) {
-  fmt::print("fsdp: tiny-gpt ({} parameters), {} rank{}{}, global batch {}, {} step{}, {}; per step, rank 0\n",
+  fmt::print("fsdp: {} ({} parameters), {} rank{}{}, global batch {}, {} step{}, {}; per step, rank 0\n", o.model,
              r0.parameters, r0.ranks, r0.ranks == 1 ? "" : "s", groups(r0, o), o.batch, o.steps,
              o.steps == 1 ? "" : "s", o.optimizer);
 }

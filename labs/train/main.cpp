@@ -27,10 +27,9 @@ int main(int argc, char** argv) {
   CLI::App app{"Train a tiny GPT on one rank"};
   Options o;
   RunOptions run_options{.ranks = 1};
-  app.add_option("--model", o.model, "tiny-gpt")
-      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
   lab::add_training_options(app, o, {.lr = "AdamW learning rate", .seed = "initialisation and corpus",
-                                     .json = "also write the loss curve as JSON", .device = "where the model trains"});
+                                     .json = "also write the loss curve as JSON", .model = "the GPT",
+                                     .device = "where the model trains"});
   app.add_option("--print-every", o.print_every, "steps between loss lines")
       ->capture_default_str()->check(cli::at_least(1));
   app.add_option("--checkpoint", o.checkpoint, "the file --checkpoint-every writes and --resume reads")

@@ -14,7 +14,6 @@ namespace lab = labkit::lab;
 
 struct Options : lab::TrainingOptions {
   Options() : TrainingOptions{.steps = 200, .batch = 8, .lr = 3e-3f} {}
-  std::string model = "tiny-gpt";
   int print_every = 20;               // steps between loss lines
   std::string checkpoint = "train.ckpt";
   int checkpoint_every = 0;           // 0: never saved

@@ -414,9 +414,13 @@ def check_search(page, chapters):
               return {query: q.value, links: [...r.querySelectorAll("a.md-search-result__link")].map(a => a.href)};
             })()""")
             return results["query"] == term and any(normal(h) == c.path for h in results["links"])
-        while not listed() and time.monotonic() < deadline:
+        # Seen once is found: the list re-renders as the worker answers each
+        # keystroke's query, so asking again could catch it in between.
+        found = listed()
+        while not found and time.monotonic() < deadline:
             page.browser.pump(0.1)
-        if not listed():
+            found = listed()
+        if not found:
             shown = sorted({normal(h) for h in results["links"]})
             fail(c.path, f"searching for {term!r} does not list it (results: {shown or 'none'})")
         else:

@@ -5,6 +5,7 @@
 #include "labkit/cli.h"
 #include "labkit/device.h"
 #include "labkit/error.h"
+#include "labkit/gpt.h"
 
 namespace labkit::lab {
 
@@ -17,6 +18,11 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
   CLI::Option* lr = app.add_option("--lr", o.lr, words.lr)->check(cli::above(0.0f));
   if (!words.lr_says_its_default) lr->capture_default_str();
   app.add_option("--seed", o.seed, words.seed)->capture_default_str()->check(cli::at_least(std::uint64_t(0)));
+  if (!words.model.empty())
+    app.add_option("--model", o.model, words.model + ": tiny-gpt (2 layers, 64 wide, context 32) or small-gpt "
+                                                    "(4 layers, 512 wide, context 256: a GPU's size)")
+        ->capture_default_str()
+        ->check(cli::parsed_by([](const std::string& name) { gpt_preset(name, 1); }));
   if (!words.device.empty())
     app.add_option("--device", o.device, words.device + ": cpu; cuda (a GPU: the simulator's ranks share it, "
                                                         "--backend nccl gives each its own); or fenced (the CPU's "
@@ -36,7 +42,8 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
   throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are " + runs + ")");
 }
 
-void refuse_device(const TrainingOptions& o, const std::string& view) {
+void refuse_model_and_device(const TrainingOptions& o, const std::string& view) {
+  if (o.model != TrainingOptions{}.model) throw Error(fmt::format("--model {}: {}, with no GPT to train", o.model, view));
   if (o.device != "cpu") throw Error(fmt::format("--device {}: {}, with no tensors to place on a device", o.device, view));
 }
 

@@ -23,6 +23,7 @@ struct TrainingOptions {
   int batch = 8;
   float lr = 0.1f;
   std::uint64_t seed = 1337;
+  std::string model = "tiny-gpt";  // labkit::gpt_preset's name
   std::string device = "cpu";  // where each rank's tensors live and its ops run (labkit::parse_device)
   std::string json;   // also write the lab's tables as JSON to this file
   bool bench = false;  // time the simulation instead
@@ -38,10 +39,12 @@ struct TrainingWords {
   std::string seed = "initialisation, corpus and sampling";
   std::string json = "also write the table as JSON to this file";
   std::string bench;
+  // The GPT presets follow; "" leaves --model out (the lab trains the tiny GPT).
+  std::string model;
   std::string device = "where each rank's model trains";  // the devices follow; "" leaves --device out
 };
 
-// Adds --steps, --batch, --lr, --seed, --device, --json and --bench, with `o`'s values as their defaults.
+// Adds --steps, --batch, --lr, --seed, --model, --device, --json and --bench, with `o`'s values as their defaults.
 void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words);
 
 // The tiny GPT computes with real values, so --payload-free (`payload_free`)
@@ -49,8 +52,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
 // (its options: {"--what-if", "--sweep"}).
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies);
 
-// A view that places no tensors (`view`: "--what-if runs payload-free"):
-// --device other than cpu is an error that says so.
-void refuse_device(const TrainingOptions& o, const std::string& view);
+// A view that trains no GPT (`view`: "--what-if runs payload-free"): --model
+// or --device other than their defaults is an error that says so.
+void refuse_model_and_device(const TrainingOptions& o, const std::string& view);
 
 }  // namespace labkit::lab

@@ -1,0 +1,86 @@
+// A caching allocator, as PyTorch's CUDACachingAllocator keeps one: cudaFree
+// waits for the whole device to go idle, and cudaMalloc takes tens of
+// microseconds, so a training step that uploads its tokens into a fresh tensor
+// and frees it would stall the GPU at every step (and once per simulated rank).
+// Freed blocks are kept by size and handed out again. Every op of the "cuda"
+// Device runs on the default stream, in issue order, so a block freed there may
+// be reused at once: its next user's kernels run after its last user's.
+#include "cuda_caching_allocator.h"
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+namespace labkit::cuda_memory {
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+// Sizes round up to 512 bytes (PyTorch's smallest block), so nearly equal
+// requests share a free list.
+constexpr std::size_t kRound = 512;
+std::size_t rounded(std::size_t bytes) { return (bytes + kRound - 1) / kRound * kRound; }
+
+struct Cache {
+  std::mutex lock;
+  std::map<std::uintptr_t, std::size_t> blocks;  // every block ever made, by base: bytes
+  std::unordered_map<std::size_t, std::vector<void*>> free_by_size;
+};
+
+Cache& cache() {
+  static Cache* c = new Cache;  // never destroyed: kernels may still free at exit
+  return *c;
+}
+
+}  // namespace
+
+void* allocate(std::size_t bytes) {
+  const std::size_t size = rounded(bytes ? bytes : 1);
+  Cache& c = cache();
+  void* p = nullptr;
+  {
+    std::lock_guard guard(c.lock);
+    std::vector<void*>& free = c.free_by_size[size];
+    if (!free.empty()) {
+      p = free.back();
+      free.pop_back();
+    }
+  }
+  if (!p) {
+    check(cudaMalloc(&p, size), "cudaMalloc");
+    std::lock_guard guard(c.lock);
+    c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), size);
+  }
+  check(cudaMemsetAsync(p, 0, size), "cudaMemsetAsync");
+  return p;
+}
+
+void release(void* p) {
+  if (!p) return;
+  Cache& c = cache();
+  std::lock_guard guard(c.lock);
+  const auto block = c.blocks.find(reinterpret_cast<std::uintptr_t>(p));
+  if (block == c.blocks.end()) throw std::logic_error("cuda: release of memory this allocator did not allocate");
+  c.free_by_size[block->second].push_back(p);
+}
+
+bool holds(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  Cache& c = cache();
+  std::lock_guard guard(c.lock);
+  auto after = c.blocks.upper_bound(address);
+  if (after == c.blocks.begin()) return false;
+  const auto& [base, size] = *std::prev(after);
+  return address < base + size;
+}
+
+}  // namespace labkit::cuda_memory
