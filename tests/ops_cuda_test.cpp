@@ -214,6 +214,24 @@ TEST_F(CudaOps, SgdFillScaleAndSumOfSquares) {
   expect_close(gg.host(), g, "fill");
 }
 
+// LARS's and LAMB's pieces: y += a x, and LAMB's direction with its moments.
+TEST_F(CudaOps, AxpyAndLambDirection) {
+  const long n = 5000;
+  auto w = random(n, 14), g = random(n, 15), m = random(n, 16), v = random(n, 17), r = std::vector<float>(n);
+  for (float& x : v) x = std::abs(x);  // a second moment
+  OnGpu<float> gw(w), gg(g), gm(m), gv(v), gr(r);
+  const labkit::ops::LambStep step{.beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f, .weight_decay = 0.01f,
+                                   .correct1 = 1 - 0.9 * 0.9, .correct2 = 1 - 0.999 * 0.999};
+  cpu::lamb_direction(r.data(), m.data(), v.data(), g.data(), w.data(), n, step);
+  gpu::lamb_direction(gr.ptr, gm.ptr, gv.ptr, gg.ptr, gw.ptr, n, step);
+  expect_close(gm.host(), m, "lamb_direction: m");
+  expect_close(gv.host(), v, "lamb_direction: v");
+  expect_close(gr.host(), r, "lamb_direction: direction");
+  cpu::axpy(w.data(), -0.3f, r.data(), n);
+  gpu::axpy(gw.ptr, -0.3f, gr.ptr, n);
+  expect_close(gw.host(), w, "axpy");
+}
+
 TEST_F(CudaOps, GptTrainsTheSameOnBothDevices) {
   using labkit::DeviceKind;
   const labkit::GptConfig config{.max_seq = 16, .vocab = 20, .layers = 2, .heads = 4, .channels = 32};

@@ -66,8 +66,10 @@ constexpr Device kCpu = {
     .crossentropy_softmax_backward = ops::crossentropy_softmax_backward<float>,
     .adamw_update = ops::adamw_update,
     .sgd_momentum_update = ops::sgd_momentum_update,
+    .lamb_direction = ops::lamb_direction,
     .fill = ops::fill,
     .scale = ops::scale,
+    .axpy = ops::axpy,
     .sum_of_squares = ops::sum_of_squares,
 };
 }  // namespace

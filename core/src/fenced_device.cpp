@@ -254,8 +254,10 @@ constexpr Device kFenced = {
         opened<"crossentropy_softmax_backward", ops::crossentropy_softmax_backward<float>>,
     .adamw_update = opened<"adamw_update", ops::adamw_update>,
     .sgd_momentum_update = opened<"sgd_momentum_update", ops::sgd_momentum_update>,
+    .lamb_direction = opened<"lamb_direction", ops::lamb_direction>,
     .fill = opened<"fill", ops::fill>,
     .scale = opened<"scale", ops::scale>,
+    .axpy = opened<"axpy", ops::axpy>,
     .sum_of_squares = opened<"sum_of_squares", ops::sum_of_squares>,
 };
 

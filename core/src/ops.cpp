@@ -277,7 +277,20 @@ void sgd_momentum_update(float* params, float* velocity, const float* grads, lon
   }
 }
 
+void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
+                    const LambStep& s) {
+  for (long i = 0; i < n; ++i) {
+    m[i] = s.beta1 * m[i] + (1 - s.beta1) * grads[i];
+    v[i] = s.beta2 * v[i] + (1 - s.beta2) * grads[i] * grads[i];
+    direction[i] = float((m[i] / s.correct1) / (std::sqrt(v[i] / s.correct2) + s.eps)) + s.weight_decay * params[i];
+  }
+}
+
 void fill(float* out, float value, long n) { std::fill_n(out, n, value); }
+
+void axpy(float* y, float a, const float* x, long n) {
+  for (long i = 0; i < n; ++i) y[i] += a * x[i];
+}
 
 void scale(float* inout, float factor, long n) {
   for (long i = 0; i < n; ++i) inout[i] *= factor;

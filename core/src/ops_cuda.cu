@@ -339,6 +339,20 @@ __global__ void sgd_momentum_kernel(float* params, float* velocity, const float*
   params[i] -= lr * velocity[i];
 }
 
+__global__ void lamb_direction_kernel(float* direction, float* m, float* v, const float* grads, const float* params,
+                                      long n, LambStep s) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  m[i] = s.beta1 * m[i] + (1 - s.beta1) * grads[i];
+  v[i] = s.beta2 * v[i] + (1 - s.beta2) * grads[i] * grads[i];
+  direction[i] = float((m[i] / s.correct1) / (sqrt(v[i] / s.correct2) + s.eps)) + s.weight_decay * params[i];
+}
+
+__global__ void axpy_kernel(float* y, float a, const float* x, long n) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) y[i] += a * x[i];
+}
+
 __global__ void fill_kernel(float* out, float value, long n) {
   const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = value;
@@ -491,6 +505,19 @@ void sgd_momentum_update(float* params, float* velocity, const float* grads, lon
   launched("sgd_momentum_update");
 }
 
+void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
+                    const LambStep& step) {
+  if (n == 0) return;
+  lamb_direction_kernel<<<blocks(n), kThreads>>>(direction, m, v, grads, params, n, step);
+  launched("lamb_direction");
+}
+
+void axpy(float* y, float a, const float* x, long n) {
+  if (n == 0) return;
+  axpy_kernel<<<blocks(n), kThreads>>>(y, a, x, n);
+  launched("axpy");
+}
+
 void fill(float* out, float value, long n) {
   if (n == 0) return;
   fill_kernel<<<blocks(n), kThreads>>>(out, value, n);
@@ -625,6 +652,8 @@ const Device kCuda = [] {
   d.sgd_momentum_update = ops::cuda::sgd_momentum_update;
   d.fill = ops::cuda::fill;
   d.scale = ops::cuda::scale;
+  d.lamb_direction = ops::cuda::lamb_direction;
+  d.axpy = ops::cuda::axpy;
   d.sum_of_squares = ops::cuda::sum_of_squares;
   return d;
 }();

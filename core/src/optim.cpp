@@ -20,6 +20,13 @@ const Device& device_of_tensors(const Tensor& params, const Tensor& grads) {
   return params.device();
 }
 
+// A state tensor of n floats on d, made on the first update and checked on the others.
+void state(Tensor& t, const Device& d, std::size_t n) {
+  if (t.size() == 0) t = Tensor({n}, d.kind);
+  if (t.size() != n || t.device().kind != d.kind)
+    throw std::invalid_argument("optimizer: called on a different set of parameters");
+}
+
 // The same for views.
 const Device& device_of_views(View params, View grads) {
   check_sizes(params.count, grads.count);
@@ -84,19 +91,11 @@ void SgdMomentum::update_views(View params, View grads) {
 }
 
 void SgdMomentum::update(const Device& d, float* params, const float* grads, std::size_t n) {
-  if (velocity.size() == 0) velocity = Tensor({n}, d.kind);
-  if (velocity.size() != n || velocity.device().kind != d.kind)
-    throw std::invalid_argument("optimizer: called on a different set of parameters");
+  state(velocity, d, n);
   d.sgd_momentum_update(params, velocity.data(), grads, long(n), lr, momentum);
 }
 
 namespace {
-double norm(std::span<const float> x) {
-  double sum = 0;
-  for (float f : x) sum += double(f) * f;
-  return std::sqrt(sum);
-}
-
 void check_layers(std::size_t params, std::size_t grads, std::span<const ParameterRange> layers) {
   check_sizes(params, grads);
   for (const ParameterRange& r : layers)
@@ -106,42 +105,61 @@ void check_layers(std::size_t params, std::size_t grads, std::span<const Paramet
                                   " parameters");
 }
 
+double norm(const Device& d, const float* x, std::size_t n) { return std::sqrt(d.sum_of_squares(x, long(n))); }
+
+// LAMB's trust ratio: ||w|| / ||r||, or 1 where either is 0.
+float ratio(double w_norm, double r_norm) { return w_norm > 0 && r_norm > 0 ? float(w_norm / r_norm) : 1.0f; }
 }  // namespace
 
+void Lars::update(Tensor& params, const Tensor& grads, std::span<const ParameterRange> layers) {
+  update(device_of_tensors(params, grads), params.data(), grads.data(), params.size(), layers);
+}
+
 void Lars::update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers) {
-  check_layers(params.size(), grads.size(), layers);
-  if (velocity.empty()) velocity.assign(params.size(), 0.0f);
+  check_sizes(params.size(), grads.size());
+  update(device(DeviceKind::cpu), params.data(), grads.data(), params.size(), layers);
+}
+
+void Lars::update(const Device& d, float* params, const float* grads, std::size_t n,
+                  std::span<const ParameterRange> layers) {
+  check_layers(n, n, layers);
+  state(velocity, d, n), state(decayed, d, n);
   for (const ParameterRange& r : layers) {
-    const std::span<float> w = params.subspan(r.offset, r.count);
-    std::vector<float> g(grads.begin() + std::ptrdiff_t(r.offset), grads.begin() + std::ptrdiff_t(r.offset + r.count));
-    for (std::size_t i = 0; i < g.size(); ++i) g[i] += weight_decay * w[i];
-    const double w_norm = norm(w), g_norm = norm(g);
-    const float local_lr = w_norm > 0 && g_norm > 0 ? float(trust * w_norm / g_norm) : 1.0f;
-    for (std::size_t i = 0; i < g.size(); ++i) {
-      float& v = velocity[r.offset + i];
-      v = momentum * v + local_lr * g[i];
-      w[i] -= lr * v;
-    }
+    float* w = params + r.offset;
+    float* g = decayed.data() + r.offset;
+    d.copy(g, grads + r.offset, r.count * sizeof(float));
+    d.axpy(g, weight_decay, w, long(r.count));
+    const double w_norm = norm(d, w, r.count), g_norm = norm(d, g, r.count);
+    d.scale(g, w_norm > 0 && g_norm > 0 ? float(trust * w_norm / g_norm) : 1.0f, long(r.count));
+    d.sgd_momentum_update(w, velocity.data() + r.offset, g, long(r.count), lr, momentum);
   }
 }
 
+void Lamb::update(Tensor& params, const Tensor& grads, std::span<const ParameterRange> layers) {
+  update(device_of_tensors(params, grads), params.data(), grads.data(), params.size(), layers);
+}
+
 void Lamb::update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers) {
-  check_layers(params.size(), grads.size(), layers);
-  if (m.empty()) m.assign(params.size(), 0.0f), v.assign(params.size(), 0.0f);
+  check_sizes(params.size(), grads.size());
+  update(device(DeviceKind::cpu), params.data(), grads.data(), params.size(), layers);
+}
+
+void Lamb::update(const Device& d, float* params, const float* grads, std::size_t n,
+                  std::span<const ParameterRange> layers) {
+  check_layers(n, n, layers);
+  state(m, d, n), state(v, d, n), state(direction, d, n);
   ++step;
-  const double correction1 = 1 - std::pow(double(beta1), step), correction2 = 1 - std::pow(double(beta2), step);
+  const ops::LambStep s{.beta1 = beta1,
+                        .beta2 = beta2,
+                        .eps = eps,
+                        .weight_decay = weight_decay,
+                        .correct1 = 1 - std::pow(double(beta1), step),
+                        .correct2 = 1 - std::pow(double(beta2), step)};
   for (const ParameterRange& r : layers) {
-    const std::span<float> w = params.subspan(r.offset, r.count);
-    std::vector<float> direction(r.count);
-    for (std::size_t i = 0; i < r.count; ++i) {
-      const std::size_t k = r.offset + i;
-      m[k] = beta1 * m[k] + (1 - beta1) * grads[k];
-      v[k] = beta2 * v[k] + (1 - beta2) * grads[k] * grads[k];
-      direction[i] = float((m[k] / correction1) / (std::sqrt(v[k] / correction2) + eps)) + weight_decay * w[i];
-    }
-    const double w_norm = norm(w), r_norm = norm(direction);
-    const float trust_ratio = w_norm > 0 && r_norm > 0 ? float(w_norm / r_norm) : 1.0f;
-    for (std::size_t i = 0; i < r.count; ++i) w[i] -= lr * trust_ratio * direction[i];
+    float* w = params + r.offset;
+    float* rd = direction.data() + r.offset;
+    d.lamb_direction(rd, m.data() + r.offset, v.data() + r.offset, grads + r.offset, w, long(r.count), s);
+    d.axpy(w, -(lr * ratio(norm(d, w, r.count), norm(d, rd, r.count))), rd, long(r.count));
   }
 }
 

@@ -41,12 +41,8 @@ struct Optimizer {
     if (clip > 0) clip_by_global_norm(model.gradients(), clip);  // DDP: every rank holds the whole gradient
     if (name == "adamw") return adamw.update(model.parameters(), model.gradients());
     if (name == "sgd") return sgd.update(model.parameters(), model.gradients());
-    // LARS and LAMB work in host memory, layer by layer: a model on a device goes there and back.
-    std::vector<float> params = model.parameters().to_host(), grads = model.gradients().to_host();
-    const std::vector<ParameterRange> layers = model.backward_order();
-    if (name == "lars") lars.update(params, grads, layers);
-    if (name == "lamb") lamb.update(params, grads, layers);
-    model.device().copy_from_host(model.parameters().data(), params.data(), params.size() * sizeof(float));
+    if (name == "lars") return lars.update(model.parameters(), model.gradients(), model.backward_order());
+    lamb.update(model.parameters(), model.gradients(), model.backward_order());
   }
 };
 

@@ -68,9 +68,12 @@ struct Device {
   void (*adamw_update)(float* params, float* master, const float* grads, float* m, float* v, long n,
                        const ops::AdamWStep& step);
   void (*sgd_momentum_update)(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
-  // The parallel labs' data paths: fill, scale, and a sum of squares that comes back to the host.
+  void (*lamb_direction)(float* direction, float* m, float* v, const float* grads, const float* params, long n,
+                         const ops::LambStep& step);
+  // The parallel labs' data paths: fill, scale, y += a x, and a sum of squares that comes back to the host.
   void (*fill)(float* out, float value, long n);
   void (*scale)(float* inout, float factor, long n);
+  void (*axpy)(float* y, float a, const float* x, long n);
   double (*sum_of_squares)(const float* in, long n);
 };
 

@@ -77,12 +77,23 @@ void adamw_update(float* params, float* master, const float* grads, float* m, fl
 // SGD with momentum as PyTorch writes it: v = momentum v + g; w -= lr v.
 void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
 
+// LAMB's direction (You et al. 2019) over n weights: Adam's moments, then
+// r = m^ / (sqrt(v^) + eps) + wd w, bias-corrected in double as the update's
+// host formula always was; the layer's trust ratio scales r afterwards.
+struct LambStep {
+  float beta1, beta2, eps, weight_decay;
+  double correct1, correct2;  // 1 - beta1^t and 1 - beta2^t
+};
+void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
+                    const LambStep& step);
+
 // What the parallel labs' data paths do to a buffer besides the model's ops:
 // fill it (a freed shard marked NaN, a reduce-scatter's zero padding), scale it
 // (clipping), and its sum of squares (a norm's square), summed in double and
 // returned to the host: the one number clipping needs there.
 void fill(float* out, float value, long n);
 void scale(float* inout, float factor, long n);
+void axpy(float* y, float a, const float* x, long n);  // y += a x (LARS's weight decay, LAMB's step)
 double sum_of_squares(const float* in, long n);
 
 // Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits

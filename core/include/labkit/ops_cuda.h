@@ -37,7 +37,10 @@ void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const f
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step);
 void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum);
 void fill(float* out, float value, long n);
+void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
+                    const LambStep& step);
 void scale(float* inout, float factor, long n);
+void axpy(float* y, float a, const float* x, long n);
 double sum_of_squares(const float* in, long n);
 
 }  // namespace labkit::ops::cuda

@@ -67,22 +67,33 @@ inline float warmup_lr(float target, int step, int warmup_steps) {
 // LARS (You, Gitman & Ginsburg 2017) as the comprehensive guide's LARS class
 // writes it (book/99-references.md): each layer gets its own rate, trust x ||w|| /
 // ||g + wd w|| (1 where either norm is 0), so no layer's step is large beside
-// its weights: v = momentum v + local_lr (g + wd w); w -= lr v. Host memory;
-// `layers` are the runs of the buffer that each get a ratio of their own.
+// its weights: v = momentum v + local_lr (g + wd w); w -= lr v. `layers` are
+// the runs of the buffer that each get a ratio of their own; the two norms of
+// each come to the host, the rest stays on the parameters' device.
 struct Lars {
   float lr = 0.1f, momentum = 0.9f, weight_decay = 0.0f, trust = 0.001f;
-  std::vector<float> velocity = {};
+  Tensor velocity = {}, decayed = {};  // sized on the first update; decayed: g + wd w
+  void update(Tensor& params, const Tensor& grads, std::span<const ParameterRange> layers);
   void update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers);
+
+ private:
+  void update(const Device& d, float* params, const float* grads, std::size_t n,
+              std::span<const ParameterRange> layers);
 };
 
 // LAMB: Adam's bias-corrected direction r = m^ / (sqrt(v^) + eps) + wd w per
 // layer, scaled by the trust ratio ||w|| / ||r|| (1 where either is 0):
-// w -= lr x ratio x r. Host memory.
+// w -= lr x ratio x r. On the parameters' device, as LARS.
 struct Lamb {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-6f, weight_decay = 0.0f;
-  std::vector<float> m = {}, v = {};
+  Tensor m = {}, v = {}, direction = {};  // sized on the first update
   int step = 0;
+  void update(Tensor& params, const Tensor& grads, std::span<const ParameterRange> layers);
   void update(std::span<float> params, std::span<const float> grads, std::span<const ParameterRange> layers);
+
+ private:
+  void update(const Device& d, float* params, const float* grads, std::size_t n,
+              std::span<const ParameterRange> layers);
 };
 
 // Clipping by global norm: scales the gradients by max_norm / ||g|| when ||g||
