@@ -8,22 +8,19 @@
 #include "cuda_caching_allocator.h"
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <mutex>
-#include <stdexcept>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 namespace labkit::cuda_memory {
 
 namespace {
-
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-}
 
 // Sizes round up to 512 bytes (PyTorch's smallest block), so nearly equal
 // requests share a free list.
@@ -37,7 +34,9 @@ struct Cache {
 };
 
 Cache& cache() {
-  static Cache* c = new Cache;  // never destroyed: kernels may still free at exit
+  // Never destroyed: a tensor held by a static (a pooled scratch buffer) is
+  // released by its destructor at exit, which may run after this one's.
+  static Cache* c = new Cache;
   return *c;
 }
 
@@ -56,11 +55,11 @@ void* allocate(std::size_t bytes) {
     }
   }
   if (!p) {
-    check(cudaMalloc(&p, size), "cudaMalloc");
+    check_cuda(cudaMalloc(&p, size), "cudaMalloc");
     std::lock_guard guard(c.lock);
     c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), size);
   }
-  check(cudaMemsetAsync(p, 0, size), "cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(p, 0, size), "cudaMemsetAsync");
   return p;
 }
 
@@ -69,7 +68,10 @@ void release(void* p) {
   Cache& c = cache();
   std::lock_guard guard(c.lock);
   const auto block = c.blocks.find(reinterpret_cast<std::uintptr_t>(p));
-  if (block == c.blocks.end()) throw std::logic_error("cuda: release of memory this allocator did not allocate");
+  if (block == c.blocks.end()) {  // a tensor's deleter calls this, and must not throw: say so and keep going
+    std::fprintf(stderr, "cuda: release of %p, which this allocator did not allocate; ignored\n", p);
+    return;
+  }
   c.free_by_size[block->second].push_back(p);
 }
 

@@ -3,6 +3,7 @@
 #include "labkit/device.h"
 
 #include "cuda_caching_allocator.h"
+#include "cuda_check.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -18,10 +19,6 @@ namespace {
 constexpr int kThreads = 256;
 int blocks(long n) { return int((n + kThreads - 1) / kThreads); }
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
-}
-
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t created;
@@ -31,7 +28,7 @@ cublasHandle_t handle() {
   return h;
 }
 
-void launched(const char* what) { check(cudaGetLastError(), what); }
+void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                                        int C) {
@@ -537,7 +534,7 @@ double sum_of_squares(const float* in, long n) {
   sum_of_squares_kernel<<<blocks(n), kThreads>>>(sum, in, n);
   launched("sum_of_squares");
   double host = 0;
-  check(cudaMemcpy(&host, sum, sizeof(double), cudaMemcpyDeviceToHost), "sum_of_squares to the host");
+  check_cuda(cudaMemcpy(&host, sum, sizeof(double), cudaMemcpyDeviceToHost), "sum_of_squares to the host");
   cuda_memory::release(sum);
   return host;
 }
@@ -547,7 +544,6 @@ double sum_of_squares(const float* in, long n) {
 namespace labkit {
 
 namespace {
-using ops::cuda::check;
 
 // reduce_local and divide_local on GPU memory: one thread per element, computed
 // in Wide and stored as T (bf16 in float, rounded to nearest even once, as the host does).
@@ -586,7 +582,7 @@ void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size
                                                           static_cast<__nv_bfloat16*>(inout), n);
       break;
   }
-  check(cudaGetLastError(), "reduce_local on the GPU");
+  check_cuda(cudaGetLastError(), "reduce_local on the GPU");
 }
 
 void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
@@ -600,7 +596,7 @@ void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
     case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, 256>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
     case DType::u8: divide_kernel<<<grid, 256>>>(static_cast<unsigned char*>(inout), n, divisor); break;
   }
-  check(cudaGetLastError(), "divide_local on the GPU");
+  check_cuda(cudaGetLastError(), "divide_local on the GPU");
 }
 
 void* gpu_allocate(std::size_t bytes) {
@@ -616,16 +612,16 @@ const Device kCuda = [] {
   d.allocate = gpu_allocate;
   d.release = cuda_memory::release;
   d.copy_from_host = [](void* dst, const void* src, std::size_t bytes) {
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
+    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
   };
   d.copy_to_host = [](void* dst, const void* src, std::size_t bytes) {
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
+    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
   };
-  d.zero = [](void* p, std::size_t bytes) { check(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync"); };
-  d.synchronize = [] { check(cudaDeviceSynchronize(), "synchronize"); };
+  d.zero = [](void* p, std::size_t bytes) { check_cuda(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync"); };
+  d.synchronize = [] { check_cuda(cudaDeviceSynchronize(), "synchronize"); };
   d.holds = cuda_memory::holds;  // its own blocks: no call into CUDA per question
   d.copy = [](void* dst, const void* src, std::size_t bytes) {
-    check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy on the GPU");
+    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy on the GPU");
   };
   d.reduce = gpu_reduce;
   d.divide = gpu_divide;

@@ -54,16 +54,11 @@ void AdamW::update_views(View params, View grads) {
 }
 
 void AdamW::update(const Device& d, float* params, const float* grads, std::size_t n) {
-  if (step == 0) {
-    m = Tensor({n}, d.kind);
-    v = Tensor({n}, d.kind);
-    if (bf16_weights && master_weights) {  // the master starts as the weights, then rounds them
-      master = Tensor({n}, d.kind);
-      d.copy(master.data(), params, n * sizeof(float));
-    }
+  state(m, d, n), state(v, d, n);
+  if (step == 0 && bf16_weights && master_weights) {  // the master starts as the weights, then rounds them
+    master = Tensor({n}, d.kind);
+    d.copy(master.data(), params, n * sizeof(float));
   }
-  if (m.size() != n || m.device().kind != d.kind)
-    throw std::invalid_argument("optimizer: called on a different set of parameters");
   ++step;
   const ops::AdamWStep s{.lr = lr,
                          .beta1 = beta1,

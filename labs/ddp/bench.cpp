@@ -24,7 +24,7 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   Options one_step = o;
   one_step.steps = 1;
   const auto steady = [&](const std::string& what, const std::function<void(const Options&)>& train_for) {
-    return lab::timed(what, [&] { train_for(o); }) - lab::timed("  and its first step alone", [&] { train_for(one_step); });
+    return lab::timed(what, [&] { train_for(o); }) - lab::timed("  then its first step alone, to subtract", [&] { train_for(one_step); });
   };
   const double many = steady(fmt::format("timing {} steps of {} on {} simulated ranks, overlap mode, global batch {}",
                                          o.steps, o.model, run_options.ranks, o.batch),
