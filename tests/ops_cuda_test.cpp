@@ -1,7 +1,9 @@
 // The CUDA ops agree with the CPU ops to 1e-5 (relative to max(1, |value|)).
 // Needs a GPU: without one every test is skipped and says so.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -230,6 +232,97 @@ TEST_F(CudaOps, AxpyAndLambDirection) {
   cpu::axpy(w.data(), -0.3f, r.data(), n);
   gpu::axpy(gw.ptr, -0.3f, gr.ptr, n);
   expect_close(gw.host(), w, "axpy");
+}
+
+// Rank 1's slice, tokens [4, 8): tokens on both sides of it, with the
+// positions and without (the rank that does not add them).
+TEST_F(CudaOps, VocabSlice) {
+  const int B = 2, T = 8, C = 16, vocab = 11, V = 4, first = 4, N = B * T;
+  auto wte = random(V * C, 20), wpe = random(T * C, 21), dout = random(N * C, 22), logits = random(N * V, 23);
+  std::vector<int> tokens(N);
+  for (int i = 0; i < N; ++i) tokens[i] = (i * 5) % vocab;
+  std::vector<float> emb(N * C), dwte(V * C), dwpe(T * C), largest(N), sums(2 * N), probs(N * V), losses(N),
+      dlogits(N * V);
+  OnGpu<float> g_wte(wte), g_wpe(wpe), g_dout(dout), g_logits(logits), g_emb(emb), g_dwte(dwte), g_dwpe(dwpe),
+      g_largest(largest), g_sums(sums), g_probs(probs), g_losses(losses), g_dlogits(dlogits);
+  OnGpu<int> g_tokens(tokens);
+  for (const bool positions : {false, true}) {
+    cpu::vocab_slice_encoder_forward(emb.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, first, V,
+                                     B, T, C);
+    cpu::vocab_slice_encoder_backward(dwte.data(), positions ? dwpe.data() : nullptr, dout.data(), tokens.data(), first,
+                                      V, B, T, C);
+    gpu::vocab_slice_encoder_forward(g_emb.ptr, g_tokens.ptr, g_wte.ptr, positions ? g_wpe.ptr : nullptr, first, V, B,
+                                     T, C);
+    gpu::vocab_slice_encoder_backward(g_dwte.ptr, positions ? g_dwpe.ptr : nullptr, g_dout.ptr, g_tokens.ptr, first, V,
+                                      B, T, C);
+    expect_close(g_emb.host(), emb, "vocab slice embeddings");
+  }
+  expect_close(g_dwte.host(), dwte, "vocab slice dwte");
+  expect_close(g_dwpe.host(), dwpe, "vocab slice dwpe");
+  // The cross-entropy as if the vocabulary were 7 (padded to 8): the slice's column 3 is padding.
+  cpu::vocab_slice_max(largest.data(), logits.data(), first, 7, N, V);
+  cpu::vocab_slice_exp_sums(sums.data(), logits.data(), largest.data(), tokens.data(), first, N, V);
+  cpu::vocab_slice_softmax(probs.data(), losses.data(), logits.data(), largest.data(), sums.data(), N, V);
+  cpu::vocab_slice_crossentropy_backward(dlogits.data(), probs.data(), tokens.data(), first, N, V);
+  gpu::vocab_slice_max(g_largest.ptr, g_logits.ptr, first, 7, N, V);
+  gpu::vocab_slice_exp_sums(g_sums.ptr, g_logits.ptr, g_largest.ptr, g_tokens.ptr, first, N, V);
+  gpu::vocab_slice_softmax(g_probs.ptr, g_losses.ptr, g_logits.ptr, g_largest.ptr, g_sums.ptr, N, V);
+  gpu::vocab_slice_crossentropy_backward(g_dlogits.ptr, g_probs.ptr, g_tokens.ptr, first, N, V);
+  const std::vector<float> masked = g_logits.host();
+  for (int i = 0; i < N; ++i) ASSERT_TRUE(std::isinf(masked[i * V + 3]) && masked[i * V + 3] < 0) << "row " << i;
+  expect_close(g_largest.host(), largest, "vocab slice max");
+  expect_close(g_sums.host(), sums, "vocab slice sums");
+  expect_close(g_probs.host(), probs, "vocab slice probs");
+  expect_close(g_losses.host(), losses, "vocab slice losses");
+  expect_close(g_dlogits.host(), dlogits, "vocab slice backward");
+}
+
+namespace {
+// The online softmax's fold (exercise 7.4's formula), for the CPU's kernel.
+void merge_row(float* out, float& lse, const float* block_out, float block_lse, int hs) {
+  const float merged = std::max(lse, block_lse) + std::log1p(std::exp(-std::abs(lse - block_lse)));
+  for (int i = 0; i < hs; ++i) out[i] = std::exp(lse - merged) * out[i] + std::exp(block_lse - merged) * block_out[i];
+  lse = merged;
+}
+}  // namespace
+
+// A zig-zag rank's two chunks, [4, 8) and [24, 28), folding its own block and
+// an earlier rank's [0, 4) and [28, 32): keys before, after and among the queries.
+TEST_F(CudaOps, AttentionBlocks) {
+  const int B = 2, L = 8, C = 32, NH = 2;
+  const std::vector<int> queries = {4, 5, 6, 7, 24, 25, 26, 27}, others = {0, 1, 2, 3, 28, 29, 30, 31};
+  auto qkv = random(B * L * 3 * C, 30), other_kv = random(B * L * 2 * C, 31), dout = random(B * L * C, 32);
+  std::vector<float> own_kv(B * L * 2 * C), out(B * L * C), lse(B * NH * L, -INFINITY), delta(B * NH * L),
+      dqkv(qkv.size()), dkv(own_kv.size()), dother(other_kv.size());
+  cpu::copy_columns(own_kv.data(), 2 * C, qkv.data() + C, 3 * C, B * L, 2 * C);
+  OnGpu<float> g_qkv(qkv), g_own(own_kv), g_other(other_kv), g_dout(dout), g_out(out), g_lse(lse), g_delta(delta),
+      g_dqkv(dqkv), g_dkv(dkv), g_dother(dother);
+  OnGpu<int> g_queries(queries), g_others(others);
+  gpu::copy_columns(g_own.ptr, 2 * C, g_qkv.ptr + C, 3 * C, B * L, 2 * C);
+  expect_close(g_own.host(), own_kv, "copy_columns");
+  for (const auto& [kv, g_kv, keys, g_keys] : {std::tuple(&own_kv, &g_own, &queries, &g_queries),
+                                               std::tuple(&other_kv, &g_other, &others, &g_others)}) {
+    cpu::attention_block_forward(out.data(), lse.data(), qkv.data(), kv->data(), queries.data(), keys->data(), B, L, C,
+                                 NH, merge_row);
+    gpu::attention_block_forward(g_out.ptr, g_lse.ptr, g_qkv.ptr, g_kv->ptr, g_queries.ptr, g_keys->ptr, B, L, C, NH,
+                                 nullptr);
+  }
+  expect_close(g_out.host(), out, "attention_block_forward: out");
+  expect_close(g_lse.host(), lse, "attention_block_forward: lse");
+  cpu::attention_block_delta(delta.data(), dout.data(), out.data(), B, L, C, NH);
+  gpu::attention_block_delta(g_delta.ptr, g_dout.ptr, g_out.ptr, B, L, C, NH);
+  expect_close(g_delta.host(), delta, "attention_block_delta");
+  cpu::attention_block_backward(dqkv.data(), dkv.data(), qkv.data(), own_kv.data(), dout.data(), lse.data(),
+                                delta.data(), queries.data(), queries.data(), B, L, C, NH);
+  cpu::attention_block_backward(dqkv.data(), dother.data(), qkv.data(), other_kv.data(), dout.data(), lse.data(),
+                                delta.data(), queries.data(), others.data(), B, L, C, NH);
+  gpu::attention_block_backward(g_dqkv.ptr, g_dkv.ptr, g_qkv.ptr, g_own.ptr, g_dout.ptr, g_lse.ptr, g_delta.ptr,
+                                g_queries.ptr, g_queries.ptr, B, L, C, NH);
+  gpu::attention_block_backward(g_dqkv.ptr, g_dother.ptr, g_qkv.ptr, g_other.ptr, g_dout.ptr, g_lse.ptr, g_delta.ptr,
+                                g_queries.ptr, g_others.ptr, B, L, C, NH);
+  expect_close(g_dqkv.host(), dqkv, "attention_block_backward: dq");
+  expect_close(g_dkv.host(), dkv, "attention_block_backward: the own block's dk, dv");
+  expect_close(g_dother.host(), dother, "attention_block_backward: the other block's dk, dv");
 }
 
 TEST_F(CudaOps, GptTrainsTheSameOnBothDevices) {

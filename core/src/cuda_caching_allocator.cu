@@ -16,7 +16,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda_check.h"
+#include "cuda_support.h"
 
 namespace labkit::cuda_memory {
 

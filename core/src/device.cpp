@@ -71,6 +71,16 @@ constexpr Device kCpu = {
     .scale = ops::scale,
     .axpy = ops::axpy,
     .sum_of_squares = ops::sum_of_squares,
+    .vocab_slice_encoder_forward = ops::vocab_slice_encoder_forward,
+    .vocab_slice_encoder_backward = ops::vocab_slice_encoder_backward,
+    .vocab_slice_max = ops::vocab_slice_max,
+    .vocab_slice_exp_sums = ops::vocab_slice_exp_sums,
+    .vocab_slice_softmax = ops::vocab_slice_softmax,
+    .vocab_slice_crossentropy_backward = ops::vocab_slice_crossentropy_backward,
+    .attention_block_forward = ops::attention_block_forward,
+    .attention_block_delta = ops::attention_block_delta,
+    .attention_block_backward = ops::attention_block_backward,
+    .copy_columns = ops::copy_columns,
 };
 }  // namespace
 

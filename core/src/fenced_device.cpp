@@ -162,7 +162,7 @@ class Opened {
  private:
   template <class T>
   void open_argument(const char* op, std::initializer_list<int> host_allowed, int position, T argument) {
-    if constexpr (std::is_pointer_v<T>) {
+    if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {  // memory, not code
       if (!argument) return;
       const std::lock_guard lock(registry.lock);
       std::uintptr_t base = 0;
@@ -259,6 +259,17 @@ constexpr Device kFenced = {
     .scale = opened<"scale", ops::scale>,
     .axpy = opened<"axpy", ops::axpy>,
     .sum_of_squares = opened<"sum_of_squares", ops::sum_of_squares>,
+    .vocab_slice_encoder_forward = opened<"vocab_slice_encoder_forward", ops::vocab_slice_encoder_forward>,
+    .vocab_slice_encoder_backward = opened<"vocab_slice_encoder_backward", ops::vocab_slice_encoder_backward>,
+    .vocab_slice_max = opened<"vocab_slice_max", ops::vocab_slice_max>,
+    .vocab_slice_exp_sums = opened<"vocab_slice_exp_sums", ops::vocab_slice_exp_sums>,
+    .vocab_slice_softmax = opened<"vocab_slice_softmax", ops::vocab_slice_softmax>,
+    .vocab_slice_crossentropy_backward =
+        opened<"vocab_slice_crossentropy_backward", ops::vocab_slice_crossentropy_backward>,
+    .attention_block_forward = opened<"attention_block_forward", ops::attention_block_forward>,
+    .attention_block_delta = opened<"attention_block_delta", ops::attention_block_delta>,
+    .attention_block_backward = opened<"attention_block_backward", ops::attention_block_backward>,
+    .copy_columns = opened<"copy_columns", ops::copy_columns>,
 };
 
 }  // namespace

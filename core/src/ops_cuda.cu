@@ -3,7 +3,7 @@
 #include "labkit/device.h"
 
 #include "cuda_caching_allocator.h"
-#include "cuda_check.h"
+#include "cuda_support.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -15,10 +15,9 @@
 
 namespace labkit::ops::cuda {
 
-namespace {
-constexpr int kThreads = 256;
-int blocks(long n) { return int((n + kThreads - 1) / kThreads); }
+using namespace cuda_launch;
 
+namespace {
 cublasHandle_t handle() {
   static cublasHandle_t h = [] {
     cublasHandle_t created;
@@ -27,8 +26,6 @@ cublasHandle_t handle() {
   }();
   return h;
 }
-
-void launched(const char* what) { check_cuda(cudaGetLastError(), what); }
 
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                                        int C) {
@@ -651,6 +648,16 @@ const Device kCuda = [] {
   d.lamb_direction = ops::cuda::lamb_direction;
   d.axpy = ops::cuda::axpy;
   d.sum_of_squares = ops::cuda::sum_of_squares;
+  d.vocab_slice_encoder_forward = ops::cuda::vocab_slice_encoder_forward;
+  d.vocab_slice_encoder_backward = ops::cuda::vocab_slice_encoder_backward;
+  d.vocab_slice_max = ops::cuda::vocab_slice_max;
+  d.vocab_slice_exp_sums = ops::cuda::vocab_slice_exp_sums;
+  d.vocab_slice_softmax = ops::cuda::vocab_slice_softmax;
+  d.vocab_slice_crossentropy_backward = ops::cuda::vocab_slice_crossentropy_backward;
+  d.attention_block_forward = ops::cuda::attention_block_forward;
+  d.attention_block_delta = ops::cuda::attention_block_delta;
+  d.attention_block_backward = ops::cuda::attention_block_backward;
+  d.copy_columns = ops::cuda::copy_columns;
   return d;
 }();
 }  // namespace

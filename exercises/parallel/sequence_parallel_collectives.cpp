@@ -17,11 +17,12 @@
 // a reduce-scatter and an all-gather.
 //
 // comm.all_gather(send, recv), comm.reduce_scatter(send, recv, ReduceOp::sum);
-// views: {pointer, count, DType::f32}, or whole.slice(offset, count).
+// views: {pointer, count, DType::f32}, or whole.slice(offset, count);
+// copy_local(to, from) copies a view where it lives (the host, or a GPU:
+// never index a view's data yourself, it may be device memory).
 // Grade it: ./labkit grade tp
-#include <algorithm>
-
 #include "labkit/parallel/tensor_parallel_gpt.h"
+#include "labkit/scratch.h"
 
 namespace labkit {
 

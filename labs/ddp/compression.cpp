@@ -53,14 +53,12 @@ void add_compress_option(CLI::App& app, Options& o) {
       "(bytes, times and loss curves; --plot draws the curves)");
 }
 
-void check_compress_alone(const CLI::App& app, const Options& o, const RunOptions& run_options) {
+void check_compress_alone(const CLI::App& app, const Options& o) {
   const std::string compress = "--compress " + name_of(o.compress);
   for (const char* other : {"--mode", "--what-if", "--sweep", "--volume", "--bench"})
     if (app.count(other))
       throw Error(fmt::format("{}: it replaces the gradient averaging with one compressed average per step after "
                               "backward, and takes no {}", compress, other));
-  if (run_options.backend == "nccl")
-    throw Error(fmt::format("{}: compresses in host memory, which --backend nccl cannot send (sim or mpi)", compress));
 }
 
 int compare_compression(const Options& o, const RunOptions& run_options, const Sequences& corpus,

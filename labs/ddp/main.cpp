@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
     const bool compressing = o.compress.kind != Compression::none;
-    if (compressing) check_compress_alone(app, o, run_options);
+    if (compressing) check_compress_alone(app, o);
     if (o.sweep.over == "ranks") return sweep(o, run_options);
     if (o.sweep.over == "bucket-mb") return bucket_sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, modes);

@@ -16,7 +16,7 @@ namespace tp_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
   const double dense = lab::timed("timing the dense model on one rank",
-                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr); });
+                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr, parse_device(o.device)); });
   const double split = lab::timed("timing the same steps on the simulated tensor-parallel ranks",
                              [&] { train(o, run_options, data, config, false); });
   // Its JSON is one object of both runs, not the table's rows.

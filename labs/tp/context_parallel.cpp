@@ -151,22 +151,24 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
           slice(whole, s.T, parts * s.C, at["dp"] * mine.B, mine.B, parts, at["tp"] * mine.C, mine.C);
       return shard_sequence(rows_and_heads, mine.B, s.T, parts * mine.C, layout, at["cp"], o.cp);
     };
-    std::vector<float> my_qkv, my_dout, my_out, my_grads;
+    Tensor my_qkv, my_dout, my_out, my_grads;  // on --device; none payload-free (null data)
     if (payload) {
       if (dense.qkv.empty()) dense = dense_attention(s, o.seed);
-      my_qkv = mine_of(dense.qkv, 3), my_dout = mine_of(dense.dout, 1);
-      my_out.resize(my_dout.size()), my_grads.resize(my_qkv.size());
+      const std::vector<float> qkv = mine_of(dense.qkv, 3), dout = mine_of(dense.dout, 1);
+      const DeviceKind where = parse_device(o.device);
+      my_qkv = Tensor::from_host(qkv, {qkv.size()}, where), my_dout = Tensor::from_host(dout, {dout.size()}, where);
+      my_out = Tensor({dout.size()}, where), my_grads = Tensor({qkv.size()}, where);
     }
     const double start = comm.now();
-    ring.forward(payload ? my_qkv.data() : nullptr, payload ? my_out.data() : nullptr);
+    ring.forward(my_qkv.data(), my_out.data());
     if (comm.rank() == 0) backward_started = comm.now();
-    ring.backward(payload ? my_dout.data() : nullptr, payload ? my_grads.data() : nullptr);
+    ring.backward(my_dout.data(), my_grads.data());
     struct Measured {
       double elapsed, out_vs_dense = 0, grads_vs_dense = 0;
     } measured{comm.now() - start};
     if (payload) {
-      measured.out_vs_dense = relative_difference(my_out, mine_of(dense.out, 1));
-      measured.grads_vs_dense = relative_difference(my_grads, mine_of(dense.grads, 3));
+      measured.out_vs_dense = relative_difference(my_out.to_host(), mine_of(dense.out, 1));
+      measured.grads_vs_dense = relative_difference(my_grads.to_host(), mine_of(dense.grads, 3));
     }
     const std::vector<Measured> all = comm.gather_object(measured);  // an instrument: untraced, free of virtual time
     if (comm.rank() != 0) return;

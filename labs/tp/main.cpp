@@ -36,7 +36,7 @@ int main(int argc, char** argv) {
                                      .lr = "learning rate (SGD, momentum 0.9)",
                                      .bench = "time the simulation itself: the tensor-parallel steps on --ranks "
                                               "simulated ranks against the dense model's on one",
-                                     .device = ""});
+                                     .device = "where each rank's slices live and compute"});
   lab::add_what_if(app, o.what_if, "a model preset (gpt3-175b, ...): one layer's time with tensor parallelism "
                                    "inside a node and across nodes, payload-free");
   add_context_parallel_options(app, o);
@@ -50,8 +50,6 @@ int main(int argc, char** argv) {
   return lab::run_main(app, argc, argv, [&] {
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
-    if (run_options.backend == "nccl")
-      throw Error("--backend nccl: the tensor-parallel model keeps its slices in host memory (sim or mpi for now)");
     check_options(o, run_options, config);
     if (o.cp) return context_parallel(o, run_options, config);
     if (!o.what_if.empty()) return what_if(o, run_options);

@@ -23,6 +23,7 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (!o.what_if.empty()) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (o.what_if.empty()) lab::refuse_payload_free(run_options.payload_free, {"--cp", "--what-if"});
   if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
+    lab::refuse_model_and_device(o, "--what-if runs payload-free");
     if (run_options.ranks_given)
       throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
                               "each on as many ranks", ranks));
@@ -42,6 +43,9 @@ void check_context_parallel(const Options& o, const RunOptions& run_options, con
   if (o.sp || !o.what_if.empty())
     throw Error(fmt::format("--cp {} runs attention alone; {} belongs to the tensor-parallel GPT's run", o.cp,
                             o.sp ? "--sp" : "--what-if"));
+  if (run_options.payload_free && o.device != "cpu")
+    throw Error(fmt::format("--device {} with --payload-free: ring attention's payload-free run has no tensors to "
+                            "place on a device", o.device));
   const int seq = o.seq ? o.seq : config.max_seq;
   if (seq % (2 * o.cp) != 0)
     throw Error(fmt::format("--cp {}: the zig-zag layout cuts the sequence into 2 x cp = {} chunks, two to a rank, and "

@@ -153,7 +153,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
   traced.keep_trace = true;
   TpRun out;
   const TrainingRun run = run_training(traced, [&](Comm& comm, RankTraining& training) {
-    TensorParallelGpt model(comm, Gpt(config, o.seed), o.sp);
+    TensorParallelGpt model(comm, Gpt(config, o.seed, parse_device(o.device)), o.sp);
     SgdMomentum sgd{.lr = o.lr};
     // The same sequences on every rank, since tensor parallelism splits the model, not the data.
     const DistributedSampler sampler(data.count, 1, 0, o.seed);
@@ -164,8 +164,7 @@ TpRun train(const Options& o, const RunOptions& run_options, const Sequences& da
       model.zero_grad();
       model.backward();
       const double started = comm.now();
-      sgd.update({model.parameters().data(), model.parameter_count()},
-                 {model.gradients().data(), model.parameter_count()});
+      sgd.update(model.parameters(), model.gradients());
       comm.record_compute("optimizer", started, 4.0 * double(model.parameter_count()));
       return loss;
     });

@@ -17,11 +17,12 @@
 // a reduce-scatter and an all-gather.
 // STUB: //
 // STUB: // comm.all_gather(send, recv), comm.reduce_scatter(send, recv, ReduceOp::sum);
-// STUB: // views: {pointer, count, DType::f32}, or whole.slice(offset, count).
+// STUB: // views: {pointer, count, DType::f32}, or whole.slice(offset, count);
+// STUB: // copy_local(to, from) copies a view where it lives (the host, or a GPU:
+// STUB: // never index a view's data yourself, it may be device memory).
 // STUB: // Grade it: ./labkit grade tp
-#include <algorithm>
-
 #include "labkit/parallel/tensor_parallel_gpt.h"
+#include "labkit/scratch.h"
 
 namespace labkit {
 
@@ -31,11 +32,9 @@ void all_gather_sequence(Comm& comm, View rows, View whole, View scratch, int B,
   // STUB: (void)comm, (void)rows, (void)whole, (void)scratch, (void)B, (void)T, (void)C;
   const std::size_t t = std::size_t(comm.size()), run = std::size_t(T) / t * C;
   comm.all_gather(rows, scratch);
-  const float* from = static_cast<const float*>(scratch.data);
-  float* to = static_cast<float*>(whole.data);
   for (std::size_t r = 0; r < t; ++r)
     for (std::size_t b = 0; b < std::size_t(B); ++b)
-      std::copy_n(from + (r * B + b) * run, run, to + (b * t + r) * run);
+      copy_local(whole.slice((b * t + r) * run, run), scratch.slice((r * B + b) * run, run));
   // END EXERCISE
 }
 
@@ -44,11 +43,9 @@ void reduce_scatter_sequence(Comm& comm, View whole, View rows, View scratch, in
   //       then reduce-scatter scratch (sum) into rows.
   // STUB: (void)comm, (void)whole, (void)rows, (void)scratch, (void)B, (void)T, (void)C;
   const std::size_t t = std::size_t(comm.size()), run = std::size_t(T) / t * C;
-  const float* from = static_cast<const float*>(whole.data);
-  float* to = static_cast<float*>(scratch.data);
   for (std::size_t r = 0; r < t; ++r)
     for (std::size_t b = 0; b < std::size_t(B); ++b)
-      std::copy_n(from + (b * t + r) * run, run, to + (r * B + b) * run);
+      copy_local(scratch.slice((r * B + b) * run, run), whole.slice((b * t + r) * run, run));
   comm.reduce_scatter(scratch, rows, ReduceOp::sum);
   // END EXERCISE
 }

@@ -75,6 +75,27 @@ struct Device {
   void (*scale)(float* inout, float factor, long n);
   void (*axpy)(float* y, float a, const float* x, long n);
   double (*sum_of_squares)(const float* in, long n);
+  // Tensor parallelism's vocabulary slice: its embedding and its cross-entropy's steps.
+  void (*vocab_slice_encoder_forward)(float* out, const int* tokens, const float* wte, const float* wpe, int first,
+                                      int V, int B, int T, int C);
+  void (*vocab_slice_encoder_backward)(float* dwte, float* dwpe, const float* dout, const int* tokens, int first, int V,
+                                       int B, int T, int C);
+  void (*vocab_slice_max)(float* largest, float* logits, int first, int vocab, int N, int V);
+  void (*vocab_slice_exp_sums)(float* sums, const float* logits, const float* largest, const int* targets, int first,
+                               int N, int V);
+  void (*vocab_slice_softmax)(float* probs, float* losses, const float* logits, const float* largest,
+                              const float* sums, int N, int V);
+  void (*vocab_slice_crossentropy_backward)(float* dlogits, const float* probs, const int* targets, int first, int N,
+                                            int V);
+  // Ring attention's blocks, and a column range of strided rows.
+  void (*attention_block_forward)(float* out, float* lse, const float* qkv, const float* kv,
+                                  const int* query_positions, const int* key_positions, int B, int L, int C, int NH,
+                                  ops::MergeRow merge);
+  void (*attention_block_delta)(float* delta, const float* dout, const float* out, int B, int L, int C, int NH);
+  void (*attention_block_backward)(float* dqkv, float* dkv, const float* qkv, const float* kv, const float* dout,
+                                   const float* lse, const float* delta, const int* query_positions,
+                                   const int* key_positions, int B, int L, int C, int NH);
+  void (*copy_columns)(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width);
 };
 
 const Device& device(DeviceKind kind);  // the CUDA one throws if this build or machine has no GPU

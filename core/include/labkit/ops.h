@@ -96,6 +96,59 @@ void scale(float* inout, float factor, long n);
 void axpy(float* y, float a, const float* x, long n);  // y += a x (LARS's weight decay, LAMB's step)
 double sum_of_squares(const float* in, long n);
 
+// Tensor parallelism's vocabulary slice (Megatron-LM's VocabParallelEmbedding
+// and vocab_parallel_cross_entropy; Shoeybi et al. 2019, section 3): a rank
+// keeps rows [first, first + V) of the token table, so its lookups and its
+// logits cover those tokens only. The group sums the lookups, and takes the
+// softmax's max and sums by allreduce between the cross-entropy's three steps.
+//
+// out (B,T,C) = wte[token - first] for a token in the slice, else 0; plus
+// wpe[t] where wpe is given (one rank of the group adds the positions).
+void vocab_slice_encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int first, int V,
+                                 int B, int Tn, int C);
+// Accumulates the slice's tokens' rows of dwte, and dwpe where given.
+void vocab_slice_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int first, int V,
+                                  int B, int Tn, int C);
+// logits (N,V) are columns [first, first + V) of a vocabulary of `vocab`: the
+// ones past it (padding) become -inf, so they never enter the softmax; largest
+// (N) gets each row's largest logit here.
+void vocab_slice_max(float* largest, float* logits, int first, int vocab, int N, int V);
+// With the group's largest: sums (2N) gets each row's sum of exp(z - largest)
+// here, and at N + i its target's z - largest where this slice holds the target (else 0).
+void vocab_slice_exp_sums(float* sums, const float* logits, const float* largest, const int* targets, int first, int N,
+                          int V);
+// With the group's sums: probs (N,V) = exp(z - largest) / sum, and losses (N) = log sum - (z_target - largest).
+void vocab_slice_softmax(float* probs, float* losses, const float* logits, const float* largest, const float* sums,
+                         int N, int V);
+// The mean loss's gradient: dlogits (N,V) += (probs - 1[column is the target]) / N.
+void vocab_slice_crossentropy_backward(float* dlogits, const float* probs, const int* targets, int first, int N, int V);
+
+// Ring attention's blocks (Liu et al. 2023; FlashAttention-2's backward, Dao
+// 2023): this rank's L queries against one block of L keys and values, the
+// causal mask kept by each position's place in the sequence (query_positions,
+// key_positions: L ints each). qkv (B,L,3C) holds this rank's queries (and its
+// own keys and values), kv (B,L,2C) the block's keys and values; NH heads.
+//
+// The forward folds the block into each row's running attention: out (B,L,C)
+// normalised over the keys seen so far, lse (B,NH,L) their log-sum-exp (-inf
+// before any). `merge` folds a row's block (hs values and its log-sum-exp)
+// into the row's (ring_attention.h's merge_attention, exercise 7.4): the CPU's
+// kernel calls it, the GPU's folds with its own copy of that formula.
+using MergeRow = void (*)(float* out, float& lse, const float* block_out, float block_lse, int hs);
+void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, const int* query_positions,
+                             const int* key_positions, int B, int L, int C, int NH, MergeRow merge);
+// delta (B,NH,L): each row and head's dot(dout, out), the softmax backward's
+// term over all keys (FlashAttention-2's D), computed once before the blocks.
+void attention_block_delta(float* delta, const float* dout, const float* out, int B, int L, int C, int NH);
+// One block's backward from the final lse: accumulates the queries' gradients
+// into dqkv's q part (B,L,3C) and the block's keys' and values' into dkv (B,L,2C).
+void attention_block_backward(float* dqkv, float* dkv, const float* qkv, const float* kv, const float* dout,
+                              const float* lse, const float* delta, const int* query_positions,
+                              const int* key_positions, int B, int L, int C, int NH);
+// A column range of strided rows: dst[r dst_stride + c] = src[r src_stride + c]
+// for c < width (ring attention's keys and values out of QKV's rows, and their gradients back).
+void copy_columns(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width);
+
 // Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits
 // (dtype.h's to_bf16 and back; a NaN stays NaN).
 float round_to_bf16(float x);

@@ -1,8 +1,8 @@
 #include "labkit/parallel/ring_attention.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -66,10 +66,10 @@ std::vector<int> row_positions(std::span<const PositionRange> ranges) {
   return positions;
 }
 
-float dot(const float* a, const float* b, int n) {
-  float s = 0;
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
+// Exercise 7.4 as the block op's fold of a row: on the CPU, each row of each
+// block goes through the learner's merge_attention.
+void merge_row(float* out, float& lse, const float* block_out, float block_lse, int hs) {
+  merge_attention({out, std::size_t(hs)}, lse, {block_out, std::size_t(hs)}, block_lse);
 }
 
 }  // namespace
@@ -92,20 +92,36 @@ void RingAttention::charge(std::string_view what, double started, double flops, 
     cp_.compute_flops(what, flops);
 }
 
+// The buffers of a run with data, on the device that holds qkv: forward's
+// copies, and each rank's positions once (the causal mask's, for the ops).
+void RingAttention::place_on(const Device& d) {
+  if (device_ == &d) return;
+  device_ = &d;
+  const std::size_t L = std::size_t(rows());
+  positions_.clear();
+  for (int source = 0; source < cp_.size(); ++source)
+    positions_.push_back(
+        IndexTensor::from_host(row_positions(positions_of(layout_, source, cp_.size(), shape_.T)), {L}, d.kind));
+}
+
 void RingAttention::forward(const float* qkv, float* out) {
   const bool payload = qkv != nullptr;
   const int P = cp_.size(), r = cp_.rank(), L = rows(), B = shape_.B, C = shape_.C;
-  const std::size_t n = block_elements();
-  std::vector<float> kv, next;
+  const std::size_t n = block_elements(), rows_here = std::size_t(B) * L;
+  Tensor kv, next;
   if (payload) {
-    qkv_.assign(qkv, qkv + std::size_t(B) * L * 3 * C);
-    out_.assign(std::size_t(B) * L * C, 0.0f);
-    lse_.assign(std::size_t(B) * shape_.NH * L, -std::numeric_limits<float>::infinity());
-    kv.resize(n), next.resize(n);
-    for (std::size_t row = 0; row < std::size_t(B) * L; ++row)  // this rank's keys and values: the block it starts with
-      std::copy_n(qkv_.begin() + row * 3 * C + C, 2 * C, kv.begin() + row * 2 * C);
+    place_on(device_of(qkv));
+    const Device& d = *device_;
+    qkv_ = Tensor({rows_here * 3 * C}, d.kind);
+    d.copy(qkv_.data(), qkv, qkv_.bytes());
+    out_ = Tensor({rows_here * C}, d.kind);
+    lse_ = Tensor({std::size_t(B) * shape_.NH * L}, d.kind);
+    d.fill(lse_.data(), -std::numeric_limits<float>::infinity(), long(lse_.size()));
+    kv = Tensor({n}, d.kind), next = Tensor({n}, d.kind);
+    // This rank's keys and values: the block it starts with.
+    d.copy_columns(kv.data(), 2 * C, qkv_.data() + C, 3 * C, long(rows_here), 2 * C);
   }
-  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
+  const auto block = [&](Tensor& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
   for (int s = 0; s < P; ++s) {
     const int source = (r - s + P) % P;  // whose keys and values this rank holds now
     Request sent, received;              // the next block travels while this one is attended to
@@ -114,68 +130,34 @@ void RingAttention::forward(const float* qkv, float* out) {
       received = cp_.irecv(block(next), (r - 1 + P) % P, kTag);
     }
     const double started = cp_.now();
-    if (payload) attend_forward(source, kv.data());
+    if (payload)
+      device_->attention_block_forward(out_.data(), lse_.data(), qkv_.data(), kv.data(), positions_[r].data(),
+                                       positions_[source].data(), B, L, C, shape_.NH, merge_row);
     // QK^T and PV: 2 x 2 hs flops for each of the NH heads' kept query-key pairs.
     charge("ring attention forward", started,
            4.0 * B * C * causal_pairs(mine_, positions_of(layout_, source, P, shape_.T)), payload);
     sent.wait(), received.wait();
-    kv.swap(next);
+    std::swap(kv, next);
   }
-  if (payload) std::copy(out_.begin(), out_.end(), out);
-}
-
-void RingAttention::attend_forward(int source, const float* kv) {
-  const int L = rows(), B = shape_.B, C = shape_.C, NH = shape_.NH, hs = C / NH;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const std::vector<int> queries = row_positions(mine_);
-  const std::vector<int> keys = row_positions(positions_of(layout_, source, cp_.size(), shape_.T));
-  std::vector<float> scores(L), block_out(hs);
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < L; ++i)
-      for (int h = 0; h < NH; ++h) {
-        const float* q = &qkv_[(std::size_t(b) * L + i) * 3 * C + h * hs];
-        const auto key = [&](int j) { return kv + (std::size_t(b) * L + j) * 2 * C + h * hs; };
-        float max = -std::numeric_limits<float>::infinity();
-        for (int j = 0; j < L; ++j)
-          if (keys[j] <= queries[i]) max = std::max(max, scores[j] = dot(q, key(j), hs) * scale);
-        if (max == -std::numeric_limits<float>::infinity()) continue;  // every key of the block is in q's future
-        // The block's softmax over its kept keys, and its output normalised by it.
-        float sum = 0;
-        std::fill(block_out.begin(), block_out.end(), 0.0f);
-        for (int j = 0; j < L; ++j) {
-          if (keys[j] > queries[i]) continue;
-          const float w = std::exp(scores[j] - max);
-          sum += w;
-          const float* v = key(j) + C;
-          for (int d = 0; d < hs; ++d) block_out[d] += w * v[d];
-        }
-        for (float& o : block_out) o /= sum;
-        merge_attention({&out_[(std::size_t(b) * L + i) * C + h * hs], std::size_t(hs)},
-                        lse_[(std::size_t(b) * NH + h) * L + i], block_out, max + std::log(sum));
-      }
+  if (payload) device_->copy(out, out_.data(), out_.bytes());
 }
 
 void RingAttention::backward(const float* dout, float* dqkv) {
   const bool payload = dout != nullptr;
-  const int P = cp_.size(), r = cp_.rank(), L = rows(), B = shape_.B, C = shape_.C, NH = shape_.NH, hs = C / NH;
-  const std::size_t n = block_elements();
-  std::vector<float> kv, next, grads, next_grads;  // a block's keys and values, and their gradients so far
+  const int P = cp_.size(), r = cp_.rank(), L = rows(), B = shape_.B, C = shape_.C, NH = shape_.NH;
+  const std::size_t n = block_elements(), rows_here = std::size_t(B) * L;
+  Tensor kv, next, grads, next_grads;  // a block's keys and values, and their gradients so far
   if (payload) {
-    if (qkv_.empty()) throw Error(fmt::format("{}: ring attention: backward without a forward", cp_.who()));
-    dqkv_.assign(qkv_.size(), 0.0f);
+    if (qkv_.size() == 0) throw Error(fmt::format("{}: ring attention: backward without a forward", cp_.who()));
+    const Device& d = *device_;
+    dqkv_ = Tensor({qkv_.size()}, d.kind);
     // FlashAttention-2's D = rowsum(dO * O), each row and head once: softmax's backward needs it for every key.
-    delta_.assign(lse_.size(), 0.0f);
-    for (int b = 0; b < B; ++b)
-      for (int i = 0; i < L; ++i)
-        for (int h = 0; h < NH; ++h) {
-          const std::size_t at = (std::size_t(b) * L + i) * C + h * hs;
-          delta_[(std::size_t(b) * NH + h) * L + i] = dot(dout + at, &out_[at], hs);
-        }
-    kv.resize(n), next.resize(n), grads.assign(n, 0.0f), next_grads.resize(n);
-    for (std::size_t row = 0; row < std::size_t(B) * L; ++row)
-      std::copy_n(qkv_.begin() + row * 3 * C + C, 2 * C, kv.begin() + row * 2 * C);
+    delta_ = Tensor({lse_.size()}, d.kind);
+    d.attention_block_delta(delta_.data(), dout, out_.data(), B, L, C, NH);
+    kv = Tensor({n}, d.kind), next = Tensor({n}, d.kind), grads = Tensor({n}, d.kind), next_grads = Tensor({n}, d.kind);
+    d.copy_columns(kv.data(), 2 * C, qkv_.data() + C, 3 * C, long(rows_here), 2 * C);
   }
-  const auto block = [&](std::vector<float>& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
+  const auto block = [&](Tensor& b) { return payload ? view_of(b) : meta_view(n, DType::f32); };
   for (int s = 0; s < P; ++s) {
     const int source = (r - s + P) % P;
     Request sent, received;
@@ -184,53 +166,24 @@ void RingAttention::backward(const float* dout, float* dqkv) {
       received = cp_.irecv(block(next), (r - 1 + P) % P, kTag);
     }
     const double started = cp_.now();
-    if (payload) attend_backward(source, kv.data(), grads.data(), dout);
+    if (payload)
+      device_->attention_block_backward(dqkv_.data(), grads.data(), qkv_.data(), kv.data(), dout,
+                                        lse_.data(), delta_.data(), positions_[r].data(), positions_[source].data(),
+                                        B, L, C, NH);
     // The scores again, then dV, dP, dQ and dK: 5 x 2 hs flops a kept pair and head.
     charge("ring attention backward", started,
            10.0 * B * C * causal_pairs(mine_, positions_of(layout_, source, P, shape_.T)), payload);
     sent.wait(), received.wait();
-    kv.swap(next);
+    std::swap(kv, next);
     // The block's gradients follow it to the next rank, which attends to it
     // next; the last hop takes every block's home, so this rank ends with its own.
     if (P == 1) break;
     cp_.sendrecv(block(grads), (r + 1) % P, block(next_grads), (r - 1 + P) % P, kTag + 1);
-    grads.swap(next_grads);
+    std::swap(grads, next_grads);
   }
   if (!payload) return;
-  for (std::size_t row = 0; row < std::size_t(B) * L; ++row)
-    for (int c = 0; c < 2 * C; ++c) dqkv_[row * 3 * C + C + c] = grads[row * 2 * C + c];
-  std::copy(dqkv_.begin(), dqkv_.end(), dqkv);
-}
-
-void RingAttention::attend_backward(int source, const float* kv, float* kv_grads, const float* dout) {
-  const int L = rows(), B = shape_.B, C = shape_.C, NH = shape_.NH, hs = C / NH;
-  const float scale = 1.0f / std::sqrt(float(hs));
-  const std::vector<int> queries = row_positions(mine_);
-  const std::vector<int> keys = row_positions(positions_of(layout_, source, cp_.size(), shape_.T));
-  for (int b = 0; b < B; ++b)
-    for (int i = 0; i < L; ++i)
-      for (int h = 0; h < NH; ++h) {
-        const std::size_t row = std::size_t(b) * L + i, stat = (std::size_t(b) * NH + h) * L + i;
-        const float* q = &qkv_[row * 3 * C + h * hs];
-        float* dq = &dqkv_[row * 3 * C + h * hs];
-        const float* d = dout + row * C + h * hs;
-        for (int j = 0; j < L; ++j) {
-          if (keys[j] > queries[i]) continue;
-          const std::size_t at = (std::size_t(b) * L + j) * 2 * C + h * hs;
-          const float* k = kv + at;
-          const float* v = k + C;
-          float* dk = kv_grads + at;
-          float* dv = dk + C;
-          // The probability, from the final log-sum-exp: what forward's softmax over all keys gave this pair.
-          const float p = std::exp(dot(q, k, hs) * scale - lse_[stat]);
-          const float ds = p * (dot(d, v, hs) - delta_[stat]) * scale;  // through the softmax and the scale
-          for (int c = 0; c < hs; ++c) {
-            dv[c] += p * d[c];
-            dq[c] += ds * k[c];
-            dk[c] += ds * q[c];
-          }
-        }
-      }
+  device_->copy_columns(dqkv_.data() + C, 3 * C, grads.data(), 2 * C, long(rows_here), 2 * C);
+  device_->copy(dqkv, dqkv_.data(), dqkv_.bytes());
 }
 
 }  // namespace labkit

@@ -1,8 +1,6 @@
 #include "labkit/parallel/tensor_parallel_gpt.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -85,15 +83,13 @@ TensorParallelGpt::TensorParallelGpt(Comm& tp, const Gpt& dense, bool sequence_p
   const int t = tp.size();
   if (const std::string no = tensor_parallel_refusal(architecture_of(config_), t); !no.empty())
     fail(tp.who(), "TensorParallelGpt", "{}", no);
-  if (dense.device().kind != DeviceKind::cpu)
-    fail(tp.who(), "TensorParallelGpt", "the model is on {}: tensor parallelism works on a model in host memory",
-         dense.device().name);
   vocab_local_ = (config_.vocab + t - 1) / t;
   dense_tensors_ = dense.tensors();
   Arena counter(nullptr, nullptr);
   const Modules sizes(counter, config_, vocab_local_, t);
-  params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.allocated()}, DeviceKind::cpu);
-  grads_ = Tensor({counter.allocated()});
+  const DeviceKind where = dense.device().kind;
+  params_ = Tensor::from_host(slice_of_dense(dense.parameters().to_host()), {counter.allocated()}, where);
+  grads_ = Tensor({counter.allocated()}, where);
   Arena arena(params_.data(), grads_.data());
   m_.emplace(arena, config_, vocab_local_, t);
   tp.track_memory(MemoryUse::weights, std::int64_t(params_.bytes()));
@@ -157,13 +153,16 @@ void TensorParallelGpt::prepare(int B, int T) {
     Arena counter(nullptr, nullptr);
     const Acts sizes(counter, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
     tp_.track_memory(MemoryUse::activations, -std::int64_t(activation_bytes()));
-    acts_ = Tensor({counter.allocated()});
-    grad_acts_ = Tensor({counter.allocated()});
+    const DeviceKind where = params_.device().kind;
+    acts_ = Tensor({counter.allocated()}, where);
+    grad_acts_ = Tensor({counter.allocated()}, where);
     tp_.track_memory(MemoryUse::activations, std::int64_t(activation_bytes()));
     B_ = B, T_ = T;
     Arena arena(acts_.data(), grad_acts_.data());
     a_.emplace(arena, config_, B, T, vocab_local_, tp_.size(), sequence_parallel_);
-    shuffled_.resize(sequence_parallel_ ? std::size_t(B) * T * config_.channels : 0);
+    largest_ = Tensor({std::size_t(B) * T}, where);
+    sums_ = Tensor({2 * std::size_t(B) * T}, where);
+    shuffled_ = sequence_parallel_ ? Tensor({std::size_t(B) * T * config_.channels}, where) : Tensor();
   } else {
     grad_acts_.zero();
   }
@@ -198,24 +197,23 @@ void TensorParallelGpt::sum_partials(float* whole, float* rows) {
 // With sequence parallelism the column-parallel layers' input gradients share
 // one scratch buffer, and their backward adds into it: clear what the last use left.
 void TensorParallelGpt::clear_whole_gradient() {
-  if (sequence_parallel_) std::fill_n(a_->whole.grad, std::size_t(B_) * T_ * config_.channels, 0.0f);
+  if (sequence_parallel_)
+    params_.device().zero(a_->whole.grad, std::size_t(B_) * T_ * config_.channels * sizeof(float));
 }
 
-// Each norm's gain and bias got this rank's positions' share: one allreduce of them all.
+// Each norm's gain and bias got this rank's positions' share: packed into one
+// buffer on the device, one allreduce of them all, and back.
 void TensorParallelGpt::sum_norm_gradients() {
-  std::vector<const LayerNorm*> norms;
-  for (const BlockModules& b : m_->blocks) norms.insert(norms.end(), {&b.ln1, &b.ln2});
-  norms.push_back(&m_->lnf);
-  std::vector<float> packed;
-  for (const LayerNorm* n : norms)
-    for (const Slice& s : {n->weight, n->bias}) packed.insert(packed.end(), s.grad, s.grad + n->C);
+  const Device& d = params_.device();
+  std::vector<float*> grads;
+  for (const BlockModules& b : m_->blocks)
+    grads.insert(grads.end(), {b.ln1.weight.grad, b.ln1.bias.grad, b.ln2.weight.grad, b.ln2.bias.grad});
+  grads.insert(grads.end(), {m_->lnf.weight.grad, m_->lnf.bias.grad});
+  const std::size_t C = std::size_t(config_.channels), bytes = C * sizeof(float);
+  Tensor packed({grads.size() * C}, d.kind);
+  for (std::size_t i = 0; i < grads.size(); ++i) d.copy(packed.data() + i * C, grads[i], bytes);
   all_reduce(packed.data(), packed.size());
-  const float* next = packed.data();
-  for (const LayerNorm* n : norms)
-    for (const Slice& s : {n->weight, n->bias}) {
-      std::copy_n(next, n->C, s.grad);
-      next += n->C;
-    }
+  for (std::size_t i = 0; i < grads.size(); ++i) d.copy(grads[i], packed.data() + i * C, bytes);
 }
 
 float* TensorParallelGpt::stream(int layer) const { return layer < 0 ? a_->encoded.value : a_->blocks[layer].out.value; }
@@ -225,21 +223,14 @@ float* TensorParallelGpt::stream_grad(int layer) const {
 
 float TensorParallelGpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
   prepare(B, T);
-  tokens_ = tokens;
-  const int C = config_.channels, N = B * T, first = tp_.rank() * vocab_local_;
+  const Device& d = params_.device();
+  tokens_ = IndexTensor::from_host(tokens, {std::size_t(B) * T}, d.kind);
   // The vocabulary-parallel embedding: each rank its rows' tokens (zeros for
   // the others), rank 0 the positions; summing them is the embedding.
   const double started = tp_.now();
   float* x = a_->embed_partial.value;
-  std::fill_n(x, std::size_t(N) * C, 0.0f);
-  for (int i = 0; i < N; ++i) {
-    float* row = x + std::size_t(i) * C;
-    const int local = tokens[i] - first;
-    if (local >= 0 && local < vocab_local_)
-      for (int c = 0; c < C; ++c) row[c] = m_->wte.value[std::size_t(local) * C + c];
-    if (tp_.rank() == 0)
-      for (int c = 0; c < C; ++c) row[c] += m_->wpe.value[std::size_t(i % T) * C + c];
-  }
+  d.vocab_slice_encoder_forward(x, tokens_.data(), m_->wte.value, tp_.rank() == 0 ? m_->wpe.value : nullptr,
+                                tp_.rank() * vocab_local_, vocab_local_, B, T, config_.channels);
   tp_.record_compute("forward embeddings", started, 0);
   sum_partials(x, a_->encoded.value);
   for (int l = 0; l < config_.layers; ++l) forward_block(l);
@@ -279,7 +270,7 @@ void TensorParallelGpt::forward_block(int l) {
 float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& targets) {
   const Device& d = params_.device();
   const int C = config_.channels, N = B_ * T_, vl = vocab_local_, first = tp_.rank() * vl;
-  targets_ = targets;
+  targets_ = IndexTensor::from_host(targets, {std::size_t(N)}, d.kind);
   double started = tp_.now();
   m_->lnf.forward(d, a_->lnf, stream(config_.layers - 1), rows());
   tp_.record_compute("forward lnf", started, 0);
@@ -287,30 +278,16 @@ float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& ta
   started = tp_.now();
   float* logits = a_->logits.value;
   d.matmul_forward(logits, a_->lnf_gathered.value, m_->wte.value, nullptr, N, C, vl);
-  std::vector<float> largest(N, -std::numeric_limits<float>::infinity()), sums(2 * std::size_t(N), 0.0f);
-  for (int i = 0; i < N; ++i)
-    for (int j = 0; j < vl; ++j) {
-      float& z = logits[std::size_t(i) * vl + j];
-      if (first + j >= config_.vocab) z = -std::numeric_limits<float>::infinity();  // padding
-      largest[i] = std::max(largest[i], z);
-    }
+  d.vocab_slice_max(largest_.data(), logits, first, config_.vocab, N, vl);
   tp_.record_compute("forward head", started, ops::matmul_flops(N, C, vl));
-  all_reduce(largest.data(), largest.size(), ReduceOp::max);
-  for (int i = 0; i < N; ++i) {
-    const float* z = logits + std::size_t(i) * vl;
-    for (int j = 0; j < vl; ++j) sums[i] += std::exp(z[j] - largest[i]);
-    const int local = targets[i] - first;
-    if (local >= 0 && local < vl) sums[N + i] = z[local] - largest[i];
-  }
-  all_reduce(sums.data(), sums.size());
+  all_reduce(largest_.data(), largest_.size(), ReduceOp::max);
+  d.vocab_slice_exp_sums(sums_.data(), logits, largest_.data(), targets_.data(), first, N, vl);
+  all_reduce(sums_.data(), sums_.size());
+  d.vocab_slice_softmax(a_->probs.value, a_->losses.value, logits, largest_.data(), sums_.data(), N, vl);
+  std::vector<float> losses(static_cast<std::size_t>(N));  // the one copy to the host: the N losses, for their mean
+  d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
   double mean = 0;
-  for (int i = 0; i < N; ++i) {
-    const float* z = logits + std::size_t(i) * vl;
-    float* p = a_->probs.value + std::size_t(i) * vl;
-    for (int j = 0; j < vl; ++j) p[j] = std::exp(z[j] - largest[i]) / sums[i];
-    a_->losses.value[i] = std::log(sums[i]) - sums[N + i];
-    mean += a_->losses.value[i];
-  }
+  for (float loss : losses) mean += loss;
   return float(mean / N);
 }
 
@@ -320,9 +297,7 @@ void TensorParallelGpt::backward() {
   double started = tp_.now();
   // d loss / d logit = (p - 1[target]) / N, on this rank's columns.
   float* dlogits = a_->logits.grad;
-  for (int i = 0; i < N; ++i)
-    for (int j = 0; j < vl; ++j)
-      dlogits[std::size_t(i) * vl + j] = (a_->probs.value[std::size_t(i) * vl + j] - (first + j == targets_[i])) / N;
+  d.vocab_slice_crossentropy_backward(dlogits, a_->probs.value, targets_.data(), first, N, vl);
   // The head's input is still whole: with sequence parallelism nothing has used the scratch since the forward
   // gathered it, and the gradient's scratch is as the forward cleared it.
   d.matmul_backward(a_->lnf_gathered.grad, m_->wte.grad, nullptr, dlogits, a_->lnf_gathered.value, m_->wte.value, N,
@@ -336,14 +311,8 @@ void TensorParallelGpt::backward() {
   // The embedding: its rows' tokens to this rank's table, the positions to every rank's.
   gather_rows(a_->encoded.grad, a_->embed_partial.grad);
   started = tp_.now();
-  const float* dx = a_->embed_partial.grad;
-  for (int i = 0; i < N; ++i) {
-    const float* row = dx + std::size_t(i) * C;
-    const int local = tokens_[i] - first;
-    if (local >= 0 && local < vl)
-      for (int c = 0; c < C; ++c) m_->wte.grad[std::size_t(local) * C + c] += row[c];
-    for (int c = 0; c < C; ++c) m_->wpe.grad[std::size_t(i % T_) * C + c] += row[c];
-  }
+  d.vocab_slice_encoder_backward(m_->wte.grad, m_->wpe.grad, a_->embed_partial.grad, tokens_.data(), first, vl, B_, T_,
+                                 C);
   tp_.record_compute("backward embeddings", started, 0);
   if (sequence_parallel_) sum_norm_gradients();
 }

@@ -25,6 +25,10 @@
 //
 // Payload-free: forward and backward with null buffers send the same messages
 // (sizes only) and charge the same compute, for what-ifs at thousands of ranks.
+//
+// On any device: the buffers stay on the one that holds qkv, the blocks are
+// device ops (labkit/ops.h's attention_block_*), and merge_attention folds
+// each row on the CPU (the GPU's kernel has its own copy of the formula).
 #pragma once
 
 #include <span>
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "labkit/comm.h"
+#include "labkit/tensor.h"
 
 namespace labkit {
 
@@ -75,8 +80,8 @@ class RingAttention {
 
   int rows() const { return shape_.T / cp_.size(); }  // positions this rank holds
   // qkv: (B, rows, 3C), this rank's positions' queries, keys and values as the
-  // model's QKV projection lays them out; out: (B, rows, C). Null both for a
-  // payload-free run. Keeps qkv, out and the log-sum-exps for backward.
+  // model's QKV projection lays them out; out: (B, rows, C); both on one device.
+  // Null both for a payload-free run. Keeps qkv, out and the log-sum-exps for backward.
   void forward(const float* qkv, float* out);
   // dout (B, rows, C) into dqkv (B, rows, 3C), overwritten; null both when forward's were.
   void backward(const float* dout, float* dqkv);
@@ -86,10 +91,7 @@ class RingAttention {
   static constexpr int kTag = 0x4b56;  // "KV": the ring's messages in the trace
 
  private:
-  // Fold the block of keys and values of rank `source`, (B, rows, 2C), into
-  // this rank's rows; backward accumulates into the block's gradients too.
-  void attend_forward(int source, const float* kv);
-  void attend_backward(int source, const float* kv, float* kv_grads, const float* dout);
+  void place_on(const Device& d);
   // Time for the block's work: measured around real work, charged payload-free.
   void charge(std::string_view what, double started, double flops, bool payload);
 
@@ -97,8 +99,10 @@ class RingAttention {
   SequenceLayout layout_;
   AttentionShape shape_;
   std::vector<PositionRange> mine_;     // this rank's positions
-  std::vector<float> qkv_, out_, lse_;  // forward's, for backward: lse_ (B, NH, rows)
-  std::vector<float> dqkv_, delta_;     // backward's: delta_ = rowsum(dout * out), (B, NH, rows)
+  const Device* device_ = nullptr;      // where the buffers are, once a forward with data has run
+  std::vector<IndexTensor> positions_;  // each rank's rows' positions in the sequence, on device_
+  Tensor qkv_, out_, lse_;              // forward's, for backward: lse_ (B, NH, rows)
+  Tensor dqkv_, delta_;                 // backward's: delta_ = rowsum(dout * out), (B, NH, rows)
 };
 
 }  // namespace labkit

@@ -37,7 +37,9 @@
 // What a rank allocates it tells its memory tracker (Comm::track_memory): its
 // weights and gradients, and its activations as a forward sizes them.
 //
-// Host memory only, for now: the vocabulary-parallel pieces are host loops.
+// On the device the dense model was built on: the vocabulary slice's
+// embedding and cross-entropy are device ops (labkit/ops.h), and what crosses
+// to the host is the N losses, for their mean.
 #pragma once
 
 #include <optional>
@@ -205,8 +207,9 @@ class TensorParallelGpt {
   Tensor params_, grads_, acts_, grad_acts_;
   std::optional<Modules> m_;
   std::optional<Acts> a_;
-  std::vector<int> tokens_, targets_;
-  std::vector<float> shuffled_;  // sequence parallelism: the pair's scratch, B x T x C
+  IndexTensor tokens_, targets_;  // the last forward's, on the device
+  Tensor largest_, sums_;         // the cross-entropy's per-row max, and its sums (B x T, 2 B x T)
+  Tensor shuffled_;               // sequence parallelism: the pair's scratch, B x T x C
   int B_ = 0, T_ = 0;
 };
 

@@ -1,0 +1,22 @@
+// What labkit's CUDA files share: a failed CUDA call as an exception naming
+// what failed, and the launch shape of the one-thread-per-element kernels.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+namespace labkit {
+
+inline void check_cuda(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string("cuda: ") + what + ": " + cudaGetErrorString(e));
+}
+
+namespace cuda_launch {
+constexpr int kThreads = 256;
+inline int blocks(long n) { return int((n + kThreads - 1) / kThreads); }
+inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }  // the launch's own error, if any
+}  // namespace cuda_launch
+
+}  // namespace labkit

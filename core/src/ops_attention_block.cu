@@ -1,0 +1,149 @@
+// Ring attention's block ops on a GPU (labkit/ops.h; ops_attention_block.cpp on
+// the CPU): one thread per row and head (b, i, h). The forward keeps the
+// block's softmax online (a running max, sum and output, Milakov and
+// Gimelshein 2018) in registers, then folds it into the row as
+// merge_attention does; the backward adds into the block's key and value
+// gradients atomically, since every query of the block adds to them.
+#include "labkit/ops_cuda.h"
+
+#include <stdexcept>
+#include <string>
+
+#include <cuda_runtime.h>
+
+#include "cuda_support.h"
+
+namespace labkit::ops::cuda {
+
+using namespace cuda_launch;
+
+namespace {
+
+constexpr int kMaxHeadSize = 128;  // a thread's running output lives in registers
+
+__device__ float dot(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// The thread's (b, i, h), from its index over B x L x NH.
+struct BlockRow {
+  int b, i, h;
+  __device__ BlockRow(long n, int L, int NH) : b(int(n / (long(L) * NH))), i(int(n / NH % L)), h(int(n % NH)) {}
+};
+
+__global__ void attention_block_forward_kernel(float* out, float* lse, const float* qkv, const float* kv,
+                                               const int* query_positions, const int* key_positions, int B, int L,
+                                               int C, int NH) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= long(B) * L * NH) return;
+  const BlockRow r(n, L, NH);
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const float* q = qkv + (long(r.b) * L + r.i) * 3 * C + r.h * hs;
+  float acc[kMaxHeadSize];
+  for (int d = 0; d < hs; ++d) acc[d] = 0;
+  float max = -INFINITY, sum = 0;
+  for (int j = 0; j < L; ++j) {
+    if (key_positions[j] > query_positions[r.i]) continue;
+    const float* k = kv + (long(r.b) * L + j) * 2 * C + r.h * hs;
+    const float s = dot(q, k, hs) * scale;
+    if (s > max) {  // a new largest score: what was summed so far shrinks by exp(old max - new)
+      const float shrink = expf(max - s);
+      sum *= shrink;
+      for (int d = 0; d < hs; ++d) acc[d] *= shrink;
+      max = s;
+    }
+    const float w = expf(s - max);
+    sum += w;
+    for (int d = 0; d < hs; ++d) acc[d] += w * k[C + d];
+  }
+  if (sum == 0) return;  // every key of the block is in this query's future
+  const float block_lse = max + logf(sum);
+  float& row_lse = lse[(long(r.b) * NH + r.h) * L + r.i];
+  const float merged = fmaxf(row_lse, block_lse) + log1pf(expf(-fabsf(row_lse - block_lse)));
+  const float old_weight = expf(row_lse - merged), block_weight = expf(block_lse - merged) / sum;
+  float* o = out + (long(r.b) * L + r.i) * C + r.h * hs;
+  for (int d = 0; d < hs; ++d) o[d] = old_weight * o[d] + block_weight * acc[d];
+  row_lse = merged;
+}
+
+__global__ void attention_block_delta_kernel(float* delta, const float* dout, const float* out, int B, int L, int C,
+                                             int NH) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= long(B) * L * NH) return;
+  const BlockRow r(n, L, NH);
+  const int hs = C / NH;
+  const long at = (long(r.b) * L + r.i) * C + r.h * hs;
+  delta[(long(r.b) * NH + r.h) * L + r.i] = dot(dout + at, out + at, hs);
+}
+
+__global__ void attention_block_backward_kernel(float* dqkv, float* dkv, const float* qkv, const float* kv,
+                                                const float* dout, const float* lse, const float* delta,
+                                                const int* query_positions, const int* key_positions, int B, int L,
+                                                int C, int NH) {
+  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= long(B) * L * NH) return;
+  const BlockRow r(n, L, NH);
+  const int hs = C / NH;
+  const float scale = 1.0f / sqrtf(float(hs));
+  const long row = long(r.b) * L + r.i, stat = (long(r.b) * NH + r.h) * L + r.i;
+  const float* q = qkv + row * 3 * C + r.h * hs;
+  float* dq = dqkv + row * 3 * C + r.h * hs;  // this thread's alone
+  const float* d = dout + row * C + r.h * hs;
+  for (int j = 0; j < L; ++j) {
+    if (key_positions[j] > query_positions[r.i]) continue;
+    const long at = (long(r.b) * L + j) * 2 * C + r.h * hs;
+    const float* k = kv + at;
+    const float* v = k + C;
+    const float p = expf(dot(q, k, hs) * scale - lse[stat]);
+    const float ds = p * (dot(d, v, hs) - delta[stat]) * scale;
+    for (int c = 0; c < hs; ++c) {
+      atomicAdd(&dkv[at + C + c], p * d[c]);
+      dq[c] += ds * k[c];
+      atomicAdd(&dkv[at + c], ds * q[c]);
+    }
+  }
+}
+
+__global__ void copy_columns_kernel(float* dst, int dst_stride, const float* src, int src_stride, long rows,
+                                    int width) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * width) return;
+  const long r = i / width, c = i % width;
+  dst[r * dst_stride + c] = src[r * src_stride + c];
+}
+
+}  // namespace
+
+void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv, const int* query_positions,
+                             const int* key_positions, int B, int L, int C, int NH, MergeRow) {
+  if (C / NH > kMaxHeadSize)
+    throw std::runtime_error("cuda: attention_block_forward: heads of " + std::to_string(C / NH) +
+                             " channels, more than its kernel's " + std::to_string(kMaxHeadSize));
+  attention_block_forward_kernel<<<blocks(long(B) * L * NH), kThreads>>>(out, lse, qkv, kv, query_positions,
+                                                                          key_positions, B, L, C, NH);
+  launched("attention_block_forward");
+}
+
+void attention_block_delta(float* delta, const float* dout, const float* out, int B, int L, int C, int NH) {
+  attention_block_delta_kernel<<<blocks(long(B) * L * NH), kThreads>>>(delta, dout, out, B, L, C, NH);
+  launched("attention_block_delta");
+}
+
+void attention_block_backward(float* dqkv, float* dkv, const float* qkv, const float* kv, const float* dout,
+                              const float* lse, const float* delta, const int* query_positions,
+                              const int* key_positions, int B, int L, int C, int NH) {
+  attention_block_backward_kernel<<<blocks(long(B) * L * NH), kThreads>>>(dqkv, dkv, qkv, kv, dout, lse, delta,
+                                                                           query_positions, key_positions, B, L, C,
+                                                                           NH);
+  launched("attention_block_backward");
+}
+
+void copy_columns(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width) {
+  copy_columns_kernel<<<blocks(rows * width), kThreads>>>(dst, dst_stride, src, src_stride, rows, width);
+  launched("copy_columns");
+}
+
+}  // namespace labkit::ops::cuda

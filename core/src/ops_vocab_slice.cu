@@ -1,0 +1,118 @@
+// The vocabulary slice's ops on a GPU (labkit/ops.h, ops_vocab_slice.cpp on
+// the CPU): the embedding one thread per element, the cross-entropy's steps one
+// thread per row or per logit, mirroring the CPU loops.
+#include "labkit/ops_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include "cuda_support.h"
+
+namespace labkit::ops::cuda {
+
+using namespace cuda_launch;
+
+namespace {
+
+__device__ int local_row(int token, int first, int V) {
+  return token >= first && token < first + V ? token - first : -1;
+}
+
+__global__ void vocab_slice_encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe,
+                                                   int first, int V, int B, int T, int C) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), bt = int(i / C), local = local_row(tokens[bt], first, V);
+  float value = local >= 0 ? wte[long(local) * C + c] : 0.0f;
+  if (wpe) value += wpe[long(bt % T) * C + c];
+  out[i] = value;
+}
+
+__global__ void vocab_slice_encoder_backward_kernel(float* dwte, float* dwpe, const float* dout, const int* tokens,
+                                                    int first, int V, int B, int T, int C) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(B) * T * C) return;
+  const int c = int(i % C), bt = int(i / C), local = local_row(tokens[bt], first, V);
+  if (local >= 0) atomicAdd(&dwte[long(local) * C + c], dout[i]);  // a token may repeat
+  if (dwpe) atomicAdd(&dwpe[long(bt % T) * C + c], dout[i]);
+}
+
+__global__ void vocab_slice_max_kernel(float* largest, float* logits, int first, int vocab, int N, int V) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  float* z = logits + long(n) * V;
+  float max = -INFINITY;
+  for (int j = 0; j < V; ++j) {
+    if (first + j >= vocab) z[j] = -INFINITY;
+    max = fmaxf(max, z[j]);
+  }
+  largest[n] = max;
+}
+
+__global__ void vocab_slice_exp_sums_kernel(float* sums, const float* logits, const float* largest, const int* targets,
+                                            int first, int N, int V) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const float* z = logits + long(n) * V;
+  float sum = 0;
+  for (int j = 0; j < V; ++j) sum += expf(z[j] - largest[n]);
+  sums[n] = sum;
+  const int local = local_row(targets[n], first, V);
+  sums[N + n] = local >= 0 ? z[local] - largest[n] : 0.0f;
+}
+
+__global__ void vocab_slice_softmax_kernel(float* probs, float* losses, const float* logits, const float* largest,
+                                           const float* sums, int N, int V) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(N) * V) return;
+  const int n = int(i / V);
+  probs[i] = expf(logits[i] - largest[n]) / sums[n];
+  if (i % V == 0) losses[n] = logf(sums[n]) - sums[N + n];
+}
+
+__global__ void vocab_slice_crossentropy_backward_kernel(float* dlogits, const float* probs, const int* targets,
+                                                         int first, int N, int V) {
+  const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= long(N) * V) return;
+  const int n = int(i / V), j = int(i % V);
+  dlogits[i] += (probs[i] - (first + j == targets[n] ? 1.0f : 0.0f)) / float(N);
+}
+
+}  // namespace
+
+void vocab_slice_encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int first, int V,
+                                 int B, int T, int C) {
+  vocab_slice_encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads>>>(out, tokens, wte, wpe, first, V, B, T, C);
+  launched("vocab_slice_encoder_forward");
+}
+
+void vocab_slice_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int first, int V,
+                                  int B, int T, int C) {
+  vocab_slice_encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads>>>(dwte, dwpe, dout, tokens, first, V, B, T,
+                                                                              C);
+  launched("vocab_slice_encoder_backward");
+}
+
+void vocab_slice_max(float* largest, float* logits, int first, int vocab, int N, int V) {
+  vocab_slice_max_kernel<<<blocks(N), kThreads>>>(largest, logits, first, vocab, N, V);
+  launched("vocab_slice_max");
+}
+
+void vocab_slice_exp_sums(float* sums, const float* logits, const float* largest, const int* targets, int first, int N,
+                          int V) {
+  vocab_slice_exp_sums_kernel<<<blocks(N), kThreads>>>(sums, logits, largest, targets, first, N, V);
+  launched("vocab_slice_exp_sums");
+}
+
+void vocab_slice_softmax(float* probs, float* losses, const float* logits, const float* largest, const float* sums,
+                         int N, int V) {
+  vocab_slice_softmax_kernel<<<blocks(long(N) * V), kThreads>>>(probs, losses, logits, largest, sums, N, V);
+  launched("vocab_slice_softmax");
+}
+
+void vocab_slice_crossentropy_backward(float* dlogits, const float* probs, const int* targets, int first, int N,
+                                       int V) {
+  vocab_slice_crossentropy_backward_kernel<<<blocks(long(N) * V), kThreads>>>(dlogits, probs, targets, first, N, V);
+  launched("vocab_slice_crossentropy_backward");
+}
+
+}  // namespace labkit::ops::cuda
