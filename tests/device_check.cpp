@@ -57,16 +57,22 @@ std::vector<Check> checks(bool nccl) {
     out.push_back({"fsdp", fmt::format("--ranks {} --batch 16 --steps 5", ranks), ranks});
   out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --hsdp 2", 4});
   out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --stage 3 --hpz 2 --prefetch both", 4});
+  out.push_back({"fsdp", "--ranks 4 --batch 16 --steps 5 --qwz", 4});
+  out.push_back({"fsdp", "--ranks 16 --batch 16 --steps 3 --qgz", 16});
   for (const char* schedule : {"gpipe", "1f1b", "interleaved", "zbv"})
     out.push_back({"pipeline", fmt::format("--stages 4 --schedule {} --steps 5", schedule), 4});
   for (const int ranks : {1, 2, 4}) out.push_back({"tp", fmt::format("--ranks {} --steps 5", ranks), ranks});
   out.push_back({"tp", "--ranks 4 --sp --steps 5", 4});
+  for (const int ep : {1, 2, 4, 8})
+    out.push_back({"moe", fmt::format("--ep {} --batch 16 --steps 5", ep), ep});
+  out.push_back({"moe", "--ep 4 --batch 16 --steps 5 --balance bias --shared-experts 1", 4});
   out.push_back({.lab = "tp", .args = "--ranks 4 --cp 4", .ranks = 4, .losses = false});
   out.push_back({.lab = "tp", .args = "--ranks 4 --cp 2 --tp 2", .ranks = 4, .losses = false});
   if (nccl)
     for (const char* lab : {"ddp", "fsdp"}) out.push_back({lab, "--batch 16 --steps 5", 1, true});
   if (nccl) out.push_back({"ddp", "--batch 16 --steps 5 --compress powersgd:2", 1, true});
   if (nccl) out.push_back({"tp", "--steps 5", 1, true});
+  if (nccl) out.push_back({"moe", "--ep 1 --batch 16 --steps 5", 1, true});
   return out;
 }
 
@@ -127,7 +133,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::one_of("device", {"cuda", "fenced"}));
   app.add_option("--mpiexec", mpiexec, "also run each lab under this mpirun, one process, --backend nccl (cuda)");
   app.add_option("--lab", only, "only this lab's rows (repeat for more; default: every lab that takes --device)")
-      ->check(cli::one_of("lab", {"train", "ddp", "fsdp", "pipeline", "tp"}));
+      ->check(cli::one_of("lab", {"train", "ddp", "fsdp", "pipeline", "tp", "moe"}));
   app.add_option("--labs", labs, "the directory of the lab executables")->capture_default_str();
   app.add_option("--out", out, "where the runs write their JSON")->capture_default_str();
   app.add_option("--json", json, "also write the table as JSON to this file")->check(cli::output_file());

@@ -154,7 +154,7 @@ Trained train(int ep, const MoeConfig& moe, int steps) {
     MoeGpt model(tiny(), moe, ep, c.rank(), 5);
     const int share = kB / ep;
     for (int s = 0; s < steps; ++s) {
-      const auto sgd = [](std::span<float> w, std::span<const float> g) {
+      const auto sgd = [](Tensor& w, Tensor& g) {
         for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.1f * g[i];
       };
       model.train_step(c, tokens(c.rank() * share, share, s), tokens(c.rank() * share, share, s + 1), share, kT, sgd,

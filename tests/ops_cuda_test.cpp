@@ -325,6 +325,51 @@ TEST_F(CudaOps, AttentionBlocks) {
   expect_close(g_dother.host(), dother, "attention_block_backward: the other block's dk, dv");
 }
 
+// 150 values: two whole blocks and a part one (an odd count, so int4's last byte is half used), one block all zeros.
+TEST_F(CudaOps, QuantizeInt8AndInt4) {
+  const long n = 150;
+  auto x = random(n, 40);
+  for (long i = 64; i < 128; ++i) x[i] = 0;
+  for (const int bits : {8, 4}) {
+    const long bytes = 3 * long(sizeof(float)) + (n * bits + 7) / 8;
+    std::vector<unsigned char> wire(bytes);
+    std::vector<float> back(n);
+    cpu::quantize(wire.data(), x.data(), n, bits);
+    cpu::dequantize(back.data(), wire.data(), n, bits);
+    OnGpu<float> g_x(x), g_back(back);
+    const std::vector<unsigned char> zeros(bytes);
+    OnGpu<unsigned char> g_wire(zeros);
+    gpu::quantize(g_wire.ptr, g_x.ptr, n, bits);
+    gpu::dequantize(g_back.ptr, g_wire.ptr, n, bits);
+    EXPECT_EQ(g_wire.host(), wire) << bits << " bits: the wire bytes";
+    expect_close(g_back.host(), back, bits == 8 ? "dequantize int8" : "dequantize int4");
+  }
+}
+
+// Rows by index: a gather with and without weights, a scatter-add whose indices repeat, the dots.
+TEST_F(CudaOps, RowsByIndex) {
+  const int C = 24;
+  const long n = 9;
+  auto src = random(6 * C, 50), weights = random(n, 51), rows = random(n * C, 52), dst = random(6 * C, 53);
+  const std::vector<int> index = {5, 0, 3, 3, 1, 0, 2, 5, 4};
+  std::vector<float> gathered(n * C), weighted(n * C), dots(n);
+  OnGpu<float> g_src(src), g_weights(weights), g_rows(rows), g_dst(dst), g_gathered(gathered), g_weighted(weighted),
+      g_dots(dots);
+  OnGpu<int> g_index(index);
+  cpu::gather_rows(gathered.data(), src.data(), index.data(), nullptr, n, C);
+  cpu::gather_rows(weighted.data(), src.data(), index.data(), weights.data(), n, C);
+  cpu::scatter_add_rows(dst.data(), rows.data(), index.data(), weights.data(), n, C);
+  cpu::row_dots(dots.data(), src.data(), index.data(), rows.data(), n, C);
+  gpu::gather_rows(g_gathered.ptr, g_src.ptr, g_index.ptr, nullptr, n, C);
+  gpu::gather_rows(g_weighted.ptr, g_src.ptr, g_index.ptr, g_weights.ptr, n, C);
+  gpu::scatter_add_rows(g_dst.ptr, g_rows.ptr, g_index.ptr, g_weights.ptr, n, C);
+  gpu::row_dots(g_dots.ptr, g_src.ptr, g_index.ptr, g_rows.ptr, n, C);
+  expect_close(g_gathered.host(), gathered, "gather_rows");
+  expect_close(g_weighted.host(), weighted, "gather_rows, weighted");
+  expect_close(g_dst.host(), dst, "scatter_add_rows");
+  expect_close(g_dots.host(), dots, "row_dots");
+}
+
 TEST_F(CudaOps, GptTrainsTheSameOnBothDevices) {
   using labkit::DeviceKind;
   const labkit::GptConfig config{.max_seq = 16, .vocab = 20, .layers = 2, .heads = 4, .channels = 32};

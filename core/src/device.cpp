@@ -81,6 +81,11 @@ constexpr Device kCpu = {
     .attention_block_delta = ops::attention_block_delta,
     .attention_block_backward = ops::attention_block_backward,
     .copy_columns = ops::copy_columns,
+    .gather_rows = ops::gather_rows,
+    .scatter_add_rows = ops::scatter_add_rows,
+    .row_dots = ops::row_dots,
+    .quantize = ops::quantize,
+    .dequantize = ops::dequantize,
 };
 }  // namespace
 

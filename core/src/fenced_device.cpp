@@ -270,6 +270,11 @@ constexpr Device kFenced = {
     .attention_block_delta = opened<"attention_block_delta", ops::attention_block_delta>,
     .attention_block_backward = opened<"attention_block_backward", ops::attention_block_backward>,
     .copy_columns = opened<"copy_columns", ops::copy_columns>,
+    .gather_rows = opened<"gather_rows", ops::gather_rows>,
+    .scatter_add_rows = opened<"scatter_add_rows", ops::scatter_add_rows>,
+    .row_dots = opened<"row_dots", ops::row_dots>,
+    .quantize = opened<"quantize", ops::quantize>,
+    .dequantize = opened<"dequantize", ops::dequantize>,
 };
 
 }  // namespace

@@ -658,6 +658,11 @@ const Device kCuda = [] {
   d.attention_block_delta = ops::cuda::attention_block_delta;
   d.attention_block_backward = ops::cuda::attention_block_backward;
   d.copy_columns = ops::cuda::copy_columns;
+  d.gather_rows = ops::cuda::gather_rows;
+  d.scatter_add_rows = ops::cuda::scatter_add_rows;
+  d.row_dots = ops::cuda::row_dots;
+  d.quantize = ops::cuda::quantize;
+  d.dequantize = ops::cuda::dequantize;
   return d;
 }();
 }  // namespace

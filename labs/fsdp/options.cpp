@@ -83,9 +83,6 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
     throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
   if (!o.what_if.empty() || !o.sweep.over.empty())
     lab::refuse_model_and_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
-  if (o.device != "cpu" && (o.qwz || o.qgz))
-    throw Error(fmt::format("--device {} with {}: ZeRO++'s quantized blocks are made in host memory (for now)",
-                            o.device, o.qwz ? "--qwz" : "--qgz"));
 }
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {

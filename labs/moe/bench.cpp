@@ -21,7 +21,7 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
                                 [&] { r = train(o, run_options, data, config, false); });
   if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
   const double dense = lab::timed("timing the same on the dense tiny GPT on one rank",
-                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr); });
+                                  [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr, parse_device(o.device)); });
   lab::Table table({{.header = "run", .key = "run", .width = 34, .align = lab::Align::left},
                     {.header = "wall", .key = "wall", .width = 10},
                     {.header = "a step", .key = "step", .width = 10},

@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
                                      .bench = "time the simulation: the MoE GPT's steps on --ep ranks against the "
                                               "dense tiny GPT's on one (target 2x); with --what-if the layer's wall "
                                               "time",
-                                     .device = ""});
+                                     .device = "where each rank's tokens, experts and the rest of the model live"});
   add_what_if_options(app, o);
   app.add_option("--plot", o.plot, "draw the routing heatmap, tokens per expert by step (.png or .svg)")
       ->check(cli::figure_file());
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
     if (!o.what_if.empty()) {
+      lab::refuse_model_and_device(o, "--what-if runs payload-free");
       if (app.count("--ranks"))
         throw Error("--ranks: --what-if simulates the ep group and the groups beside it on its nodes (set --ep)");
       return what_if(o, run_options);

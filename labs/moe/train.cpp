@@ -30,7 +30,8 @@ std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const S
                                            const GptConfig& config, MoeGpt& model,
                                            const std::vector<std::vector<std::uint8_t>>& kept) {
   const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
-  MoeTrainer trainer(*alone, config, o.moe, data, o.batch, o.seed, o.lr);  // a group of one: the whole batch
+  // A group of one: the whole batch.
+  MoeTrainer trainer(*alone, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
   MoeGpt& one = trainer.model();
   const int L = config.layers;
   double unlike = 0;
@@ -97,7 +98,7 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
   const int L = config.layers;
   MoeRun out;
   const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
-    MoeTrainer trainer(comm, config, o.moe, data, o.batch, o.seed, o.lr);
+    MoeTrainer trainer(comm, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
     MoeGpt& model = trainer.model();
     std::vector<std::vector<std::uint8_t>> kept;  // by step and layer: this rank's assignments'
     training.steps(o.steps, [&](int s) {
@@ -146,8 +147,6 @@ void check_options(const Options& o, const RunOptions& run_options, const CLI::A
   if (o.batch % o.ep)
     throw Error(fmt::format("--batch {}: it does not split into {} equal shares, one a rank (--ep)", o.batch, o.ep));
   lab::refuse_payload_free(run_options.payload_free, {"--what-if"});
-  if (run_options.backend == "nccl")
-    throw Error("--backend nccl: the MoE layer keeps its tokens and experts in host memory (sim or mpi for now)");
   if (run_options.backend == "sim" && app.count("--ranks") && run_options.ranks != o.ep)
     throw Error(fmt::format("--ranks {}: the lab runs one rank per expert-parallel rank, --ep {}", run_options.ranks,
                             o.ep));

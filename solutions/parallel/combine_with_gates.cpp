@@ -5,23 +5,29 @@
 // was dropped gets zero.
 // STUB: //
 // STUB: // returned holds one row of C per entry of send_order (the kept assignments, in
-// STUB: // the order they were sent), back from the experts. Grade it: ./labkit grade moe
-#include <algorithm>
+// STUB: // the order they were sent), back from the experts. y and returned may live on a
+// STUB: // GPU: decide on the host which row of y each returned row adds into and with what
+// STUB: // weight, and let add_rows (moe.h) do the adding where they live.
+// STUB: // Grade it: ./labkit grade moe
+#include <vector>
 
+#include "labkit/device.h"
 #include "labkit/parallel/moe.h"
 
 namespace labkit {
 
 void combine_with_gates(const Routing& r, std::span<const int> send_order, const float* returned, int C, float* y) {
-  std::fill_n(y, std::size_t(r.tokens()) * C, 0.0f);
-  // BEGIN EXERCISE: for each sent assignment a, add its gate times its returned row to token a / k's row of y.
+  device_of(y).zero(y, std::size_t(r.tokens()) * C * sizeof(float));
+  // BEGIN EXERCISE: for each sent assignment a (returned row p), the row of y it adds into
+  //       (token a / k) and its weight (its gate); then add_rows adds them all.
   // STUB: (void)send_order, (void)returned;
-  for (std::size_t p = 0; p < send_order.size(); ++p) {
-    const int a = send_order[p];
-    float* out = y + std::size_t(a / r.k) * C;
-    const float* row = returned + p * C;
-    for (int c = 0; c < C; ++c) out[c] += r.gate[std::size_t(a)] * row[c];
+  std::vector<int> tokens;
+  std::vector<float> gates;
+  for (const int a : send_order) {
+    tokens.push_back(a / r.k);
+    gates.push_back(r.gate[std::size_t(a)]);
   }
+  add_rows(y, returned, tokens, gates, C);
   // END EXERCISE
 }
 

@@ -80,7 +80,7 @@ std::string check_training(int ep, Balance balance) {
   config.max_seq = kT;
   const MoeConfig moe{.experts = 8, .top_k = 2, .capacity_factor = 1.0, .balance = balance, .bias_rate = 0.01};
   const auto train = [&](Comm& c, MoeGpt& model, int first, int count) {
-    const auto sgd = [](std::span<float> w, std::span<const float> g) {
+    const auto sgd = [](Tensor& w, Tensor& g) {
       for (std::size_t i = 0; i < w.size(); ++i) w[i] -= 0.05f * g[i];
     };
     for (int s = 0; s < 2; ++s)
@@ -395,6 +395,37 @@ TEST(combine_with_gates, EachTokenSumsItsOutputsWeightedByItsGates) {
       });
   sweep.report("send_order[p] is assignment a = t k + j; returned row p is its expert's output: add gate[a] times it "
                "to token t's row.");
+}
+
+// On a GPU y and returned are device memory: the fenced device (memory the
+// host cannot touch) stops any host read or write of them.
+TEST(combine_with_gates, CombinesWhereTheRowsLiveOnTheFencedDevice) {
+  Sweep sweep("combine_with_gates");
+  sweep.check({.label = "k=2, C=8, fenced"}, [&]() -> std::string {
+    const int N = 10, C = 8;
+    const Routing r = random_routing(N, 8, 2, 29u);
+    std::vector<int> order;
+    for (std::size_t a = 0; a < r.expert.size(); ++a)
+      if (r.kept[a]) order.push_back(int(a));
+    std::vector<float> returned(order.size() * std::size_t(C)), on_host(std::size_t(N) * C);
+    for (std::size_t i = 0; i < returned.size(); ++i) returned[i] = float(i % 13) - 6;
+    for (std::size_t p = 0; p < order.size(); ++p)  // the weighted sum, as the first test checks it
+      for (int c = 0; c < C; ++c)
+        on_host[std::size_t(order[p] / r.k) * C + c] += r.gate[std::size_t(order[p])] * returned[p * C + c];
+    const Tensor fenced_returned = Tensor::from_host(returned, {returned.size()}, DeviceKind::fenced);
+    Tensor fenced_y({on_host.size()}, DeviceKind::fenced);
+    try {
+      combine_with_gates(r, order, fenced_returned.data(), C, fenced_y.data());
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    const std::vector<float> got = fenced_y.to_host();
+    for (std::size_t i = 0; i < got.size(); ++i)
+      if (std::abs(got[i] - on_host[i]) > 1e-5f * (1 + std::abs(on_host[i])))
+        return fmt::format("y[{}] is {} on the fenced device, expected {}", i, got[i], on_host[i]);
+    return "";
+  });
+  sweep.report("y and returned may be a GPU's memory: decide tokens and gates on the host, then add_rows.");
 }
 
 TEST(combine_with_gates, TheLayerIsANaiveMoeAndTrainsToOneRanksWeights) {

@@ -96,6 +96,13 @@ struct Device {
                                    const float* lse, const float* delta, const int* query_positions,
                                    const int* key_positions, int B, int L, int C, int NH);
   void (*copy_columns)(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width);
+  // The MoE layer's rows moved by index, and a gate gradient's dot per row.
+  void (*gather_rows)(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+  void (*scatter_add_rows)(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+  void (*row_dots)(float* out, const float* a, const int* index, const float* b, long n, int C);
+  // ZeRO++'s block-wise int8 and int4 quantization.
+  void (*quantize)(unsigned char* out, const float* x, long count, int bits);
+  void (*dequantize)(float* x, const unsigned char* in, long count, int bits);
 };
 
 const Device& device(DeviceKind kind);  // the CUDA one throws if this build or machine has no GPU

@@ -149,6 +149,26 @@ void attention_block_backward(float* dqkv, float* dkv, const float* qkv, const f
 // for c < width (ring attention's keys and values out of QKV's rows, and their gradients back).
 void copy_columns(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width);
 
+// The MoE layer's rows moved by index (its dispatch and combine): rows of C
+// floats, the indices and weights decided on the host and copied over.
+// dst row i = weights[i] x src row index[i] (weights null: a copy).
+void gather_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+// dst row index[i] += weights[i] x src row i (weights null: + src row i), i in
+// order; an index may repeat (a token's k outputs add into its row).
+void scatter_add_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+// out[i] = a row index[i] . b row i, summed in float in column order (a gate's gradient).
+void row_dots(float* out, const float* a, const int* index, const float* b, long n, int C);
+
+// Block-wise quantization, ZeRO++'s wire format (Wang et al. 2023): int8 for
+// its weight gathers (qwZ), int4 for its gradient reduce (qgZ). count floats go
+// in blocks of kQuantBlock, each with one fp32 scale (its largest magnitude /
+// qmax) and its values as round(x / scale) in [-qmax, qmax]: qmax 127 at 8
+// bits (a byte each), 7 at 4 bits (two to a byte, the even index in the low
+// nibble). out holds the scales, then the values (parallel/quantize.h sizes it).
+inline constexpr long kQuantBlock = 64;
+void quantize(unsigned char* out, const float* x, long count, int bits);
+void dequantize(float* x, const unsigned char* in, long count, int bits);
+
 // Round to the nearest bfloat16 (ties to even), kept in a float: the top 16 bits
 // (dtype.h's to_bf16 and back; a NaN stays NaN).
 float round_to_bf16(float x);

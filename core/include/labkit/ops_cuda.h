@@ -64,4 +64,13 @@ void attention_block_backward(float* dqkv, float* dkv, const float* qkv, const f
                               const int* key_positions, int B, int L, int C, int NH);
 void copy_columns(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width);
 
+// ops_rows.cu
+void gather_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+void scatter_add_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C);
+void row_dots(float* out, const float* a, const int* index, const float* b, long n, int C);
+
+// ops_quantize.cu
+void quantize(unsigned char* out, const float* x, long count, int bits);
+void dequantize(float* x, const unsigned char* in, long count, int bits);
+
 }  // namespace labkit::ops::cuda

@@ -27,13 +27,6 @@ namespace {
 
 View run_of(Tensor& buffer, ParameterRange r) { return view_of(buffer).slice(r.offset, r.count); }
 
-// ZeRO++'s int8 and int4 blocks are made in host memory (quantize.h) for now.
-void check_device(const Comm& comm, const Gpt& model, const ShardingOptions& options) {
-  if (model.device().kind != DeviceKind::cpu && (options.quantize_weights || options.quantize_gradients))
-    fail(comm.who(), "FullyShardedGpt", "{}: ZeRO++'s quantized blocks are made in host memory; the model is on {}",
-         options.quantize_weights ? "--qwz" : "--qgz", model.device().name);
-}
-
 bool has(std::span<const int> stages, int stage) { return std::find(stages.begin(), stages.end(), stage) != stages.end(); }
 bool only_stage_three(std::span<const int> stages) { return stages.size() == 1 && stages[0] == 3; }
 
@@ -126,7 +119,6 @@ FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOpti
     fail(comm.who(), "FullyShardedGpt", "{}", e.what());
   }
   make_groups(options);
-  check_device(comm, model, options);
   if (options.quantize_gradients) {  // qgZ's two hops: inside each node, then across
     const int per_node = ranks_per_node(comm, "FullyShardedGpt");
     node_mesh_ = std::make_unique<Mesh>(comm, std::vector<MeshDim>{{"across", comm.size() / per_node},
@@ -189,8 +181,8 @@ void FullyShardedGpt::allocate_staging(const ShardingOptions& options) {
   if (options.prefetch != Prefetch::none || options.quantize_weights)
     prefetch_ = Tensor({std::max(largest, largest_secondary)}, where);
   if (options.quantize_weights) {
-    quantized_shard_.resize(quantized_bytes(largest_shard, 8));
-    quantized_gathered_.resize(quantized_bytes(largest_shard, 8) * std::size_t(shard_comm_->size()));
+    quantized_shard_ = TensorOf<std::uint8_t>({quantized_bytes(largest_shard, 8)}, where);
+    quantized_gathered_ = TensorOf<std::uint8_t>({quantized_shard_.size() * std::size_t(shard_comm_->size())}, where);
   }
 }
 

@@ -7,8 +7,10 @@
 
 #include <fmt/format.h>
 
+#include "labkit/device.h"
 #include "labkit/error.h"
 #include "labkit/ops.h"
+#include "labkit/tensor.h"
 
 namespace labkit {
 
@@ -102,20 +104,6 @@ std::vector<Mlp> mlps(Arena& params, int count, int C) {
   return out;
 }
 
-// Row r of a row-major buffer whose rows are `width` wide: the one place a row
-// index becomes an offset, in std::size_t, so that no product overflows an int.
-template <class T> T* row(T* rows, std::size_t r, std::size_t width) { return rows + r * width; }
-
-// Row i of dst = row order[i] of src, rows `width` floats wide.
-void gather_rows(float* dst, const float* src, std::span<const int> order, std::size_t width) {
-  for (std::size_t i = 0; i < order.size(); ++i) std::copy_n(row(src, order[i], width), width, row(dst, i, width));
-}
-
-// Row order[i] of dst = row i of src: gather_rows' inverse.
-void scatter_rows(float* dst, const float* src, std::span<const int> order, std::size_t width) {
-  for (std::size_t i = 0; i < order.size(); ++i) std::copy_n(row(src, i, width), width, row(dst, order[i], width));
-}
-
 // The floats of each peer's rows, rows[q] x width: all_to_allv counts elements.
 std::vector<std::size_t> floats_of(const std::vector<std::int64_t>& rows, std::size_t width) {
   std::vector<std::size_t> floats;
@@ -173,6 +161,17 @@ double mlp_flops(int n, int C) { return 2 * ops::matmul_flops(n, C, 4 * C); }
 
 }  // namespace
 
+void add_rows(float* y, const float* rows, std::span<const int> to, std::span<const float> weights, int C) {
+  if (to.size() != weights.size())
+    throw Error(fmt::format("add_rows: {} rows to add into and {} weights: one weight a row", to.size(),
+                            weights.size()));
+  if (to.empty()) return;
+  const Device& d = device_of(y, rows);
+  const IndexTensor index = IndexTensor::from_host(to, {to.size()}, d.kind);
+  const Tensor scale = Tensor::from_host(weights, {weights.size()}, d.kind);
+  d.scatter_add_rows(y, rows, index.data(), scale.data(), long(to.size()), C);
+}
+
 MoeLayer::MoeLayer(Arena& dense, Arena& expert_params, int channels, const MoeConfig& config, int ep_size,
                    int ep_rank)
     : router(dense, channels, config.experts, false),
@@ -201,9 +200,10 @@ void MoeLayer::forward(Comm& ep, float* y, const float* x, int N) {
     throw Error(fmt::format("rank {}: moe forward: built as rank {} of an ep group of {}, called on rank {} of {}",
                             ep.rank(), rank_, ep_size_, ep.rank(), ep.size()));
   N_ = N, traffic_ = {}, phases_ = {};
+  device_ = &device_of(x, y);
   const std::vector<std::int64_t> kept = route(ep, x);
   dispatch(ep, x, kept);
-  const std::vector<float> outputs = run_experts(ep);
+  const Tensor outputs = run_experts(ep);
   combine(ep, y, x, outputs);
 }
 
@@ -223,15 +223,18 @@ std::vector<std::int64_t> MoeLayer::route(Comm& ep, const float* x) {
   return kept;
 }
 
-// Each token's probabilities (the router, a softmax) and its top k by them,
-// plus DeepSeek-V3's bias with Balance::bias (for choosing only); all kept for now.
+// Each token's probabilities (the router, a softmax, on the device) and its
+// top k by them, plus DeepSeek-V3's bias with Balance::bias (for choosing
+// only). Choosing is the host's: the N x E probabilities come over, a copy
+// of a small tensor, and stay there for backward's bookkeeping.
 void MoeLayer::choose_experts(const float* x) {
-  const Device& d = device(DeviceKind::cpu);
+  const Device& d = *device_;
   const std::size_t E = config_.experts;
-  std::vector<float> logits(N_ * E);
+  Tensor logits({N_ * E}, d.kind);
   router.forward(d, logits.data(), x, N_);
-  probs_.resize(logits.size());
-  ops::softmax_forward(probs_.data(), logits.data(), N_, E);
+  device_probs_ = Tensor({N_ * E}, d.kind);
+  d.softmax_forward(device_probs_.data(), logits.data(), N_, E);
+  probs_ = device_probs_.to_host();
   std::vector<float> scores = probs_;
   if (config_.balance == Balance::bias)
     for (std::size_t i = 0; i < scores.size(); ++i) scores[i] += bias_[i % E];
@@ -265,7 +268,7 @@ double MoeLayer::balance_loss(Comm& ep, std::int64_t group_tokens) const {
   const std::size_t E = config_.experts;
   std::vector<double> mean(E, 0);
   for (std::size_t t = 0; t < N_; ++t)
-    for (std::size_t e = 0; e < E; ++e) mean[e] += row(probs_.data(), t, E)[e];
+    for (std::size_t e = 0; e < E; ++e) mean[e] += probs_[t * E + e];
   ep.all_reduce(view_of(mean), ReduceOp::sum);
   double loss = 0;
   for (std::size_t e = 0; e < E; ++e)
@@ -274,48 +277,57 @@ double MoeLayer::balance_loss(Comm& ep, std::int64_t group_tokens) const {
 }
 
 // Dispatch: the kept assignments' tokens to their experts' ranks, by the plan
-// (exercise 9.2's), checked first.
+// (exercise 9.2's), checked first. The plan's rows cross to the device as
+// indices: which token each sent row is, and (for the experts) which received
+// row each of their inputs is.
 void MoeLayer::dispatch(Comm& ep, const float* x, const std::vector<std::int64_t>& kept) {
+  const Device& d = *device_;
   plan_ = plan_dispatch(routing_, kept, rank_, ep_size_);
   check_plan(plan_, routing_, ep_size_, experts.size(), ep.who());
   send_counts_ = floats_of(plan_.send_rows, C_);
   recv_counts_ = floats_of(plan_.recv_rows, C_);
-  std::vector<float> rows(plan_.send_order.size() * C_);
-  for (std::size_t p = 0; p < plan_.send_order.size(); ++p)
-    std::copy_n(row(x, plan_.send_order[p] / config_.top_k, C_), C_, row(rows.data(), p, C_));
-  received_.assign(sum(recv_counts_), 0.0f);
+  std::vector<int> tokens;
+  std::vector<float> gates;
+  for (const int a : plan_.send_order) tokens.push_back(a / config_.top_k), gates.push_back(routing_.gate[a]);
+  sent_tokens_ = IndexTensor::from_host(tokens, {tokens.size()}, d.kind);
+  sent_gates_ = Tensor::from_host(gates, {gates.size()}, d.kind);
+  expert_rows_ = IndexTensor::from_host(plan_.expert_rows, {plan_.expert_rows.size()}, d.kind);
+  Tensor rows({tokens.size() * C_}, d.kind);
+  if (!tokens.empty())
+    d.gather_rows(rows.data(), x, sent_tokens_.data(), nullptr, long(tokens.size()), int(C_));
+  received_ = Tensor({sum(recv_counts_)}, d.kind);
   const double started = ep.now();
   exchange(ep, rows.data(), received_.data(), true);
   phases_.dispatch += ep.now() - started;
 }
 
 // The experts, each on its rows from every rank, in rank order.
-std::vector<float> MoeLayer::run_experts(Comm& ep) {
-  const Device& d = device(DeviceKind::cpu);
+Tensor MoeLayer::run_experts(Comm& ep) {
+  const Device& d = *device_;
   const double started = ep.now();
-  const std::span<const int> rows = plan_.expert_rows;
-  expert_in_.resize(rows.size() * C_);
-  gather_rows(expert_in_.data(), received_.data(), rows, C_);
-  expert_acts_.assign(rows.size() * mlp_acts_per_row(C_), 0.0f);
-  expert_grads_.assign(expert_acts_.size(), 0.0f);
-  std::vector<float> outputs(received_.size());
+  const std::size_t n = plan_.expert_rows.size();
+  expert_in_ = Tensor({n * C_}, d.kind);
+  if (n) d.gather_rows(expert_in_.data(), received_.data(), expert_rows_.data(), nullptr, long(n), int(C_));
+  expert_acts_ = Tensor({n * mlp_acts_per_row(C_)}, d.kind);
+  expert_grads_ = Tensor({expert_acts_.size()}, d.kind);
+  Tensor outputs({received_.size()}, d.kind);  // zeros: each row is added into once
   Arena acts(expert_acts_.data(), expert_grads_.data());
   for (std::size_t i = 0; i < experts.size(); ++i) {
-    const int first = plan_.expert_offsets[i], n = plan_.expert_offsets[i + 1] - first;
-    const Mlp::Acts a(acts, n, C_);
-    experts[i].forward(d, a, row(expert_in_.data(), first, C_), n);
-    scatter_rows(outputs.data(), a.out.value, rows.subspan(first, n), C_);
+    const int first = plan_.expert_offsets[i], rows = plan_.expert_offsets[i + 1] - first;
+    const Mlp::Acts a(acts, rows, C_);
+    experts[i].forward(d, a, expert_in_.data() + std::size_t(first) * C_, rows);
+    if (rows) d.scatter_add_rows(outputs.data(), a.out.value, expert_rows_.data() + first, nullptr, rows, int(C_));
   }
-  ep.record_compute("experts", started, mlp_flops(rows.size(), C_));
+  ep.record_compute("experts", started, mlp_flops(n, C_));
   phases_.experts += ep.now() - started;
   return outputs;
 }
 
-// Combine: the outputs back to their tokens' ranks, weighted by the gates,
-// and the shared experts' added.
-void MoeLayer::combine(Comm& ep, float* y, const float* x, const std::vector<float>& outputs) {
+// Combine: the outputs back to their tokens' ranks, weighted by the gates
+// (exercise 9.3's), and the shared experts' added.
+void MoeLayer::combine(Comm& ep, float* y, const float* x, const Tensor& outputs) {
   const double started = ep.now();
-  returned_.assign(plan_.send_order.size() * C_, 0.0f);
+  returned_ = Tensor({plan_.send_order.size() * C_}, device_->kind);
   exchange(ep, outputs.data(), returned_.data(), false);
   const double summed = ep.now();
   combine_with_gates(routing_, plan_.send_order, returned_.data(), C_, y);
@@ -326,45 +338,44 @@ void MoeLayer::combine(Comm& ep, float* y, const float* x, const std::vector<flo
 
 // The shared experts (DeepSeek-MoE) on every token of this rank, added to y.
 void MoeLayer::add_shared_experts(float* y, const float* x) {
-  const Device& d = device(DeviceKind::cpu);
-  shared_acts_.assign(shared.size() * N_ * mlp_acts_per_row(C_), 0.0f);
-  shared_grads_.assign(shared_acts_.size(), 0.0f);
+  const Device& d = *device_;
+  shared_acts_ = Tensor({shared.size() * N_ * mlp_acts_per_row(C_)}, d.kind);
+  shared_grads_ = Tensor({shared_acts_.size()}, d.kind);
   Arena acts(shared_acts_.data(), shared_grads_.data());
   for (const Mlp& s : shared) {
     const Mlp::Acts a(acts, N_, C_);
     s.forward(d, a, x, N_);
-    for (std::size_t i = 0; i < N_ * C_; ++i) y[i] += a.out.value[i];
+    d.axpy(y, 1.0f, a.out.value, long(N_ * C_));
   }
 }
 
 // forward's phases in reverse; dgate, the gates' gradient, from combine to the router.
 void MoeLayer::backward(Comm& ep, float* dx, const float* dy, const float* x) {
   std::vector<float> dgate(routing_.expert.size(), 0.0f);
-  const std::vector<float> output_grads = combine_backward(ep, dx, dgate, dy, x);
-  const std::vector<float> input_grads = experts_backward(ep, output_grads);
+  const Tensor output_grads = combine_backward(ep, dx, dgate, dy, x);
+  const Tensor input_grads = experts_backward(ep, output_grads);
   dispatch_backward(ep, dx, input_grads);
   route_backward(ep, dx, dgate, x);
 }
 
 // Combine's backward: the shared experts', each gate's gradient (dy . its
-// expert's output), and each kept assignment's output gradient, gate x dy, sent
-// to its expert; returns those gradients as the experts' ranks received them.
-std::vector<float> MoeLayer::combine_backward(Comm& ep, float* dx, std::vector<float>& dgate, const float* dy,
-                                              const float* x) {
+// expert's output, a dot per sent row, brought to the host), and each kept
+// assignment's output gradient, gate x dy, sent to its expert; returns those
+// gradients as the experts' ranks received them.
+Tensor MoeLayer::combine_backward(Comm& ep, float* dx, std::vector<float>& dgate, const float* dy, const float* x) {
+  const Device& d = *device_;
   const double started = ep.now();
   shared_experts_backward(dx, dy, x);
-  std::vector<float> rows(plan_.send_order.size() * C_);
-  for (std::size_t p = 0; p < plan_.send_order.size(); ++p) {
-    const int a = plan_.send_order[p];
-    const float *g = row(dy, a / config_.top_k, C_), *out = row(returned_.data(), p, C_);
-    float* sent = row(rows.data(), p, C_);
-    for (std::size_t c = 0; c < C_; ++c) {
-      dgate[a] += g[c] * out[c];
-      sent[c] = routing_.gate[a] * g[c];
-    }
+  const long sent = long(plan_.send_order.size());
+  Tensor rows({std::size_t(sent) * C_}, d.kind), dots({std::size_t(sent)}, d.kind);
+  if (sent) {
+    d.row_dots(dots.data(), dy, sent_tokens_.data(), returned_.data(), sent, int(C_));
+    d.gather_rows(rows.data(), dy, sent_tokens_.data(), sent_gates_.data(), sent, int(C_));
   }
+  const std::vector<float> gate_grads = dots.to_host();
+  for (std::size_t p = 0; p < gate_grads.size(); ++p) dgate[plan_.send_order[p]] += gate_grads[p];
   ep.record_compute("combine backward", started, 2 * mlp_flops(N_, C_) * double(shared.size()));
-  std::vector<float> output_grads(received_.size());
+  Tensor output_grads({received_.size()}, d.kind);
   exchange(ep, rows.data(), output_grads.data(), true);
   phases_.combine += ep.now() - started;
   return output_grads;
@@ -372,59 +383,61 @@ std::vector<float> MoeLayer::combine_backward(Comm& ep, float* dx, std::vector<f
 
 // The shared experts' backward, each on dy, into dx.
 void MoeLayer::shared_experts_backward(float* dx, const float* dy, const float* x) {
-  const Device& d = device(DeviceKind::cpu);
+  const Device& d = *device_;
   Arena acts(shared_acts_.data(), shared_grads_.data());
   for (const Mlp& s : shared) {
     const Mlp::Acts a(acts, N_, C_);
-    std::copy_n(dy, N_ * C_, a.out.grad);
+    d.copy(a.out.grad, dy, N_ * C_ * sizeof(float));
     s.backward(d, dx, a, x, N_);
   }
 }
 
 // The experts' backward, on the rows as the forward grouped them; returns their
 // inputs' gradients in the received rows' order, to go back.
-std::vector<float> MoeLayer::experts_backward(Comm& ep, const std::vector<float>& output_grads) {
-  const Device& d = device(DeviceKind::cpu);
+Tensor MoeLayer::experts_backward(Comm& ep, const Tensor& output_grads) {
+  const Device& d = *device_;
   const double started = ep.now();
-  const std::span<const int> rows = plan_.expert_rows;
-  std::vector<float> din_expert(expert_in_.size(), 0.0f);
+  const std::size_t n = plan_.expert_rows.size();
+  Tensor din_expert({expert_in_.size()}, d.kind);
+  float* din = din_expert.data();
   Arena acts(expert_acts_.data(), expert_grads_.data());
   for (std::size_t i = 0; i < experts.size(); ++i) {
-    const int first = plan_.expert_offsets[i], n = plan_.expert_offsets[i + 1] - first;
-    const Mlp::Acts a(acts, n, C_);
-    gather_rows(a.out.grad, output_grads.data(), rows.subspan(first, n), C_);
-    experts[i].backward(d, row(din_expert.data(), first, C_), a, row(expert_in_.data(), first, C_), n);
+    const int first = plan_.expert_offsets[i], rows = plan_.expert_offsets[i + 1] - first;
+    const Mlp::Acts a(acts, rows, C_);
+    if (rows) d.gather_rows(a.out.grad, output_grads.data(), expert_rows_.data() + first, nullptr, rows, int(C_));
+    experts[i].backward(d, din + std::size_t(first) * C_, a, expert_in_.data() + std::size_t(first) * C_, rows);
   }
-  std::vector<float> input_grads(output_grads.size(), 0.0f);
-  scatter_rows(input_grads.data(), din_expert.data(), rows, C_);
-  ep.record_compute("experts backward", started, 2 * mlp_flops(rows.size(), C_));
+  Tensor input_grads({output_grads.size()}, d.kind);
+  if (n) d.scatter_add_rows(input_grads.data(), din, expert_rows_.data(), nullptr, long(n), int(C_));
+  ep.record_compute("experts backward", started, 2 * mlp_flops(n, C_));
   phases_.experts += ep.now() - started;
   return input_grads;
 }
 
 // Dispatch's backward: the inputs' gradients back to the tokens' ranks, each
 // added to its token's.
-void MoeLayer::dispatch_backward(Comm& ep, float* dx, const std::vector<float>& input_grads) {
+void MoeLayer::dispatch_backward(Comm& ep, float* dx, const Tensor& input_grads) {
+  const Device& d = *device_;
   const double started = ep.now();
-  std::vector<float> back(plan_.send_order.size() * C_);
+  const long sent = long(plan_.send_order.size());
+  Tensor back({std::size_t(sent) * C_}, d.kind);
   exchange(ep, input_grads.data(), back.data(), false);
-  for (std::size_t p = 0; p < plan_.send_order.size(); ++p) {
-    float* g = row(dx, plan_.send_order[p] / config_.top_k, C_);
-    const float* b = row(back.data(), p, C_);
-    for (std::size_t c = 0; c < C_; ++c) g[c] += b[c];
-  }
+  if (sent) d.scatter_add_rows(dx, back.data(), sent_tokens_.data(), nullptr, sent, int(C_));
   phases_.dispatch += ep.now() - started;
 }
 
-// The router: the gates' gradient to the probabilities', the balance loss's,
-// then the softmax's.
+// The router: the gates' gradient to the probabilities' (on the host, where
+// the choice was made), the balance loss's, then the softmax's and the
+// router's on the device.
 void MoeLayer::route_backward(Comm& ep, float* dx, const std::vector<float>& dgate, const float* x) {
-  const Device& d = device(DeviceKind::cpu);
+  const Device& d = *device_;
   const double started = ep.now();
   std::vector<float> dprobs = probs_gradient(dgate);
   if (config_.balance == Balance::aux) add_balance_gradient(dprobs);
-  std::vector<float> dlogits(probs_.size(), 0.0f);
-  ops::softmax_backward(dlogits.data(), probs_.data(), dprobs.data(), N_, config_.experts);
+  const Tensor device_dprobs = Tensor::from_host(dprobs, {dprobs.size()}, d.kind);
+  Tensor dlogits({dprobs.size()}, d.kind);
+  d.softmax_backward(dlogits.data(), device_probs_.data(), device_dprobs.data(), N_,
+                     config_.experts);
   router.backward(d, dx, dlogits.data(), x, N_);
   ep.record_compute("route backward", started, 2 * ops::matmul_flops(N_, C_, config_.experts));
   phases_.route += ep.now() - started;
@@ -436,8 +449,8 @@ std::vector<float> MoeLayer::probs_gradient(const std::vector<float>& dgate) con
   const std::size_t E = config_.experts, k = config_.top_k;
   std::vector<float> dprobs(probs_.size(), 0.0f);
   for (std::size_t t = 0; t < N_; ++t) {
-    const float* p = row(probs_.data(), t, E);
-    float* dp = row(dprobs.data(), t, E);
+    const float* p = probs_.data() + t * E;
+    float* dp = dprobs.data() + t * E;
     float sum = 0, dot = 0;
     for (std::size_t j = t * k; j < (t + 1) * k; ++j) {
       sum += p[routing_.expert[j]];
@@ -456,7 +469,7 @@ void MoeLayer::add_balance_gradient(std::vector<float>& dprobs) const {
   const std::int64_t assignments = sum(stats_.chosen);
   for (std::size_t e = 0; e < E; ++e) {
     const float g = float(config_.aux_weight * config_.experts * double(stats_.chosen[e]) / double(assignments) / N_);
-    for (std::size_t t = 0; t < N_; ++t) row(dprobs.data(), t, E)[e] += g;
+    for (std::size_t t = 0; t < N_; ++t) dprobs[t * E + e] += g;
   }
 }
 

@@ -50,7 +50,8 @@ MoeGpt::Acts::Acts(Arena& acts, const GptConfig& c, int B, int T)
       probs(acts.allocate(floats(B * T, c.vocab))),
       losses(acts.allocate(floats(B, T))) {}
 
-MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed)
+MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed,
+               DeviceKind where)
     : config_(config), moe_(moe), ep_size_(ep_size), ep_rank_(ep_rank) {
   check(moe, ep_size);
   if (config.channels % config.heads) throw Error("moe gpt: channels must divide by heads");
@@ -89,6 +90,12 @@ MoeGpt::MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int e
     }
   }
   std::fill_n(m_->lnf.weight.value, config.channels, 1.0f);
+  if (where == DeviceKind::cpu) return;
+  // Drawn on the host, then moved: the modules carved again from the device's buffers.
+  dense_ = dense_.to(where), dense_grads_ = Tensor({dense_.size()}, where);
+  experts_ = experts_.to(where), expert_grads_ = Tensor({experts_.size()}, where);
+  Arena on_device(dense_.data(), dense_grads_.data()), experts_on_device(experts_.data(), expert_grads_.data());
+  m_.emplace(on_device, experts_on_device, config, moe, ep_size, ep_rank);
 }
 
 std::size_t MoeGpt::experts_per_layer() const {
@@ -115,8 +122,8 @@ void MoeGpt::prepare(int B, int T) {
   if (B != B_ || T != T_) {
     Arena counter(nullptr, nullptr);
     Acts(counter, config_, B, T);
-    acts_ = Tensor({counter.allocated()});
-    grad_acts_ = Tensor({counter.allocated()});
+    acts_ = Tensor({counter.allocated()}, dense_.device().kind);
+    grad_acts_ = Tensor({counter.allocated()}, dense_.device().kind);
     B_ = B, T_ = T;
   } else {
     grad_acts_.zero();
@@ -127,9 +134,10 @@ void MoeGpt::prepare(int B, int T) {
 
 float MoeGpt::forward(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
   prepare(B, T);
-  const Device& d = device(DeviceKind::cpu);
+  const Device& d = dense_.device();
   const int C = config_.channels, V = config_.vocab, N = B * T, n = N * C;
-  tokens_ = tokens, targets_ = targets;
+  tokens_ = IndexTensor::from_host(tokens, {std::size_t(N)}, d.kind);
+  targets_ = IndexTensor::from_host(targets, {std::size_t(N)}, d.kind);
   d.encoder_forward(a_->encoded.value, tokens_.data(), m_->wte.value, m_->wpe.value, B, T, C);
   for (int l = 0; l < config_.layers; ++l) {
     BlockModules& b = m_->blocks[l];
@@ -146,8 +154,10 @@ float MoeGpt::forward(Comm& ep, const std::vector<int>& tokens, const std::vecto
   d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, N, C, V);  // the head shares wte
   d.softmax_forward(a_->probs.value, a_->logits.value, N, V);
   d.crossentropy_forward(a_->losses.value, a_->probs.value, targets_.data(), N, V);
+  std::vector<float> losses(static_cast<std::size_t>(N));  // the one copy to the host: the losses, for their mean
+  d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
   double mean = 0;
-  for (int i = 0; i < N; ++i) mean += a_->losses.value[i];
+  for (float loss : losses) mean += loss;
   return float(mean / N);
 }
 
@@ -163,9 +173,9 @@ void MoeGpt::zero_grad() {
 }
 
 void MoeGpt::backward(Comm& ep) {
-  const Device& d = device(DeviceKind::cpu);
+  const Device& d = dense_.device();
   const int C = config_.channels, V = config_.vocab, N = B_ * T_, n = N * C, last = config_.layers - 1;
-  std::fill_n(a_->losses.grad, N, 1.0f / float(N));  // the loss is the mean over B x T
+  d.fill(a_->losses.grad, 1.0f / float(N), N);  // the loss is the mean over B x T
   d.crossentropy_softmax_backward(a_->logits.grad, a_->losses.grad, a_->probs.value, targets_.data(), N, V);
   d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, a_->logits.grad, a_->lnf.out.value, m_->wte.value, N, C,
                     V);
@@ -185,19 +195,18 @@ void MoeGpt::backward(Comm& ep) {
 
 void MoeGpt::average_gradients(Comm& ep) {
   ep.all_reduce({dense_grads_.data(), dense_grads_.size(), DType::f32}, ReduceOp::avg);
-  const float share = 1.0f / float(ep_size_);
-  for (std::size_t i = 0; i < expert_grads_.size(); ++i) expert_grads_.data()[i] *= share;
+  expert_grads_.device().scale(expert_grads_.data(), 1.0f / float(ep_size_), long(expert_grads_.size()));
 }
 
 float MoeGpt::train_step(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
-                         const OptimizerUpdate& update_dense, const OptimizerUpdate& update_experts) {
+                         const TensorUpdate& update_dense, const TensorUpdate& update_experts) {
   const float loss = forward(ep, tokens, targets, B, T);
   zero_grad();
   backward(ep);
   average_gradients(ep);
   const double started = ep.now();
-  update_dense({dense_.data(), dense_.size()}, {dense_grads_.data(), dense_grads_.size()});
-  update_experts({experts_.data(), experts_.size()}, {expert_grads_.data(), expert_grads_.size()});
+  update_dense(dense_, dense_grads_);
+  update_experts(experts_, expert_grads_);
   ep.record_compute("optimizer", started, 4.0 * double(dense_.size() + experts_.size()));
   update_bias();
   return loss;
@@ -208,9 +217,9 @@ void MoeGpt::update_bias() {
 }
 
 MoeTrainer::MoeTrainer(Comm& ep, const GptConfig& config, const MoeConfig& moe, const Sequences& data, int batch,
-                       std::uint64_t seed, float lr)
+                       std::uint64_t seed, float lr, DeviceKind where)
     : ep_(ep), data_(data), batch_(batch), sampler_(data.count, 1, 0, seed),
-      model_(config, moe, ep.size(), ep.rank(), seed), dense_sgd_{.lr = lr}, experts_sgd_{.lr = lr} {}
+      model_(config, moe, ep.size(), ep.rank(), seed, where), dense_sgd_{.lr = lr}, experts_sgd_{.lr = lr} {}
 
 float MoeTrainer::step(int step) {
   const int share = batch_ / ep_.size();
@@ -219,8 +228,7 @@ float MoeTrainer::step(int step) {
   fill_batch(data_, {mine, mine + share}, x_, y_);
   return model_.train_step(
       ep_, x_, y_, share, model_.config().max_seq,
-      [&](std::span<float> w, std::span<const float> g) { dense_sgd_.update(w, g); },
-      [&](std::span<float> w, std::span<const float> g) { experts_sgd_.update(w, g); });
+      [&](Tensor& w, Tensor& g) { dense_sgd_.update(w, g); }, [&](Tensor& w, Tensor& g) { experts_sgd_.update(w, g); });
 }
 
 }  // namespace labkit

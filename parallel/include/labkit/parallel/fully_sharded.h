@@ -225,7 +225,7 @@ class FullyShardedGpt {
   Tensor secondary_;                 // hpZ: this rank's secondary shard of every block
   Tensor flat_;                      // one padded unit's gradients: what a reduce-scatter sends
   Tensor prefetch_;                  // the next block's parameters, padded, as its all-gather lands
-  std::vector<std::uint8_t> quantized_shard_, quantized_gathered_;  // qwZ's wire format (host memory: --device cpu)
+  TensorOf<std::uint8_t> quantized_shard_, quantized_gathered_;  // qwZ's wire format, on the model's device
   std::int64_t activation_bytes_ = 0;            // told the tracker so far
 };
 

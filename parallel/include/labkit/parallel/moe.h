@@ -34,7 +34,11 @@
 //         after each step lowered by gamma for an expert above the mean load and
 //         raised by gamma for one below
 //
-// Host memory only, for now, like the tensor-parallel GPT.
+// On any device: x, y and the layer's weights on one (the host, a GPU, or
+// the fenced device). The routing decisions are the host's: the router's N x E
+// probabilities come over (a copy of a small tensor), the top k, capacity and
+// the plan are chosen there, and go back as indices and gates for the device
+// ops that move the rows (labkit/ops.h's gather_rows, scatter_add_rows).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +49,7 @@
 
 #include "labkit/comm.h"
 #include "labkit/modules.h"
+#include "labkit/tensor.h"
 
 namespace labkit {
 
@@ -102,8 +107,11 @@ DispatchPlan plan_dispatch(const Routing& r, std::span<const std::int64_t> kept,
 
 // Exercise 9.3 (solutions/parallel/combine_with_gates.cpp): y (N x C) = each token's
 // kept assignments' outputs weighted by their gates; returned holds one row
-// per entry of send_order, in its order.
+// per entry of send_order, in its order. y and returned on one device.
 void combine_with_gates(const Routing& r, std::span<const int> send_order, const float* returned, int C, float* y);
+// y row to[i] += weights[i] x row i of rows, for every i, where y and rows
+// live: the device op scatter_add_rows, its indices and weights copied there.
+void add_rows(float* y, const float* rows, std::span<const int> to, std::span<const float> weights, int C);
 
 // What the step's routing did, across the ep group.
 struct RoutingStats {
@@ -158,14 +166,14 @@ class MoeLayer {
   std::vector<std::int64_t> keep_within_capacity(const std::vector<std::int64_t>& chosen, std::int64_t group_tokens);
   double balance_loss(Comm& ep, std::int64_t group_tokens) const;
   void dispatch(Comm& ep, const float* x, const std::vector<std::int64_t>& kept);
-  std::vector<float> run_experts(Comm& ep);  // returns their outputs, in the received rows' order
-  void combine(Comm& ep, float* y, const float* x, const std::vector<float>& outputs);
+  Tensor run_experts(Comm& ep);  // returns their outputs, in the received rows' order
+  void combine(Comm& ep, float* y, const float* x, const Tensor& outputs);
   void add_shared_experts(float* y, const float* x);
   // backward's, in reverse.
-  std::vector<float> combine_backward(Comm& ep, float* dx, std::vector<float>& dgate, const float* dy, const float* x);
+  Tensor combine_backward(Comm& ep, float* dx, std::vector<float>& dgate, const float* dy, const float* x);
   void shared_experts_backward(float* dx, const float* dy, const float* x);
-  std::vector<float> experts_backward(Comm& ep, const std::vector<float>& output_grads);
-  void dispatch_backward(Comm& ep, float* dx, const std::vector<float>& input_grads);
+  Tensor experts_backward(Comm& ep, const Tensor& output_grads);
+  void dispatch_backward(Comm& ep, float* dx, const Tensor& input_grads);
   void route_backward(Comm& ep, float* dx, const std::vector<float>& dgate, const float* x);
   std::vector<float> probs_gradient(const std::vector<float>& dgate) const;
   void add_balance_gradient(std::vector<float>& dprobs) const;
@@ -178,13 +186,17 @@ class MoeLayer {
   std::size_t C_, N_ = 0;  // channels, and the last forward's tokens: the rows of x and y
   std::vector<float> bias_;  // by expert, for choosing only
   // The last forward's, for backward.
-  std::vector<float> probs_;  // N x E
+  const Device* device_ = nullptr;  // where x, y and the weights are
+  std::vector<float> probs_;        // N x E, on the host, where the experts are chosen
+  Tensor device_probs_;             // the same on the device, for the softmax's backward
   Routing routing_;
   RoutingStats stats_;
   DispatchPlan plan_;
   std::vector<std::size_t> send_counts_, recv_counts_;  // the plan's rows, in floats
-  std::vector<float> received_, expert_in_, expert_acts_, expert_grads_, returned_;
-  std::vector<float> shared_acts_, shared_grads_;
+  IndexTensor sent_tokens_, expert_rows_;  // the plan on the device: each sent row's token; each expert row's received row
+  Tensor sent_gates_;                      // each sent row's gate
+  Tensor received_, expert_in_, expert_acts_, expert_grads_, returned_;
+  Tensor shared_acts_, shared_grads_;
   Traffic traffic_;
   Phases phases_;
 };

@@ -11,10 +11,11 @@
 // tokens that reached it, each rank's taken over its own share, so it is
 // divided by ep. Then every rank's step equals one rank's on the whole batch.
 //
-// Host memory only, like the MoE layer.
+// On any device: built on the host from the seed, then moved there whole.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -35,7 +36,8 @@ class MoeGpt {
   // Every rank draws the same dense part from `seed` (GPT-2's initialisation)
   // and experts [rank E / ep, (rank + 1) E / ep) of each layer, each expert the
   // same whatever ep is.
-  MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed);
+  MoeGpt(const GptConfig& config, const MoeConfig& moe, int ep_size, int ep_rank, std::uint64_t seed,
+         DeviceKind where = DeviceKind::cpu);
 
   // Mean cross-entropy over this rank's B x T tokens; every MoE layer's routing
   // is collective over ep.
@@ -50,8 +52,10 @@ class MoeGpt {
   void update_bias();  // DeepSeek-V3's, every layer's, after the step
   // One training step: forward, backward, the gradients averaged, each part
   // updated by its optimizer, the bias moved. Returns forward's loss.
+  // An optimizer's step on a part's parameters, given its gradients (on the model's device).
+  using TensorUpdate = std::function<void(Tensor& params, Tensor& grads)>;
   float train_step(Comm& ep, const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T,
-                   const OptimizerUpdate& update_dense, const OptimizerUpdate& update_experts);
+                   const TensorUpdate& update_dense, const TensorUpdate& update_experts);
 
   Tensor& dense() { return dense_; }
   Tensor& dense_gradients() { return dense_grads_; }
@@ -105,7 +109,7 @@ class MoeGpt {
   Tensor dense_, dense_grads_, experts_, expert_grads_, acts_, grad_acts_;
   std::optional<Modules> m_;
   std::optional<Acts> a_;
-  std::vector<int> tokens_, targets_;
+  IndexTensor tokens_, targets_;  // the last forward's, on the device
   int B_ = 0, T_ = 0;
 };
 
@@ -117,7 +121,7 @@ class MoeGpt {
 class MoeTrainer {
  public:
   MoeTrainer(Comm& ep, const GptConfig& config, const MoeConfig& moe, const Sequences& data, int batch,
-             std::uint64_t seed, float lr);
+             std::uint64_t seed, float lr, DeviceKind where = DeviceKind::cpu);
   // Global batch `step`: this rank's share forward and backward, the step
   // taken (MoeGpt::train_step); returns the share's loss.
   float step(int step);
