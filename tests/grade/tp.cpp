@@ -73,8 +73,9 @@ std::pair<Observed, std::string> run_checked(int t, const std::function<std::str
 // One forward and backward of the tiny GPT on t tensor-parallel ranks against
 // the dense model: what is wrong, or "". Every parameter is nudged off its
 // initial value first, so that no bias is zero (as GPT-2 initialises them) and
-// one added t times shows.
-std::string check_tiny_gpt(int t, bool sp) {
+// one added t times shows. On the fenced device the model's memory is the
+// host's to touch only through the device (as a GPU's is): the same checks.
+std::string check_tiny_gpt(int t, bool sp, DeviceKind where = DeviceKind::cpu) {
   const GptConfig config = gpt_preset("tiny-gpt", 30);
   const int B = 2, T = 16;
   std::vector<int> x(B * T), y(B * T);
@@ -86,8 +87,10 @@ std::string check_tiny_gpt(int t, bool sp) {
   dense.zero_grad();
   dense.backward();
   const std::vector<float> dense_grads = dense.gradients().to_host();
+  Gpt on_device(config, 5, where);
+  on_device.device().copy_from_host(on_device.parameters().data(), weights, dense.parameters().bytes());
   return run_checked(t, [&](Comm& c) -> std::string {
-           TensorParallelGpt model(c, dense, sp);
+           TensorParallelGpt model(c, on_device, sp);
            const float loss = model.forward(x, y, B, T);
            model.zero_grad();
            model.backward();
@@ -107,6 +110,9 @@ void sweep_tiny_gpt(const std::string& exercise, std::initializer_list<bool> sps
     for (int t : {1, 2, 4})
       sweep.check({t, 0, fmt::format("tiny GPT, t={}{}", t, sp ? ", sequence parallel" : "")},
                   [&] { return check_tiny_gpt(t, sp); });
+  for (const bool sp : sps)  // where a GPU would hold the buffers: host code reading them is stopped
+    sweep.check({2, 0, fmt::format("tiny GPT, t=2{}, on the fenced device", sp ? ", sequence parallel" : "")},
+                [&] { return check_tiny_gpt(2, sp, DeviceKind::fenced); });
   sweep.report(hint);
 }
 
