@@ -24,8 +24,9 @@ constexpr std::size_t KiB = 1024, MiB = 1024 * KiB;
 
 // The tiny GPT's averaged gradients after one forward and backward of a global
 // batch of B sequences on P ranks (each its B/P rows) in `mode`, against one
-// rank's on the whole batch: what is wrong, or "".
-std::string check_equal_to_one_rank(int p, DdpMode mode, BucketCaps caps = {}) {
+// rank's on the whole batch: what is wrong, or "". On the fenced device the
+// ranks' models live where a GPU's would: host code reading them is stopped.
+std::string check_equal_to_one_rank(int p, DdpMode mode, BucketCaps caps = {}, DeviceKind where = DeviceKind::cpu) {
   const GptConfig config = gpt_preset("tiny-gpt", 65);
   const int B = 12, T = 16, rows = B / p;
   std::vector<int> tokens(B * T), targets(B * T);
@@ -40,7 +41,7 @@ std::string check_equal_to_one_rank(int p, DdpMode mode, BucketCaps caps = {}) {
 
   std::vector<std::vector<float>> got(p);
   const Observed run = run_ranks(p, [&](Comm& c) {
-    Gpt model(config, 1);
+    Gpt model(config, 1, where);
     DataParallel dp(c, model, mode, caps);
     auto shard = [&](const std::vector<int>& all) {
       return std::vector<int>(all.begin() + c.rank() * rows * T, all.begin() + (c.rank() + 1) * rows * T);
@@ -63,6 +64,8 @@ void sweep_equal_to_one_rank(const std::string& exercise, DdpMode mode, BucketCa
   for (int p : {1, 2, 3, 4})
     sweep.check({p, 12 * 16, fmt::format("tiny GPT, {} mode, P={}", name_of(mode), p)},
                 [&] { return check_equal_to_one_rank(p, mode, caps); });
+  sweep.check({2, 12 * 16, fmt::format("tiny GPT, {} mode, P=2, on the fenced device", name_of(mode))},
+              [&] { return check_equal_to_one_rank(2, mode, caps, DeviceKind::fenced); });
   sweep.report(hint);
 }
 

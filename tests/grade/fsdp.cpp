@@ -47,15 +47,16 @@ const std::vector<float>& one_rank_weights() {
 }
 
 // The tiny GPT after one step at `stage` on P ranks (each B/P rows of the
-// batch), against one rank on the whole batch: what is wrong, or "".
-std::string check_equal_to_one_rank(int p, int stage) {
+// batch), against one rank on the whole batch: what is wrong, or "". On the
+// fenced device the model lives where a GPU's would: host code reading it is stopped.
+std::string check_equal_to_one_rank(int p, int stage, DeviceKind where = DeviceKind::cpu) {
   const int rows = kB / p;
   auto shard = [&](const std::vector<int>& all, int r) {
     return std::vector<int>(all.begin() + r * rows * kT, all.begin() + (r + 1) * rows * kT);
   };
   std::vector<std::vector<float>> got(p);
   const Observed run = run_ranks(p, [&](Comm& c) {
-    Gpt model(kConfig, 1);
+    Gpt model(kConfig, 1, where);
     FullyShardedGpt sharded(c, model, stage);
     SgdMomentum sgd{.lr = 0.05f};
     sharded.forward_backward(shard(batch(0), c.rank()), shard(batch(1), c.rank()), rows, kT);
@@ -77,6 +78,9 @@ void sweep_equal_to_one_rank(const std::string& exercise, std::initializer_list<
     for (int p : {1, 2, 3, 4})
       sweep.check({p, kB * kT, fmt::format("tiny GPT, stage {}, P={}", stage, p)},
                   [&] { return check_equal_to_one_rank(p, stage); });
+  for (int stage : stages)
+    sweep.check({2, kB * kT, fmt::format("tiny GPT, stage {}, P=2, on the fenced device", stage)},
+                [&] { return check_equal_to_one_rank(2, stage, DeviceKind::fenced); });
   sweep.report(hint);
 }
 
