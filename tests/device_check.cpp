@@ -68,11 +68,14 @@ std::vector<Check> checks(bool nccl) {
   out.push_back({"moe", "--ep 4 --batch 16 --steps 5 --balance bias --shared-experts 1", 4});
   out.push_back({.lab = "tp", .args = "--ranks 4 --cp 4", .ranks = 4, .losses = false});
   out.push_back({.lab = "tp", .args = "--ranks 4 --cp 2 --tp 2", .ranks = 4, .losses = false});
-  if (nccl)
-    for (const char* lab : {"ddp", "fsdp"}) out.push_back({lab, "--batch 16 --steps 5", 1, true});
-  if (nccl) out.push_back({"ddp", "--batch 16 --steps 5 --compress powersgd:2", 1, true});
-  if (nccl) out.push_back({"tp", "--steps 5", 1, true});
-  if (nccl) out.push_back({"moe", "--ep 1 --batch 16 --steps 5", 1, true});
+  if (nccl)  // every training lab under mpirun -np 1 --backend nccl
+    for (const auto& [lab, args] : {std::pair{"ddp", "--batch 16 --steps 5"},
+                                    {"ddp", "--batch 16 --steps 5 --compress powersgd:2"},
+                                    {"fsdp", "--batch 16 --steps 5"},
+                                    {"pipeline", "--stages 1 --steps 5"},
+                                    {"tp", "--steps 5"},
+                                    {"moe", "--ep 1 --batch 16 --steps 5"}})
+      out.push_back({lab, args, 1, true});
   return out;
 }
 

@@ -27,28 +27,37 @@ __device__ float dot(const float* a, const float* b, int n) {
   return s;
 }
 
-// The thread's (b, i, h), from its index over B x L x NH.
+// The thread's row and head (b, i, h), from its index over B x L x NH
+// (valid: not past the end): its head's width and scale, its row of the
+// (B, L, *) buffers and its entry of the (B, NH, L) statistics.
 struct BlockRow {
-  int b, i, h;
-  __device__ BlockRow(long n, int L, int NH) : b(int(n / (long(L) * NH))), i(int(n / NH % L)), h(int(n % NH)) {}
+  bool valid;
+  int b, i, h, hs;
+  float scale;
+  long row, stat;
+  __device__ BlockRow(int B, int L, int C, int NH) {
+    const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
+    valid = n < long(B) * L * NH;
+    b = int(n / (long(L) * NH)), i = int(n / NH % L), h = int(n % NH), hs = C / NH;
+    scale = 1.0f / sqrtf(float(hs));
+    row = long(b) * L + i, stat = (long(b) * NH + h) * L + i;
+  }
 };
 
 __global__ void attention_block_forward_kernel(float* out, float* lse, const float* qkv, const float* kv,
                                                const int* query_positions, const int* key_positions, int B, int L,
                                                int C, int NH) {
-  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= long(B) * L * NH) return;
-  const BlockRow r(n, L, NH);
-  const int hs = C / NH;
-  const float scale = 1.0f / sqrtf(float(hs));
-  const float* q = qkv + (long(r.b) * L + r.i) * 3 * C + r.h * hs;
+  const BlockRow r(B, L, C, NH);
+  if (!r.valid) return;
+  const int hs = r.hs;
+  const float* q = qkv + r.row * 3 * C + r.h * hs;
   float acc[kMaxHeadSize];
   for (int d = 0; d < hs; ++d) acc[d] = 0;
   float max = -INFINITY, sum = 0;
   for (int j = 0; j < L; ++j) {
     if (key_positions[j] > query_positions[r.i]) continue;
     const float* k = kv + (long(r.b) * L + j) * 2 * C + r.h * hs;
-    const float s = dot(q, k, hs) * scale;
+    const float s = dot(q, k, hs) * r.scale;
     if (s > max) {  // a new largest score: what was summed so far shrinks by exp(old max - new)
       const float shrink = expf(max - s);
       sum *= shrink;
@@ -61,44 +70,39 @@ __global__ void attention_block_forward_kernel(float* out, float* lse, const flo
   }
   if (sum == 0) return;  // every key of the block is in this query's future
   const float block_lse = max + logf(sum);
-  float& row_lse = lse[(long(r.b) * NH + r.h) * L + r.i];
+  float& row_lse = lse[r.stat];
   const float merged = fmaxf(row_lse, block_lse) + log1pf(expf(-fabsf(row_lse - block_lse)));
   const float old_weight = expf(row_lse - merged), block_weight = expf(block_lse - merged) / sum;
-  float* o = out + (long(r.b) * L + r.i) * C + r.h * hs;
+  float* o = out + r.row * C + r.h * hs;
   for (int d = 0; d < hs; ++d) o[d] = old_weight * o[d] + block_weight * acc[d];
   row_lse = merged;
 }
 
 __global__ void attention_block_delta_kernel(float* delta, const float* dout, const float* out, int B, int L, int C,
                                              int NH) {
-  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= long(B) * L * NH) return;
-  const BlockRow r(n, L, NH);
-  const int hs = C / NH;
-  const long at = (long(r.b) * L + r.i) * C + r.h * hs;
-  delta[(long(r.b) * NH + r.h) * L + r.i] = dot(dout + at, out + at, hs);
+  const BlockRow r(B, L, C, NH);
+  if (!r.valid) return;
+  const long at = r.row * C + r.h * r.hs;
+  delta[r.stat] = dot(dout + at, out + at, r.hs);
 }
 
 __global__ void attention_block_backward_kernel(float* dqkv, float* dkv, const float* qkv, const float* kv,
                                                 const float* dout, const float* lse, const float* delta,
                                                 const int* query_positions, const int* key_positions, int B, int L,
                                                 int C, int NH) {
-  const long n = long(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (n >= long(B) * L * NH) return;
-  const BlockRow r(n, L, NH);
-  const int hs = C / NH;
-  const float scale = 1.0f / sqrtf(float(hs));
-  const long row = long(r.b) * L + r.i, stat = (long(r.b) * NH + r.h) * L + r.i;
-  const float* q = qkv + row * 3 * C + r.h * hs;
-  float* dq = dqkv + row * 3 * C + r.h * hs;  // this thread's alone
-  const float* d = dout + row * C + r.h * hs;
+  const BlockRow r(B, L, C, NH);
+  if (!r.valid) return;
+  const int hs = r.hs;
+  const float* q = qkv + r.row * 3 * C + r.h * hs;
+  float* dq = dqkv + r.row * 3 * C + r.h * hs;  // this thread's alone
+  const float* d = dout + r.row * C + r.h * hs;
   for (int j = 0; j < L; ++j) {
     if (key_positions[j] > query_positions[r.i]) continue;
     const long at = (long(r.b) * L + j) * 2 * C + r.h * hs;
     const float* k = kv + at;
     const float* v = k + C;
-    const float p = expf(dot(q, k, hs) * scale - lse[stat]);
-    const float ds = p * (dot(d, v, hs) - delta[stat]) * scale;
+    const float p = expf(dot(q, k, hs) * r.scale - lse[r.stat]);
+    const float ds = p * (dot(d, v, hs) - delta[r.stat]) * r.scale;
     for (int c = 0; c < hs; ++c) {
       atomicAdd(&dkv[at + C + c], p * d[c]);
       dq[c] += ds * k[c];
