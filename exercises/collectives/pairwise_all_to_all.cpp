@@ -26,7 +26,8 @@ void pairwise_all_to_all(Comm& comm, View send, View recv) {
   // TODO: copy your own block: recv block `rank` = send block `rank`.
   (void)rank, (void)block, (void)recv;
   // TODO: for s = 1 .. P-1, sendrecv send block (rank + s) to rank + s and
-  //       receive recv block (rank - s) from rank - s (both mod P).
+  //       receive recv block (rank - s) from rank - s (both mod P: (rank - s + P) % P, since
+  //       C++'s % of a negative number is negative, and rank 0 meets one in its first round).
 }
 
 }  // namespace labkit

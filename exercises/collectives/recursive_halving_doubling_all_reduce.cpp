@@ -52,8 +52,10 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
   int lo = 0, hi = pow2;
   // TODO: for distance = P'/2 down to 1: partner = me ^ distance, mid = (lo + hi) / 2.
   //       Keep window(lo, mid) if your bit (me & distance) is 0, else window(mid, hi);
-  //       sendrecv the other half to real(partner), receive its copy of your half into
-  //       incoming, reduce it into your half, and shrink [lo, hi) to the half you kept.
+  //       sendrecv the other half to real(partner), receive its copy of your half into the
+  //       first keep.count elements of incoming (incoming.view().slice(0, keep.count): a receive
+  //       takes exactly the size sent, and the halves differ when P' does not divide the count),
+  //       reduce it into your half, and shrink [lo, hi) to the half you kept.
   (void)me, (void)real, (void)window;
   // All-gather by recursive doubling: swap windows, which are neighbours.
   // TODO: for distance = 1 up to P'/2: send window(lo, hi) to real(partner) and receive

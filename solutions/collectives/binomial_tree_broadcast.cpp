@@ -10,7 +10,9 @@
 //   round 3:  0 → 1   2 → 3   4 → 5   6 → 7
 //
 // A rank receives once, from vr minus its lowest set bit, then sends to
-// vr + mask for every mask below that bit. Cost: ceil(log2 P) (alpha + n beta)
+// vr + mask for every mask below that bit. The root (vr = 0) has no set bit:
+// it receives nothing and sends for every mask below the first power of two
+// >= P, as if its bit were there. Cost: ceil(log2 P) (alpha + n beta)
 // (MPICH's short-message broadcast: Thakur, Rabenseifner & Gropp 2005).
 // STUB: // It must work for any P (not only powers of two) and any root.
 // STUB: // Grade it: ./labkit grade collectives
@@ -24,7 +26,8 @@ void binomial_tree_broadcast(Comm& comm, View buf, int root) {
   auto real = [&](int v) { return (v + root) % p; };
 
   // Receive phase: the parent is vr with its lowest set bit cleared.
-  // BEGIN EXERCISE: find the lowest set bit `mask` of vr; if vr != 0, receive buf from real(vr - mask).
+  // BEGIN EXERCISE: find the lowest set bit `mask` of vr (the root, vr = 0, has none: then mask is the
+  //       first power of two >= p); if vr != 0, receive buf from real(vr - mask).
   // STUB: (void)buf, (void)vr, (void)real;
   int mask = 1;
   while (mask < p) {

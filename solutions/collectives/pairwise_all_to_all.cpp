@@ -28,7 +28,8 @@ void pairwise_all_to_all(Comm& comm, View send, View recv) {
   copy_local(block(recv, rank), block(send, rank));
   // END EXERCISE
   // BEGIN EXERCISE: for s = 1 .. P-1, sendrecv send block (rank + s) to rank + s and
-  //       receive recv block (rank - s) from rank - s (both mod P).
+  //       receive recv block (rank - s) from rank - s (both mod P: (rank - s + P) % P, since
+  //       C++'s % of a negative number is negative, and rank 0 meets one in its first round).
   for (int s = 1; s < p; ++s) {
     const int send_to = (rank + s) % p, recv_from = (rank - s + p) % p;
     comm.sendrecv(block(send, send_to), send_to, block(recv, recv_from), recv_from);

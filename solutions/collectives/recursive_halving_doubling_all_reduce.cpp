@@ -52,8 +52,10 @@ void recursive_halving_doubling_all_reduce(Comm& comm, View buf, ReduceOp op) {
   int lo = 0, hi = pow2;
   // BEGIN EXERCISE: for distance = P'/2 down to 1: partner = me ^ distance, mid = (lo + hi) / 2.
   //       Keep window(lo, mid) if your bit (me & distance) is 0, else window(mid, hi);
-  //       sendrecv the other half to real(partner), receive its copy of your half into
-  //       incoming, reduce it into your half, and shrink [lo, hi) to the half you kept.
+  //       sendrecv the other half to real(partner), receive its copy of your half into the
+  //       first keep.count elements of incoming (incoming.view().slice(0, keep.count): a receive
+  //       takes exactly the size sent, and the halves differ when P' does not divide the count),
+  //       reduce it into your half, and shrink [lo, hi) to the half you kept.
   // STUB: (void)me, (void)real, (void)window;
   for (int distance = pow2 / 2; distance >= 1; distance /= 2) {
     const int partner = me ^ distance, mid = (lo + hi) / 2;

@@ -23,7 +23,8 @@ namespace labkit::memory {
 
 double activation_bytes_per_layer(const ActivationShape& x) {
   // BEGIN EXERCISE: sbh = x.seq * x.micro_batch * x.hidden; then the row of the table that
-  //       x.recompute and x.sequence_parallel select, with t = x.tp.
+  //       x.recompute and x.sequence_parallel select, with t = double(x.tp) (an int: 34 / t
+  //       would truncate at t = 8).
   // STUB: (void)x;
   // STUB: return 0;
   const double sbh = x.seq * x.micro_batch * x.hidden, t = x.tp;

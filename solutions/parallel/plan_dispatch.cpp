@@ -26,7 +26,8 @@ DispatchPlan plan_dispatch(const Routing& r, std::span<const std::int64_t> kept,
   // BEGIN EXERCISE: send_order: this rank's kept assignments by expert, each expert's in token order;
   //       send_rows[q] and recv_rows[q]: the rows this rank sends rank q and receives from it;
   //       expert_rows: for each of this rank's experts, its rows' places in the received buffer,
-  //       rank by rank, with expert_offsets[i] where expert i's begin.
+  //       rank by rank, with expert_offsets[i] where expert i's begin and the last entry,
+  //       expert_offsets[local], their total (expert i runs on offsets[i] .. offsets[i + 1] - 1).
   // STUB: (void)r, (void)rank;
   for (int e = 0; e < E; ++e)
     for (std::size_t a = 0; a < r.expert.size(); ++a)

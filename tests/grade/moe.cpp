@@ -13,6 +13,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include "checks.h"
@@ -314,8 +315,9 @@ TEST(plan_dispatch, EachKeptAssignmentGoesToItsExpertsRankAndLandsByExpert) {
               offsets.push_back(int(rows.size()));
             }
             if (p.expert_offsets != offsets)
-              return fmt::format("rank {}'s expert_offsets: {} entries; expected {}, expert i's rows beginning at "
-                                 "the rows of the experts before it", rank, p.expert_offsets.size(), offsets.size());
+              return fmt::format("rank {}'s expert_offsets: {}; expected {} (expert i's rows begin after the rows "
+                                 "of the experts before it, and the last entry is their total)", rank,
+                                 fmt::join(p.expert_offsets, " "), fmt::join(offsets, " "));
             for (std::size_t j = 0; j < rows.size(); ++j)
               if (p.expert_rows[j] != rows[j])
                 return fmt::format("rank {}'s expert_rows[{}] is received row {}; expected {} (each expert's rows from "
