@@ -198,11 +198,15 @@ float Gpt::head(const std::vector<int>& targets) {
   d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, BT, C, V);  // the head shares wte
   d.softmax_forward(a_->probs.value, a_->logits.value, BT, V);
   d.crossentropy_forward(a_->losses.value, a_->probs.value, ids.data(), BT, V);
-  std::vector<float> losses(BT);
-  d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
+  return mean_loss(d, a_->losses.value, BT);
+}
+
+float mean_loss(const Device& d, const float* losses, int n) {
+  std::vector<float> host(static_cast<std::size_t>(n));
+  d.copy_to_host(host.data(), losses, host.size() * sizeof(float));
   double mean = 0;
-  for (float l : losses) mean += l;
-  return float(mean / BT);
+  for (float loss : host) mean += loss;
+  return float(mean / n);
 }
 
 void Gpt::zero_grad() { grads_.zero(); }

@@ -141,6 +141,10 @@ class Gpt {
   std::size_t set_floats_ = 0;  // one set's activations
 };
 
+// The mean of n per-token losses that live on d: the step's one copy to the
+// host, the losses summed there in double.
+float mean_loss(const Device& d, const float* losses, int n);
+
 // Refuses, before anything is allocated, a batch whose activations and their
 // gradients outgrow this machine's memory (its RAM: a lower bound on what the
 // run needs), naming the option, what it needs and what there is.

@@ -154,11 +154,7 @@ float MoeGpt::forward(Comm& ep, const std::vector<int>& tokens, const std::vecto
   d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, N, C, V);  // the head shares wte
   d.softmax_forward(a_->probs.value, a_->logits.value, N, V);
   d.crossentropy_forward(a_->losses.value, a_->probs.value, targets_.data(), N, V);
-  std::vector<float> losses(static_cast<std::size_t>(N));  // the one copy to the host: the losses, for their mean
-  d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
-  double mean = 0;
-  for (float loss : losses) mean += loss;
-  return float(mean / N);
+  return mean_loss(d, a_->losses.value, N);
 }
 
 double MoeGpt::balance_loss() const {

@@ -284,11 +284,7 @@ float TensorParallelGpt::vocab_parallel_cross_entropy(const std::vector<int>& ta
   d.vocab_slice_exp_sums(sums_.data(), logits, largest_.data(), targets_.data(), first, N, vl);
   all_reduce(sums_.data(), sums_.size());
   d.vocab_slice_softmax(a_->probs.value, a_->losses.value, logits, largest_.data(), sums_.data(), N, vl);
-  std::vector<float> losses(static_cast<std::size_t>(N));  // the one copy to the host: the N losses, for their mean
-  d.copy_to_host(losses.data(), a_->losses.value, losses.size() * sizeof(float));
-  double mean = 0;
-  for (float loss : losses) mean += loss;
-  return float(mean / N);
+  return mean_loss(d, a_->losses.value, N);
 }
 
 void TensorParallelGpt::backward() {
