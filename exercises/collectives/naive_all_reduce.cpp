@@ -13,7 +13,7 @@
 //
 // You have: comm.rank(), comm.size(), comm.send(view, to), comm.recv(view, from),
 // reduce_local(op, dtype, in, inout, count), and Scratch (a temporary buffer).
-// Grade it: ./labkit grade collectives
+// Grade it: ./labkit grade collectives; run the lab on it: ./labkit mine collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 

@@ -13,7 +13,7 @@
 //
 // Cost: (P-1) alpha + (P-1)/P n beta, n the size of the gathered buffer.
 // Use comm.sendrecv so that sending right and receiving from the left overlap.
-// Grade it: ./labkit grade collectives
+// Grade it: ./labkit grade collectives; run the lab on it: ./labkit mine collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 

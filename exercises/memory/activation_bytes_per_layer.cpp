@@ -16,7 +16,7 @@
 // scores, softmax and its dropout mask. Tensor parallelism splits 24 of the 34
 // (the parts inside the column/row-parallel blocks); sequence parallelism
 // splits the remaining 10 (layer norms and dropouts) along the sequence.
-// Grade it: ./labkit grade memory
+// Grade it: ./labkit grade memory; run the lab on it: ./labkit mine memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {

@@ -14,7 +14,7 @@
 //
 // You have bytes_per_element(precision), optimizer.states (tensors per
 // parameter: 2 for Adam) and precision.master_weights (fp32, 4 bytes, if true).
-// Grade it: ./labkit grade memory
+// Grade it: ./labkit grade memory; run the lab on it: ./labkit mine memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {

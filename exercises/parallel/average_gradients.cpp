@@ -22,7 +22,7 @@
 // hands you, is the same sum and division in one call (the Comm divides after
 // the sum, as NCCL does), and earns the same marks: the grader checks the mean
 // every rank ends with, which is identical either way.
-// Grade it: ./labkit grade ddp
+// Grade it: ./labkit grade ddp; run the lab on it: ./labkit mine ddp
 #include "labkit/parallel/gradient_reducer.h"
 
 namespace labkit {

@@ -12,7 +12,7 @@
 // once freed; the grader reads the tracker.
 //
 // You have unshard (6.1), mark_freed(view) and full.bytes().
-// Grade it: ./labkit grade fsdp
+// Grade it: ./labkit grade fsdp; run the lab on it: ./labkit mine fsdp
 #include "labkit/parallel/fully_sharded.h"
 
 namespace labkit {

@@ -20,7 +20,7 @@
 //
 // You have comm.i_all_reduce(view, ReduceOp::avg), which returns a Request
 // at once, and Request::wait().
-// Grade it: ./labkit grade ddp
+// Grade it: ./labkit grade ddp; run the lab on it: ./labkit mine ddp
 #include "labkit/parallel/gradient_reducer.h"
 
 namespace labkit {

@@ -14,7 +14,7 @@
 // the block alone.
 //
 // std::log1p, std::exp; std::abs(-inf) is inf, and exp(-inf) is 0.
-// Grade it: ./labkit grade tp
+// Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include <algorithm>
 #include <cmath>
 

@@ -10,7 +10,7 @@
 // add_forward(s, m, stage) and add_backward(s, m, stage) append stage's action on
 // micro-batch m with the receive before it and the send after it (each stage is
 // chunk `stage` of the model here). validate(s) plays a schedule out and says
-// what breaks. Grade it: ./labkit grade pipeline
+// what breaks. Grade it: ./labkit grade pipeline; run the lab on it: ./labkit mine pipeline
 #include <algorithm>
 
 #include "labkit/parallel/pipeline_schedule.h"

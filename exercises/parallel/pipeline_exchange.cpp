@@ -19,7 +19,7 @@
 //
 // peer_of(s, a) is the stage at the other end, tag_of(s, a) the tag both ends
 // use; view_of(span) a Comm view of a buffer; pp.recv(view, from, tag),
-// pp.isend(view, to, tag). Grade it: ./labkit grade pipeline
+// pp.isend(view, to, tag). Grade it: ./labkit grade pipeline; run the lab on it: ./labkit mine pipeline
 #include "labkit/error.h"
 #include "labkit/parallel/pipeline_executor.h"
 

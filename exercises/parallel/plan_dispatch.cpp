@@ -12,7 +12,7 @@
 // for rank q), which every rank knows after the counts' all_gather.
 //
 // r.kept[a] says whether assignment a (token a / k) was kept, r.expert[a] its expert.
-// Grade it: ./labkit grade moe
+// Grade it: ./labkit grade moe; run the lab on it: ./labkit mine moe
 #include <numeric>
 
 #include "labkit/parallel/moe.h"

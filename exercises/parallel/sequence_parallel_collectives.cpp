@@ -20,7 +20,7 @@
 // views: {pointer, count, DType::f32}, or whole.slice(offset, count);
 // copy_local(to, from) copies a view where it lives (the host, or a GPU:
 // never index a view's data yourself, it may be device memory).
-// Grade it: ./labkit grade tp
+// Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/scratch.h"
 

@@ -14,7 +14,7 @@
 //
 // You have unshard (6.1); comm.reduce_scatter(send, recv, ReduceOp::avg) leaves
 // rank r with block r of the mean.
-// Grade it: ./labkit grade fsdp
+// Grade it: ./labkit grade fsdp; run the lab on it: ./labkit mine fsdp
 #include "labkit/parallel/fully_sharded.h"
 
 namespace labkit {

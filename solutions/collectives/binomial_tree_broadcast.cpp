@@ -15,7 +15,7 @@
 // >= P, as if its bit were there. Cost: ceil(log2 P) (alpha + n beta)
 // (MPICH's short-message broadcast: Thakur, Rabenseifner & Gropp 2005).
 // STUB: // It must work for any P (not only powers of two) and any root.
-// STUB: // Grade it: ./labkit grade collectives
+// STUB: // Grade it: ./labkit grade collectives; run the lab on it: ./labkit mine collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 

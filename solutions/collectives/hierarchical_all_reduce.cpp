@@ -15,7 +15,7 @@
 // STUB: // You have the groups (node: this rank's node; leaders: every node's rank 0, or
 // STUB: // null on the other ranks), and the algorithms binomial_tree_reduce,
 // STUB: // ring_all_reduce and binomial_tree_broadcast.
-// STUB: // Grade it: ./labkit grade ring_allreduce
+// STUB: // Grade it: ./labkit grade ring_allreduce; run the lab on it: ./labkit mine ring_allreduce
 #include "labkit/algorithms.h"
 
 namespace labkit {

@@ -13,7 +13,7 @@
 // STUB: //
 // STUB: // You have: comm.rank(), comm.size(), comm.send(view, to), comm.recv(view, from),
 // STUB: // reduce_local(op, dtype, in, inout, count), and Scratch (a temporary buffer).
-// STUB: // Grade it: ./labkit grade collectives
+// STUB: // Grade it: ./labkit grade collectives; run the lab on it: ./labkit mine collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 

@@ -12,7 +12,7 @@
 // through it together whenever their partners are on other nodes, and share
 // its bandwidth (book chapter 2). send and recv hold P blocks; recv block i
 // comes from rank i's send block r. They must not overlap. Cost: (P-1)(alpha + n/P beta).
-// STUB: // Grade it: ./labkit grade collectives
+// STUB: // Grade it: ./labkit grade collectives; run the lab on it: ./labkit mine collectives
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"
 

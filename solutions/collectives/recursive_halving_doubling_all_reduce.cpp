@@ -18,7 +18,7 @@
 // result back at the end.
 // STUB: // The fold and unfold are written for you.
 // Cost: 2 log2 P' alpha + 2 (P'-1)/P' n beta, plus 2 (alpha + n beta) if P != P'.
-// STUB: // Grade it: ./labkit grade ring_allreduce
+// STUB: // Grade it: ./labkit grade ring_allreduce; run the lab on it: ./labkit mine ring_allreduce
 #include "labkit/algorithms.h"
 
 namespace labkit {

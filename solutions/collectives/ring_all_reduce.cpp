@@ -18,7 +18,7 @@
 // After reduce-scatter rank r holds the full sum of chunk r+1; all-gather
 // passes the finished chunks around. Each rank sends 2(P-1)/P of the buffer.
 // Cost: 2(P-1) alpha + 2(P-1)/P n beta — the bandwidth term does not grow with P.
-// STUB: // Watch yours run: ./labkit lab ring_allreduce --step (after ./labkit grade builds it)
+// STUB: // Watch yours run: ./labkit mine ring_allreduce --step
 // STUB: // Grade it: ./labkit grade ring_allreduce
 #include "labkit/algorithms.h"
 #include "labkit/comm.h"

@@ -7,7 +7,7 @@
 //
 // Grouped-query attention (kv_heads < heads; LLaMA-2 70B has 8 for 64 query
 // heads) shrinks it by heads / kv_heads.
-// STUB: // Grade it: ./labkit grade memory
+// STUB: // Grade it: ./labkit grade memory; run the lab on it: ./labkit mine memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {

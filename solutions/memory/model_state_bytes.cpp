@@ -14,7 +14,7 @@
 // STUB: //
 // STUB: // You have bytes_per_element(precision), optimizer.states (tensors per
 // STUB: // parameter: 2 for Adam) and precision.master_weights (fp32, 4 bytes, if true).
-// STUB: // Grade it: ./labkit grade memory
+// STUB: // Grade it: ./labkit grade memory; run the lab on it: ./labkit mine memory
 #include "labkit/memory.h"
 
 namespace labkit::memory {

@@ -17,7 +17,7 @@
 //
 // Every rank computes the same assignment from the same sizes, so every rank
 // issues the same allreduces, in the same order, on the same bytes.
-// STUB: // Grade it: ./labkit grade ddp
+// STUB: // Grade it: ./labkit grade ddp; run the lab on it: ./labkit mine ddp
 #include "labkit/parallel/gradient_reducer.h"
 
 namespace labkit {

@@ -18,7 +18,7 @@
 // STUB: // You have layer.forward(device, y, x, N), layer.backward(device, dx, dy, x, N)
 // STUB: // (it accumulates), g.comm.all_reduce(view, ReduceOp::sum), and 7.3's pair as
 // STUB: // all_gather_rows and reduce_scatter_rows (tensor_parallel_gpt.h).
-// STUB: // Grade it: ./labkit grade tp
+// STUB: // Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 

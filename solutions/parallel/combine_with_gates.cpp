@@ -8,7 +8,7 @@
 // STUB: // the order they were sent), back from the experts. y and returned may live on a
 // STUB: // GPU: decide on the host which row of y each returned row adds into and with what
 // STUB: // weight, and let add_rows (moe.h) do the adding where they live.
-// STUB: // Grade it: ./labkit grade moe
+// STUB: // Grade it: ./labkit grade moe; run the lab on it: ./labkit mine moe
 #include <vector>
 
 #include "labkit/device.h"

@@ -20,7 +20,7 @@
 // STUB: //
 // STUB: // You have comm.i_all_reduce(view, ReduceOp::avg), which returns a Request
 // STUB: // at once, and Request::wait().
-// STUB: // Grade it: ./labkit grade ddp
+// STUB: // Grade it: ./labkit grade ddp; run the lab on it: ./labkit mine ddp
 #include "labkit/parallel/gradient_reducer.h"
 
 namespace labkit {

@@ -14,7 +14,7 @@
 // the block alone.
 // STUB: //
 // STUB: // std::log1p, std::exp; std::abs(-inf) is inf, and exp(-inf) is 0.
-// STUB: // Grade it: ./labkit grade tp
+// STUB: // Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include <algorithm>
 #include <cmath>
 

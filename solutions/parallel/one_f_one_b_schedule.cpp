@@ -10,7 +10,7 @@
 // STUB: // add_forward(s, m, stage) and add_backward(s, m, stage) append stage's action on
 // STUB: // micro-batch m with the receive before it and the send after it (each stage is
 // STUB: // chunk `stage` of the model here). validate(s) plays a schedule out and says
-// STUB: // what breaks. Grade it: ./labkit grade pipeline
+// STUB: // what breaks. Grade it: ./labkit grade pipeline; run the lab on it: ./labkit mine pipeline
 #include <algorithm>
 
 #include "labkit/parallel/pipeline_schedule.h"

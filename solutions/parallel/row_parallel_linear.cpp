@@ -15,7 +15,7 @@
 // STUB: // You have g.device.matmul_forward(out, inp, weight, bias or nullptr, N, in, out),
 // STUB: // layer.weight.value, layer.bias.value, g.comm.all_reduce and 7.3's pair as
 // STUB: // reduce_scatter_rows (tensor_parallel_gpt.h).
-// STUB: // Grade it: ./labkit grade tp
+// STUB: // Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include "labkit/ops.h"
 #include "labkit/parallel/tensor_parallel_gpt.h"
 

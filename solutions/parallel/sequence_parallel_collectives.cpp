@@ -20,7 +20,7 @@
 // STUB: // views: {pointer, count, DType::f32}, or whole.slice(offset, count);
 // STUB: // copy_local(to, from) copies a view where it lives (the host, or a GPU:
 // STUB: // never index a view's data yourself, it may be device memory).
-// STUB: // Grade it: ./labkit grade tp
+// STUB: // Grade it: ./labkit grade tp; run the lab on it: ./labkit mine tp
 #include "labkit/parallel/tensor_parallel_gpt.h"
 #include "labkit/scratch.h"
 

@@ -11,7 +11,7 @@
 // its capacity less what the ranks before this one sent it.
 // STUB: //
 // STUB: // Routing (moe.h) holds entry t k + j for token t's j-th choice: expert, gate and
-// STUB: // kept (1, or 0 when dropped). Grade it: ./labkit grade moe
+// STUB: // kept (1, or 0 when dropped). Grade it: ./labkit grade moe; run the lab on it: ./labkit mine moe
 #include <algorithm>
 #include <numeric>
 

@@ -14,7 +14,7 @@
 // unshard: one all_gather of the shards into a padded buffer of P S elements,
 // then its first N into `full`. Both respect payload-free views (null data):
 // use copy_local, and Scratch for the padded buffer.
-// STUB: // Grade it: ./labkit grade fsdp
+// STUB: // Grade it: ./labkit grade fsdp; run the lab on it: ./labkit mine fsdp
 #include <algorithm>
 
 #include "labkit/parallel/fully_sharded.h"

@@ -14,7 +14,7 @@
 // STUB: //
 // STUB: // You have unshard (6.1); comm.reduce_scatter(send, recv, ReduceOp::avg) leaves
 // STUB: // rank r with block r of the mean.
-// STUB: // Grade it: ./labkit grade fsdp
+// STUB: // Grade it: ./labkit grade fsdp; run the lab on it: ./labkit mine fsdp
 #include "labkit/parallel/fully_sharded.h"
 
 namespace labkit {

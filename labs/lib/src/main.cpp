@@ -9,6 +9,20 @@
 
 namespace labkit::lab {
 
+namespace {
+
+void say_whose_code() {
+  const Code& code = this_executables_code;
+  if (*code.exercises == '\0') return;
+  if (code.yours)
+    fmt::print("code: yours (exercises/; this lab's: {})\n", code.exercises);
+  else
+    fmt::print("code: reference (./labkit mine {} runs yours)\n", code.lab);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
 int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body) {
   cli::one_line_errors(app);
   try {
@@ -17,10 +31,13 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
     return app.exit(e);
   }
   try {
-    return body();
+    const int status = body();
+    say_whose_code();
+    return status;
   } catch (const std::exception& e) {
     std::fflush(stdout);  // the rows printed before it, then the error
     fmt::print(stderr, "error: {}\n", e.what());
+    if (this_executables_code.yours) say_whose_code();
     return 1;
   }
 }

@@ -1,5 +1,5 @@
-// labkit::lab::run_main — how every lab's main() ends: parse, run, and turn an
-// exception into one line and exit status 1.
+// labkit::lab::run_main — how every lab's main() ends: parse, run, turn an
+// exception into one line and exit status 1, and say whose code ran.
 //
 //   int main(int argc, char** argv) {
 //     CLI::App app{"Lab: ..."};
@@ -14,9 +14,21 @@
 
 namespace labkit::lab {
 
+// Whose code a lab executable runs: labs/NAME links the reference solutions,
+// labs/mine/NAME (./labkit mine NAME) the learner's exercises/.
+struct Code {
+  const char* lab;        // for "./labkit mine LAB"
+  const char* exercises;  // the lab's own, "unshard, zero_step, gather_compute_free"; empty where it has none
+  bool yours;
+};
+extern const Code this_executables_code;  // one per executable (labs/lib/src/this_lab.cpp)
+
 // Parses the command line (CLI11's errors on one line, cli::one_line_errors),
 // then returns what `body` returns. An exception from it prints "error: WHAT"
-// on standard error after what the lab has printed so far, and returns 1.
+// on standard error after what the lab has printed so far, and returns 1. A lab
+// with exercises ends with the line that says whose code ran (after an error
+// too where it is the learner's, whose mistake it may be; a refusal by the
+// reference stays one line).
 int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
 }  // namespace labkit::lab
