@@ -35,15 +35,18 @@ struct App {
   float speed = 1;          // trace seconds per wall second, relative to the trace's length / 10
 };
 
-// A panel is a window drawn every frame. Labs register their own (memory bars,
-// the pipeline grid, MoE routing) the same way this lab's panels do, in
-// panels.cpp: a name and a function of the App.
+// A panel is a window drawn every frame where it applies to what is shown.
+// Labs register their own (memory bars, the pipeline grid, MoE routing) the
+// same way this lab's panels do, in panels.cpp: a name, a function of the App,
+// and when it applies (always, where none is given).
 struct Panel {
   std::string name;
   std::function<void(App&)> draw;
+  std::function<bool(const App&)> applies;
 };
 std::vector<Panel>& panels();
-void register_panel(std::string name, std::function<void(App&)> draw);
+void register_panel(std::string name, std::function<void(App&)> draw,
+                    std::function<bool(const App&)> applies = [](const App&) { return true; });
 
 void register_builtin_panels();  // timeline, data flow, summary, run, pipeline grid, MoE routing
 

@@ -3,6 +3,7 @@
 
 #include <imgui.h>
 
+#include "summary.h"
 #include "trace_model.h"
 
 namespace viz::colors {
@@ -26,6 +27,16 @@ constexpr ImU32 chunk_gathered = IM_COL32(165, 105, 235, 255);
 constexpr ImU32 chunk_partial = IM_COL32(90, 170, 255, 255);
 constexpr ImU32 chunk_reduced = IM_COL32(80, 210, 110, 255);
 constexpr ImU32 node_group = IM_COL32(255, 255, 255, 28);
+
+// A pipeline schedule's forward blue, backward (or its input's part) orange,
+// weights' part green, mixed toward white by `lightness` (a later micro-batch,
+// up to 60%): the grid's colours, and the timeline's for the same spans.
+inline ImU32 of(PipelineCell::Kind kind, double lightness) {
+  const int base[3][3] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}};
+  const int* c = base[int(kind)];
+  const auto mix = [&](int v) { return int(v + (255 - v) * 0.6 * lightness); };
+  return IM_COL32(mix(c[0]), mix(c[1]), mix(c[2]), 255);
+}
 
 inline ImU32 of(Kind k) {
   switch (k) {

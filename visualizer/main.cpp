@@ -7,13 +7,17 @@
 //
 // --headless draws into a hidden window (run it under xvfb-run without a
 // display) and writes a PNG: the book's pictures of the visualizer come from it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 #include <GLFW/glfw3.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
 #include <imgui_impl_opengl3.h>
@@ -32,31 +36,39 @@ void place(float x, float y, float w, float h, ImVec2 screen) {
   ImGui::SetNextWindowSize({w * screen.x, h * screen.y}, ImGuiCond_FirstUseEver);
 }
 
-void draw_frame(viz::App& app, ImVec2 screen) {
+// Draws one frame; returns the names of the panels it drew.
+std::vector<std::string> draw_frame(viz::App& app, ImVec2 screen) {
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplGlfw_NewFrame();
   ImGui::NewFrame();
-  // Timeline, data flow, summary, run, pipeline grid, MoE routing; a
-  // pipeline step's grid, or a training's routing, takes the upper half of
-  // the timeline's place, and a lab panel with nothing to show a small box.
-  const bool pipeline = app.summary.pipeline_microbatches > 0, routing = !app.routing.steps.empty();
+  // Timeline, data flow, summary, run, pipeline grid, MoE routing, each where
+  // it applies; a pipeline step's grid, or a training's routing, takes the
+  // upper half of the timeline's place.
+  std::vector<viz::Panel*> shown;
+  for (viz::Panel& p : viz::panels())
+    if (p.applies(app)) shown.push_back(&p);
+  const bool lab_panel = std::any_of(shown.begin(), shown.end(), [](const viz::Panel* p) {
+    return p->name == "Pipeline grid" || p->name == "MoE routing";
+  });
   struct Place {
     float x, y, w, h;
   };
   const Place wide{0, 0.5f, 1, 0.25f};
-  const Place layout[] = {{0, pipeline || routing ? 0.75f : 0.5f, 1, pipeline || routing ? 0.25f : 0.5f},
-                          {0, 0, 0.4f, 0.5f},
-                          {0.4f, 0, 0.35f, 0.5f},
-                          {0.75f, 0, 0.25f, pipeline || routing ? 0.5f : 0.35f},
-                          pipeline ? wide : Place{0.75f, 0.35f, 0.25f, 0.075f},
-                          routing ? wide : Place{0.75f, 0.425f, 0.25f, 0.075f}};
-  std::size_t i = 0;
-  for (viz::Panel& p : viz::panels()) {
-    const auto& l = layout[std::min(i++, std::size(layout) - 1)];
-    place(l.x, l.y, l.w, l.h, screen);
-    p.draw(app);
+  const std::map<std::string, Place> layout = {{"Timeline", {0, lab_panel ? 0.75f : 0.5f, 1, lab_panel ? 0.25f : 0.5f}},
+                                               {"Data flow", {0, 0, 0.4f, 0.5f}},
+                                               {"Summary", {0.4f, 0, 0.35f, 0.5f}},
+                                               {"Run", {0.75f, 0, 0.25f, 0.5f}},
+                                               {"Pipeline grid", wide},
+                                               {"MoE routing", wide}};
+  for (viz::Panel* p : shown) {
+    const auto l = layout.find(p->name);
+    if (l != layout.end()) place(l->second.x, l->second.y, l->second.w, l->second.h, screen);
+    p->draw(app);
   }
   ImGui::Render();
+  std::vector<std::string> names;
+  for (const viz::Panel* p : shown) names.push_back(p->name);
+  return names;
 }
 
 void save_png(const std::string& path, int width, int height) {
@@ -130,6 +142,7 @@ int main(int argc, char** argv) {
   viz::register_builtin_panels();
 
   int status = 0;
+  std::vector<std::string> panels;  // the last frame's
   constexpr int kWarmup = 2;  // the first frames compile shaders and lay out windows
   auto start = std::chrono::steady_clock::now();
   for (int frame = 0; headless ? frame < frames : !glfwWindowShouldClose(window); ++frame) {
@@ -137,7 +150,7 @@ int main(int argc, char** argv) {
     glfwPollEvents();
     int w, h;
     glfwGetFramebufferSize(window, &w, &h);
-    draw_frame(app, {float(w), float(h)});
+    panels = draw_frame(app, {float(w), float(h)});
     glViewport(0, 0, w, h);
     glClearColor(0.1f, 0.1f, 0.12f, 1);
     glClear(GL_COLOR_BUFFER_BIT);
@@ -155,9 +168,10 @@ int main(int argc, char** argv) {
   if (headless && frames > kWarmup) {
     glFinish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("{} ({} ranks, {} events): {:.2f} ms per frame over {} frames after {} warm-up, {} vertices\n",
+    fmt::print("{} ({} ranks, {} events): {:.2f} ms per frame over {} frames after {} warm-up, {} vertices\n"
+               "panels: {}\n",
                app.model.source, app.model.ranks, app.model.events, 1e3 * seconds / (frames - kWarmup),
-               frames - kWarmup, kWarmup, ImGui::GetDrawData()->TotalVtxCount);
+               frames - kWarmup, kWarmup, ImGui::GetDrawData()->TotalVtxCount, fmt::join(panels, ", "));
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

@@ -74,12 +74,7 @@ void draw_bars(const labkit::RoutingStats& stats, ImVec2 origin, ImVec2 size) {
 
 void draw_moe_routing(App& app) {
   ImGui::Begin("MoE routing");
-  const RoutingHistory& h = app.routing;
-  if (h.steps.empty()) {
-    ImGui::TextDisabled("no MoE training in this run: try --scenario moe:4:none:40");
-    ImGui::End();
-    return;
-  }
+  const RoutingHistory& h = app.routing;  // not empty: the panel applies (panels.cpp)
   const int last = int(h.steps.size()) - 1;
   if (app.routing_step < 0 || app.routing_step > last) app.routing_step = last;
   app.routing_layer = std::clamp(app.routing_layer, 0, h.layers() - 1);

@@ -1,5 +1,5 @@
 // The panel registry. Labs add theirs with register_panel; the visualizer draws
-// every registered panel each frame, in registration order.
+// every registered panel that applies each frame, in registration order.
 #include "app.h"
 #include "scenarios/collective.h"
 
@@ -17,8 +17,8 @@ std::vector<Panel>& panels() {
   return registered;
 }
 
-void register_panel(std::string name, std::function<void(App&)> draw) {
-  panels().push_back({std::move(name), std::move(draw)});
+void register_panel(std::string name, std::function<void(App&)> draw, std::function<bool(const App&)> applies) {
+  panels().push_back({std::move(name), std::move(draw), std::move(applies)});
 }
 
 void show(App& app, TraceModel model) {
@@ -50,8 +50,9 @@ void register_builtin_panels() {
   register_panel("Data flow", draw_dataflow);
   register_panel("Summary", draw_summary);
   register_panel("Run", draw_run);
-  register_panel("Pipeline grid", draw_pipeline);
-  register_panel("MoE routing", draw_moe_routing);
+  register_panel("Pipeline grid", draw_pipeline,
+                 [](const App& app) { return app.summary.pipeline_microbatches > 0 && app.model.end > 0; });
+  register_panel("MoE routing", draw_moe_routing, [](const App& app) { return !app.routing.steps.empty(); });
 }
 
 }  // namespace viz

@@ -19,24 +19,11 @@ namespace {
 
 constexpr float kLabelWidth = 64, kRowHeight = 22;
 
-// The kind's colour, mixed toward white for a later micro-batch (up to 60%).
-ImU32 cell_color(PipelineCell::Kind kind, double lightness) {
-  const int base[3][3] = {{31, 119, 180}, {255, 127, 14}, {44, 160, 44}};
-  const int* c = base[int(kind)];
-  const auto mix = [&](int v) { return int(v + (255 - v) * 0.6 * lightness); };
-  return IM_COL32(mix(c[0]), mix(c[1]), mix(c[2]), 255);
-}
-
 }  // namespace
 
 void draw_pipeline(App& app) {
   ImGui::Begin("Pipeline grid");
-  const int last_microbatch = app.summary.pipeline_microbatches - 1;
-  if (last_microbatch < 0 || app.model.end <= 0) {
-    ImGui::TextDisabled("no pipeline step in this trace: try --scenario pp:4:zb-h1:8");
-    ImGui::End();
-    return;
-  }
+  const int last_microbatch = app.summary.pipeline_microbatches - 1;  // >= 0: the panel applies (panels.cpp)
   ImDrawList* dl = ImGui::GetWindowDrawList();
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   const float width = std::max(ImGui::GetContentRegionAvail().x, kLabelWidth + 100);
@@ -51,7 +38,7 @@ void draw_pipeline(App& app) {
       if (!cell) continue;
       const float x0 = origin.x + kLabelWidth + float(s.start * scale), x1 = origin.x + kLabelWidth + float(s.end * scale);
       const double lightness = last_microbatch > 0 ? double(cell->microbatch) / last_microbatch : 0;
-      dl->AddRectFilled({x0, y0}, {std::max(x1 - 1, x0 + 1), y1}, cell_color(cell->kind, lightness));
+      dl->AddRectFilled({x0, y0}, {std::max(x1 - 1, x0 + 1), y1}, colors::of(cell->kind, lightness));
       const std::string label = fmt::format("{}{}", cell->microbatch, cell->later_chunk ? "'" : "");
       if (x1 - x0 > ImGui::CalcTextSize(label.c_str()).x + 4)
         dl->AddText({(x0 + x1 - ImGui::CalcTextSize(label.c_str()).x) / 2, y0 + 3}, IM_COL32(0, 0, 0, 255),

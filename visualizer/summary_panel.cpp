@@ -51,6 +51,11 @@ void draw_summary(App& app) {
   }
   if (sum.streams)
     ImGui::TextWrapped("communicating: exposed, the rank waits for it; comm hidden: on the rank's stream while it computes");
+  double most_computing = 0;
+  for (const RankShare& share : sum.ranks) most_computing = std::max(most_computing, share.computing);
+  if (most_computing > 0 && most_computing < 0.005)  // the tiny GPT's scenarios: its kernels round to 0%
+    ImGui::TextWrapped("computing rounds to 0%%: this model's kernels take nanoseconds of the simulated GPU's time "
+                       "against microseconds per message (the tiny GPT; a real model's shapes: the lab's --what-if)");
   const auto& busiest = app.summary.links;
   ImGui::Text("bytes per link (%zu links):", busiest.size());
   for (std::size_t i = 0; i < std::min<std::size_t>(busiest.size(), 8); ++i)

@@ -1,7 +1,9 @@
 // Timeline: one track per rank, its communication stream's track right under
 // it where it has one, spans drawn with ImDrawList on an InvisibleButton
 // canvas (as imgui_demo's "Canvas"), idle time shaded, arrows from each send
-// to its receive. Wheel zooms around the mouse, drag pans.
+// to its receive. A pipeline step's forwards and backwards take the grid's
+// colours and short names (pipeline_panel.cpp). Wheel zooms around the mouse,
+// drag pans.
 // At scale it draws only the visible time range and merges spans narrower than
 // 3 pixels into one run that says how many it holds (Tracy's MinVisSize).
 #include <algorithm>
@@ -21,13 +23,21 @@ constexpr float kLabelWidth = 64, kRulerHeight = 18, kMinVisible = 3;
 constexpr std::size_t kMaxArrows = 1000;  // more than this in view: zoom in to see them
 
 void draw_ruler(ImDrawList* dl, ImVec2 origin, float width, double start, double span) {
-  // A tick every power of ten that gives 5-15 ticks across the view.
-  const double step = std::pow(10.0, std::floor(std::log10(span / 5)));
+  // Ticks 1, 2 or 5 times a power of ten apart: the closest that leaves each label its room.
   const double scale = (width - kLabelWidth) / span;
+  const float room = ImGui::CalcTextSize("8.88 ms").x + 16;
+  double step = std::pow(10.0, std::floor(std::log10(room / scale)));
+  for (double multiple : {1.0, 2.0, 5.0, 10.0})
+    if (multiple * step * scale >= room) {
+      step *= multiple;
+      break;
+    }
   for (double t = std::ceil(start / step) * step; t <= start + span; t += step) {
     const float x = origin.x + kLabelWidth + float((t - start) * scale);
     dl->AddLine({x, origin.y + kRulerHeight - 5}, {x, origin.y + kRulerHeight}, IM_COL32(180, 180, 180, 255));
-    dl->AddText({x + 2, origin.y}, IM_COL32(180, 180, 180, 255), labkit::format_seconds(t).c_str());
+    const std::string label = labkit::format_seconds(t);
+    if (x + 2 + ImGui::CalcTextSize(label.c_str()).x <= origin.x + width)  // no label cut at the right edge
+      dl->AddText({x + 2, origin.y}, IM_COL32(180, 180, 180, 255), label.c_str());
   }
 }
 
@@ -43,6 +53,8 @@ struct Canvas {
   ImVec2 origin, size;
   double start, end, scale;  // the window in seconds; pixels per second
   float row;
+  int last_microbatch;       // a pipeline step's, for its cells' lightness; -1: no pipeline
+
   float x_of(double t) const { return origin.x + kLabelWidth + float((t - start) * scale); }
   float y_of(const Track& t) const { return origin.y + kRulerHeight + t.row * row; }
 };
@@ -58,6 +70,26 @@ void navigate(App& app, ImVec2 origin, double scale) {
   }
   if (ImGui::IsItemActive() && ImGui::IsMouseDragging(ImGuiMouseButton_Left)) app.view_start -= io.MouseDelta.x / scale;
   if (ImGui::IsItemHovered() && ImGui::IsMouseDoubleClicked(ImGuiMouseButton_Left)) fit(app);
+}
+
+// A span's name where it fits, else its short name (a pipeline cell's "F3"), else nothing.
+void draw_label(ImDrawList* dl, float x0, float x1, float y, ImU32 color, const std::string& name,
+                const std::string& short_name) {
+  for (const std::string* label : {&name, &short_name})
+    if (!label->empty() && ImGui::CalcTextSize(label->c_str()).x + 6 <= x1 - x0) {
+      dl->AddText({x0 + 3, y}, color, label->c_str());
+      return;
+    }
+}
+
+// A span's colour and short name: a pipeline schedule's cell as the grid draws
+// it ("F3", "B3", "W3'"), every other span by its kind.
+std::pair<ImU32, std::string> look_of(const Span& span, int last_microbatch) {
+  if (span.kind == Kind::compute && last_microbatch >= 0)
+    if (const auto cell = pipeline_cell(span.name))
+      return {colors::of(cell->kind, last_microbatch > 0 ? double(cell->microbatch) / last_microbatch : 0),
+              fmt::format("{}{}{}", "FBW"[int(cell->kind)], cell->microbatch, cell->later_chunk ? "'" : "")};
+  return {colors::of(span.kind), ""};
 }
 
 // One track's label and the spans in the window; returns the span under the mouse, if any.
@@ -79,10 +111,15 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
   // Only the spans that can reach into the view: sorted by start, none longer than `longest`.
   auto first = std::lower_bound(track.spans.begin(), track.spans.end(), c.start - track.longest,
                                 [](const Span& s, double t) { return s.start < t; });
+  // A run of merged spans of one kind takes its colour (a stream's many small
+  // allreduces read as one band of them); a mixed run is grey.
   float run_x0 = 0, run_x1 = -1;
   int run_count = 0;
+  Kind run_kind = Kind::other;
+  bool run_mixed = false;
   auto flush_run = [&] {
-    if (run_count > 0) dl->AddRectFilled({run_x0, y0}, {std::max(run_x1, run_x0 + 1), y1}, colors::merged);
+    if (run_count > 0)
+      dl->AddRectFilled({run_x0, y0}, {std::max(run_x1, run_x0 + 1), y1}, run_mixed ? colors::merged : colors::of(run_kind));
     run_count = 0;
   };
   const Span* hovered = nullptr;
@@ -101,7 +138,10 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
       if (run_count == 0 || x0 > run_x1 + kMinVisible) {
         flush_run();
         run_x0 = x0;
+        run_kind = it->kind;
+        run_mixed = false;
       }
+      run_mixed = run_mixed || it->kind != run_kind;
       run_x1 = std::max(run_x1, x1);
       ++run_count;
       continue;
@@ -111,10 +151,14 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
     const bool p2p = it->kind == Kind::send || it->kind == Kind::recv;
     const float top = it->kind == Kind::send ? y0 + c.row * 0.4f : it->kind == Kind::recv ? y0 + c.row * 0.7f : y0;
     const float bottom = it->kind == Kind::send ? y0 + c.row * 0.7f : y1;
-    dl->AddRectFilled({x0, top}, {x1, bottom}, colors::of(it->kind));
-    // A name, where no nested bands will cover it (nothing nests in compute).
+    const auto [color, short_name] = look_of(*it, c.last_microbatch);
+    dl->AddRectFilled({x0, top}, {x1, bottom}, color);
+    // A name, where no nested bands will cover it (nothing nests in compute);
+    // dark on a pipeline cell's light colours, as in the grid.
     const float band = nested_visible && it->kind != Kind::compute ? c.row * 0.4f : c.row;
-    if (x1 - x0 > 40 && band >= 13 && !p2p) dl->AddText({x0 + 3, y0 + (band - 13) / 2}, IM_COL32_WHITE, it->name.c_str());
+    if (band >= 13 && !p2p)
+      draw_label(dl, x0, x1, y0 + (band - 13) / 2, short_name.empty() ? IM_COL32_WHITE : IM_COL32(0, 0, 0, 255), it->name,
+                 short_name);
     if (mouse.x >= x0 && mouse.x < x1 && mouse.y >= top && mouse.y < bottom) hovered = &*it;
   }
   flush_run();
@@ -169,7 +213,8 @@ void draw_timeline(App& app) {
   dl->PushClipRect(origin, {origin.x + size.x, origin.y + size.y}, true);
   draw_ruler(dl, origin, size.x, app.view_start, app.view_span);
   const Canvas c{dl, origin, size, app.view_start, app.view_start + app.view_span, (size.x - kLabelWidth) / app.view_span,
-                 std::clamp((size.y - kRulerHeight) / std::max<float>(m.tracks.size(), 1), 4.0f, 24.0f)};
+                 std::clamp((size.y - kRulerHeight) / std::max<float>(m.tracks.size(), 1), 4.0f, 24.0f),
+                 app.summary.pipeline_microbatches - 1};
   const Span* hovered = nullptr;
   for (const Track& track : m.tracks)
     if (c.y_of(track) <= origin.y + size.y)
