@@ -189,20 +189,57 @@ TEST(Estimate, TheReadingsQuickReferenceTable) {
   }
 }
 
-TEST(Estimate, TheReadings7BStepTimeline) {
+TEST(Estimate, TheReadings7BStepTimelineInTheOrderAStepAllocates) {
   // A round 7B: weights 14 GB, Adam states 28 GB (bf16 m and v, no fp32 copy),
   // activations 12 GB, gradients 14 GB (the training step timeline of
-  // "Chapter 1: Introduction to Modern Distributed AI").
+  // "Chapter 1: Introduction to Modern Distributed AI", which draws 54, 68 and
+  // 56 GB: the gradients on top of every activation). With nothing to keep
+  // them between steps, PyTorch frees the gradients and backward makes them as
+  // the activations go: the peak is where backward ends.
   Plan p;
   p.params = 7e9;
   p.state = {Precision::bf16, Precision::bf16, Precision::bf16, false};
   p.optimizer = "adam";
   p.activations = 12 * GB;
   const std::vector<Phase> t = step_timeline(model_preset("llama2-7b"), p);
-  ASSERT_EQ(t.size(), 3u);
-  EXPECT_DOUBLE_EQ(t[0].bytes / GB, 54);  // forward
-  EXPECT_DOUBLE_EQ(t[1].bytes / GB, 68);  // backward: the peak
-  EXPECT_DOUBLE_EQ(t[2].bytes / GB, 56);  // optimizer step
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_DOUBLE_EQ(t[0].bytes / GB, 42);  // start of step
+  EXPECT_DOUBLE_EQ(t[1].bytes / GB, 54);  // forward
+  EXPECT_DOUBLE_EQ(t[2].bytes / GB, 56);  // backward ends: the peak
+  EXPECT_DOUBLE_EQ(t[3].bytes / GB, 56);  // optimizer step
+  EXPECT_DOUBLE_EQ(peak_of(t) / GB, 56);
+  // DDP's buckets keep the gradients from the start: the peak is the end of forward, the reading's 68.
+  p.dp = 8;
+  EXPECT_DOUBLE_EQ(peak_of(step_timeline(model_preset("llama2-7b"), p)) / GB, 68);
+}
+
+TEST(Estimate, TheLossPeaksAtTheStartOfBackward) {
+  // GPT-2 at batch 8 x 1024 in fp32 with the loss's buffers: two more b s V fp32 buffers at backward's start.
+  Plan p;
+  p.precision = Precision::fp32;
+  p.state = {Precision::fp32, Precision::fp32, Precision::fp32, false};
+  p.activation_precision = ActivationPrecision::fp32;
+  p.dropout = false;
+  p.micro_batch = 8;
+  p.seq = 1024;
+  p.loss_buffers = true;
+  const std::vector<Phase> t = step_timeline(model_preset("gpt2"), p);
+  ASSERT_EQ(t[2].name, "backward starts");
+  EXPECT_DOUBLE_EQ(t[2].bytes - t[1].bytes, 2.0 * 8 * 1024 * 50257 * 4);
+  EXPECT_DOUBLE_EQ(peak_of(t), t[2].bytes);
+}
+
+TEST(Activations, PyTorchsGpt2BlockByPrecision) {
+  // What autograd keeps for a GPT-2 block without dropout: 64 sbh bytes in fp32 with eager attention's
+  // fp32 softmax (4 a s^2 b), 36 sbh under autocast with FlashAttention (and its logsumexp).
+  Architecture m = model_preset("gpt2");
+  m.dropout = false;
+  const double s = 1024, b = 8, h = 768, a = 12;
+  ActivationShape x{s, b, h, a};
+  x.precision = ActivationPrecision::fp32;
+  EXPECT_DOUBLE_EQ(layer_activations(m, x, AttentionKernel::eager, false).total(), 64 * s * b * h + 4 * a * s * s * b);
+  x.precision = ActivationPrecision::autocast;
+  EXPECT_DOUBLE_EQ(layer_activations(m, x, AttentionKernel::flash, false).total(), 36 * s * b * h + 4 * a * s * b);
 }
 
 TEST(Estimate, OverheadsAreSeparateLinesAndShardingHelps) {

@@ -77,6 +77,17 @@ AttentionKernel parse_attention(std::string_view name) {
 
 std::string_view name_of(AttentionKernel k) { return k == AttentionKernel::eager ? "eager" : "flash"; }
 
+ActivationPrecision parse_activation_precision(std::string_view name) {
+  if (name == "16") return ActivationPrecision::bits16;
+  if (name == "fp32") return ActivationPrecision::fp32;
+  if (name == "autocast") return ActivationPrecision::autocast;
+  throw std::invalid_argument(fmt::format("unknown activation precision '{}' (16, fp32, autocast)", name));
+}
+
+std::string_view name_of(ActivationPrecision p) {
+  return p == ActivationPrecision::bits16 ? "16-bit" : p == ActivationPrecision::fp32 ? "fp32" : "autocast";
+}
+
 std::span<const Optimizer> optimizers() { return kOptimizers; }
 
 const Optimizer& find_optimizer(std::string_view name) {
@@ -297,7 +308,24 @@ double what_if_seq(const Architecture& model, int seq) {
   return seq ? seq : model.positions;
 }
 
-Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
+namespace {
+
+// The model as the plan trains it (dropout on or off), and the shape of what its layers keep.
+Architecture as_trained(const Architecture& model, const Plan& p) {
+  Architecture m = model;
+  if (p.dropout) m.dropout = *p.dropout;
+  return m;
+}
+
+ActivationShape activation_shape(const Architecture& m, const Plan& p) {
+  return {p.seq, p.micro_batch, double(m.hidden), double(m.heads), p.tp, p.sequence_parallel, p.recompute,
+          p.activation_precision};
+}
+
+}  // namespace
+
+Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
+  const Architecture model = as_trained(trained, p);
   Breakdown b;
   b.gpu_bytes = gpu.bytes;
   const ParameterCount params = p.params ? ParameterCount{*p.params, *p.params} : count_parameters(model);
@@ -357,52 +385,71 @@ Breakdown estimate(const Architecture& model, const Plan& p, const Gpu& gpu) {
   } else {
     // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its
     // layers/pp layers: as much as one micro-batch through every layer.
-    const ActivationShape shape{p.seq, p.micro_batch, double(model.hidden), double(model.heads), p.tp,
-                                p.sequence_parallel, p.recompute};
+    const ActivationShape shape = activation_shape(model, p);
     activations = activation_bytes(model, shape, p.attention);
     const AttentionKernel other =
         p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
     // Beside it, the other kernel's count and Korthikanti's GPT formula (exercise 3.2), which the long guide
     // (section 1.2, book/99-references.md) uses for every model.
-    note = fmt::format("s {:g} x b {:g} x {} layers, {} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
-                       p.seq, p.micro_batch, model.layers, name_of(p.attention),
+    note = fmt::format("s {:g} x b {:g} x {} layers, {}{} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
+                       p.seq, p.micro_batch, model.layers,
+                       p.activation_precision == ActivationPrecision::bits16
+                           ? ""
+                           : fmt::format("{}, ", name_of(p.activation_precision)),
+                       name_of(p.attention),
                        p.recompute == Recompute::full ? ", full recompute"
                        : p.recompute == Recompute::selective ? ", selective recompute" : "",
                        p.sequence_parallel ? ", SP" : "", name_of(other), activation_bytes(model, shape, other) / GB,
                        model.layers * activation_bytes_per_layer(shape) / GB);
   }
   b.lines.push_back({"activations", activations, note});
+  const StepExtras extras = step_extras(model, activation_shape(model, p), p.loss_buffers);
+  if (p.loss_buffers)
+    b.lines.push_back({"final norm and loss", extras.head + extras.loss,
+                       fmt::format("the final norm's input and output; the loss's fp32 log-softmax, s x b x V{}; "
+                                   "backward starts with two more ({:.2f} GB)",
+                                   p.tp > 1 ? " / tp" : "", extras.loss_grads / GB)});
+  if (extras.weight_copies > 0)
+    b.lines.push_back({"autocast weight copies", extras.weight_copies,
+                       "bf16 copies of the matmuls' weights, from their forward to their backward"});
+  if (p.workspace > 0) b.lines.push_back({"workspaces", p.workspace, "cuBLAS's and cuBLASLt's, from the first matmul"});
   add_overheads(b, double(p.dp) * model_parallel > 1);
   return b;
 }
 
-// Bytes of 16-bit tensors: E = s b tokens, each tensor E x width x 2. Tensor
-// parallelism splits what lives inside its blocks (per head, per MLP column)
-// by t; sequence parallelism splits the rest (the blocks' inputs, the norms,
-// dropout's masks after them) by t as well.
+// Bytes of the layer's tensors: E = s b tokens, each tensor E x width x its
+// element's bytes. Tensor parallelism splits what lives inside its blocks (per
+// head, per MLP column) by t; sequence parallelism splits the rest (the
+// blocks' inputs, the norms, dropout's masks after them) by t as well.
 LayerActivations layer_activations(const Architecture& m, const ActivationShape& x, AttentionKernel kernel,
                                    bool moe_layer) {
   const double E = x.seq * x.micro_batch, h = x.hidden, t = x.tp, outside = x.sequence_parallel ? t : 1;
   const double kv = double(m.kv_heads) / m.heads;  // K and V as wide as their heads (GQA)
   const double mask = m.dropout ? 1 : 0;           // a dropout mask: one byte an element
+  // A matmul's input or output, the residual stream (a norm's input), a score kept for softmax's backward.
+  const double mm = x.precision == ActivationPrecision::fp32 ? 4 : 2;
+  const double residual = x.precision == ActivationPrecision::bits16 ? 2 : 4;
+  const double score = x.precision == ActivationPrecision::bits16 ? 2
+                       : x.precision == ActivationPrecision::fp32 ? 4
+                                                                  : 4 + 2;  // fp32 softmax, its bf16 copy for att @ v
   LayerActivations a;
   if (x.recompute == Recompute::full) {  // each layer's input only; the rest is recomputed
-    a.norms = 2 * E * h / outside;
+    a.norms = residual * E * h / outside;
     return a;
   }
   // The QKV projection's input, Q, K, V, the output projection's input, and dropout's mask after it.
-  a.attention = (2 * E * h + mask * E * h) / outside + (2 + 4 * kv + 2) * E * h / t;
+  a.attention = (mm * E * h + mask * E * h) / outside + mm * (2 + 2 * kv) * E * h / t;
   const double scores = x.heads * x.seq * x.seq * x.micro_batch / t;  // a x s x s x b elements
   if (kernel == AttentionKernel::flash)
     a.attention += 4 * x.heads * E / t;  // the fp32 logsumexp of each head's rows
   else if (x.recompute != Recompute::selective)
-    a.scores = (2 + 3 * mask) * scores;  // softmax's output; dropout's mask (1 byte) and output (2)
+    a.scores = (score + mask * (1 + mm)) * scores;  // softmax's output; dropout's mask (1 byte) and output
   const double f = moe_layer || !m.dense_ffn ? m.ffn : m.dense_ffn;
   const double copies = moe_layer ? m.active_experts + m.shared_experts : 1;
   // fc1's input and dropout's mask after fc2; inside, GPT keeps GeLU's input and output, a gated MLP its
   // gate, up, SiLU(gate) and their product.
-  a.mlp = (2 * E * h + mask * E * h) / outside + copies * (m.gated_ffn ? 8 : 4) * E * f / t;
-  a.norms = 2 * 2 * E * h / outside;
+  a.mlp = (mm * E * h + mask * E * h) / outside + copies * (m.gated_ffn ? 4 : 2) * mm * E * f / t;
+  a.norms = 2 * residual * E * h / outside;
   return a;
 }
 
@@ -412,21 +459,59 @@ double activation_bytes(const Architecture& m, const ActivationShape& x, Attenti
          (m.layers - dense) * layer_activations(m, x, kernel, true).total();
 }
 
+StepExtras step_extras(const Architecture& m, const ActivationShape& x, bool count_loss) {
+  StepExtras e;
+  const double E = x.seq * x.micro_batch, h = x.hidden, t = x.tp, outside = x.sequence_parallel ? t : 1;
+  if (x.precision == ActivationPrecision::autocast) {
+    double matmul_weights = double(m.vocab) * h;  // the logits' (the tied embedding, or the head)
+    for (int layer = 0; layer < m.layers; ++layer)
+      for (const WeightTensor& w : layer_tensors(m, layer))
+        if (!w.name.starts_with("norm")) matmul_weights += w.count;  // norms run in fp32
+    e.weight_copies = 2 * matmul_weights / t;
+  }
+  if (!count_loss) return e;
+  const double residual = x.precision == ActivationPrecision::bits16 ? 2 : 4;
+  const double mm = x.precision == ActivationPrecision::fp32 ? 4 : 2;
+  e.head = (residual + mm) * E * h / outside;
+  e.loss = 4 * E * m.vocab / t;
+  e.loss_grads = 2 * e.loss;
+  return e;
+}
+
 double Breakdown::bytes_of(std::string_view component) const {
   for (const Line& l : lines)
     if (l.component == component) return l.bytes;
   return 0;
 }
 
-std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
+std::vector<Phase> step_timeline(const Architecture& trained, const Plan& plan) {
+  const Architecture model = as_trained(trained, plan);
   const Breakdown b = estimate(model, plan, {"any", 0});
   auto find = [&](std::string_view name) { return b.bytes_of(name); };
-  const double persistent = find("weights") + find("master weights") + find("optimizer states");
-  const double grads = find("gradients"), acts = find("activations");
-  const double gathered = find("gathered weights") + find("prefetched weights");
-  return {{"forward", persistent + gathered + acts, "weights + optimizer states + activations"},
-          {"backward (peak)", persistent + gathered + acts + grads, "+ gradients, while activations are still needed"},
-          {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"}};
+  const double persistent = find("weights") + find("master weights") + find("optimizer states") + find("workspaces");
+  const double grads = find("gradients"), gathered = find("gathered weights") + find("prefetched weights");
+  const double kept = find("activations") + find("final norm and loss") + find("autocast weight copies");
+  const double loss_grads = step_extras(model, activation_shape(model, plan), plan.loss_buffers).loss_grads;
+  // A buffer keeps the gradients between steps (DDP's buckets, Megatron's with its master weights, ZeRO's
+  // shards); else zero_grad(set_to_none) frees them and backward makes them again.
+  const bool grads_kept = plan.state.master_weights || plan.dp > 1;
+  const double between = persistent + (grads_kept ? grads : 0);
+  const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
+  std::vector<Phase> phases = {
+      {"start of step", between, state + (find("workspaces") ? ", workspaces" : "")},
+      {"forward", between + gathered + kept, "+ activations"},
+  };
+  if (loss_grads > 0) phases.push_back({"backward starts", between + gathered + kept + loss_grads,
+                                        "+ the loss's gradients (s x b x V, twice)"});
+  if (!grads_kept) phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made"});
+  phases.push_back({"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"});
+  return phases;
+}
+
+double peak_of(const std::vector<Phase>& timeline) {
+  double peak = 0;
+  for (const Phase& p : timeline) peak = std::max(peak, p.bytes);
+  return peak;
 }
 
 int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {

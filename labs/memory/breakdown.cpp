@@ -1,4 +1,5 @@
 // The breakdown per GPU, the step timeline and the recommendation.
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -113,8 +114,7 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
 nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
   fmt::print("\nmemory over one training step (without overheads):\n");
   const std::vector<Phase> phases = step_timeline(model, plan);
-  double peak = 0;
-  for (const Phase& p : phases) peak = std::max(peak, p.bytes);
+  const double peak = peak_of(phases);
   // Printed without its header: the title line above says what the columns are.
   labkit::lab::Table table({{.header = "phase", .key = "phase", .width = 16, .align = Align::left},
                             {.header = "memory", .key = "bytes", .width = 11},
@@ -122,8 +122,10 @@ nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
                             {.header = "holds", .key = "holds", .align = Align::left, .gap = 2}},
                            {.rows = "  "});
   for (const Phase& p : phases)
-    table.add({p.name, {p.bytes, fmt::format("{:.1f} GB", p.bytes / GB)},
+    table.add({p.name, {p.bytes, fmt::format("{:.2f} GB", p.bytes / GB)},
                std::string(int(40 * p.bytes / peak + 0.5), '#'), p.holds});
+  const auto at = std::find_if(phases.begin(), phases.end(), [&](const Phase& p) { return p.bytes == peak; });
+  fmt::print("peak: {:.2f} GB, at {}\n", peak / GB, at->name);
   return table.json();
 }
 

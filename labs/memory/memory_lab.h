@@ -31,8 +31,10 @@ inline labkit::lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}",
 struct PlanOptions {
   std::string model = "llama2-7b", gpu = "h100-80g", precision = "bf16", grads = "bf16", states = "fp32";
   std::string kv = "bf16", recompute = "none", attention = "eager";
+  std::string activation_precision, dropout;  // empty: from the precision, the model's
   Plan plan;  // the options that are its fields already
-  bool no_master = false, inference = false;
+  bool no_master = false, inference = false, autocast = false;
+  double workspace_mib = 0;
   double activations_gb = -1;  // < 0: the formula's
   double params = 0;           // 0: the model's
 };

@@ -1,6 +1,7 @@
 // The plan a command line describes: the model's precisions, its parallelism
 // and its activations, checked against what the model's shape allows (memory::check_plan).
 #include "labkit/cli.h"
+#include "labkit/error.h"
 #include "memory_lab.h"
 
 using namespace labkit::memory;
@@ -19,9 +20,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->capture_default_str()->check(cli::parsed_by(find_optimizer));
   app.add_option("--precision", o.precision, "weights: fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4")
       ->capture_default_str()->check(precision_name);
-  app.add_option("--grad-precision", o.grads, "gradients")->capture_default_str()->check(precision_name);
+  app.add_option("--grad-precision", o.grads, "gradients (fp32 with --precision fp32)")
+      ->capture_default_str()->check(precision_name);
   app.add_option("--state-precision", o.states, "optimizer states")->capture_default_str()->check(precision_name);
-  app.add_flag("--no-master", o.no_master, "no fp32 master copy of the weights");
+  app.add_flag("--no-master", o.no_master, "no fp32 master copy of the weights (none with --precision fp32)");
   app.add_option("--zero", plan.zero, "ZeRO stage 0-3 (3 = FSDP)")->capture_default_str()->check(cli::in_range(0, 3));
   app.add_option("--dp", plan.dp, "data-parallel ranks")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--tp", plan.tp, "tensor-parallel degree")->capture_default_str()->check(cli::at_least(1));
@@ -32,6 +34,18 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->capture_default_str()->check(cli::parsed_by(parse_recompute));
   app.add_option("--attention", o.attention, "attention's kernel: eager (keeps the s x s scores) or flash")
       ->capture_default_str()->check(cli::parsed_by(parse_attention));
+  app.add_flag("--autocast", o.autocast, "PyTorch's autocast to bf16: fp32 weights and gradients, no master copy, "
+                                         "activations as autocast keeps them, bf16 copies of the matmuls' weights");
+  app.add_option("--activation-precision", o.activation_precision,
+                 "16 (Korthikanti's count), fp32 or autocast (default: fp32 with --precision fp32, autocast with "
+                 "--autocast, else 16)")
+      ->check(cli::parsed_by(parse_activation_precision));
+  app.add_option("--dropout", o.dropout, "on or off (default: the model's own)")->check(cli::one_of("dropout", {"on", "off"}));
+  app.add_flag("--loss-buffers", plan.loss_buffers, "count what a step keeps past the last layer: the final norm, "
+                                                     "the loss's fp32 log-softmax over the vocabulary, and its two "
+                                                     "gradients at backward's start");
+  app.add_option("--workspace-mib", o.workspace_mib, "cuBLAS's and cuBLASLt's workspaces (PyTorch on Hopper: 32 MiB each)")
+      ->capture_default_str()->check(cli::at_least(0.0));
   // Whole numbers, held as doubles by the formulas.
   app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")
       ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
@@ -52,6 +66,23 @@ Plan make_plan(const PlanOptions& o, const Architecture& model) {
   plan.training = !o.inference;
   plan.precision = parse_precision(o.precision);
   plan.state = {plan.precision, parse_precision(o.grads), parse_precision(o.states), !o.no_master};
+  if (plan.precision == Precision::fp32) {  // a model trained in fp32 has fp32 gradients and nothing to copy up
+    if (o.grads == "bf16") plan.state.grads = Precision::fp32;
+    plan.state.master_weights = false;
+  }
+  if (o.autocast) {  // the model stays fp32; autocast casts the matmuls' inputs and weights to bf16 as they run
+    if (o.precision != "bf16" || o.grads != "bf16" || o.no_master)
+      throw labkit::Error("--autocast keeps the weights and gradients in fp32 with no master copy: drop --precision, "
+                          "--grad-precision and --no-master");
+    plan.precision = Precision::fp32;
+    plan.state = {Precision::fp32, Precision::fp32, parse_precision(o.states), false};
+  }
+  plan.activation_precision = !o.activation_precision.empty() ? parse_activation_precision(o.activation_precision)
+                              : o.autocast                     ? ActivationPrecision::autocast
+                              : plan.precision == Precision::fp32 ? ActivationPrecision::fp32
+                                                                  : ActivationPrecision::bits16;
+  if (!o.dropout.empty()) plan.dropout = o.dropout == "on";
+  plan.workspace = o.workspace_mib * 1024 * 1024;
   plan.kv_dtype = parse_precision(o.kv);
   plan.recompute = parse_recompute(o.recompute);
   plan.attention = parse_attention(o.attention);

@@ -109,11 +109,23 @@ ModelStateBytes model_state_bytes(double params, const ModelStatePrecision& prec
 
 enum class Recompute { none, selective, full };
 Recompute parse_recompute(std::string_view name);  // "none", "selective", "full"
+
+// The formats a layer keeps its saved tensors in.
+enum class ActivationPrecision {
+  bits16,    // every one 16-bit: Korthikanti et al.'s count, Megatron's mixed precision
+  fp32,      // no autocast: what autograd saves, in the model's fp32
+  autocast,  // PyTorch's autocast to bf16: the residual stream and the norms' inputs fp32, the
+             // matmuls' inputs and outputs bf16, softmax's output fp32 (and the bf16 copy its matmul saves)
+};
+ActivationPrecision parse_activation_precision(std::string_view name);  // "16", "fp32", "autocast"
+std::string_view name_of(ActivationPrecision p);
+
 struct ActivationShape {
   double seq, micro_batch, hidden, heads;  // s, b, h, a
   int tp = 1;                              // tensor-parallel degree t
   bool sequence_parallel = false;
   Recompute recompute = Recompute::none;
+  ActivationPrecision precision = ActivationPrecision::bits16;  // layer_activations'; exercise 3.2 counts 16-bit
 };
 // Bytes one transformer layer keeps for the backward pass, 16-bit activations
 // (Korthikanti et al. 2022, Table 2): sbh(34 + 5as/h), and its t, SP and recompute forms.
@@ -127,13 +139,15 @@ enum class AttentionKernel { eager, flash };
 AttentionKernel parse_attention(std::string_view name);  // "eager", "flash"
 std::string_view name_of(AttentionKernel k);
 
-// What one layer keeps for backward, 16-bit activations, counted tensor by
-// tensor as Korthikanti et al. (2022, section 4.1) count GPT's, for the
-// model's own architecture: GQA's narrower K and V, a gated MLP's four f-wide
-// tensors (gate, up, SiLU(gate), their product) against GPT's two, dropout's
-// masks only where the model has dropout, the scores only with eager
-// attention. An MoE layer keeps its MLP's once per expert a token visits.
-// For GPT with eager attention it is sbh(34 + 5as/h), Table 2's row.
+// What one layer keeps for backward, counted tensor by tensor as Korthikanti
+// et al. (2022, section 4.1) count GPT's, for the model's own architecture:
+// GQA's narrower K and V, a gated MLP's four f-wide tensors (gate, up,
+// SiLU(gate), their product) against GPT's two, dropout's masks only where the
+// model has dropout, the scores only with eager attention; each tensor in the
+// shape's precision. An MoE layer keeps its MLP's once per expert a token
+// visits. For GPT with eager attention, 16-bit, it is sbh(34 + 5as/h), Table
+// 2's row; in fp32 without dropout, 64sbh + 4as^2b (what PyTorch keeps for a
+// GPT-2 block); under autocast with FlashAttention, 36sbh.
 struct LayerActivations {
   double attention = 0;  // the projections' inputs and outputs, Q, K, V (and FlashAttention's logsumexp)
   double scores = 0;     // eager: softmax's s x s output (and dropout's mask and output)
@@ -145,6 +159,20 @@ LayerActivations layer_activations(const Architecture& model, const ActivationSh
                                    bool moe_layer);
 // Every layer's, dense and MoE.
 double activation_bytes(const Architecture& model, const ActivationShape& shape, AttentionKernel kernel);
+
+// What a step keeps outside its layers, as PyTorch keeps it for a GPT: the
+// final norm's input and output; the loss's log-softmax over the vocabulary
+// in fp32 (the logits cast up for F.cross_entropy), with two more such
+// buffers, its gradients in and out, at the start of backward; and under
+// autocast the bf16 copies of every matmul's weight (the tied embedding's for
+// the logits among them), cached at their first use and saved for backward.
+struct StepExtras {
+  double head = 0;        // the final norm's input and output
+  double loss = 0;        // the log-softmax, E x V/t x 4 bytes
+  double loss_grads = 0;  // backward's first buffers, 2 x loss
+  double weight_copies = 0;
+};
+StepExtras step_extras(const Architecture& model, const ActivationShape& shape, bool count_loss);
 
 // Which tensors an implementation keeps for backward, and in what format.
 enum class ActivationLayout {
@@ -196,6 +224,10 @@ struct Plan {
   Recompute recompute = Recompute::none;
   AttentionKernel attention = AttentionKernel::eager;
   ActivationLayout activation_layout = ActivationLayout::megatron;
+  ActivationPrecision activation_precision = ActivationPrecision::bits16;
+  std::optional<bool> dropout;  // the model's own where not given
+  bool loss_buffers = false;    // the loss's fp32 log-softmax, and its two gradients at backward's start
+  double workspace = 0;         // bytes: cuBLAS's and cuBLASLt's workspaces, allocated at the first matmul
   bool reshard_after_forward = true;  // ZeRO-3: free each layer after its forward (else it stays whole until backward)
   bool prefetch = false;              // ZeRO-3: the next layer gathering while the current one computes
   int hpz = 0;  // ZeRO-3, ZeRO++'s hpZ: every layer's secondary shard over this many GPUs, forward to backward
@@ -241,13 +273,22 @@ struct Breakdown {
 // backward, when not resharded).
 Breakdown estimate(const Architecture& model, const Plan& plan, const Gpu& gpu);
 
-// Memory at the end of forward, the peak of backward, and the optimizer step.
+// Memory over one step in the order a step allocates and frees it: the start
+// (what lives between steps), the end of forward, the start of backward (the
+// loss's gradients), the end of backward (activations freed, every gradient
+// made), the optimizer step. Gradients live between steps where a buffer
+// keeps them (DDP's buckets, Megatron's contiguous buffer with its master
+// weights, a ZeRO shard); otherwise PyTorch frees them (zero_grad's
+// set_to_none) and backward makes them again, so that a single GPU's peak
+// comes at backward's start, without them (measured: torch.cuda's
+// max_memory_allocated for GPT-2 steps, book/03-memory.md).
 struct Phase {
   std::string name;
   double bytes;
   std::string holds;
 };
 std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);
+double peak_of(const std::vector<Phase>& timeline);
 
 // The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel in powers
 // of two for inference) on which the plan fits; 0 if none up to 100,000.
