@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -173,9 +174,15 @@ std::vector<Architecture> presets() {
       gpt2("gpt2-xl", 48, 1600, 25),
       llama2("llama2-7b", 32, 4096, 32, 32, 11008), llama2("llama2-13b", 40, 5120, 40, 40, 13824),
       llama2("llama2-70b", 80, 8192, 64, 8, 28672)};
-  Architecture gpt3 = gpt2("gpt3-175b", 96, 12288, 96);
-  gpt3.positions = 2048;
-  p.push_back(gpt3);
+  // GPT-3 and the other shapes of Korthikanti et al. (2022, Table 3): 22B, MT-NLG's 530B (Smith et
+  // al. 2022), 1T; Megatron pads GPT-2's vocabulary to 51,200.
+  for (auto [name, layers, hidden, heads] : {std::tuple{"gpt3-175b", 96, 12288, 96}, {"gpt-22b", 48, 6144, 64},
+                                             {"mt-nlg-530b", 105, 20480, 128}, {"gpt-1t", 128, 25600, 160}}) {
+    Architecture a = gpt2(name, layers, hidden, heads);
+    a.positions = 2048;
+    if (a.name != "gpt3-175b") a.vocab = 51200;
+    p.push_back(a);
+  }
   Architecture mixtral = llama2("mixtral-8x7b", 32, 4096, 32, 8, 14336);
   mixtral.experts = 8;
   mixtral.active_experts = 2;
@@ -299,6 +306,9 @@ void check_plan(const Architecture& m, const Plan& p) {
   if (p.sequence_parallel && p.tp == 1)
     throw Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the tensor-parallel "
                 "ranks; with --tp 1 there are none to split over (add --tp)");
+  if (p.virtual_stages > 1 && (p.pp == 1 || m.layers % (p.pp * p.virtual_stages) != 0))
+    throw Error(fmt::format("--virtual {}: an interleaved schedule gives each of --pp {} stages {} chunks of equal "
+                            "layers, and {} has {}", p.virtual_stages, p.pp, p.virtual_stages, m.name, m.layers));
 }
 
 double what_if_seq(const Architecture& model, int seq) {
@@ -315,6 +325,12 @@ Architecture as_trained(const Architecture& model, const Plan& p) {
   Architecture m = model;
   if (p.dropout) m.dropout = *p.dropout;
   return m;
+}
+
+// Interleaved 1F1B's first stage holds 1 + (p - 1)/(p v) times 1F1B's
+// activations (Narayanan et al. 2021; Korthikanti et al. 2022, section 4.2.3).
+double interleaving_factor(const Plan& p) {
+  return p.virtual_stages > 1 ? 1 + double(p.pp - 1) / (double(p.pp) * p.virtual_stages) : 1;
 }
 
 ActivationShape activation_shape(const Architecture& m, const Plan& p) {
@@ -386,21 +402,25 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
     // With pipeline parallelism (1F1B) stage 0 holds pp micro-batches of its
     // layers/pp layers: as much as one micro-batch through every layer.
     const ActivationShape shape = activation_shape(model, p);
-    activations = activation_bytes(model, shape, p.attention);
+    activations = activation_bytes(model, shape, p.attention) * interleaving_factor(p);
     const AttentionKernel other =
         p.attention == AttentionKernel::eager ? AttentionKernel::flash : AttentionKernel::eager;
     // Beside it, the other kernel's count and Korthikanti's GPT formula (exercise 3.2), which the long guide
     // (section 1.2, book/99-references.md) uses for every model.
-    note = fmt::format("s {:g} x b {:g} x {} layers, {}{} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
+    note = fmt::format("s {:g} x b {:g} x {} layers{}, {}{} attention{}{}; {} {:.2f}, Korthikanti's GPT formula {:.2f}",
                        p.seq, p.micro_batch, model.layers,
+                       p.virtual_stages > 1 ? fmt::format(" x {:.3f} (interleaved, v {})", interleaving_factor(p),
+                                                          p.virtual_stages)
+                                            : "",
                        p.activation_precision == ActivationPrecision::bits16
                            ? ""
                            : fmt::format("{}, ", name_of(p.activation_precision)),
                        name_of(p.attention),
                        p.recompute == Recompute::full ? ", full recompute"
                        : p.recompute == Recompute::selective ? ", selective recompute" : "",
-                       p.sequence_parallel ? ", SP" : "", name_of(other), activation_bytes(model, shape, other) / GB,
-                       model.layers * activation_bytes_per_layer(shape) / GB);
+                       p.sequence_parallel ? ", SP" : "", name_of(other),
+                       activation_bytes(model, shape, other) * interleaving_factor(p) / GB,
+                       model.layers * activation_bytes_per_layer(shape) * interleaving_factor(p) / GB);
   }
   b.lines.push_back({"activations", activations, note});
   const StepExtras extras = step_extras(model, activation_shape(model, p), p.loss_buffers);

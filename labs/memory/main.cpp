@@ -53,8 +53,9 @@ int main(int argc, char** argv) {
   app.add_option("--gpus", gpus, "--recommend: GPUs available (default: dp x tp x pp)")->check(cli::at_least(1));
   app.add_option("--gpus-per-node", per_node, "--recommend: GPUs per node")
       ->capture_default_str()->check(cli::at_least(1));
-  app.add_option("--sweep", sweep, "zero (stages 0-3) or gpus (1 to 1024 ranks)")
-      ->check(cli::one_of("sweep", {"zero", "gpus"}));
+  app.add_option("--sweep", sweep, "zero (stages 0-3), gpus (1 to 1024 ranks) or recompute (none, selective, with "
+                                   "--sp, full: Korthikanti et al.'s Figure 1)")
+      ->check(cli::one_of("sweep", {"zero", "gpus", "recompute"}));
   app.add_option("--plot", plot, "--sweep zero: a stacked bar per stage, SVG or PNG (gnuplot)")
       ->check(cli::figure_file());
   app.add_option("--json", json, "also write everything as JSON to this file")->check(cli::output_file());
@@ -69,7 +70,10 @@ int main(int argc, char** argv) {
     nlohmann::json report = memory_lab::print_breakdown(arch, plan, device);
     if (timeline) report["timeline"] = memory_lab::print_timeline(arch, plan);
     if (advice) report["recommendation"] = memory_lab::print_recommendation(arch, plan, device, gpus, per_node);
-    if (!sweep.empty()) report["sweep"] = memory_lab::print_sweep(arch, plan, device, sweep, plot);
+    if (sweep == "recompute")
+      report["sweep"] = memory_lab::print_recompute_sweep(arch, plan, device);
+    else if (!sweep.empty())
+      report["sweep"] = memory_lab::print_sweep(arch, plan, device, sweep, plot);
     lab::write_json(json, report);
     return 0;
   });

@@ -1,5 +1,6 @@
 // Lab 3's views, one file each: breakdown.cpp (the table per GPU, the timeline,
-// the recommendation), sweep.cpp (ZeRO stages or GPU counts side by side); and
+// the recommendation), sweep.cpp (ZeRO stages or GPU counts side by side),
+// recompute.cpp (Korthikanti et al.'s Figure 1 for the plan); and
 // plan.cpp, the plan the command line describes.
 #pragma once
 
@@ -50,5 +51,6 @@ nlohmann::json print_recommendation(const Architecture& model, const Plan& plan,
                                     int per_node);
 nlohmann::json print_sweep(const Architecture& model, const Plan& plan, const Gpu& gpu, const std::string& what,
                            const std::string& plot);
+nlohmann::json print_recompute_sweep(const Architecture& model, const Plan& plan, const Gpu& gpu);
 
 }  // namespace memory_lab

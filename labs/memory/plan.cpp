@@ -30,6 +30,8 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--pp", plan.pp, "pipeline stages")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--hsdp", plan.shard_group, "HSDP: shard inside groups of this many ranks")->check(cli::at_least(1));
   app.add_flag("--sp", plan.sequence_parallel, "sequence parallelism (with --tp)");
+  app.add_option("--virtual", plan.virtual_stages, "interleaved 1F1B: model chunks per pipeline stage (with --pp)")
+      ->capture_default_str()->check(cli::at_least(1));
   app.add_option("--recompute", o.recompute, "activation recomputation: none, selective, full")
       ->capture_default_str()->check(cli::parsed_by(parse_recompute));
   app.add_option("--attention", o.attention, "attention's kernel: eager (keeps the s x s scores) or flash")

@@ -221,6 +221,7 @@ struct Plan {
   int dp = 1, tp = 1, pp = 1;
   int shard_group = 0;   // HSDP: ZeRO-3 inside groups of this many ranks, replicas across them
   bool sequence_parallel = false;
+  int virtual_stages = 1;  // interleaved 1F1B: each stage's chunks (stage 0 then holds 1 + (pp-1)/(pp v) times more)
   Recompute recompute = Recompute::none;
   AttentionKernel attention = AttentionKernel::eager;
   ActivationLayout activation_layout = ActivationLayout::megatron;

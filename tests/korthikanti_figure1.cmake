@@ -1,0 +1,33 @@
+# Korthikanti et al.'s (2022) Figure 1 from the memory lab: runs LAB with ARGS
+# and --sweep recompute --json, and fails unless the layers' model state, the
+# activations without recomputation and with sequence parallelism and
+# selective recomputation are each within 1% of STATE, NONE and PRESENT
+# (hundredths of a GiB, as the figure prints them: 45.56 GiB is 4556).
+set(json ${OUT}/korthikanti_figure1_${NAME}.json)
+separate_arguments(args UNIX_COMMAND "${ARGS}")
+execute_process(COMMAND ${LAB} ${args} --sweep recompute --json ${json} RESULT_VARIABLE status OUTPUT_VARIABLE out
+                ERROR_VARIABLE out)
+if(NOT status EQUAL 0)
+  message(FATAL_ERROR "memory ${ARGS} failed (${status}):\n${out}")
+endif()
+file(READ ${json} report)
+string(JSON state GET "${report}" sweep layers_model_state_bytes)
+string(JSON none GET "${report}" sweep activations 0 activations)
+string(JSON present GET "${report}" sweep activations 2 activations)
+set(failed "")
+foreach(term "state ${state} ${STATE}" "none ${none} ${NONE}" "present ${present} ${PRESENT}")
+  string(REPLACE " " ";" term "${term}")
+  list(GET term 0 what)
+  list(GET term 1 bytes)
+  list(GET term 2 expected)
+  string(REGEX REPLACE "\\..*" "" bytes "${bytes}")
+  math(EXPR centi_gib "100 * ${bytes} / 1073741824")
+  math(EXPR per_mille "1000 * (${centi_gib} - ${expected}) / ${expected}")
+  message(STATUS "${what}: ${centi_gib} against the figure's ${expected} (hundredths of a GiB), ${per_mille} per mille")
+  if(per_mille GREATER 10 OR per_mille LESS -10)
+    string(APPEND failed " ${what}")
+  endif()
+endforeach()
+if(failed)
+  message(FATAL_ERROR "memory ${ARGS}: off Figure 1 by more than 1% in${failed}")
+endif()
