@@ -97,7 +97,7 @@ def estimate(args):
     with tempfile.NamedTemporaryFile(suffix=".json") as report_file:
         subprocess.run([args.lab, "--model", args.model, *precision, "--attention", args.attention, "--micro-batch",
                         str(args.batch), "--seq", str(args.seq), "--optimizer", "adamw", "--dropout", "off",
-                        "--loss-buffers", "--workspace-mib", "64", "--timeline", "--json", report_file.name],
+                        "--timeline", "--json", report_file.name],
                        check=True, stdout=subprocess.DEVNULL)
         report = json.load(open(report_file.name))
     phases = {row["phase"]: row["bytes"] for row in report["timeline"]}

@@ -276,14 +276,24 @@ Units fsdp_units(const Architecture& a, double local_parameters) {
   return {(count_parameters(a).total - layers) * scale, largest * scale};
 }
 
-void add_overheads(Breakdown& b, bool distributed) {
+// The overheads' lines, and the total: the components' `peak` (their sum
+// where everything is held at once, as serving holds it) and the overheads.
+void add_overheads(Breakdown& b, bool distributed, double peak) {
   double base = 0;
   for (const Line& l : b.lines) base += l.bytes;
   b.lines.push_back({"framework (CUDA context, allocator)", kFramework, "reading: 1-2 GB", true});
   if (distributed) b.lines.push_back({"communication buffers", kCommBuffers, "reading: 2-5 GB per GPU", true});
   b.lines.push_back({"safety margin", kSafetyMargin * base, "20% of model state and activations: fragmentation, spikes",
                      true});
-  for (const Line& l : b.lines) b.total += l.bytes;
+  b.peak = b.total = peak;
+  for (const Line& l : b.lines)
+    if (l.overhead) b.total += l.bytes;
+}
+
+double sum_of_lines(const Breakdown& b) {
+  double sum = 0;
+  for (const Line& l : b.lines) sum += l.bytes;
+  return sum;
 }
 }  // namespace
 
@@ -338,6 +348,28 @@ ActivationShape activation_shape(const Architecture& m, const Plan& p) {
           p.activation_precision};
 }
 
+// The step in the order it allocates, from the breakdown's lines (step_timeline).
+std::vector<Phase> timeline_of(const Breakdown& b, const Plan& plan, double loss_grads) {
+  auto find = [&](std::string_view name) { return b.bytes_of(name); };
+  const double persistent = find("weights") + find("master weights") + find("optimizer states") + find("workspaces");
+  const double grads = find("gradients"), gathered = find("gathered weights") + find("prefetched weights");
+  const double kept = find("activations") + find("final norm and loss") + find("autocast weight copies");
+  // A buffer keeps the gradients between steps (DDP's buckets, Megatron's with its master weights, ZeRO's
+  // shards); else zero_grad(set_to_none) frees them and backward makes them again.
+  const bool grads_kept = plan.state.master_weights || plan.dp > 1;
+  const double between = persistent + (grads_kept ? grads : 0);
+  const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
+  std::vector<Phase> phases = {
+      {"start of step", between, state + (find("workspaces") ? ", workspaces" : "")},
+      {"forward", between + gathered + kept, "+ activations"},
+  };
+  if (loss_grads > 0) phases.push_back({"backward starts", between + gathered + kept + loss_grads,
+                                        "+ the loss's gradients (s x b x V, twice)"});
+  if (!grads_kept) phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made"});
+  phases.push_back({"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"});
+  return phases;
+}
+
 }  // namespace
 
 Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
@@ -357,7 +389,7 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
     b.lines.push_back({"KV cache", kv_cache(model, p) / heads_split / p.pp,
                        fmt::format("batch {:g} x seq {:g} x {} layers{}", p.batch, p.seq, model.layers,
                                    model.latent ? ", latent" : fmt::format(" x {} kv heads", model.kv_heads))});
-    add_overheads(b, model_parallel > 1);
+    add_overheads(b, model_parallel > 1, sum_of_lines(b));
     return b;
   }
   const int shard = p.shard_group > 0 ? p.shard_group : p.dp;
@@ -423,8 +455,9 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
                        model.layers * activation_bytes_per_layer(shape) * interleaving_factor(p) / GB);
   }
   b.lines.push_back({"activations", activations, note});
-  const StepExtras extras = step_extras(model, activation_shape(model, p), p.loss_buffers);
-  if (p.loss_buffers)
+  // Activations given (--activations-gb) are all of them: nothing more past the last layer.
+  const StepExtras extras = step_extras(model, activation_shape(model, p), p.loss_buffers && !p.activations);
+  if (extras.loss > 0)
     b.lines.push_back({"final norm and loss", extras.head + extras.loss,
                        fmt::format("the final norm's input and output; the loss's fp32 log-softmax, s x b x V{}; "
                                    "backward starts with two more ({:.2f} GB)",
@@ -433,7 +466,10 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
     b.lines.push_back({"autocast weight copies", extras.weight_copies,
                        "bf16 copies of the matmuls' weights, from their forward to their backward"});
   if (p.workspace > 0) b.lines.push_back({"workspaces", p.workspace, "cuBLAS's and cuBLASLt's, from the first matmul"});
-  add_overheads(b, double(p.dp) * model_parallel > 1);
+  const std::vector<Phase> timeline = timeline_of(b, p, extras.loss_grads);
+  const double peak = peak_of(timeline);
+  b.peak_at = std::find_if(timeline.begin(), timeline.end(), [&](const Phase& f) { return f.bytes == peak; })->name;
+  add_overheads(b, double(p.dp) * model_parallel > 1, peak);
   return b;
 }
 
@@ -506,26 +542,8 @@ double Breakdown::bytes_of(std::string_view component) const {
 
 std::vector<Phase> step_timeline(const Architecture& trained, const Plan& plan) {
   const Architecture model = as_trained(trained, plan);
-  const Breakdown b = estimate(model, plan, {"any", 0});
-  auto find = [&](std::string_view name) { return b.bytes_of(name); };
-  const double persistent = find("weights") + find("master weights") + find("optimizer states") + find("workspaces");
-  const double grads = find("gradients"), gathered = find("gathered weights") + find("prefetched weights");
-  const double kept = find("activations") + find("final norm and loss") + find("autocast weight copies");
-  const double loss_grads = step_extras(model, activation_shape(model, plan), plan.loss_buffers).loss_grads;
-  // A buffer keeps the gradients between steps (DDP's buckets, Megatron's with its master weights, ZeRO's
-  // shards); else zero_grad(set_to_none) frees them and backward makes them again.
-  const bool grads_kept = plan.state.master_weights || plan.dp > 1;
-  const double between = persistent + (grads_kept ? grads : 0);
-  const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
-  std::vector<Phase> phases = {
-      {"start of step", between, state + (find("workspaces") ? ", workspaces" : "")},
-      {"forward", between + gathered + kept, "+ activations"},
-  };
-  if (loss_grads > 0) phases.push_back({"backward starts", between + gathered + kept + loss_grads,
-                                        "+ the loss's gradients (s x b x V, twice)"});
-  if (!grads_kept) phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made"});
-  phases.push_back({"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"});
-  return phases;
+  return timeline_of(estimate(model, plan, {"any", 0}), plan,
+                     step_extras(model, activation_shape(model, plan), plan.loss_buffers && !plan.activations).loss_grads);
 }
 
 double peak_of(const std::vector<Phase>& timeline) {

@@ -70,6 +70,9 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
   bool overheads = false;
   for (const Line& l : b.lines) {
     // The overheads under a heading, indented; the heading's blank GB cell is printed (" "), as it always was.
+    if (l.overhead && !overheads && plan.training)  // the lines above are not all held at once, nor only they
+      table.print_row({"peak of the step", gb(b.peak),
+                       fmt::format("what the step holds at once, at {} (--timeline)", b.peak_at), false});
     if (l.overhead && !overheads) table.print_row({"overheads:", " ", "", true});
     overheads = overheads || l.overhead;
     table.add({{l.component, (l.overhead ? "  " : "") + l.component}, gb(l.bytes), l.note, l.overhead});
@@ -89,6 +92,7 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                         {"gpu", gpu.name},
                         {"gpu_bytes", gpu.bytes},
                         {"lines", table.json()},
+                        {"peak_bytes", b.peak},
                         {"total_bytes", b.total},
                         {"fits", b.fits()},
                         {"gpus_needed", needed}};
@@ -124,8 +128,7 @@ nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
   for (const Phase& p : phases)
     table.add({p.name, {p.bytes, fmt::format("{:.2f} GB", p.bytes / GB)},
                std::string(int(40 * p.bytes / peak + 0.5), '#'), p.holds});
-  const auto at = std::find_if(phases.begin(), phases.end(), [&](const Phase& p) { return p.bytes == peak; });
-  fmt::print("peak: {:.2f} GB, at {}\n", peak / GB, at->name);
+  fmt::print("peak: {:.2f} GB, at {}\n", peak / GB, estimate(model, plan, {"any", 0}).peak_at);
   return table.json();
 }
 

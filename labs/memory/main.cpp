@@ -8,7 +8,7 @@
 //   component                              GB per GPU  note
 //   weights                                      0.21  bf16 (ZeRO-3 over 64)
 //   ...
-//   total                                       32.64  fits: 38% of 85.5 GB
+//   total                                       33.60  fits: 39% of 85.5 GB
 //
 // The plan's options (plan.cpp); --timeline the memory over one step and
 // --recommend the parallelism to use (breakdown.cpp), --sweep zero|gpus a

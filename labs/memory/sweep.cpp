@@ -24,7 +24,7 @@ constexpr int kPartCount = std::size(kParts);
 struct Row {
   std::string label;
   double parts[kPartCount] = {};
-  double overheads = 0, total = 0;
+  double peak = 0, overheads = 0, total = 0;  // peak: what the step holds at once (the loss's buffers among it)
   bool fits = false;
 };
 
@@ -35,6 +35,7 @@ Row row(const std::string& label, const Breakdown& b) {
     for (int i = 0; i < kPartCount; ++i)
       if (l.component == kParts[i]) r.parts[i] = l.bytes;
   }
+  r.peak = b.peak;
   r.total = b.total;
   r.fits = b.fits();
   return r;
@@ -70,6 +71,7 @@ lab::Table sweep_table(const std::string& rows_are) {
                      {.header = "master", .key = "master", .width = 9},
                      {.header = "optimizer", .key = "optimizer", .width = 9},
                      {.header = "activations", .key = "activations", .width = 11},
+                     {.header = "peak", .key = "peak", .width = 9},
                      {.header = "overhead", .key = "overheads", .width = 9},
                      {.header = "total", .key = "total", .width = 9},
                      {.header = "(GB per GPU)", .key = "fits", .gap = 2}});
@@ -93,7 +95,7 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
   table.print_header();
   for (const Row& r : rows) {
     table.add({r.label, gb(r.parts[0]), gb(r.parts[1]), gb(r.parts[2]), gb(r.parts[3]), gb(r.parts[4]),
-               gb(r.parts[5]), gb(r.overheads), gb(r.total), {r.fits, r.fits ? "fits" : "does not fit"}});
+               gb(r.parts[5]), gb(r.peak), gb(r.overheads), gb(r.total), {r.fits, r.fits ? "fits" : "does not fit"}});
   }
   if (!plot.empty()) plot_stages(rows, plot, model, base, gpu);
   return table.json();

@@ -259,7 +259,9 @@ struct Line {
 
 struct Breakdown {
   std::vector<Line> lines;  // components, then overheads
-  double total = 0;
+  double peak = 0;          // what the step holds at once of the components (training: its timeline's peak)
+  std::string peak_at;      // training: the timeline's phase where it falls
+  double total = 0;         // the peak and the overheads
   double gpu_bytes = 0;
   double model_state = 0;  // training: weights, gradients, master weights and optimizer states as ZeRO shards them
                            // (its Figure 1), less what FSDP holds whole for a while
