@@ -25,9 +25,10 @@ std::string engineering(double v, const char* unit) {
   std::string text = fmt::format("{:.2e}", std::fabs(v));  // "1.23e+05"
   const int exponent = std::stoi(text.substr(5));
   const int shift = ((exponent % 3) + 3) % 3;
-  std::string digits = text.substr(0, 1) + text.substr(2, 2);  // "123"
-  if (shift < 2) digits.insert(std::size_t(1 + shift), ".");
-  return fmt::format("{}{}e{:+03d} {}", v < 0 ? "-" : "", digits, exponent - shift, unit);
+  const std::string digits = text.substr(0, 1) + text.substr(2, 2);  // "123"
+  const std::size_t point = std::size_t(1 + shift);                      // "1.23", "12.3" or "123"
+  return fmt::format("{}{}{}{}e{:+03d} {}", v < 0 ? "-" : "", digits.substr(0, point), point < 3 ? "." : "",
+                     digits.substr(point), exponent - shift, unit);
 }
 }  // namespace
 
