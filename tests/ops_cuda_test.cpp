@@ -72,6 +72,21 @@ TEST_F(CudaOps, MatmulForwardAndBackward) {
   expect_close(g_db.host(), db, "matmul dbias");
 }
 
+// No rows at all (an expert that no token chose): nothing launches in error, nothing is written.
+TEST_F(CudaOps, MatmulAndGeluOnNoRows) {
+  const int C = 48, OC = 80;
+  auto inp = random(C, 1), w = random(OC * C, 2), b = random(OC, 3), dout = random(OC, 4), dw = random(OC * C, 5),
+       db = random(OC, 6);
+  OnGpu<float> g_inp(inp), g_w(w), g_b(b), g_dout(dout), g_out(dout), g_dinp(inp), g_dw(dw), g_db(db);
+  gpu::matmul_forward(g_out.ptr, g_inp.ptr, g_w.ptr, g_b.ptr, 0, C, OC);
+  gpu::matmul_backward(g_dinp.ptr, g_dw.ptr, g_db.ptr, g_dout.ptr, g_inp.ptr, g_w.ptr, 0, C, OC);
+  gpu::gelu_forward(g_out.ptr, g_inp.ptr, 0);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(g_dw.host(), dw) << "dweight with no rows to add";
+  EXPECT_EQ(g_db.host(), db) << "dbias with no rows to add";
+  EXPECT_EQ(g_out.host(), dout) << "an output of no rows";
+}
+
 TEST_F(CudaOps, LayerNormGeluSoftmax) {
   const int N = 150, C = 40;
   auto x = random(N * C, 5), w = random(C, 6), b = random(C, 7), dout = random(N * C, 8);
@@ -259,15 +274,19 @@ TEST_F(CudaOps, VocabSlice) {
   }
   expect_close(g_dwte.host(), dwte, "vocab slice dwte");
   expect_close(g_dwpe.host(), dwpe, "vocab slice dwpe");
-  // The cross-entropy as if the vocabulary were 7 (padded to 8): the slice's column 3 is padding.
+  // The cross-entropy as if the vocabulary were 7 (padded to 8): the slice's column 3 is padding,
+  // and every target is a word of it.
+  std::vector<int> targets(N);
+  for (int i = 0; i < N; ++i) targets[i] = (i * 5) % 7;
+  OnGpu<int> g_targets(targets);
   cpu::vocab_slice_max(largest.data(), logits.data(), first, 7, N, V);
-  cpu::vocab_slice_exp_sums(sums.data(), logits.data(), largest.data(), tokens.data(), first, N, V);
+  cpu::vocab_slice_exp_sums(sums.data(), logits.data(), largest.data(), targets.data(), first, N, V);
   cpu::vocab_slice_softmax(probs.data(), losses.data(), logits.data(), largest.data(), sums.data(), N, V);
-  cpu::vocab_slice_crossentropy_backward(dlogits.data(), probs.data(), tokens.data(), first, N, V);
+  cpu::vocab_slice_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), first, N, V);
   gpu::vocab_slice_max(g_largest.ptr, g_logits.ptr, first, 7, N, V);
-  gpu::vocab_slice_exp_sums(g_sums.ptr, g_logits.ptr, g_largest.ptr, g_tokens.ptr, first, N, V);
+  gpu::vocab_slice_exp_sums(g_sums.ptr, g_logits.ptr, g_largest.ptr, g_targets.ptr, first, N, V);
   gpu::vocab_slice_softmax(g_probs.ptr, g_losses.ptr, g_logits.ptr, g_largest.ptr, g_sums.ptr, N, V);
-  gpu::vocab_slice_crossentropy_backward(g_dlogits.ptr, g_probs.ptr, g_tokens.ptr, first, N, V);
+  gpu::vocab_slice_crossentropy_backward(g_dlogits.ptr, g_probs.ptr, g_targets.ptr, first, N, V);
   const std::vector<float> masked = g_logits.host();
   for (int i = 0; i < N; ++i) ASSERT_TRUE(std::isinf(masked[i * V + 3]) && masked[i * V + 3] < 0) << "row " << i;
   expect_close(g_largest.host(), largest, "vocab slice max");
@@ -325,7 +344,8 @@ TEST_F(CudaOps, AttentionBlocks) {
   expect_close(g_dother.host(), dother, "attention_block_backward: the other block's dk, dv");
 }
 
-// 150 values: two whole blocks and a part one (an odd count, so int4's last byte is half used), one block all zeros.
+// 150 values: two whole blocks and a part one (an odd count, so int4's last byte is half used), one block all zeros;
+// on the GPU at an odd byte, as a rank's chunk of qgZ's all-to-all lands after the chunk before it.
 TEST_F(CudaOps, QuantizeInt8AndInt4) {
   const long n = 150;
   auto x = random(n, 40);
@@ -337,11 +357,12 @@ TEST_F(CudaOps, QuantizeInt8AndInt4) {
     cpu::quantize(wire.data(), x.data(), n, bits);
     cpu::dequantize(back.data(), wire.data(), n, bits);
     OnGpu<float> g_x(x), g_back(back);
-    const std::vector<unsigned char> zeros(bytes);
+    const std::vector<unsigned char> zeros(1 + bytes);
     OnGpu<unsigned char> g_wire(zeros);
-    gpu::quantize(g_wire.ptr, g_x.ptr, n, bits);
-    gpu::dequantize(g_back.ptr, g_wire.ptr, n, bits);
-    EXPECT_EQ(g_wire.host(), wire) << bits << " bits: the wire bytes";
+    gpu::quantize(g_wire.ptr + 1, g_x.ptr, n, bits);
+    gpu::dequantize(g_back.ptr, g_wire.ptr + 1, n, bits);
+    const std::vector<unsigned char> sent = g_wire.host();
+    EXPECT_EQ(std::vector<unsigned char>(sent.begin() + 1, sent.end()), wire) << bits << " bits: the wire bytes";
     expect_close(g_back.host(), back, bits == 8 ? "dequantize int8" : "dequantize int4");
   }
 }

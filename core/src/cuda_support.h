@@ -2,6 +2,7 @@
 // what failed, and the launch shape of the one-thread-per-element kernels.
 #pragma once
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -15,7 +16,9 @@ inline void check_cuda(cudaError_t e, const char* what) {
 
 namespace cuda_launch {
 constexpr int kThreads = 256;
-inline int blocks(long n) { return int((n + kThreads - 1) / kThreads); }
+// At least one block: a grid of none is a launch error, and an op on no elements (an
+// expert that no token chose) is a no-op, as every kernel checks its index's range.
+inline int blocks(long n) { return int(std::max(1L, (n + kThreads - 1) / kThreads)); }
 inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }  // the launch's own error, if any
 }  // namespace cuda_launch
 

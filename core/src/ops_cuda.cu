@@ -53,7 +53,7 @@ __global__ void add_bias_kernel(float* out, const float* bias, int N, int OC) {
 // grid row per chunk of rows: one thread per column alone would leave a GPU's
 // SMs idle and walk every row in turn. Each chunk adds its partial sum.
 constexpr int kRowsPerChunk = 64;
-dim3 column_grid(int N, int columns) { return dim3(blocks(columns), (N + kRowsPerChunk - 1) / kRowsPerChunk); }
+dim3 column_grid(int N, int columns) { return dim3(blocks(columns), std::max(1, (N + kRowsPerChunk - 1) / kRowsPerChunk)); }
 
 __global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int OC) {
   const int o = blockIdx.x * blockDim.x + threadIdx.x;
@@ -542,6 +542,8 @@ namespace labkit {
 
 namespace {
 
+using namespace cuda_launch;
+
 // reduce_local and divide_local on GPU memory: one thread per element, computed
 // in Wide and stored as T (bf16 in float, rounded to nearest even once, as the host does).
 template <class T, class Wide = T> __global__ void reduce_kernel(ReduceOp op, const T* in, T* inout, long n) {
@@ -565,17 +567,17 @@ template <class T, class Wide = T> __global__ void divide_kernel(T* inout, long 
 // and before any that reads the result: no wait, the stream keeps the order.
 void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   const long n = long(count);
-  const int grid = int((n + 255) / 256);
+  const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: reduce_kernel<<<grid, 256>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
-    case DType::f64: reduce_kernel<<<grid, 256>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
-    case DType::i32: reduce_kernel<<<grid, 256>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
+    case DType::f32: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
+    case DType::f64: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
+    case DType::i32: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
     case DType::i64:
-      reduce_kernel<<<grid, 256>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
+      reduce_kernel<<<grid, kThreads>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
       break;
-    case DType::u8: reduce_kernel<<<grid, 256>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
+    case DType::u8: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
     case DType::bf16:
-      reduce_kernel<__nv_bfloat16, float><<<grid, 256>>>(op, static_cast<const __nv_bfloat16*>(in),
+      reduce_kernel<__nv_bfloat16, float><<<grid, kThreads>>>(op, static_cast<const __nv_bfloat16*>(in),
                                                           static_cast<__nv_bfloat16*>(inout), n);
       break;
   }
@@ -584,14 +586,14 @@ void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size
 
 void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
   const long n = long(count);
-  const int grid = int((n + 255) / 256);
+  const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: divide_kernel<<<grid, 256>>>(static_cast<float*>(inout), n, divisor); break;
-    case DType::f64: divide_kernel<<<grid, 256>>>(static_cast<double*>(inout), n, divisor); break;
-    case DType::i32: divide_kernel<<<grid, 256>>>(static_cast<int*>(inout), n, divisor); break;
-    case DType::i64: divide_kernel<<<grid, 256>>>(static_cast<long long*>(inout), n, divisor); break;
-    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, 256>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
-    case DType::u8: divide_kernel<<<grid, 256>>>(static_cast<unsigned char*>(inout), n, divisor); break;
+    case DType::f32: divide_kernel<<<grid, kThreads>>>(static_cast<float*>(inout), n, divisor); break;
+    case DType::f64: divide_kernel<<<grid, kThreads>>>(static_cast<double*>(inout), n, divisor); break;
+    case DType::i32: divide_kernel<<<grid, kThreads>>>(static_cast<int*>(inout), n, divisor); break;
+    case DType::i64: divide_kernel<<<grid, kThreads>>>(static_cast<long long*>(inout), n, divisor); break;
+    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, kThreads>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
+    case DType::u8: divide_kernel<<<grid, kThreads>>>(static_cast<unsigned char*>(inout), n, divisor); break;
   }
   check_cuda(cudaGetLastError(), "divide_local on the GPU");
 }

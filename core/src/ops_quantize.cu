@@ -16,6 +16,15 @@ namespace {
 
 __device__ long blocks_of(long count) { return (count + kQuantBlock - 1) / kQuantBlock; }
 
+// A block's scale is a float at any byte: a chunk of a larger message (a rank's
+// share of qgZ's all-to-all) starts where the chunk before it ended.
+__device__ void store_scale(unsigned char* out, long b, float scale) { memcpy(out + b * sizeof(float), &scale, sizeof scale); }
+__device__ float load_scale(const unsigned char* in, long b) {
+  float scale;
+  memcpy(&scale, in + b * sizeof(float), sizeof scale);
+  return scale;
+}
+
 __global__ void quantize_kernel(unsigned char* out, const float* x, long count, int bits) {
   const long b = long(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= blocks_of(count)) return;
@@ -24,7 +33,7 @@ __global__ void quantize_kernel(unsigned char* out, const float* x, long count, 
   float largest = 0;
   for (long i = begin; i < end; ++i) largest = fmaxf(largest, fabsf(x[i]));
   const float scale = largest / float((1 << (bits - 1)) - 1);
-  reinterpret_cast<float*>(out)[b] = scale;
+  store_scale(out, b, scale);
   for (long i = begin; i < end; ++i) {
     const int level = scale > 0 ? int(lroundf(x[i] / scale)) : 0;
     if (bits == 8) {
@@ -40,7 +49,7 @@ __global__ void dequantize_kernel(float* x, const unsigned char* in, long count,
   const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const unsigned char* values = in + blocks_of(count) * long(sizeof(float));
-  const float scale = reinterpret_cast<const float*>(in)[i / kQuantBlock];
+  const float scale = load_scale(in, i / kQuantBlock);
   int level;
   if (bits == 8) {
     level = (signed char)(values[i]);
