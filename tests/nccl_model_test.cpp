@@ -128,10 +128,12 @@ TEST(NcclModel, DoubleBinaryTreeIsNcclsAndEachNodeIsALeafInOneTree) {
       EXPECT_EQ(roots, 1);
       EXPECT_EQ(edges, count - 1);  // with one root and every child's parent right, a spanning tree
     }
-    if (count % 2 == 0)
-      for (int node = 0; node < count; ++node)  // a node with children in one tree has none in the other
+    if (count % 2 == 0) {
+      for (int node = 0; node < count; ++node) {  // a node with children in one tree has none in the other
         EXPECT_TRUE(nccl_tree(0, count, node).children.empty() || nccl_tree(1, count, node).children.empty())
             << count << " nodes, node " << node;
+      }
+    }
   }
 }
 

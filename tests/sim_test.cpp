@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "harness.h"
+#include "labkit/device.h"
 #include "labkit/algorithms.h"
 #include "labkit/error.h"
 
@@ -287,6 +288,22 @@ TEST(SimSplit, GroupsByColorAndOrdersByKey) {
     std::unique_ptr<Comm> none = c.split(c.rank() == 0 ? -1 : 0, 0);
     EXPECT_EQ(none == nullptr, c.rank() == 0);
   });
+}
+
+// On a GPU each simulated rank's ops go to its own stream (cuda_streams.cu): the
+// engine says which rank issues them, across every switch between ranks.
+TEST(SimRanks, EachRankIssuesItsOwnOpsAndNoneDoesAfterTheRun) {
+  simulate(4, [](Comm& c) {
+    EXPECT_EQ(issuing_rank(), c.rank());
+    std::unique_ptr<Comm> reversed = c.split(0, -c.rank());
+    std::vector<std::int64_t> x = {c.rank()};
+    reversed->all_reduce(view_of(x), ReduceOp::sum);
+    Request r = c.i_all_reduce(view_of(x), ReduceOp::sum);
+    EXPECT_EQ(issuing_rank(), c.rank()) << "the global rank, not the split communicator's " << reversed->rank();
+    r.wait();
+    EXPECT_EQ(issuing_rank(), c.rank());
+  });
+  EXPECT_EQ(issuing_rank(), -1);
 }
 
 TEST(SimPayloadFree, MovesSizesOnlyAndTakesTheSameTime) {

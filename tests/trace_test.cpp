@@ -12,6 +12,7 @@
 
 #include "harness.h"
 #include "labkit/algorithms.h"
+#include "labkit/tensor.h"
 
 using namespace labkit;
 using nlohmann::json;
@@ -130,6 +131,30 @@ TEST(ChromeTrace, HasANamedTrackPerRankAndSpansOfEveryKind) {
   EXPECT_EQ(categories["collective"], 8);
   EXPECT_EQ(categories["compute"], 4);
   EXPECT_EQ(categories["p2p"], 4 * 2 * 3 * 2);  // 4 ranks x (send+recv) x 2(P-1) steps
+}
+
+// What a rank keeps on the host crosses by an explicit copy, and the trace shows
+// each: an instant on the rank's track, with its bytes; memory that is the
+// host's (the CPU device's) copies nothing.
+TEST(ChromeTrace, EachCopyBetweenTheHostAndARanksDeviceIsAnInstantWithItsBytes) {
+  auto run = test::simulate(2, [](Comm& c) {
+    c.compute_seconds("forward", 1e-6 * (c.rank() + 1));
+    const std::vector<float> values(std::size_t(4 + c.rank()), 1.0f);
+    const Tensor on_device = Tensor::from_host(values, {values.size()}, DeviceKind::fenced);
+    EXPECT_EQ(on_device.to_host(), values);
+    EXPECT_EQ(Tensor::from_host(values, {values.size()}, DeviceKind::cpu).to_host(), values);
+  });
+  std::vector<std::tuple<int, std::string, double, std::uint64_t>> copies;
+  const json doc = written(*run.trace);
+  for (const json& e : doc["traceEvents"]) {
+    if (e.value("cat", "") != "host copy") continue;
+    EXPECT_EQ(e["ph"], "i") << e;
+    EXPECT_EQ(e["s"], "t") << "on the rank's own track: " << e;
+    copies.emplace_back(e["tid"], e["name"], e["ts"], e["args"]["bytes"]);
+  }
+  using Copy = std::tuple<int, std::string, double, std::uint64_t>;
+  EXPECT_EQ(copies, (std::vector<Copy>{{0, "to device", 1.0, 16}, {0, "to host", 1.0, 16},
+                                       {1, "to device", 2.0, 20}, {1, "to host", 2.0, 20}}));
 }
 
 TEST(ChromeTrace, EveryArrowGoesFromASendToItsReceive) {

@@ -214,7 +214,7 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
     track(m, t.rank);
     for (const labkit::TraceEvent& e : t.events) {
       using K = labkit::TraceEvent::Kind;
-      if (e.kind == K::memory) continue;  // counters, not spans
+      if (e.kind == K::memory || e.kind == K::host_copy) continue;  // counters and the host's copies, not spans
       const int tid = e.on_stream ? ranks + t.rank : t.rank;
       Track& out = track(m, tid);
       const Kind kind = e.kind == K::collective ? Kind::collective

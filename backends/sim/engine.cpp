@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
+#include "labkit/device.h"
 #include "labkit/scratch.h"
 #include "labkit/units.h"
 #include "native_collectives.h"
@@ -59,6 +60,10 @@ double Engine::elapsed() const {
 // ---- scheduling ----------------------------------------------------------------
 
 void Engine::run(const std::function<void(Comm&)>& rank_fn) {
+  observe_host_copies(&Engine::host_copied, this);
+  struct StopObserving {
+    ~StopObserving() { observe_host_copies(nullptr, nullptr); }
+  } stop_observing;
   for (int r = 0; r < options_.ranks; ++r) {
     actor(r).fiber = ctx::fiber(std::allocator_arg, asan_.allocator(r, stacks_),
                                  [this, r, &rank_fn](ctx::fiber&& scheduler) {
@@ -101,9 +106,11 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
     if (next.stream && !next.fiber) next.fiber = stream_fiber(*next.stream);
     next.state = RankState::State::ready;
     running_ = r;
+    set_issuing_rank(next.stream ? next.stream->owner : r);  // a rank's own stream on a GPU, as a process has
     const AsanFibers::Jump jump = asan_.to_rank(r);
     next.fiber = std::move(next.fiber).resume();
     running_ = -1;
+    set_issuing_rank(-1);
   }
   std::string report;
   const bool stopped = next_event() < kNever && next_event() > options_.stop_at;
@@ -117,6 +124,19 @@ void Engine::run(const std::function<void(Comm&)>& rank_fn) {
   if (report.empty()) return;
   if (a_rank_failed) throw RankFailedError(report);
   throw DeadlockError(report);
+}
+
+// A rank's copy between the host and its device's memory (labkit/device.h): an
+// instant on its trace at its clock (a compute region charges its time when it
+// ends, so a copy inside one, such as the loss read back, is drawn at its start).
+void Engine::host_copied(std::size_t bytes, bool to_host, void* engine) {
+  Engine& e = *static_cast<Engine*>(engine);
+  const int running = e.running_;
+  if (!e.options_.trace || running < 0) return;
+  const RankState& a = e.actor(running);
+  const int rank = a.stream ? a.stream->owner : running;
+  e.options_.trace->track(rank)->events.push_back(
+      {TraceEvent::Kind::host_copy, to_host ? "to host" : "to device", a.now, a.now, -1, 0, bytes});
 }
 
 // Keeps the invariant that the running rank is the earliest ready one: a rank

@@ -205,6 +205,7 @@ class Engine {
   };
 
   void sync(int rank);
+  static void host_copied(std::size_t bytes, bool to_host, void* engine);
   void block(int rank);
   void make_ready(int rank, double at);
   void match(std::int64_t send, std::int64_t recv);

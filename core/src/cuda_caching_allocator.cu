@@ -2,16 +2,19 @@
 // waits for the whole device to go idle, and cudaMalloc takes tens of
 // microseconds, so a training step that uploads its tokens into a fresh tensor
 // and frees it would stall the GPU at every step (and once per simulated rank).
-// Freed blocks are kept by size and handed out again. Every op of the "cuda"
-// Device runs on the default stream, in issue order, so a block freed there may
-// be reused at once: its next user's kernels run after its last user's.
+// Freed blocks are kept by size and handed out again, on the stream that
+// allocated them (each simulated rank's, cuda_streams.cu), as PyTorch keeps a
+// pool per stream: a block freed there may be reused there at once, its next
+// user's kernels running after its last user's. Other ranks touch it only by
+// the copies and reductions on the legacy stream, which that stream's later
+// work waits for.
 #include "cuda_caching_allocator.h"
 
 #include <cstdint>
 #include <cstdio>
 #include <map>
 #include <mutex>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime.h>
@@ -27,10 +30,15 @@ namespace {
 constexpr std::size_t kRound = 512;
 std::size_t rounded(std::size_t bytes) { return (bytes + kRound - 1) / kRound * kRound; }
 
+struct Block {
+  std::size_t bytes;
+  cudaStream_t stream;  // where it was made, and goes back to when freed
+};
+
 struct Cache {
   std::mutex lock;
-  std::map<std::uintptr_t, std::size_t> blocks;  // every block ever made, by base: bytes
-  std::unordered_map<std::size_t, std::vector<void*>> free_by_size;
+  std::map<std::uintptr_t, Block> blocks;  // every block ever made, by base
+  std::map<std::pair<cudaStream_t, std::size_t>, std::vector<void*>> free_by_size;
 };
 
 Cache& cache() {
@@ -44,11 +52,12 @@ Cache& cache() {
 
 void* allocate(std::size_t bytes) {
   const std::size_t size = rounded(bytes ? bytes : 1);
+  const cudaStream_t on = cuda_launch::stream();
   Cache& c = cache();
   void* p = nullptr;
   {
     std::lock_guard guard(c.lock);
-    std::vector<void*>& free = c.free_by_size[size];
+    std::vector<void*>& free = c.free_by_size[{on, size}];
     if (!free.empty()) {
       p = free.back();
       free.pop_back();
@@ -57,9 +66,9 @@ void* allocate(std::size_t bytes) {
   if (!p) {
     check_cuda(cudaMalloc(&p, size), "cudaMalloc");
     std::lock_guard guard(c.lock);
-    c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), size);
+    c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), Block{size, on});
   }
-  check_cuda(cudaMemsetAsync(p, 0, size), "cudaMemsetAsync");
+  check_cuda(cudaMemsetAsync(p, 0, size, on), "cudaMemsetAsync");
   return p;
 }
 
@@ -72,7 +81,7 @@ void release(void* p) {
     std::fprintf(stderr, "cuda: release of %p, which this allocator did not allocate; ignored\n", p);
     return;
   }
-  c.free_by_size[block->second].push_back(p);
+  c.free_by_size[{block->second.stream, block->second.bytes}].push_back(p);
 }
 
 bool holds(const void* p) {
@@ -81,8 +90,8 @@ bool holds(const void* p) {
   std::lock_guard guard(c.lock);
   auto after = c.blocks.upper_bound(address);
   if (after == c.blocks.begin()) return false;
-  const auto& [base, size] = *std::prev(after);
-  return address < base + size;
+  const auto& [base, block] = *std::prev(after);
+  return address < base + block.bytes;
 }
 
 }  // namespace labkit::cuda_memory

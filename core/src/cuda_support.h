@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 namespace labkit {
@@ -20,6 +21,11 @@ constexpr int kThreads = 256;
 // expert that no token chose) is a no-op, as every kernel checks its index's range.
 inline int blocks(long n) { return int(std::max(1L, (n + kThreads - 1) / kThreads)); }
 inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }  // the launch's own error, if any
+cudaStream_t stream();  // the issuing rank's stream (cuda_streams.cu)
+cublasHandle_t blas();  // and its cuBLAS handle, on that stream
+// The legacy default stream: after all earlier work of every rank's stream, and
+// before all later work, so what crosses ranks (a copy, a reduction) goes there.
+inline const cudaStream_t kAllRanks = cudaStreamLegacy;
 }  // namespace cuda_launch
 
 }  // namespace labkit

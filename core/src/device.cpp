@@ -111,6 +111,24 @@ std::atomic<bool> gpu_memory_allocated = false;
 
 void note_gpu_memory() { gpu_memory_allocated = true; }
 
+namespace {
+thread_local int issuing = -1;
+thread_local HostCopyObserver host_copy_observer = nullptr;
+thread_local void* host_copy_context = nullptr;
+}  // namespace
+
+void set_issuing_rank(int rank) { issuing = rank; }
+int issuing_rank() { return issuing; }
+
+void observe_host_copies(HostCopyObserver observer, void* context) {
+  host_copy_observer = observer;
+  host_copy_context = context;
+}
+
+void note_host_copy(std::size_t bytes, bool to_host) {
+  if (host_copy_observer) host_copy_observer(bytes, to_host, host_copy_context);
+}
+
 const Device& device_of(const void* p) {
   if (gpu_memory_allocated && p && cuda_device().holds(p)) return cuda_device();
   if (fenced_device().holds(p)) return fenced_device();

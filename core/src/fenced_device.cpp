@@ -205,10 +205,12 @@ template <OpName name, auto op> constexpr auto opened = opened_op<name, op>(op);
 void fenced_copy_from_host(void* dst, const void* src, std::size_t bytes) {
   const Opened opened("copy_from_host", {2}, dst, src);
   std::memcpy(dst, src, bytes);
+  note_host_copy(bytes, false);
 }
 void fenced_copy_to_host(void* dst, const void* src, std::size_t bytes) {
   const Opened opened("copy_to_host", {1}, dst, src);
   std::memcpy(dst, src, bytes);
+  note_host_copy(bytes, true);
 }
 // Within the device, or between it and the host either way (as cudaMemcpyDefault).
 void fenced_copy(void* dst, const void* src, std::size_t bytes) {

@@ -18,15 +18,6 @@ namespace labkit::ops::cuda {
 using namespace cuda_launch;
 
 namespace {
-cublasHandle_t handle() {
-  static cublasHandle_t h = [] {
-    cublasHandle_t created;
-    if (cublasCreate(&created) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("cublas: cannot create a handle");
-    return created;
-  }();
-  return h;
-}
-
 __global__ void encoder_forward_kernel(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T,
                                        int C) {
   const long i = long(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -373,12 +364,12 @@ __global__ void sum_of_squares_kernel(double* out, const float* in, long n) {
 }  // namespace
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
-  encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads>>>(out, tokens, wte, wpe, B, T, C);
+  encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(out, tokens, wte, wpe, B, T, C);
   launched("encoder_forward");
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
-  encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads>>>(dwte, dwpe, dout, tokens, B, T, C);
+  encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(dwte, dwpe, dout, tokens, B, T, C);
   launched("encoder_backward");
 }
 
@@ -386,11 +377,11 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
 // transposes of our matrices, so the operands swap (as llm.c's matmul_forward_cublas).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
   const float one = 1, zero = 0;
-  if (cublasSgemm(handle(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC) !=
+  if (cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC) !=
       CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("cublas: matmul_forward");
   if (bias) {
-    add_bias_kernel<<<blocks(long(N) * OC), kThreads>>>(out, bias, N, OC);
+    add_bias_kernel<<<blocks(long(N) * OC), kThreads, 0, stream()>>>(out, bias, N, OC);
     launched("matmul_forward bias");
   }
 }
@@ -400,127 +391,127 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   const float one = 1;
   // dinp (N,C) += dout (N,OC) . W (OC,C);  dW (OC,C) += dout^T (OC,N) . inp (N,C).
   // Either may be null: a zero-bubble pipeline computes them apart.
-  if ((dinp && cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
+  if ((dinp && cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
                    CUBLAS_STATUS_SUCCESS) ||
-      (dweight && cublasSgemm(handle(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight,
+      (dweight && cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight,
                               C) != CUBLAS_STATUS_SUCCESS))
     throw std::runtime_error("cublas: matmul_backward");
   if (dbias) {
-    bias_backward_kernel<<<column_grid(N, OC), kThreads>>>(dbias, dout, N, OC);
+    bias_backward_kernel<<<column_grid(N, OC), kThreads, 0, stream()>>>(dbias, dout, N, OC);
     launched("matmul_backward bias");
   }
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int N, int C) {
-  layernorm_forward_kernel<<<blocks(N), kThreads>>>(out, mean, rstd, inp, weight, bias, N, C);
+  layernorm_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
   launched("layernorm_forward");
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  layernorm_backward_kernel<<<blocks(N), kThreads>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  layernorm_params_backward_kernel<<<column_grid(N, C), kThreads>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
+  layernorm_backward_kernel<<<blocks(N), kThreads, 0, stream()>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_params_backward_kernel<<<column_grid(N, C), kThreads, 0, stream()>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
   launched("layernorm_backward");
 }
 
 void gelu_forward(float* out, const float* inp, int n) {
-  gelu_forward_kernel<<<blocks(n), kThreads>>>(out, inp, n);
+  gelu_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, inp, n);
   launched("gelu_forward");
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int n) {
-  gelu_backward_kernel<<<blocks(n), kThreads>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
   launched("gelu_backward");
 }
 
 void relu_forward(float* out, const float* inp, int n) {
-  relu_forward_kernel<<<blocks(n), kThreads>>>(out, inp, n);
+  relu_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, inp, n);
   launched("relu_forward");
 }
 
 void relu_backward(float* dinp, const float* inp, const float* dout, int n) {
-  relu_backward_kernel<<<blocks(n), kThreads>>>(dinp, inp, dout, n);
+  relu_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
   launched("relu_backward");
 }
 
 void residual_forward(float* out, const float* a, const float* b, int n) {
-  residual_forward_kernel<<<blocks(n), kThreads>>>(out, a, b, n);
+  residual_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, a, b, n);
   launched("residual_forward");
 }
 
 void residual_backward(float* da, float* db, const float* dout, int n) {
-  residual_backward_kernel<<<blocks(n), kThreads>>>(da, db, dout, n);
+  residual_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(da, db, dout, n);
   launched("residual_backward");
 }
 
 void softmax_forward(float* probs, const float* logits, int N, int V) {
-  softmax_forward_kernel<<<blocks(N), kThreads>>>(probs, logits, N, V);
+  softmax_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(probs, logits, N, V);
   launched("softmax_forward");
 }
 
 void softmax_backward(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
-  softmax_backward_kernel<<<blocks(N), kThreads>>>(dlogits, probs, dprobs, N, V);
+  softmax_backward_kernel<<<blocks(N), kThreads, 0, stream()>>>(dlogits, probs, dprobs, N, V);
   launched("softmax_backward");
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
-  attention_forward_kernel<<<attention_blocks(B, T, NH), kThreads>>>(out, preatt, att, inp, B, T, C, NH);
+  attention_forward_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(out, preatt, att, inp, B, T, C, NH);
   launched("attention_forward");
 }
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                         const float* att, int B, int T, int C, int NH) {
-  attention_backward_query_kernel<<<attention_blocks(B, T, NH), kThreads>>>(dinp, dpreatt, datt, dout, inp, att, B, T,
+  attention_backward_query_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(dinp, dpreatt, datt, dout, inp, att, B, T,
                                                                            C, NH);
-  attention_backward_key_value_kernel<<<attention_blocks(B, T, NH), kThreads>>>(dinp, dpreatt, dout, inp, att, B, T, C,
+  attention_backward_key_value_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(dinp, dpreatt, dout, inp, att, B, T, C,
                                                                                NH);
   launched("attention_backward");
 }
 
 void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V) {
-  crossentropy_forward_kernel<<<blocks(N), kThreads>>>(losses, probs, targets, N, V);
+  crossentropy_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(losses, probs, targets, N, V);
   launched("crossentropy_forward");
 }
 
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets, int N,
                                    int V) {
-  crossentropy_softmax_backward_kernel<<<blocks(long(N) * V), kThreads>>>(dlogits, dlosses, probs, targets, N, V);
+  crossentropy_softmax_backward_kernel<<<blocks(long(N) * V), kThreads, 0, stream()>>>(dlogits, dlosses, probs, targets, N, V);
   launched("crossentropy_softmax_backward");
 }
 
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step) {
-  adamw_kernel<<<blocks(n), kThreads>>>(params, master, grads, m, v, n, step);
+  adamw_kernel<<<blocks(n), kThreads, 0, stream()>>>(params, master, grads, m, v, n, step);
   launched("adamw_update");
 }
 
 void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum) {
-  sgd_momentum_kernel<<<blocks(n), kThreads>>>(params, velocity, grads, n, lr, momentum);
+  sgd_momentum_kernel<<<blocks(n), kThreads, 0, stream()>>>(params, velocity, grads, n, lr, momentum);
   launched("sgd_momentum_update");
 }
 
 void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
                     const LambStep& step) {
   if (n == 0) return;
-  lamb_direction_kernel<<<blocks(n), kThreads>>>(direction, m, v, grads, params, n, step);
+  lamb_direction_kernel<<<blocks(n), kThreads, 0, stream()>>>(direction, m, v, grads, params, n, step);
   launched("lamb_direction");
 }
 
 void axpy(float* y, float a, const float* x, long n) {
   if (n == 0) return;
-  axpy_kernel<<<blocks(n), kThreads>>>(y, a, x, n);
+  axpy_kernel<<<blocks(n), kThreads, 0, stream()>>>(y, a, x, n);
   launched("axpy");
 }
 
 void fill(float* out, float value, long n) {
   if (n == 0) return;
-  fill_kernel<<<blocks(n), kThreads>>>(out, value, n);
+  fill_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, value, n);
   launched("fill");
 }
 
 void scale(float* inout, float factor, long n) {
   if (n == 0) return;
-  scale_kernel<<<blocks(n), kThreads>>>(inout, factor, n);
+  scale_kernel<<<blocks(n), kThreads, 0, stream()>>>(inout, factor, n);
   launched("scale");
 }
 
@@ -528,10 +519,11 @@ void scale(float* inout, float factor, long n) {
 double sum_of_squares(const float* in, long n) {
   if (n == 0) return 0;
   double* sum = static_cast<double*>(cuda_memory::allocate(sizeof(double)));  // zero-filled
-  sum_of_squares_kernel<<<blocks(n), kThreads>>>(sum, in, n);
+  sum_of_squares_kernel<<<blocks(n), kThreads, 0, stream()>>>(sum, in, n);
   launched("sum_of_squares");
   double host = 0;
-  check_cuda(cudaMemcpy(&host, sum, sizeof(double), cudaMemcpyDeviceToHost), "sum_of_squares to the host");
+  check_cuda(cudaMemcpyAsync(&host, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()), "sum_of_squares to the host");
+  check_cuda(cudaStreamSynchronize(stream()), "sum_of_squares to the host");
   cuda_memory::release(sum);
   return host;
 }
@@ -563,21 +555,22 @@ template <class T, class Wide = T> __global__ void divide_kernel(T* inout, long 
   if (i < n) inout[i] = T(Wide(inout[i]) / Wide(divisor));
 }
 
-// Launched on the default stream, after the kernels that wrote either buffer
-// and before any that reads the result: no wait, the stream keeps the order.
+// Launched on the legacy default stream (kAllRanks), after the kernels of every
+// rank that wrote either buffer and before any that reads the result: no wait,
+// the streams keep the order (cuda_streams.cu).
 void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   const long n = long(count);
   const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
-    case DType::f64: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
-    case DType::i32: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
+    case DType::f32: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
+    case DType::f64: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
+    case DType::i32: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
     case DType::i64:
-      reduce_kernel<<<grid, kThreads>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
+      reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
       break;
-    case DType::u8: reduce_kernel<<<grid, kThreads>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
+    case DType::u8: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
     case DType::bf16:
-      reduce_kernel<__nv_bfloat16, float><<<grid, kThreads>>>(op, static_cast<const __nv_bfloat16*>(in),
+      reduce_kernel<__nv_bfloat16, float><<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const __nv_bfloat16*>(in),
                                                           static_cast<__nv_bfloat16*>(inout), n);
       break;
   }
@@ -588,12 +581,12 @@ void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
   const long n = long(count);
   const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: divide_kernel<<<grid, kThreads>>>(static_cast<float*>(inout), n, divisor); break;
-    case DType::f64: divide_kernel<<<grid, kThreads>>>(static_cast<double*>(inout), n, divisor); break;
-    case DType::i32: divide_kernel<<<grid, kThreads>>>(static_cast<int*>(inout), n, divisor); break;
-    case DType::i64: divide_kernel<<<grid, kThreads>>>(static_cast<long long*>(inout), n, divisor); break;
-    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, kThreads>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
-    case DType::u8: divide_kernel<<<grid, kThreads>>>(static_cast<unsigned char*>(inout), n, divisor); break;
+    case DType::f32: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<float*>(inout), n, divisor); break;
+    case DType::f64: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<double*>(inout), n, divisor); break;
+    case DType::i32: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<int*>(inout), n, divisor); break;
+    case DType::i64: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<long long*>(inout), n, divisor); break;
+    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, kThreads, 0, kAllRanks>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
+    case DType::u8: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<unsigned char*>(inout), n, divisor); break;
   }
   check_cuda(cudaGetLastError(), "divide_local on the GPU");
 }
@@ -610,17 +603,22 @@ const Device kCuda = [] {
   d.name = "cuda";
   d.allocate = gpu_allocate;
   d.release = cuda_memory::release;
+  // A rank's own copies to and from the host go on its stream: the source is
+  // staged before the call returns, and a copy back waits for that stream only.
   d.copy_from_host = [](void* dst, const void* src, std::size_t bytes) {
-    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to the GPU");
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()), "copy to the GPU");
+    note_host_copy(bytes, false);
   };
   d.copy_to_host = [](void* dst, const void* src, std::size_t bytes) {
-    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copy from the GPU");
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "copy from the GPU");
+    check_cuda(cudaStreamSynchronize(stream()), "copy from the GPU");
+    note_host_copy(bytes, true);
   };
-  d.zero = [](void* p, std::size_t bytes) { check_cuda(cudaMemsetAsync(p, 0, bytes), "cudaMemsetAsync"); };
+  d.zero = [](void* p, std::size_t bytes) { check_cuda(cudaMemsetAsync(p, 0, bytes, stream()), "cudaMemsetAsync"); };
   d.synchronize = [] { check_cuda(cudaDeviceSynchronize(), "synchronize"); };
   d.holds = cuda_memory::holds;  // its own blocks: no call into CUDA per question
-  d.copy = [](void* dst, const void* src, std::size_t bytes) {
-    check_cuda(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "copy on the GPU");
+  d.copy = [](void* dst, const void* src, std::size_t bytes) {  // between ranks too: ordered with all of them
+    check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kAllRanks), "copy on the GPU");
   };
   d.reduce = gpu_reduce;
   d.divide = gpu_divide;

@@ -43,17 +43,17 @@ __global__ void row_dots_kernel(float* out, const float* a, const int* index, co
 }  // namespace
 
 void gather_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C) {
-  gather_rows_kernel<<<blocks(n * C), kThreads>>>(dst, src, index, weights, n, C);
+  gather_rows_kernel<<<blocks(n * C), kThreads, 0, stream()>>>(dst, src, index, weights, n, C);
   launched("gather_rows");
 }
 
 void scatter_add_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C) {
-  scatter_add_rows_kernel<<<blocks(n * C), kThreads>>>(dst, src, index, weights, n, C);
+  scatter_add_rows_kernel<<<blocks(n * C), kThreads, 0, stream()>>>(dst, src, index, weights, n, C);
   launched("scatter_add_rows");
 }
 
 void row_dots(float* out, const float* a, const int* index, const float* b, long n, int C) {
-  row_dots_kernel<<<blocks(n), kThreads>>>(out, a, index, b, n, C);
+  row_dots_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, a, index, b, n, C);
   launched("row_dots");
 }
 

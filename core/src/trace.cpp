@@ -38,6 +38,7 @@ std::string_view category(TraceEvent::Kind kind) {
     case TraceEvent::Kind::compute: return "compute";
     case TraceEvent::Kind::memory: return "memory";
     case TraceEvent::Kind::fault: return "fault";
+    case TraceEvent::Kind::host_copy: return "host copy";
   }
   return "";
 }
@@ -73,7 +74,9 @@ nlohmann::json flow_end(int tid, const TraceEvent& e) {
   return j;
 }
 
-bool is_span(const TraceEvent& e) { return e.kind != TraceEvent::Kind::memory && e.kind != TraceEvent::Kind::fault; }
+bool is_span(const TraceEvent& e) {
+  return e.kind != TraceEvent::Kind::memory && e.kind != TraceEvent::Kind::fault && e.kind != TraceEvent::Kind::host_copy;
+}
 
 // A span shorter than half a nanosecond (a sub-nanosecond compute region, such
 // as routing a few tokens) rounds to zero length. It is left out of the
@@ -167,9 +170,11 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
         for (const auto& [use, bytes] : e.counters) args[use] = bytes;
         events.push_back({{"name", "rank " + std::to_string(t.rank) + " memory"}, {"cat", "memory"}, {"ph", "C"},
                           {"pid", kPid}, {"tid", t.rank}, {"ts", micros(nanos(e.start))}, {"args", std::move(args)}});
-      } else if (e.kind == TraceEvent::Kind::fault) {  // an instant on the rank's own track ("s": "t")
-        events.push_back({{"name", e.name}, {"cat", "fault"}, {"ph", "i"}, {"s", "t"}, {"pid", kPid},
-                          {"tid", t.rank}, {"ts", micros(nanos(e.start))}});
+      } else if (e.kind == TraceEvent::Kind::fault || e.kind == TraceEvent::Kind::host_copy) {  // an instant on the rank's own track ("s": "t")
+        nlohmann::json instant = {{"name", e.name}, {"cat", category(e.kind)}, {"ph", "i"}, {"s", "t"}, {"pid", kPid},
+                                  {"tid", t.rank}, {"ts", micros(nanos(e.start))}};
+        if (e.kind == TraceEvent::Kind::host_copy) instant["args"] = {{"bytes", e.bytes}};
+        events.push_back(std::move(instant));
       }
     }
     const Lanes& lanes = layout[t.rank];

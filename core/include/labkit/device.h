@@ -117,4 +117,20 @@ const Device& cuda_device();            // in ops_cuda.cu, or no_cuda.cpp in a b
 const Device& fenced_device();          // in fenced_device.cpp
 bool cuda_available();                  // built with CUDA, and a GPU is present
 
+// The simulated rank whose code issues the ops that follow, or -1 where a
+// process is one rank. The simulator sets it as it switches between ranks; on a
+// GPU each rank's ops then go to a CUDA stream of its own, so ranks sharing the
+// GPU overlap as processes would (cuda_streams.cu). Per thread.
+void set_issuing_rank(int rank);
+int issuing_rank();
+
+// What stays on the host (a router's choices, a loss, a norm for clipping)
+// crosses by an explicit copy between the host and a device's memory (a GPU's,
+// the fenced device's; the CPU's is the host's). Each such copy is told to the
+// observer this thread set, if any: the simulator marks it on the issuing
+// rank's trace, with its bytes. nullptr: none.
+using HostCopyObserver = void (*)(std::size_t bytes, bool to_host, void* context);
+void observe_host_copies(HostCopyObserver observer, void* context);
+void note_host_copy(std::size_t bytes, bool to_host);  // by the devices' copy_to_host and copy_from_host
+
 }  // namespace labkit

@@ -6,7 +6,8 @@
 // overlaps), spans for collectives, sends, receives and compute as "B"/"E" pairs
 // in whole nanoseconds that nest strictly on each track, "s"/"f" flow events
 // that draw an arrow from each send to its receive, "C" counters of each rank's
-// memory by use, and an "i" instant where a rank failed. Perfetto
+// memory by use, and "i" instants where a rank failed and where it copied
+// between the host and its device's memory (host_copy, with the bytes). Perfetto
 // (ui.perfetto.dev), speedscope and chrome://tracing open it.
 #pragma once
 
@@ -19,9 +20,9 @@
 namespace labkit {
 
 struct TraceEvent {
-  enum class Kind { collective, send, recv, compute, memory, fault };
+  enum class Kind { collective, send, recv, compute, memory, fault, host_copy };
   Kind kind;
-  std::string name;     // "all_reduce", "send", "recv", the compute region's name, or "failed"
+  std::string name;     // "all_reduce", "send", "recv", the compute region's name, "failed", "to host" or "to device"
   double start = 0;     // seconds
   double end = 0;
   int peer = -1;        // global rank of the other end (send/recv)

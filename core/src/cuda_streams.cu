@@ -1,0 +1,51 @@
+// The CUDA stream and cuBLAS handle a simulated rank's ops go to. One process's
+// ranks share the GPU; on one stream each rank's small kernels would wait for
+// the previous rank's, while processes (or MPS clients) overlap. So each rank
+// issues on its own stream, as a process issues on its own context's:
+//   - the ops of one rank keep their order (one stream);
+//   - data that crosses ranks moves by the device's copy and reduce (the
+//     simulator's deliveries and native collectives), issued on the legacy
+//     default stream, which waits for all earlier work of every rank's stream
+//     and which every rank's later work waits for (CUDA's legacy stream semantics,
+//     with streams made by cudaStreamCreate): what a rank reads after a
+//     collective was written before it.
+// A process of one rank (issuing_rank() -1) issues everything on the legacy stream.
+// Each rank has its own cuBLAS handle: a handle's workspace is shared by its
+// calls, which on two streams may run at once.
+#include <deque>
+#include <mutex>
+
+#include "cuda_support.h"
+#include "labkit/device.h"
+
+namespace labkit::cuda_launch {
+
+namespace {
+
+struct Lane {
+  cudaStream_t stream = cudaStreamLegacy;
+  cublasHandle_t blas = nullptr;
+};
+
+// Lane r + 1 is rank r's; lane 0 the legacy stream's. Never destroyed, as the
+// caching allocator's blocks (a static tensor may release at exit).
+Lane& lane(int rank) {
+  static std::mutex lock;
+  static auto* lanes = new std::deque<Lane>;
+  std::lock_guard guard(lock);
+  while (int(lanes->size()) <= rank + 1) {
+    Lane made;
+    if (!lanes->empty()) check_cuda(cudaStreamCreate(&made.stream), "cudaStreamCreate for a simulated rank");
+    if (cublasCreate(&made.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(made.blas, made.stream) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("cublas: cannot create a handle");
+    lanes->push_back(made);
+  }
+  return (*lanes)[std::size_t(rank + 1)];
+}
+
+}  // namespace
+
+cudaStream_t stream() { return lane(issuing_rank()).stream; }
+cublasHandle_t blas() { return lane(issuing_rank()).blas; }
+
+}  // namespace labkit::cuda_launch
