@@ -359,14 +359,23 @@ std::vector<Phase> timeline_of(const Breakdown& b, const Plan& plan, double loss
   const bool grads_kept = plan.state.master_weights || plan.dp > 1;
   const double between = persistent + (grads_kept ? grads : 0);
   const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
+  const std::vector<std::string> lasting = {"weights", "master weights", "optimizer states", "workspaces"};
+  std::vector<std::string> kept_between = lasting, with_grads = lasting;
+  if (grads_kept) kept_between.push_back("gradients");
+  with_grads.push_back("gradients");
+  std::vector<std::string> in_forward = kept_between;
+  in_forward.insert(in_forward.end(), {"gathered weights", "prefetched weights", "activations", "final norm and loss",
+                                       "autocast weight copies"});
   std::vector<Phase> phases = {
-      {"start of step", between, state + (find("workspaces") ? ", workspaces" : "")},
-      {"forward", between + gathered + kept, "+ activations"},
+      {"start of step", between, state + (find("workspaces") ? ", workspaces" : ""), kept_between},
+      {"forward", between + gathered + kept, "+ activations", in_forward},
   };
   if (loss_grads > 0) phases.push_back({"backward starts", between + gathered + kept + loss_grads,
-                                        "+ the loss's gradients (s x b x V, twice)"});
-  if (!grads_kept) phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made"});
-  phases.push_back({"optimizer step", persistent + grads, "activations freed; gradients and states update the weights"});
+                                        "+ the loss's gradients (s x b x V, twice)", in_forward});
+  if (!grads_kept)
+    phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made", with_grads});
+  phases.push_back(
+      {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights", with_grads});
   return phases;
 }
 
@@ -466,12 +475,24 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
     b.lines.push_back({"autocast weight copies", extras.weight_copies,
                        "bf16 copies of the matmuls' weights, from their forward to their backward"});
   if (p.workspace > 0) b.lines.push_back({"workspaces", p.workspace, "cuBLAS's and cuBLASLt's, from the first matmul"});
-  const std::vector<Phase> timeline = timeline_of(b, p, extras.loss_grads);
-  const double peak = peak_of(timeline);
-  b.peak_at = std::find_if(timeline.begin(), timeline.end(), [&](const Phase& f) { return f.bytes == peak; })->name;
+  b.timeline = timeline_of(b, p, extras.loss_grads);
+  const double peak = peak_of(b.timeline);
+  b.peak_at = std::find_if(b.timeline.begin(), b.timeline.end(), [&](const Phase& f) { return f.bytes == peak; })->name;
   add_overheads(b, double(p.dp) * model_parallel > 1, peak);
   return b;
 }
+
+// Bytes of an element kept for backward: a matmul's input or output (fp32
+// without autocast, else 16-bit), and the residual stream, a norm's input
+// (autocast keeps it fp32).
+namespace {
+struct ElementBytes {
+  double matmul, residual;
+};
+ElementBytes element_bytes(ActivationPrecision p) {
+  return {p == ActivationPrecision::fp32 ? 4.0 : 2.0, p == ActivationPrecision::bits16 ? 2.0 : 4.0};
+}
+}  // namespace
 
 // Bytes of the layer's tensors: E = s b tokens, each tensor E x width x its
 // element's bytes. Tensor parallelism splits what lives inside its blocks (per
@@ -482,9 +503,8 @@ LayerActivations layer_activations(const Architecture& m, const ActivationShape&
   const double E = x.seq * x.micro_batch, h = x.hidden, t = x.tp, outside = x.sequence_parallel ? t : 1;
   const double kv = double(m.kv_heads) / m.heads;  // K and V as wide as their heads (GQA)
   const double mask = m.dropout ? 1 : 0;           // a dropout mask: one byte an element
-  // A matmul's input or output, the residual stream (a norm's input), a score kept for softmax's backward.
-  const double mm = x.precision == ActivationPrecision::fp32 ? 4 : 2;
-  const double residual = x.precision == ActivationPrecision::bits16 ? 2 : 4;
+  const auto [mm, residual] = element_bytes(x.precision);
+  // A score kept for softmax's backward.
   const double score = x.precision == ActivationPrecision::bits16 ? 2
                        : x.precision == ActivationPrecision::fp32 ? 4
                                                                   : 4 + 2;  // fp32 softmax, its bf16 copy for att @ v
@@ -526,8 +546,7 @@ StepExtras step_extras(const Architecture& m, const ActivationShape& x, bool cou
     e.weight_copies = 2 * matmul_weights / t;
   }
   if (!count_loss) return e;
-  const double residual = x.precision == ActivationPrecision::bits16 ? 2 : 4;
-  const double mm = x.precision == ActivationPrecision::fp32 ? 4 : 2;
+  const auto [mm, residual] = element_bytes(x.precision);
   e.head = (residual + mm) * E * h / outside;
   e.loss = 4 * E * m.vocab / t;
   e.loss_grads = 2 * e.loss;
@@ -540,10 +559,8 @@ double Breakdown::bytes_of(std::string_view component) const {
   return 0;
 }
 
-std::vector<Phase> step_timeline(const Architecture& trained, const Plan& plan) {
-  const Architecture model = as_trained(trained, plan);
-  return timeline_of(estimate(model, plan, {"any", 0}), plan,
-                     step_extras(model, activation_shape(model, plan), plan.loss_buffers && !plan.activations).loss_grads);
+std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan) {
+  return estimate(model, plan, {"any", 0}).timeline;
 }
 
 double peak_of(const std::vector<Phase>& timeline) {

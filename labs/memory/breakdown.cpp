@@ -117,7 +117,8 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
 
 nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
   fmt::print("\nmemory over one training step (without overheads):\n");
-  const std::vector<Phase> phases = step_timeline(model, plan);
+  const Breakdown b = estimate(model, plan, {"any", 0});
+  const std::vector<Phase>& phases = b.timeline;
   const double peak = peak_of(phases);
   // Printed without its header: the title line above says what the columns are.
   labkit::lab::Table table({{.header = "phase", .key = "phase", .width = 16, .align = Align::left},
@@ -128,7 +129,7 @@ nlohmann::json print_timeline(const Architecture& model, const Plan& plan) {
   for (const Phase& p : phases)
     table.add({p.name, {p.bytes, fmt::format("{:.2f} GB", p.bytes / GB)},
                std::string(int(40 * p.bytes / peak + 0.5), '#'), p.holds});
-  fmt::print("peak: {:.2f} GB, at {}\n", peak / GB, estimate(model, plan, {"any", 0}).peak_at);
+  fmt::print("peak: {:.2f} GB, at {}\n", peak / GB, b.peak_at);
   return table.json();
 }
 

@@ -30,7 +30,8 @@ inline labkit::lab::Cell gb(double bytes) { return {bytes, fmt::format("{:.2f}",
 
 // The command line's words for a plan, before they are parsed into one.
 struct PlanOptions {
-  std::string model = "llama2-7b", gpu = "h100-80g", precision = "bf16", grads = "bf16", states = "fp32";
+  std::string model = "llama2-7b", gpu = "h100-80g", states = "fp32";
+  std::string precision, grads;  // empty: bf16 (fp32 with --autocast); the weights' where fp32, else bf16
   std::string kv = "bf16", recompute = "none", attention = "eager";
   std::string activation_precision, dropout;  // empty: from the precision, the model's
   Plan plan;  // the options that are its fields already

@@ -18,10 +18,10 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
       ->capture_default_str()->check(cli::parsed_by(gpu_preset));
   app.add_option("--optimizer", plan.optimizer, "sgd, momentum, adam, adamw, adafactor, lion, ...")
       ->capture_default_str()->check(cli::parsed_by(find_optimizer));
-  app.add_option("--precision", o.precision, "weights: fp32, bf16, fp16, fp8-e4m3, fp8-e5m2, int8, int4")
-      ->capture_default_str()->check(precision_name);
-  app.add_option("--grad-precision", o.grads, "gradients (fp32 with --precision fp32)")
-      ->capture_default_str()->check(precision_name);
+  app.add_option("--precision", o.precision, "weights: fp32, bf16 (the default), fp16, fp8-e4m3, fp8-e5m2, int8, int4")
+      ->check(precision_name);
+  app.add_option("--grad-precision", o.grads, "gradients (default: fp32 with --precision fp32, else bf16)")
+      ->check(precision_name);
   app.add_option("--state-precision", o.states, "optimizer states")->capture_default_str()->check(precision_name);
   app.add_flag("--no-master", o.no_master, "no fp32 master copy of the weights (none with --precision fp32)");
   app.add_option("--zero", plan.zero, "ZeRO stage 0-3 (3 = FSDP)")->capture_default_str()->check(cli::in_range(0, 3));
@@ -66,14 +66,13 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
 Plan make_plan(const PlanOptions& o, const Architecture& model) {
   Plan plan = o.plan;
   plan.training = !o.inference;
-  plan.precision = parse_precision(o.precision);
-  plan.state = {plan.precision, parse_precision(o.grads), parse_precision(o.states), !o.no_master};
-  if (plan.precision == Precision::fp32) {  // a model trained in fp32 has fp32 gradients and nothing to copy up
-    if (o.grads == "bf16") plan.state.grads = Precision::fp32;
-    plan.state.master_weights = false;
-  }
+  plan.precision = parse_precision(o.precision.empty() ? "bf16" : o.precision);
+  // A model trained in fp32 has fp32 gradients (unless told otherwise) and nothing to copy up.
+  const bool fp32 = plan.precision == Precision::fp32;
+  plan.state = {plan.precision, parse_precision(!o.grads.empty() ? o.grads : fp32 ? "fp32" : "bf16"),
+                parse_precision(o.states), !o.no_master && !fp32};
   if (o.autocast) {  // the model stays fp32; autocast casts the matmuls' inputs and weights to bf16 as they run
-    if (o.precision != "bf16" || o.grads != "bf16" || o.no_master)
+    if (!o.precision.empty() || !o.grads.empty() || o.no_master)
       throw labkit::Error("--autocast keeps the weights and gradients in fp32 with no master copy: drop --precision, "
                           "--grad-precision and --no-master");
     plan.precision = Precision::fp32;

@@ -1,5 +1,6 @@
 // --sweep: the same model under each ZeRO stage, or over 1 to 1024 GPUs, side
 // by side; --plot draws the stages as stacked bars (gnuplot).
+#include <algorithm>
 #include <iterator>
 #include <sstream>
 
@@ -25,15 +26,24 @@ struct Row {
   std::string label;
   double parts[kPartCount] = {};
   double peak = 0, overheads = 0, total = 0;  // peak: what the step holds at once (the loss's buffers among it)
+  // The plot's bar: the parts the peak holds (gradients are not there where the step frees them
+  // between steps), and the rest of it (the loss's buffers, workspaces, autocast's copies).
+  double at_peak[kPartCount] = {}, rest_at_peak = 0;
   bool fits = false;
 };
 
 Row row(const std::string& label, const Breakdown& b) {
   Row r{label};
+  const Phase& peak = *std::find_if(b.timeline.begin(), b.timeline.end(), [&](const Phase& p) { return p.name == b.peak_at; });
+  r.rest_at_peak = b.peak;
   for (const Line& l : b.lines) {
     if (l.overhead) r.overheads += l.bytes;
-    for (int i = 0; i < kPartCount; ++i)
-      if (l.component == kParts[i]) r.parts[i] = l.bytes;
+    for (int i = 0; i < kPartCount; ++i) {
+      if (l.component != kParts[i]) continue;
+      r.parts[i] = l.bytes;
+      if (std::find(peak.lines.begin(), peak.lines.end(), l.component) != peak.lines.end()) r.at_peak[i] = l.bytes;
+      r.rest_at_peak -= r.at_peak[i];
+    }
   }
   r.peak = b.peak;
   r.total = b.total;
@@ -44,19 +54,19 @@ Row row(const std::string& label, const Breakdown& b) {
 void plot_stages(const std::vector<Row>& rows, const std::string& path, const Architecture& model, const Plan& plan,
                  const Gpu& gpu) {
   std::ostringstream data;
-  data << "stage weights gathered gradients master optimizer activations overheads\n";
+  data << "stage weights gathered gradients master optimizer activations \"loss, workspaces\" overheads\n";
   for (const Row& r : rows) {
     data << '"' << r.label << '"';
-    for (double p : r.parts) data << ' ' << p / GB;
-    data << ' ' << r.overheads / GB << '\n';
+    for (double p : r.at_peak) data << ' ' << p / GB;
+    data << ' ' << r.rest_at_peak / GB << ' ' << r.overheads / GB << '\n';
   }
   const std::string commands = fmt::format(
-      "set title '{model}, {optimizer}, dp {dp}, on {gpu}: memory per GPU by ZeRO stage'\n"
+      "set title '{model}, {optimizer}, dp {dp}, on {gpu}: memory per GPU at the peak of a step, by ZeRO stage'\n"
       "set style data histograms\nset style histogram rowstacked\nset style fill solid 0.85 border -1\n"
       "set boxwidth 0.6\nset ylabel 'GB per GPU'\nset key outside right top\nset grid ytics\nset yrange [0:*]\n"
       "set arrow from graph 0, first {limit} to graph 1, first {limit} nohead dashtype 2 linewidth 2\n"
       "set label 'GPU memory' at graph 0.99, first {limit} right offset 0,0.7\n"
-      "plot for [i=2:8] $data using i:xtic(1) title columnheader(i)\n",
+      "plot for [i=2:9] $data using i:xtic(1) title columnheader(i)\n",
       fmt::arg("model", model.name), fmt::arg("optimizer", plan.optimizer), fmt::arg("dp", plan.dp),
       fmt::arg("gpu", gpu.name), fmt::arg("limit", gpu.bytes / GB));
   lab::plot(path, {}, data.str(), commands);

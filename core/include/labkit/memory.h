@@ -257,9 +257,25 @@ struct Line {
   bool overhead = false;
 };
 
+// Memory over one step in the order a step allocates and frees it: the start
+// (what lives between steps), the end of forward, the start of backward (the
+// loss's gradients), the end of backward (activations freed, every gradient
+// made), the optimizer step. Gradients live between steps where a buffer
+// keeps them (DDP's buckets, Megatron's contiguous buffer with its master
+// weights, a ZeRO shard); otherwise PyTorch frees them (zero_grad's
+// set_to_none) and backward makes them again, so that a single GPU's peak
+// comes at backward's start, without them (measured: torch.cuda's
+// max_memory_allocated for GPT-2 steps, book/03-memory.md).
+struct Phase {
+  std::string name;
+  double bytes;
+  std::string holds;
+  std::vector<std::string> lines;  // the breakdown's lines it holds (bytes adds the loss's gradients to them)
+};
 struct Breakdown {
   std::vector<Line> lines;  // components, then overheads
   double peak = 0;          // what the step holds at once of the components (training: its timeline's peak)
+  std::vector<Phase> timeline;  // training: the step's phases, in the order it allocates
   std::string peak_at;      // training: the timeline's phase where it falls
   double total = 0;         // the peak and the overheads
   double gpu_bytes = 0;
@@ -276,21 +292,7 @@ struct Breakdown {
 // backward, when not resharded).
 Breakdown estimate(const Architecture& model, const Plan& plan, const Gpu& gpu);
 
-// Memory over one step in the order a step allocates and frees it: the start
-// (what lives between steps), the end of forward, the start of backward (the
-// loss's gradients), the end of backward (activations freed, every gradient
-// made), the optimizer step. Gradients live between steps where a buffer
-// keeps them (DDP's buckets, Megatron's contiguous buffer with its master
-// weights, a ZeRO shard); otherwise PyTorch frees them (zero_grad's
-// set_to_none) and backward makes them again, so that a single GPU's peak
-// comes at backward's start, without them (measured: torch.cuda's
-// max_memory_allocated for GPT-2 steps, book/03-memory.md).
-struct Phase {
-  std::string name;
-  double bytes;
-  std::string holds;
-};
-std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);
+std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);  // estimate(...).timeline
 double peak_of(const std::vector<Phase>& timeline);
 
 // The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel in powers
