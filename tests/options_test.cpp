@@ -276,6 +276,8 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"memory", "--sp"}, {"--sp", "--tp 1"}},
       {{"memory", "--inference", "--timeline"}, {"--timeline", "training step", "--inference"}},
       {{"memory", "--inference", "--zero", "3"}, {"--zero 3", "--inference"}},
+      // Refused even when spelled as the default is: an explicit option is never silently overridden.
+      {{"memory", "--autocast", "--precision", "bf16"}, {"--autocast", "drop --precision"}},
       {{"train", "--ranks", "2"}, {"--ranks 2", "one model on one rank"}},
       {{"tp", "--what-if", "gpt3-175b", "--sp"}, {"--sp", "--what-if"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
