@@ -76,8 +76,8 @@ Tensor buffer_of(std::size_t count, DType dtype, DeviceKind where) {
 
 // One size of one algorithm: warm up, time, check. On rank 0, the slowest rank's
 // seconds per call and the wrong elements over all ranks (-1: unchecked).
-Timing measure(Comm& comm, const CollectiveBench& b, const std::string& algo, std::size_t count, const Settings& s,
-               Buffers& buffers) {
+Timing measure(Comm& comm, const CollectiveBench& b, [[maybe_unused]] const std::string& algo, std::size_t count,
+               const Settings& s, Buffers& buffers) {
   const int P = comm.size(), r = comm.rank();
   const bool moves_data = count * size_of(s.dtype) <= s.data_max_bytes;
   const View send{moves_data ? buffers.send.data() : nullptr, b.send_count(count, P), s.dtype},

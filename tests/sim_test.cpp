@@ -341,12 +341,15 @@ namespace {
 // A kilobyte a frame, written, so the stack grows through every page; on the
 // fault, from an alternate stack, how deep it went.
 volatile std::sig_atomic_t depth_reached = 0;
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winfinite-recursion"  // the runaway the guard page is there to stop
 int recurse_forever(int depth) {
   volatile char frame[1024];
   frame[depth % sizeof(frame)] = char(depth);
   depth_reached = depth;
   return recurse_forever(depth + 1) + frame[0];
 }
+#pragma GCC diagnostic pop
 void report_depth(int) {
   char text[32] = "faulted at depth ";
   char* end = std::to_chars(text + 17, text + sizeof(text) - 1, int(depth_reached)).ptr;

@@ -57,9 +57,14 @@ std::string rounded(double hours) {
 }  // namespace
 
 std::string grouped(double value) {
-  std::string digits = fmt::format("{:.0f}", std::round(value));
-  for (int at = int(digits.size()) - 3; at > (digits[0] == '-' ? 1 : 0); at -= 3) digits.insert(std::size_t(at), ",");
-  return digits;
+  const std::string digits = fmt::format("{:.0f}", std::round(value));
+  const std::size_t sign = digits[0] == '-' ? 1 : 0;
+  std::string out = digits.substr(0, sign);
+  for (std::size_t i = sign; i < digits.size(); ++i) {
+    if (i > sign && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
