@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/device.h"
 #include "labkit/error.h"
 
 namespace labkit::mpi {
@@ -91,6 +92,30 @@ std::vector<int> nodes_of_world() {
   return node;
 }
 
+// While it lives, each copy between the host and the rank's device memory (a
+// GPU's under NCCL, or host staging) is an instant on the rank's trace, as the
+// simulator marks its ranks' (labkit/device.h).
+class HostCopies {
+ public:
+  HostCopies(TraceTrack* track, const Comm& comm) : track_(track), comm_(comm) {
+    if (track_) observe_host_copies(&HostCopies::copied, this);
+  }
+  ~HostCopies() {
+    if (track_) observe_host_copies(nullptr, nullptr);
+  }
+  HostCopies(const HostCopies&) = delete;
+  HostCopies& operator=(const HostCopies&) = delete;
+
+ private:
+  static void copied(std::size_t bytes, bool to_host, void* self) {
+    const HostCopies& h = *static_cast<HostCopies*>(self);
+    const double at = h.comm_.now();
+    h.track_->events.push_back({TraceEvent::Kind::host_copy, to_host ? "to host" : "to device", at, at, -1, 0, bytes});
+  }
+  TraceTrack* track_;
+  const Comm& comm_;
+};
+
 nlohmann::json to_json(const TraceTrack& t, double shift) {
   nlohmann::json events = nlohmann::json::array();
   for (const TraceEvent& e : t.events)
@@ -160,6 +185,7 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
       TraceTrack* track = tracing ? trace->track(me) : nullptr;
       const std::unique_ptr<Comm> c =
           make_comm ? make_comm(comm, members, track, context) : std::make_unique<MpiComm>(comm, 0, members, track, context);
+      const HostCopies copies(track, *c);
       rank_fn(*c);
       elapsed = c->now();
     } catch (const std::exception& e) {
