@@ -1,7 +1,8 @@
 // The CUDA stream and cuBLAS handle a simulated rank's ops go to. One process's
-// ranks share the GPU; on one stream each rank's small kernels would wait for
-// the previous rank's, while processes (or MPS clients) overlap. So each rank
-// issues on its own stream, as a process issues on its own context's:
+// ranks share the GPU; on one stream each rank's kernels would queue behind the
+// others', and a kernel too small to fill the GPU would leave it part idle. So
+// each rank issues on a stream of its own, and kernels of different ranks may
+// run at once:
 //   - the ops of one rank keep their order (one stream);
 //   - data that crosses ranks moves by the device's copy and reduce (the
 //     simulator's deliveries and native collectives), issued on the legacy
