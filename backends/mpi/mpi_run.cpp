@@ -109,8 +109,7 @@ class HostCopies {
  private:
   static void copied(std::size_t bytes, bool to_host, void* self) {
     const HostCopies& h = *static_cast<HostCopies*>(self);
-    const double at = h.comm_.now();
-    h.track_->events.push_back({TraceEvent::Kind::host_copy, to_host ? "to host" : "to device", at, at, -1, 0, bytes});
+    h.track_->events.push_back(host_copy_event(h.comm_.now(), bytes, to_host));
   }
   TraceTrack* track_;
   const Comm& comm_;

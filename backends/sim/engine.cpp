@@ -135,8 +135,7 @@ void Engine::host_copied(std::size_t bytes, bool to_host, void* engine) {
   if (!e.options_.trace || running < 0) return;
   const RankState& a = e.actor(running);
   const int rank = a.stream ? a.stream->owner : running;
-  e.options_.trace->track(rank)->events.push_back(
-      {TraceEvent::Kind::host_copy, to_host ? "to host" : "to device", a.now, a.now, -1, 0, bytes});
+  e.options_.trace->track(rank)->events.push_back(host_copy_event(a.now, bytes, to_host));
 }
 
 // Keeps the invariant that the running rank is the earliest ready one: a rank

@@ -348,34 +348,31 @@ ActivationShape activation_shape(const Architecture& m, const Plan& p) {
           p.activation_precision};
 }
 
-// The step in the order it allocates, from the breakdown's lines (step_timeline).
+// The step in the order it allocates, from the breakdown's lines (step_timeline):
+// each phase holds some of them, and backward's start the loss's gradients too.
 std::vector<Phase> timeline_of(const Breakdown& b, const Plan& plan, double loss_grads) {
-  auto find = [&](std::string_view name) { return b.bytes_of(name); };
-  const double persistent = find("weights") + find("master weights") + find("optimizer states") + find("workspaces");
-  const double grads = find("gradients"), gathered = find("gathered weights") + find("prefetched weights");
-  const double kept = find("activations") + find("final norm and loss") + find("autocast weight copies");
+  const auto phase = [&](std::string name, std::string holds, std::vector<std::string> lines, double more = 0) {
+    double bytes = more;
+    for (const std::string& line : lines) bytes += b.bytes_of(line);
+    return Phase{std::move(name), bytes, std::move(holds), std::move(lines)};
+  };
   // A buffer keeps the gradients between steps (DDP's buckets, Megatron's with its master weights, ZeRO's
   // shards); else zero_grad(set_to_none) frees them and backward makes them again.
   const bool grads_kept = plan.state.master_weights || plan.dp > 1;
-  const double between = persistent + (grads_kept ? grads : 0);
-  const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
   const std::vector<std::string> lasting = {"weights", "master weights", "optimizer states", "workspaces"};
-  std::vector<std::string> kept_between = lasting, with_grads = lasting;
-  if (grads_kept) kept_between.push_back("gradients");
+  std::vector<std::string> between = lasting, with_grads = lasting;
+  if (grads_kept) between.push_back("gradients");
   with_grads.push_back("gradients");
-  std::vector<std::string> in_forward = kept_between;
+  std::vector<std::string> in_forward = between;
   in_forward.insert(in_forward.end(), {"gathered weights", "prefetched weights", "activations", "final norm and loss",
                                        "autocast weight copies"});
-  std::vector<Phase> phases = {
-      {"start of step", between, state + (find("workspaces") ? ", workspaces" : ""), kept_between},
-      {"forward", between + gathered + kept, "+ activations", in_forward},
-  };
-  if (loss_grads > 0) phases.push_back({"backward starts", between + gathered + kept + loss_grads,
-                                        "+ the loss's gradients (s x b x V, twice)", in_forward});
-  if (!grads_kept)
-    phases.push_back({"backward ends", persistent + grads, "activations freed, every gradient made", with_grads});
-  phases.push_back(
-      {"optimizer step", persistent + grads, "activations freed; gradients and states update the weights", with_grads});
+  const std::string state = grads_kept ? "weights, optimizer states and gradients" : "weights and optimizer states";
+  std::vector<Phase> phases = {phase("start of step", state + (b.bytes_of("workspaces") ? ", workspaces" : ""), between),
+                               phase("forward", "+ activations", in_forward)};
+  if (loss_grads > 0)
+    phases.push_back(phase("backward starts", "+ the loss's gradients (s x b x V, twice)", in_forward, loss_grads));
+  if (!grads_kept) phases.push_back(phase("backward ends", "activations freed, every gradient made", with_grads));
+  phases.push_back(phase("optimizer step", "activations freed; gradients and states update the weights", with_grads));
   return phases;
 }
 

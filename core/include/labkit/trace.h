@@ -40,6 +40,11 @@ struct TraceEvent {
   bool on_stream = false;
 };
 
+// A copy between the host and a rank's device memory, at `at` (labkit/device.h's observer).
+inline TraceEvent host_copy_event(double at, std::uint64_t bytes, bool to_host) {
+  return {TraceEvent::Kind::host_copy, to_host ? "to host" : "to device", at, at, -1, 0, bytes};
+}
+
 // One rank's events, in the order they ended.
 struct TraceTrack {
   int rank = 0;
