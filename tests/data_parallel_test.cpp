@@ -91,6 +91,31 @@ TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {
   }
 }
 
+// Reading the loss waits for the device. A step reads it once its forward,
+// backward and averaging are queued, so a GPU is not left idle while the host
+// waits, and simulated ranks sharing one GPU queue their steps side by side.
+TEST(DataParallel, ReadsTheLossOnlyOnceTheStepIsQueued) {
+  const GptConfig config = gpt_preset("tiny-gpt", 16);
+  std::vector<int> x(2 * config.max_seq), y(2 * config.max_seq);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = int(i % 16), y[i] = int((i + 1) % 16);
+  for (DdpMode mode : kDdpModes) {
+    auto run = simulate(2, [&](Comm& c) {
+      Gpt model(config, 1, DeviceKind::fenced);
+      DataParallel ddp(c, model, mode, {.first_bytes = 16 << 10, .bytes = 64 << 10});
+      EXPECT_GT(ddp.forward_backward(x, y, 2, config.max_seq), 0.0f);
+    });
+    double step_queued = 0;
+    std::vector<double> reads;
+    for (const TraceEvent& e : run.trace->tracks()[0].events) {
+      if (e.kind == TraceEvent::Kind::compute || e.kind == TraceEvent::Kind::collective)
+        step_queued = std::max(step_queued, e.end);
+      if (e.kind == TraceEvent::Kind::host_copy && e.name == "to host") reads.push_back(e.start);
+    }
+    ASSERT_EQ(reads.size(), 1u) << name_of(mode) << ": the loss, and nothing else, comes to the host";
+    EXPECT_GE(reads[0], step_queued) << name_of(mode) << ": the loss is read after backward and the averaging";
+  }
+}
+
 TEST(MetaModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {
   for (const char* name : {"llama2-7b", "gpt2-xl", "mixtral-8x7b"}) {
     const memory::Architecture arch = memory::model_preset(name);

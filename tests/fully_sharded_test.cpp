@@ -110,6 +110,30 @@ TEST(FullyShardedGpt, EveryStageTrainsTheTinyGptAsOneRankDoes) {
 
 // HSDP: sharded within groups of G, replicated across them; the same weights
 // as one rank (and padding where a unit does not divide by G).
+// As data parallelism's step (data_parallel_test): the loss comes to the host
+// once, after the step's compute and collectives are queued.
+TEST(FullyShardedGpt, ReadsTheLossOnlyOnceTheStepIsQueued) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    const SimRun run = simulate(2, [&](Comm& c) {
+      Gpt model(kConfig, 5, DeviceKind::fenced);
+      FullyShardedGpt zero(c, model, stage);
+      const int rows = kBatch / 2;
+      EXPECT_GT(zero.forward_backward(rows_of(tokens(0, 0), c.rank() * rows, rows),
+                                      rows_of(tokens(0, 1), c.rank() * rows, rows), rows, kConfig.max_seq),
+                0.0f);
+    });
+    double step_queued = 0;
+    std::vector<double> reads;
+    for (const TraceEvent& e : run.trace->tracks()[0].events) {
+      if (e.kind == TraceEvent::Kind::compute || e.kind == TraceEvent::Kind::collective)
+        step_queued = std::max(step_queued, e.end);
+      if (e.kind == TraceEvent::Kind::host_copy && e.name == "to host") reads.push_back(e.start);
+    }
+    ASSERT_EQ(reads.size(), 1u) << "stage " << stage << ": the loss, and nothing else, comes to the host";
+    EXPECT_GE(reads[0], step_queued) << "stage " << stage << ": the loss is read after backward and the reductions";
+  }
+}
+
 TEST(FullyShardedGpt, HybridShardingTrainsAsOneRankDoes) {
   const std::vector<float> want = one_rank_weights();
   for (const auto& [ranks, group] : std::vector<std::pair<int, int>>{{2, 1}, {4, 2}, {6, 3}, {8, 2}, {8, 4}})

@@ -103,6 +103,27 @@ TEST(Gpt, ReportsEachRangeOfGradientsOnceInBackwardOrder) {
   EXPECT_TRUE(std::equal(snapshot.begin(), snapshot.end(), model.gradients().begin() + last_layer.offset));
 }
 
+// forward reads the loss at once, a copy to the host that waits for the
+// device; queue_forward leaves it there until loss() is asked, after backward.
+TEST(Gpt, QueueForwardCopiesNothingToTheHostUntilTheLossIsRead) {
+  const Tokens d = character_tokens(synthetic_corpus(5000, 9));
+  const GptConfig config{.max_seq = 16, .vocab = d.vocab, .layers = 2, .heads = 4, .channels = 32};
+  std::vector<int> x, y;
+  batch(d, 0, 2, 16, x, y);
+  Gpt read_at_once(config, 5, DeviceKind::fenced), queued(config, 5, DeviceKind::fenced);
+  const float loss = read_at_once.forward(x, y, 2, 16);
+  std::size_t to_host = 0;
+  observe_host_copies([](std::size_t bytes, bool to, void* count) { *static_cast<std::size_t*>(count) += to ? bytes : 0; },
+                      &to_host);
+  queued.queue_forward(x, y, 2, 16);
+  queued.zero_grad();
+  queued.backward();
+  EXPECT_EQ(to_host, 0u) << "a forward and a backward, queued, read nothing back";
+  EXPECT_EQ(queued.loss(), loss);
+  EXPECT_EQ(to_host, 2 * 16 * sizeof(float)) << "the per-token losses, once";
+  observe_host_copies(nullptr, nullptr);
+}
+
 TEST(Optimizers, OneStepByHand) {
   std::vector<float> w = {1.0f, -2.0f}, g = {0.5f, 0.25f};
   SgdMomentum sgd{.lr = 0.1f, .momentum = 0.9f};
@@ -183,7 +204,8 @@ TEST(Gpt, TwoPipelineStagesComputeWhatOneModelDoes) {
   second.prepare(2, 16);
   std::copy(first.stream(0).begin(), first.stream(0).end(), second.stream(0).begin());  // send the stream
   second.forward_layers(1, 3);
-  EXPECT_EQ(second.head(y), loss);
+  second.head(y);
+  EXPECT_EQ(second.loss(), loss);
   first.zero_grad();
   second.zero_grad();
   second.backward_head();

@@ -173,11 +173,18 @@ std::span<float> Gpt::stream_grad(int layer) {
 }
 
 float Gpt::forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
+  queue_forward(tokens, targets, B, T);
+  return loss();
+}
+
+void Gpt::queue_forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T) {
   prepare(B, T);
   embed(tokens);
   forward_layers(0, config_.layers);
-  return head(targets);
+  head(targets);
 }
+
+float Gpt::loss() const { return mean_loss(device(), a_->losses.value, B_ * T_); }
 
 void Gpt::embed(const std::vector<int>& tokens) {
   IndexTensor& ids = tokens_[std::size_t(set_)];
@@ -189,7 +196,7 @@ void Gpt::forward_layers(int first, int last) {
   for (int l = first; l < last; ++l) m_->blocks[l].forward(device(), a_->blocks[l], stream(l - 1).data(), B_, T_);
 }
 
-float Gpt::head(const std::vector<int>& targets) {
+void Gpt::head(const std::vector<int>& targets) {
   const Device& d = device();
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
   IndexTensor& ids = targets_[std::size_t(set_)];
@@ -198,7 +205,6 @@ float Gpt::head(const std::vector<int>& targets) {
   d.matmul_forward(a_->logits.value, a_->lnf.out.value, m_->wte.value, nullptr, BT, C, V);  // the head shares wte
   d.softmax_forward(a_->probs.value, a_->logits.value, BT, V);
   d.crossentropy_forward(a_->losses.value, a_->probs.value, ids.data(), BT, V);
-  return mean_loss(d, a_->losses.value, BT);
 }
 
 float mean_loss(const Device& d, const float* losses, int n) {
@@ -229,8 +235,7 @@ std::vector<ParameterRange> Gpt::backward_order() const {
 void Gpt::backward_head() {
   const Device& d = device();
   const int C = config_.channels, V = config_.vocab, BT = B_ * T_;
-  const std::vector<float> dlosses(BT, 1.0f / BT);  // the loss is the mean over B x T
-  d.copy_from_host(a_->losses.grad, dlosses.data(), dlosses.size() * sizeof(float));
+  d.fill(a_->losses.grad, 1.0f / float(BT), BT);  // the loss is the mean over B x T
   d.crossentropy_softmax_backward(a_->logits.grad, a_->losses.grad, a_->probs.value,
                                   targets_[std::size_t(set_)].data(), BT, V);
   d.matmul_backward(a_->lnf.out.grad, m_->wte.grad, nullptr, a_->logits.grad, a_->lnf.out.value, m_->wte.value, BT,

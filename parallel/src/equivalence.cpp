@@ -33,7 +33,7 @@ OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed,
     std::vector<std::size_t> picked = batch_of(sampler, s, batch);
     if (reversed) std::reverse(picked.begin(), picked.end());
     fill_batch(data, picked, x, y);
-    model.forward(x, y, batch, model.config().max_seq);
+    model.queue_forward(x, y, batch, model.config().max_seq);  // its loss is not read: nothing waits for the device
     model.zero_grad();
     model.backward();
     if (s == 0) out.first_grads = model.gradients().to_host();

@@ -51,8 +51,16 @@ class Gpt {
   Gpt(const Gpt& other);  // a copy with its own buffers
   Gpt& operator=(const Gpt&) = delete;
 
-  // Mean cross-entropy of predicting targets (B,T) from tokens (B,T).
+  // Mean cross-entropy of predicting targets (B,T) from tokens (B,T):
+  // queue_forward, then loss().
   float forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
+  // The same forward with the per-token losses left on the device. Reading
+  // them (loss()) waits for the device to finish the forward, so a training
+  // step on a GPU reads its loss after it has queued its backward: the GPU is
+  // not left idle while the host waits, and ranks sharing one GPU queue their
+  // steps side by side.
+  void queue_forward(const std::vector<int>& tokens, const std::vector<int>& targets, int B, int T);
+  float loss() const;  // the mean of the last head's per-token losses: the step's one copy to the host
   void zero_grad();
   // Backward of the last forward. on_ready, if given, is called as soon as a
   // range of gradients is final, in the order backward finishes them: the final
@@ -83,7 +91,7 @@ class Gpt {
   void hold_layers(std::vector<bool> held);
   void embed(const std::vector<int>& tokens);
   void forward_layers(int first, int last);
-  float head(const std::vector<int>& targets);  // final norm, tied output head, mean loss
+  void head(const std::vector<int>& targets);  // final norm, tied output head, per-token losses
   void backward_head();                         // sets stream_grad(L-1); one backward per forward
   // part: both gradients, or the input's then later the weights' (modules.h); on_ready
   // reports a layer once its weights' gradients are final.

@@ -71,7 +71,7 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
   // Each piece of work is timed as it is done: really, on a real backend; on
   // the simulator, its FLOPs at the device's rate.
   double started = comm_.now();
-  const float loss = model_.forward(tokens, targets, B, T);
+  model_.queue_forward(tokens, targets, B, T);  // the loss is read at the end, once the step is queued
   comm_.record_compute("forward", started, model_.config().layers * model_.block_flops(B, T) + model_.head_flops(B, T));
   if (first) model_.zero_grad();  // later micro-steps add to the gradients (backward accumulates)
   // backward_order: the final norm (after the head's backward), the blocks from
@@ -86,13 +86,13 @@ float DataParallel::forward_backward(const std::vector<int>& tokens, const std::
     ++piece;
     started = comm_.now();
   });
-  if (!last) return loss;  // no_sync: nothing to average until the last micro-step
+  if (!last) return model_.loss();  // no_sync: nothing to average until the last micro-step
   averaging_.finish();
   Tensor& grads = model_.gradients();
   // The micro-steps' gradients are a sum of their mean-loss gradients: the mean
   // over all of their tokens is that over the micro-step count.
   if (micro_steps > 1) model_.device().divide(DType::f32, grads.data(), grads.size(), micro_steps);
-  return loss;
+  return model_.loss();
 }
 
 std::size_t MetaModel::parameters() const {

@@ -252,7 +252,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
   if (stage_ == 3) return forward_backward_sharded_parameters(tokens, targets, B, T);
   const Unit &embeddings = units_.front(), &final_norm = units_.back();
   double started = comm_.now();
-  const float loss = model_.forward(tokens, targets, B, T);
+  model_.queue_forward(tokens, targets, B, T);  // the loss is read at the end, once the step is queued
   comm_.record_compute("forward", started, layers * block + head);
   // Stage 2 holds a unit's whole gradients only from its backward to its
   // reduce-scatter: the embeddings' and the final norm's (the head writes the
@@ -283,7 +283,7 @@ float FullyShardedGpt::forward_backward(const std::vector<int>& tokens, const st
       reduce_scatter_gradients(*u);
       free_gradients(*u);
     }
-  return loss;
+  return model_.loss();
 }
 
 // Stage 3: gather each block just before it computes, forward and again
@@ -321,7 +321,7 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
        },
        nothing);
   double started = comm_.now();
-  const float loss = model_.head(targets);
+  model_.head(targets);
   comm_.record_compute("forward head", started, head);
   for (const Unit* kept : {&embeddings, &final_norm}) track(MemoryUse::gradients, *kept, +1);
   started = comm_.now();
@@ -352,7 +352,7 @@ float FullyShardedGpt::forward_backward_sharded_parameters(const std::vector<int
     mark_freed(run_of(params, kept->range));
     track(MemoryUse::gathered, *kept, -1);
   }
-  return loss;
+  return model_.loss();
 }
 
 // Each block: gathered unless kept whole since forward, compute(l), freed

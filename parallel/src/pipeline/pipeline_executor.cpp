@@ -254,7 +254,9 @@ double PipelineExecutor::run_layers(const MicroBatches& batch, const PipeAction&
     case PipeOp::forward:
       if (embeds) model_.embed(batch.tokens(a.microbatch));
       model_.forward_layers(first, last);
-      return has_head ? model_.head(batch.targets(a.microbatch)) : 0;
+      if (!has_head) return 0;
+      model_.head(batch.targets(a.microbatch));
+      return model_.loss();
     case PipeOp::backward:
     case PipeOp::backward_input: {
       const bool whole = a.op == PipeOp::backward;
