@@ -14,7 +14,8 @@ namespace compute_lab {
 
 nlohmann::json print_budget(const labkit::compute::Accelerator& gpu, double mfu);
 nlohmann::json print_ccr();
-nlohmann::json print_roofline(labkit::DeviceKind where, int batch, const std::string& plot);
+// batch 0: 65,536 tokens' worth of the model's context.
+nlohmann::json print_roofline(labkit::DeviceKind where, const std::string& model, int batch, const std::string& plot);
 
 // 1234567 as "1,234,567": the course readings print their figures so.
 std::string grouped(double value);

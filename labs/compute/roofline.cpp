@@ -1,13 +1,15 @@
-// --roofline: this machine's roofs, measured by the kit, and each op of the tiny
-// GPT's training step against them (Williams, Waterman & Patterson 2009):
+// --roofline: this machine's roofs, measured by the kit, and each op of a GPT's
+// training step against them (Williams, Waterman & Patterson 2009):
 //
 //   intensity  = FLOPs / bytes moved            (labkit/op_bench.h counts both)
 //   attainable = min(peak, intensity x memory bandwidth)
 //
 // An op left of the ridge (peak / bandwidth) is memory-bound: a faster ALU would
 // not speed it up, moving fewer bytes would (fusion, FlashAttention). The batch
-// is large so that each op's tensors outgrow the caches and meet the DRAM roof;
-// at the train lab's batch of 8 they fit in cache, which is faster than DRAM.
+// is large by default so that each op's tensors outgrow the caches and meet the
+// DRAM roof; at the train lab's batch of 8 the tiny GPT's fit in cache, which is
+// faster than DRAM. On a GPU, --model small-gpt at a rank's batch and at the
+// whole batch shows which ops a small batch leaves the GPU part idle in.
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -30,8 +32,10 @@ struct Measured {
   double flops_per_second;
 };
 
-// The model the train lab trains: tiny-gpt over its character corpus.
-GptConfig tiny_gpt() { return gpt_preset("tiny-gpt", character_tokens(synthetic_corpus(200000, 1337)).vocab); }
+// The model the train lab trains, over its character corpus.
+GptConfig train_lab_model(const std::string& name) {
+  return gpt_preset(name, character_tokens(synthetic_corpus(200000, 1337)).vocab);
+}
 
 compute::Roofline measure_machine(const Device& device) {
   const bool gpu = device.kind == DeviceKind::cuda;
@@ -98,7 +102,7 @@ nlohmann::json print_datasheet_ridges(const std::vector<Measured>& ops) {
                     {.header = "HBM TB/s", .key = "bandwidth", .width = 9},
                     {.header = "ridge", .key = "ridge", .width = 7},
                     {.header = "ridge at the sparse peak", .key = "sparse_ridge", .width = 26, .gap = 2},
-                    {.header = "tiny GPT ops memory-bound there", .key = "memory_bound_ops", .gap = 2}});
+                    {.header = "its ops memory-bound there", .key = "memory_bound_ops", .gap = 2}});
   table.print_header();
   for (const compute::Accelerator& a : compute::accelerators()) {
     int bound = 0;
@@ -142,19 +146,21 @@ void plot_roofline(const std::vector<Measured>& ops, const compute::Roofline& ro
 }
 }  // namespace
 
-nlohmann::json print_roofline(DeviceKind where, int batch, const std::string& plot) {
+nlohmann::json print_roofline(DeviceKind where, const std::string& model, int batch, const std::string& plot) {
   const Device& device = labkit::device(where);
+  const GptConfig config = train_lab_model(model);
+  if (batch == 0) batch = 65536 / config.max_seq;
   const compute::Roofline roof = measure_machine(device);
-  const GptConfig config = tiny_gpt();
   const std::vector<Measured> ops = measure_ops(config, batch, device);
-  fmt::print("\n# the tiny GPT's ops on {} sequences of {} tokens (C {}, {} heads, vocabulary {}), one of each "
-             "shape,\n# fp32; FLOPs and bytes as labkit/op_bench.h counts them\n", batch, config.max_seq,
-             config.channels, config.heads, config.vocab);
-  nlohmann::json out = {{"peak_flops", roof.peak_flops}, {"bandwidth", roof.bandwidth}, {"batch", batch}};
+  fmt::print("\n# the ops of {} on {} sequences of {} tokens ({} layers, C {}, {} heads, vocabulary {}), one of "
+             "each shape,\n# fp32; FLOPs and bytes as labkit/op_bench.h counts them\n", model, batch, config.max_seq,
+             config.layers, config.channels, config.heads, config.vocab);
+  nlohmann::json out = {{"peak_flops", roof.peak_flops}, {"bandwidth", roof.bandwidth}, {"model", model},
+                        {"batch", batch}};
   out["ops"] = print_ops(ops, roof);
   out["datasheets"] = print_datasheet_ridges(ops);
   if (!plot.empty())
-    plot_roofline(ops, roof, fmt::format("tiny GPT ops on this {}, batch {} x {}", device.name, batch, config.max_seq),
+    plot_roofline(ops, roof, fmt::format("{} ops on this {}, batch {} x {}", model, device.name, batch, config.max_seq),
                   plot);
   return out;
 }
