@@ -1,8 +1,11 @@
 // The CUDA ops agree with the CPU ops to 1e-5 (relative to max(1, |value|)).
-// Needs a GPU: without one every test is skipped and says so.
+// Needs a GPU: without one every test but the first is skipped and says so.
 #include <algorithm>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -55,7 +58,23 @@ class CudaOps : public ::testing::Test {
     if (!labkit::cuda_available()) GTEST_SKIP() << "no CUDA device here: the CPU-GPU agreement was not checked";
   }
 };
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  return std::string(std::istreambuf_iterator<char>(maps), {}).find("libcublas") != std::string::npos;
+}
 }  // namespace
+
+// cuBLAS is opened when a GPU matmul first needs it, so a process on the CPU
+// never loads it (libcublasLt's initializers slow every start). First in the
+// file, as it needs a process that has not used the GPU; runs without a GPU.
+TEST(CudaLibraries, CublasOpensOnlyWhenAGpuMatmulNeedsIt) {
+  const std::vector<float> x = random(4 * 8, 1), w = random(8 * 8, 2);
+  std::vector<float> y(4 * 8);
+  labkit::device(labkit::DeviceKind::cpu).matmul_forward(y.data(), x.data(), w.data(), nullptr, 4, 8, 8);
+  ASSERT_FALSE(cublas_mapped()) << "a process that ran on the CPU has cuBLAS loaded";
+  labkit::ops::cuda::open_cublas();
+  EXPECT_TRUE(cublas_mapped()) << "open_cublas returned without loading it";
+}
 
 TEST_F(CudaOps, MatmulForwardAndBackward) {
   const int N = 150, C = 48, OC = 80;  // rows in three chunks of the column sums, the last a part

@@ -37,7 +37,8 @@ Lane& lane(int rank) {
   while (int(lanes->size()) <= rank + 1) {
     Lane made;
     if (!lanes->empty()) check_cuda(cudaStreamCreate(&made.stream), "cudaStreamCreate for a simulated rank");
-    if (cublasCreate(&made.blas) != CUBLAS_STATUS_SUCCESS || cublasSetStream(made.blas, made.stream) != CUBLAS_STATUS_SUCCESS)
+    if (cublas().create(&made.blas) != CUBLAS_STATUS_SUCCESS ||
+        cublas().set_stream(made.blas, made.stream) != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("cublas: cannot create a handle");
     lanes->push_back(made);
   }

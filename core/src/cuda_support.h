@@ -23,6 +23,14 @@ inline int blocks(long n) { return int(std::max(1L, (n + kThreads - 1) / kThread
 inline void launched(const char* what) { check_cuda(cudaGetLastError(), what); }  // the launch's own error, if any
 cudaStream_t stream();  // the issuing rank's stream (cuda_streams.cu)
 cublasHandle_t blas();  // and its cuBLAS handle, on that stream
+// The cuBLAS functions labkit calls, from the library opened at the first use
+// (cublas_library.cpp; linked, it would slow every process's start).
+struct Cublas {
+  decltype(&cublasCreate_v2) create;
+  decltype(&cublasSetStream_v2) set_stream;
+  decltype(&cublasSgemm_v2) sgemm;
+};
+const Cublas& cublas();
 // The legacy default stream: after all earlier work of every rank's stream, and
 // before all later work, so what crosses ranks (a copy, a reduction) goes there.
 inline const cudaStream_t kAllRanks = cudaStreamLegacy;

@@ -377,7 +377,7 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* to
 // transposes of our matrices, so the operands swap (as llm.c's matmul_forward_cublas).
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC) {
   const float one = 1, zero = 0;
-  if (cublasSgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC) !=
+  if (cublas().sgemm(blas(), CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, &one, weight, C, inp, C, &zero, out, OC) !=
       CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("cublas: matmul_forward");
   if (bias) {
@@ -391,9 +391,9 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   const float one = 1;
   // dinp (N,C) += dout (N,OC) . W (OC,C);  dW (OC,C) += dout^T (OC,N) . inp (N,C).
   // Either may be null: a zero-bubble pipeline computes them apart.
-  if ((dinp && cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
+  if ((dinp && cublas().sgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, &one, weight, C, dout, OC, &one, dinp, C) !=
                    CUBLAS_STATUS_SUCCESS) ||
-      (dweight && cublasSgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight,
+      (dweight && cublas().sgemm(blas(), CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, &one, inp, C, dout, OC, &one, dweight,
                               C) != CUBLAS_STATUS_SUCCESS))
     throw std::runtime_error("cublas: matmul_backward");
   if (dbias) {

@@ -10,6 +10,11 @@
 
 namespace labkit::ops::cuda {
 
+// The matmuls' cuBLAS is opened at the first, not linked (a linked one slows
+// every process's start, GPU or none); this opens it now, and throws, naming
+// the library, where it cannot be opened.
+void open_cublas();
+
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C);
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C);
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int C, int OC);
