@@ -104,15 +104,9 @@ TEST(DataParallel, ReadsTheLossOnlyOnceTheStepIsQueued) {
       DataParallel ddp(c, model, mode, {.first_bytes = 16 << 10, .bytes = 64 << 10});
       EXPECT_GT(ddp.forward_backward(x, y, 2, config.max_seq), 0.0f);
     });
-    double step_queued = 0;
-    std::vector<double> reads;
-    for (const TraceEvent& e : run.trace->tracks()[0].events) {
-      if (e.kind == TraceEvent::Kind::compute || e.kind == TraceEvent::Kind::collective)
-        step_queued = std::max(step_queued, e.end);
-      if (e.kind == TraceEvent::Kind::host_copy && e.name == "to host") reads.push_back(e.start);
-    }
-    ASSERT_EQ(reads.size(), 1u) << name_of(mode) << ": the loss, and nothing else, comes to the host";
-    EXPECT_GE(reads[0], step_queued) << name_of(mode) << ": the loss is read after backward and the averaging";
+    const test::HostReads reads = test::host_reads_of(*run.trace, 0);
+    ASSERT_EQ(reads.at.size(), 1u) << name_of(mode) << ": the loss, and nothing else, comes to the host";
+    EXPECT_GE(reads.at[0], reads.work_ends) << name_of(mode) << ": the loss is read after backward and the averaging";
   }
 }
 

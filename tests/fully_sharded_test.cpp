@@ -122,15 +122,9 @@ TEST(FullyShardedGpt, ReadsTheLossOnlyOnceTheStepIsQueued) {
                                       rows_of(tokens(0, 1), c.rank() * rows, rows), rows, kConfig.max_seq),
                 0.0f);
     });
-    double step_queued = 0;
-    std::vector<double> reads;
-    for (const TraceEvent& e : run.trace->tracks()[0].events) {
-      if (e.kind == TraceEvent::Kind::compute || e.kind == TraceEvent::Kind::collective)
-        step_queued = std::max(step_queued, e.end);
-      if (e.kind == TraceEvent::Kind::host_copy && e.name == "to host") reads.push_back(e.start);
-    }
-    ASSERT_EQ(reads.size(), 1u) << "stage " << stage << ": the loss, and nothing else, comes to the host";
-    EXPECT_GE(reads[0], step_queued) << "stage " << stage << ": the loss is read after backward and the reductions";
+    const test::HostReads reads = test::host_reads_of(*run.trace, 0);
+    ASSERT_EQ(reads.at.size(), 1u) << "stage " << stage << ": the loss, and nothing else, comes to the host";
+    EXPECT_GE(reads.at[0], reads.work_ends) << "stage " << stage << ": the loss is read after backward and the reductions";
   }
 }
 

@@ -1,9 +1,11 @@
 // Test harness: run a rank function on the simulator and keep its trace in memory.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "labkit/comm.h"
 #include "labkit/topology.h"
@@ -44,6 +46,23 @@ inline std::vector<TraceEvent> recvs_of(const Trace& trace, int rank) {
   std::vector<TraceEvent> out;
   for (const TraceEvent& e : trace.tracks()[rank].events)
     if (e.kind == TraceEvent::Kind::recv) out.push_back(e);
+  return out;
+}
+
+// When a rank copied device memory to the host (its reads: a step's loss),
+// and when its last compute or collective ended: a step reads its loss only
+// once its work is queued.
+struct HostReads {
+  std::vector<double> at;
+  double work_ends = 0;
+};
+inline HostReads host_reads_of(const Trace& trace, int rank) {
+  HostReads out;
+  for (const TraceEvent& e : trace.tracks()[rank].events) {
+    if (e.kind == TraceEvent::Kind::compute || e.kind == TraceEvent::Kind::collective)
+      out.work_ends = std::max(out.work_ends, e.end);
+    if (e.kind == TraceEvent::Kind::host_copy && e.name == "to host") out.at.push_back(e.start);
+  }
   return out;
 }
 
