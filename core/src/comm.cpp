@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "labkit/cost_model.h"
+#include "labkit/device.h"
 #include "labkit/error.h"
 
 namespace labkit {
@@ -344,6 +345,7 @@ void Comm::compute_seconds(std::string_view what, double seconds) {
 
 void Comm::record_compute(std::string_view what, double started, double flops) {
   if (clock_is_virtual()) return compute_flops(what, flops);
+  finish_issued_ops();  // a GPU's compute ends when it has run, not when the host queued it
   if (track_) record({TraceEvent::Kind::compute, std::string(what), started, now(), -1, 0, 0, 0, {}});
 }
 

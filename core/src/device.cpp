@@ -111,6 +111,10 @@ std::atomic<bool> gpu_memory_allocated = false;
 
 void note_gpu_memory() { gpu_memory_allocated = true; }
 
+void finish_issued_ops() {
+  if (gpu_memory_allocated) cuda_device().synchronize();
+}
+
 namespace {
 thread_local int issuing = -1;
 thread_local HostCopyObserver host_copy_observer = nullptr;

@@ -615,7 +615,7 @@ const Device kCuda = [] {
     note_host_copy(bytes, true);
   };
   d.zero = [](void* p, std::size_t bytes) { check_cuda(cudaMemsetAsync(p, 0, bytes, stream()), "cudaMemsetAsync"); };
-  d.synchronize = [] { check_cuda(cudaDeviceSynchronize(), "synchronize"); };
+  d.synchronize = [] { check_cuda(cudaStreamSynchronize(stream()), "synchronize"); };
   d.holds = cuda_memory::holds;  // its own blocks: no call into CUDA per question
   d.copy = [](void* dst, const void* src, std::size_t bytes) {  // between ranks too: ordered with all of them
     check_cuda(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, kAllRanks), "copy on the GPU");

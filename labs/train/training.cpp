@@ -79,8 +79,9 @@ void train_steps(Comm& comm, const Options& o, Gpt& model, AdamW& adamw, const D
       val = model.forward(batches.x, batches.y, o.batch, T);
     }
     batches.load(s, false);
-    const float loss = model.forward(batches.x, batches.y, o.batch, T);
+    model.queue_forward(batches.x, batches.y, o.batch, T);  // read only when reported: reading waits for the device
     if (report) {
+      const float loss = model.loss();
       fmt::print("step {:>5}/{}  loss {:.4f}  val {:.4f}\n", s, o.steps, loss, val);
       curve.push_back({{"step", s}, {"loss", loss}, {"val_loss", val}});
     }

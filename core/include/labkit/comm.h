@@ -159,8 +159,9 @@ class Comm {
   void compute_flops(std::string_view what, double flops);
   void compute_seconds(std::string_view what, double seconds);
   // Real work this rank has just done, since `started` (a now() reading): on a
-  // real backend the span from then to now, as long as it really took; on the
-  // simulator, whose clock real work does not move, `flops` charged as compute_flops().
+  // real backend the span from then to now, as long as it really took (on a GPU,
+  // until the ops this rank queued have run); on the simulator, whose clock
+  // real work does not move, `flops` charged as compute_flops().
   void record_compute(std::string_view what, double started, double flops);
 
   // ---- memory: say what you allocate and free, by use; the trace draws it as a

@@ -31,7 +31,7 @@ struct Device {
   void (*copy_from_host)(void* dst, const void* src, std::size_t bytes);
   void (*copy_to_host)(void* dst, const void* src, std::size_t bytes);
   void (*zero)(void* p, std::size_t bytes);
-  void (*synchronize)();  // wait until every op issued so far has finished
+  void (*synchronize)();  // wait until every op this thread's rank issued so far has finished (a GPU: its stream)
   // What the collective algorithms need when their buffers live here: is p
   // this device's memory, a copy within it or between it and the host (either
   // way), and reduce_local (dtype.h) on it.
@@ -113,6 +113,10 @@ const Device& device_of(const void* p);
 // a copy or a reduction between them runs.
 const Device& device_of(const void* a, const void* b);
 void note_gpu_memory();  // called by the CUDA device's allocate
+// Waits for the ops this thread's rank issued on the GPU, if the process ever
+// allocated GPU memory: a GPU runs them after the host has queued them, so a
+// real clock reads when compute ended only after this (Comm::record_compute).
+void finish_issued_ops();
 const Device& cuda_device();            // in ops_cuda.cu, or no_cuda.cpp in a build without CUDA
 const Device& fenced_device();          // in fenced_device.cpp
 bool cuda_available();                  // built with CUDA, and a GPU is present
