@@ -55,39 +55,69 @@ __global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int
   atomicAdd(&dbias[o], sum);
 }
 
+// A warp per row (layer norm, softmax, attention): its 32 lanes read the row's
+// elements side by side and add up with shuffles. A thread per row would read
+// 32 rows a row's length apart at each step, and a batch of 8 x 256 rows would
+// give a GPU of 132 SMs 8 blocks (llm.c moved its layer norm to a warp per
+// row, layernorm_forward_kernel3, for the same reason).
+constexpr int kWarp = 32;
+
+__device__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Which row this warp has, and this thread's lane in it. Rows are warp-aligned
+// (kThreads is a multiple of 32), so a warp past the last row leaves whole.
+struct WarpRow {
+  long row;
+  int lane;
+  __device__ WarpRow() {
+    const long thread = long(blockIdx.x) * blockDim.x + threadIdx.x;
+    row = thread / kWarp;
+    lane = int(thread % kWarp);
+  }
+};
+
+int warp_blocks(long rows) { return blocks(rows * kWarp); }
+
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, int N, int C) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  const float* x = inp + long(n) * C;
-  float m = 0, v = 0;
-  for (int i = 0; i < C; ++i) m += x[i];
-  m /= C;
-  for (int i = 0; i < C; ++i) v += (x[i] - m) * (x[i] - m);
-  const float s = rsqrtf(v / C + 1e-5f);
-  for (int i = 0; i < C; ++i) out[long(n) * C + i] = (x[i] - m) * s * weight[i] + bias[i];
-  mean[n] = m;
-  rstd[n] = s;
+  const WarpRow r;
+  if (r.row >= N) return;
+  const float* x = inp + r.row * C;
+  float sum = 0;
+  for (int i = r.lane; i < C; i += kWarp) sum += x[i];
+  const float m = warp_sum(sum) / C;
+  float squares = 0;
+  for (int i = r.lane; i < C; i += kWarp) squares += (x[i] - m) * (x[i] - m);
+  const float s = rsqrtf(warp_sum(squares) / C + 1e-5f);
+  float* o = out + r.row * C;
+  for (int i = r.lane; i < C; i += kWarp) o[i] = (x[i] - m) * s * weight[i] + bias[i];
+  if (r.lane == 0) mean[r.row] = m, rstd[r.row] = s;
 }
 
 __global__ void layernorm_backward_kernel(float* dinp, const float* dout, const float* inp, const float* weight,
                                           const float* mean, const float* rstd, int N, int C) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  const float* x = inp + long(n) * C;
-  const float* d = dout + long(n) * C;
-  float dnorm_mean = 0, dnorm_norm_mean = 0;
-  for (int i = 0; i < C; ++i) {
-    const float norm = (x[i] - mean[n]) * rstd[n];
-    dnorm_mean += weight[i] * d[i];
-    dnorm_norm_mean += weight[i] * d[i] * norm;
+  const WarpRow r;
+  if (r.row >= N) return;
+  const float* x = inp + r.row * C;
+  const float* d = dout + r.row * C;
+  const float m = mean[r.row], s = rstd[r.row];
+  float dnorm = 0, dnorm_norm = 0;
+  for (int i = r.lane; i < C; i += kWarp) {
+    dnorm += weight[i] * d[i];
+    dnorm_norm += weight[i] * d[i] * (x[i] - m) * s;
   }
-  dnorm_mean /= C;
-  dnorm_norm_mean /= C;
-  for (int i = 0; i < C; ++i) {
-    const float norm = (x[i] - mean[n]) * rstd[n];
-    dinp[long(n) * C + i] += (weight[i] * d[i] - dnorm_mean - norm * dnorm_norm_mean) * rstd[n];
-  }
+  const float dnorm_mean = warp_sum(dnorm) / C, dnorm_norm_mean = warp_sum(dnorm_norm) / C;
+  float* dx = dinp + r.row * C;
+  for (int i = r.lane; i < C; i += kWarp)
+    dx[i] += (weight[i] * d[i] - dnorm_mean - (x[i] - m) * s * dnorm_norm_mean) * s;
 }
 
 // The norm's weight and bias gradients: column sums, as bias_backward_kernel's.
@@ -145,61 +175,49 @@ __global__ void residual_backward_kernel(float* da, float* db, const float* dout
 }
 
 __global__ void softmax_forward_kernel(float* probs, const float* logits, int N, int V) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  const float* l = logits + long(n) * V;
-  float* p = probs + long(n) * V;
-  float max = -INFINITY, sum = 0;
-  for (int v = 0; v < V; ++v) max = fmaxf(max, l[v]);
-  for (int v = 0; v < V; ++v) sum += p[v] = expf(l[v] - max);
-  for (int v = 0; v < V; ++v) p[v] /= sum;
+  const WarpRow r;
+  if (r.row >= N) return;
+  const float* l = logits + r.row * V;
+  float* p = probs + r.row * V;
+  float max = -INFINITY;
+  for (int v = r.lane; v < V; v += kWarp) max = fmaxf(max, l[v]);
+  max = warp_max(max);
+  float sum = 0;
+  for (int v = r.lane; v < V; v += kWarp) sum += p[v] = expf(l[v] - max);
+  sum = warp_sum(sum);
+  for (int v = r.lane; v < V; v += kWarp) p[v] /= sum;
 }
 
 __global__ void softmax_backward_kernel(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  const float* p = probs + long(n) * V;
-  const float* dp = dprobs + long(n) * V;
+  const WarpRow r;
+  if (r.row >= N) return;
+  const float* p = probs + r.row * V;
+  const float* dp = dprobs + r.row * V;
   float dot = 0;
-  for (int v = 0; v < V; ++v) dot += p[v] * dp[v];
-  for (int v = 0; v < V; ++v) dlogits[long(n) * V + v] += p[v] * (dp[v] - dot);
+  for (int v = r.lane; v < V; v += kWarp) dot += p[v] * dp[v];
+  dot = warp_sum(dot);
+  for (int v = r.lane; v < V; v += kWarp) dlogits[r.row * V + v] += p[v] * (dp[v] - dot);
 }
 
-// One thread per (b, t, h): the CPU loop body of attention_forward.
 // Attention, a warp per row (b, t, h) of the T x T scores: its 32 lanes split
 // the row's positions, then the head's channels, so a small batch still gives
 // the GPU B x T x NH warps of work, and the lanes read keys and values side by
 // side. The causal mask stops each row at t.
-constexpr int kWarp = 32;
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Which row this warp has, and this thread's lane in it (-1: no row, past the end).
-struct AttentionRow {
-  int b, t, h, lane;
+struct AttentionRow : WarpRow {
+  int b, t, h;
+  bool past_end;  // a whole warp: the rows are warp-aligned
   __device__ AttentionRow(int B, int T, int NH) {
-    const long thread = long(blockIdx.x) * blockDim.x + threadIdx.x;
-    const long row = thread / kWarp;
-    lane = int(thread % kWarp);
     h = int(row % NH), t = int((row / NH) % T), b = int(row / (long(NH) * T));
-    if (row >= long(B) * T * NH) lane = -1;
+    past_end = row >= long(B) * T * NH;
   }
 };
 
-int attention_blocks(int B, int T, int NH) { return blocks(long(B) * T * NH * kWarp); }
+int attention_blocks(int B, int T, int NH) { return warp_blocks(long(B) * T * NH); }
 
 __global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
                                          int NH) {
   const AttentionRow r(B, T, NH);
-  if (r.lane < 0) return;  // a whole warp: the rows are warp-aligned
+  if (r.past_end) return;
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;  // this batch row and head: query at 0, key C, value 2C
@@ -233,7 +251,7 @@ __global__ void attention_forward_kernel(float* out, float* preatt, float* att, 
 __global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
                                                 const float* inp, const float* att, int B, int T, int C, int NH) {
   const AttentionRow r(B, T, NH);
-  if (r.lane < 0) return;
+  if (r.past_end) return;
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const long row = (long(r.b * NH + r.h) * T + r.t) * T;
@@ -267,7 +285,7 @@ __global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, flo
 __global__ void attention_backward_key_value_kernel(float* dinp, const float* dpreatt, const float* dout,
                                                     const float* inp, const float* att, int B, int T, int C, int NH) {
   const AttentionRow r(B, T, NH);
-  if (r.lane < 0) return;
+  if (r.past_end) return;
   const int C3 = 3 * C, hs = C / NH, t2 = r.t;
   const float scale = rsqrtf(float(hs));
   const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;
@@ -404,13 +422,13 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int N, int C) {
-  layernorm_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
+  layernorm_forward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
   launched("layernorm_forward");
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  layernorm_backward_kernel<<<blocks(N), kThreads, 0, stream()>>>(dinp, dout, inp, weight, mean, rstd, N, C);
+  layernorm_backward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(dinp, dout, inp, weight, mean, rstd, N, C);
   layernorm_params_backward_kernel<<<column_grid(N, C), kThreads, 0, stream()>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
   launched("layernorm_backward");
 }
@@ -446,12 +464,12 @@ void residual_backward(float* da, float* db, const float* dout, int n) {
 }
 
 void softmax_forward(float* probs, const float* logits, int N, int V) {
-  softmax_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(probs, logits, N, V);
+  softmax_forward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(probs, logits, N, V);
   launched("softmax_forward");
 }
 
 void softmax_backward(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
-  softmax_backward_kernel<<<blocks(N), kThreads, 0, stream()>>>(dlogits, probs, dprobs, N, V);
+  softmax_backward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(dlogits, probs, dprobs, N, V);
   launched("softmax_backward");
 }
 
