@@ -1,5 +1,7 @@
 // The CUDA ops agree with the CPU ops to 1e-5 (relative to max(1, |value|)).
-// Needs a GPU: without one every test but the first is skipped and says so.
+// On a GPU, and in the asan build on the CPU's CUDA (core/src/cuda_emulation),
+// where every kernel runs under the sanitizers; in a build for a GPU on a
+// machine without one, every test but the first is skipped and says so.
 #include <algorithm>
 #include <cmath>
 #include <fstream>

@@ -126,28 +126,25 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
   if (C / NH > kMaxHeadSize)
     throw std::runtime_error("cuda: attention_block_forward: heads of " + std::to_string(C / NH) +
                              " channels, more than its kernel's " + std::to_string(kMaxHeadSize));
-  attention_block_forward_kernel<<<blocks(long(B) * L * NH), kThreads, 0, stream()>>>(out, lse, qkv, kv, query_positions,
-                                                                          key_positions, B, L, C, NH);
-  launched("attention_block_forward");
+  launch("attention_block_forward", attention_block_forward_kernel, blocks(long(B) * L * NH), stream(), out, lse, qkv,
+         kv, query_positions, key_positions, B, L, C, NH);
 }
 
 void attention_block_delta(float* delta, const float* dout, const float* out, int B, int L, int C, int NH) {
-  attention_block_delta_kernel<<<blocks(long(B) * L * NH), kThreads, 0, stream()>>>(delta, dout, out, B, L, C, NH);
-  launched("attention_block_delta");
+  launch("attention_block_delta", attention_block_delta_kernel, blocks(long(B) * L * NH), stream(), delta, dout, out,
+         B, L, C, NH);
 }
 
 void attention_block_backward(float* dqkv, float* dkv, const float* qkv, const float* kv, const float* dout,
                               const float* lse, const float* delta, const int* query_positions,
                               const int* key_positions, int B, int L, int C, int NH) {
-  attention_block_backward_kernel<<<blocks(long(B) * L * NH), kThreads, 0, stream()>>>(dqkv, dkv, qkv, kv, dout, lse, delta,
-                                                                           query_positions, key_positions, B, L, C,
-                                                                           NH);
-  launched("attention_block_backward");
+  launch("attention_block_backward", attention_block_backward_kernel, blocks(long(B) * L * NH), stream(), dqkv, dkv,
+         qkv, kv, dout, lse, delta, query_positions, key_positions, B, L, C, NH);
 }
 
 void copy_columns(float* dst, int dst_stride, const float* src, int src_stride, long rows, int width) {
-  copy_columns_kernel<<<blocks(rows * width), kThreads, 0, stream()>>>(dst, dst_stride, src, src_stride, rows, width);
-  launched("copy_columns");
+  launch("copy_columns", copy_columns_kernel, blocks(rows * width), stream(), dst, dst_stride, src, src_stride, rows,
+         width);
 }
 
 }  // namespace labkit::ops::cuda

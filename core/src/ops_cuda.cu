@@ -382,13 +382,12 @@ __global__ void sum_of_squares_kernel(double* out, const float* in, long n) {
 }  // namespace
 
 void encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int B, int T, int C) {
-  encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(out, tokens, wte, wpe, B, T, C);
-  launched("encoder_forward");
+  launch("encoder_forward", encoder_forward_kernel, blocks(long(B) * T * C), stream(), out, tokens, wte, wpe, B, T, C);
 }
 
 void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int B, int T, int C) {
-  encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(dwte, dwpe, dout, tokens, B, T, C);
-  launched("encoder_backward");
+  launch("encoder_backward", encoder_backward_kernel, blocks(long(B) * T * C), stream(), dwte, dwpe, dout, tokens, B,
+         T, C);
 }
 
 // Row-major out (N,OC) = inp (N,C) . W^T is column-major out^T = W^T' . inp^T: cuBLAS sees the
@@ -399,8 +398,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
       CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("cublas: matmul_forward");
   if (bias) {
-    add_bias_kernel<<<blocks(long(N) * OC), kThreads, 0, stream()>>>(out, bias, N, OC);
-    launched("matmul_forward bias");
+    launch("matmul_forward bias", add_bias_kernel, blocks(long(N) * OC), stream(), out, bias, N, OC);
   }
 }
 
@@ -415,130 +413,113 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                               C) != CUBLAS_STATUS_SUCCESS))
     throw std::runtime_error("cublas: matmul_backward");
   if (dbias) {
-    bias_backward_kernel<<<column_grid(N, OC), kThreads, 0, stream()>>>(dbias, dout, N, OC);
-    launched("matmul_backward bias");
+    launch("matmul_backward bias", bias_backward_kernel, column_grid(N, OC), stream(), dbias, dout, N, OC);
   }
 }
 
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
                        int N, int C) {
-  layernorm_forward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(out, mean, rstd, inp, weight, bias, N, C);
-  launched("layernorm_forward");
+  launch("layernorm_forward", layernorm_forward_kernel, warp_blocks(N), stream(), out, mean, rstd, inp, weight, bias,
+         N, C);
 }
 
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C) {
-  layernorm_backward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  layernorm_params_backward_kernel<<<column_grid(N, C), kThreads, 0, stream()>>>(dweight, dbias, dout, inp, mean, rstd, N, C);
-  launched("layernorm_backward");
+  launch("layernorm_backward", layernorm_backward_kernel, warp_blocks(N), stream(), dinp, dout, inp, weight, mean,
+         rstd, N, C);
+  launch("layernorm_backward", layernorm_params_backward_kernel, column_grid(N, C), stream(), dweight, dbias, dout,
+         inp, mean, rstd, N, C);
 }
 
 void gelu_forward(float* out, const float* inp, int n) {
-  gelu_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, inp, n);
-  launched("gelu_forward");
+  launch("gelu_forward", gelu_forward_kernel, blocks(n), stream(), out, inp, n);
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, int n) {
-  gelu_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
-  launched("gelu_backward");
+  launch("gelu_backward", gelu_backward_kernel, blocks(n), stream(), dinp, inp, dout, n);
 }
 
 void relu_forward(float* out, const float* inp, int n) {
-  relu_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, inp, n);
-  launched("relu_forward");
+  launch("relu_forward", relu_forward_kernel, blocks(n), stream(), out, inp, n);
 }
 
 void relu_backward(float* dinp, const float* inp, const float* dout, int n) {
-  relu_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(dinp, inp, dout, n);
-  launched("relu_backward");
+  launch("relu_backward", relu_backward_kernel, blocks(n), stream(), dinp, inp, dout, n);
 }
 
 void residual_forward(float* out, const float* a, const float* b, int n) {
-  residual_forward_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, a, b, n);
-  launched("residual_forward");
+  launch("residual_forward", residual_forward_kernel, blocks(n), stream(), out, a, b, n);
 }
 
 void residual_backward(float* da, float* db, const float* dout, int n) {
-  residual_backward_kernel<<<blocks(n), kThreads, 0, stream()>>>(da, db, dout, n);
-  launched("residual_backward");
+  launch("residual_backward", residual_backward_kernel, blocks(n), stream(), da, db, dout, n);
 }
 
 void softmax_forward(float* probs, const float* logits, int N, int V) {
-  softmax_forward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(probs, logits, N, V);
-  launched("softmax_forward");
+  launch("softmax_forward", softmax_forward_kernel, warp_blocks(N), stream(), probs, logits, N, V);
 }
 
 void softmax_backward(float* dlogits, const float* probs, const float* dprobs, int N, int V) {
-  softmax_backward_kernel<<<warp_blocks(N), kThreads, 0, stream()>>>(dlogits, probs, dprobs, N, V);
-  launched("softmax_backward");
+  launch("softmax_backward", softmax_backward_kernel, warp_blocks(N), stream(), dlogits, probs, dprobs, N, V);
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
-  attention_forward_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(out, preatt, att, inp, B, T, C, NH);
-  launched("attention_forward");
+  launch("attention_forward", attention_forward_kernel, attention_blocks(B, T, NH), stream(), out, preatt, att, inp,
+         B, T, C, NH);
 }
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                         const float* att, int B, int T, int C, int NH) {
-  attention_backward_query_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(dinp, dpreatt, datt, dout, inp, att, B, T,
-                                                                           C, NH);
-  attention_backward_key_value_kernel<<<attention_blocks(B, T, NH), kThreads, 0, stream()>>>(dinp, dpreatt, dout, inp, att, B, T, C,
-                                                                               NH);
-  launched("attention_backward");
+  launch("attention_backward", attention_backward_query_kernel, attention_blocks(B, T, NH), stream(), dinp, dpreatt,
+         datt, dout, inp, att, B, T, C, NH);
+  launch("attention_backward", attention_backward_key_value_kernel, attention_blocks(B, T, NH), stream(), dinp,
+         dpreatt, dout, inp, att, B, T, C, NH);
 }
 
 void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V) {
-  crossentropy_forward_kernel<<<blocks(N), kThreads, 0, stream()>>>(losses, probs, targets, N, V);
-  launched("crossentropy_forward");
+  launch("crossentropy_forward", crossentropy_forward_kernel, blocks(N), stream(), losses, probs, targets, N, V);
 }
 
 void crossentropy_softmax_backward(float* dlogits, const float* dlosses, const float* probs, const int* targets, int N,
                                    int V) {
-  crossentropy_softmax_backward_kernel<<<blocks(long(N) * V), kThreads, 0, stream()>>>(dlogits, dlosses, probs, targets, N, V);
-  launched("crossentropy_softmax_backward");
+  launch("crossentropy_softmax_backward", crossentropy_softmax_backward_kernel, blocks(long(N) * V), stream(),
+         dlogits, dlosses, probs, targets, N, V);
 }
 
 void adamw_update(float* params, float* master, const float* grads, float* m, float* v, long n, const AdamWStep& step) {
-  adamw_kernel<<<blocks(n), kThreads, 0, stream()>>>(params, master, grads, m, v, n, step);
-  launched("adamw_update");
+  launch("adamw_update", adamw_kernel, blocks(n), stream(), params, master, grads, m, v, n, step);
 }
 
 void sgd_momentum_update(float* params, float* velocity, const float* grads, long n, float lr, float momentum) {
-  sgd_momentum_kernel<<<blocks(n), kThreads, 0, stream()>>>(params, velocity, grads, n, lr, momentum);
-  launched("sgd_momentum_update");
+  launch("sgd_momentum_update", sgd_momentum_kernel, blocks(n), stream(), params, velocity, grads, n, lr, momentum);
 }
 
 void lamb_direction(float* direction, float* m, float* v, const float* grads, const float* params, long n,
                     const LambStep& step) {
   if (n == 0) return;
-  lamb_direction_kernel<<<blocks(n), kThreads, 0, stream()>>>(direction, m, v, grads, params, n, step);
-  launched("lamb_direction");
+  launch("lamb_direction", lamb_direction_kernel, blocks(n), stream(), direction, m, v, grads, params, n, step);
 }
 
 void axpy(float* y, float a, const float* x, long n) {
   if (n == 0) return;
-  axpy_kernel<<<blocks(n), kThreads, 0, stream()>>>(y, a, x, n);
-  launched("axpy");
+  launch("axpy", axpy_kernel, blocks(n), stream(), y, a, x, n);
 }
 
 void fill(float* out, float value, long n) {
   if (n == 0) return;
-  fill_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, value, n);
-  launched("fill");
+  launch("fill", fill_kernel, blocks(n), stream(), out, value, n);
 }
 
 void scale(float* inout, float factor, long n) {
   if (n == 0) return;
-  scale_kernel<<<blocks(n), kThreads, 0, stream()>>>(inout, factor, n);
-  launched("scale");
+  launch("scale", scale_kernel, blocks(n), stream(), inout, factor, n);
 }
 
 // The one number that comes back: copied to the host, which waits for it.
 double sum_of_squares(const float* in, long n) {
   if (n == 0) return 0;
   double* sum = static_cast<double*>(cuda_memory::allocate(sizeof(double)));  // zero-filled
-  sum_of_squares_kernel<<<blocks(n), kThreads, 0, stream()>>>(sum, in, n);
-  launched("sum_of_squares");
+  launch("sum_of_squares", sum_of_squares_kernel, blocks(n), stream(), sum, in, n);
   double host = 0;
   check_cuda(cudaMemcpyAsync(&host, sum, sizeof(double), cudaMemcpyDeviceToHost, stream()), "sum_of_squares to the host");
   check_cuda(cudaStreamSynchronize(stream()), "sum_of_squares to the host");
@@ -576,37 +557,37 @@ template <class T, class Wide = T> __global__ void divide_kernel(T* inout, long 
 // Launched on the legacy default stream (kAllRanks), after the kernels of every
 // rank that wrote either buffer and before any that reads the result: no wait,
 // the streams keep the order (cuda_streams.cu).
+template <class T, class Wide = T> void reduce_as(ReduceOp op, const void* in, void* inout, long n) {
+  launch("reduce_local on the GPU", reduce_kernel<T, Wide>, blocks(n), kAllRanks, op, static_cast<const T*>(in),
+         static_cast<T*>(inout), n);
+}
+
+template <class T, class Wide = T> void divide_as(void* inout, long n, int divisor) {
+  launch("divide_local on the GPU", divide_kernel<T, Wide>, blocks(n), kAllRanks, static_cast<T*>(inout), n, divisor);
+}
+
 void gpu_reduce(ReduceOp op, DType dtype, const void* in, void* inout, std::size_t count) {
   const long n = long(count);
-  const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const float*>(in), static_cast<float*>(inout), n); break;
-    case DType::f64: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const double*>(in), static_cast<double*>(inout), n); break;
-    case DType::i32: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const int*>(in), static_cast<int*>(inout), n); break;
-    case DType::i64:
-      reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const long long*>(in), static_cast<long long*>(inout), n);
-      break;
-    case DType::u8: reduce_kernel<<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const unsigned char*>(in), static_cast<unsigned char*>(inout), n); break;
-    case DType::bf16:
-      reduce_kernel<__nv_bfloat16, float><<<grid, kThreads, 0, kAllRanks>>>(op, static_cast<const __nv_bfloat16*>(in),
-                                                          static_cast<__nv_bfloat16*>(inout), n);
-      break;
+    case DType::f32: return reduce_as<float>(op, in, inout, n);
+    case DType::f64: return reduce_as<double>(op, in, inout, n);
+    case DType::i32: return reduce_as<int>(op, in, inout, n);
+    case DType::i64: return reduce_as<long long>(op, in, inout, n);
+    case DType::u8: return reduce_as<unsigned char>(op, in, inout, n);
+    case DType::bf16: return reduce_as<__nv_bfloat16, float>(op, in, inout, n);
   }
-  check_cuda(cudaGetLastError(), "reduce_local on the GPU");
 }
 
 void gpu_divide(DType dtype, void* inout, std::size_t count, int divisor) {
   const long n = long(count);
-  const int grid = blocks(n);
   switch (dtype) {
-    case DType::f32: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<float*>(inout), n, divisor); break;
-    case DType::f64: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<double*>(inout), n, divisor); break;
-    case DType::i32: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<int*>(inout), n, divisor); break;
-    case DType::i64: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<long long*>(inout), n, divisor); break;
-    case DType::bf16: divide_kernel<__nv_bfloat16, float><<<grid, kThreads, 0, kAllRanks>>>(static_cast<__nv_bfloat16*>(inout), n, divisor); break;
-    case DType::u8: divide_kernel<<<grid, kThreads, 0, kAllRanks>>>(static_cast<unsigned char*>(inout), n, divisor); break;
+    case DType::f32: return divide_as<float>(inout, n, divisor);
+    case DType::f64: return divide_as<double>(inout, n, divisor);
+    case DType::i32: return divide_as<int>(inout, n, divisor);
+    case DType::i64: return divide_as<long long>(inout, n, divisor);
+    case DType::u8: return divide_as<unsigned char>(inout, n, divisor);
+    case DType::bf16: return divide_as<__nv_bfloat16, float>(inout, n, divisor);
   }
-  check_cuda(cudaGetLastError(), "divide_local on the GPU");
 }
 
 void* gpu_allocate(std::size_t bytes) {

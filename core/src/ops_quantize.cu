@@ -63,13 +63,11 @@ __global__ void dequantize_kernel(float* x, const unsigned char* in, long count,
 }  // namespace
 
 void quantize(unsigned char* out, const float* x, long count, int bits) {
-  quantize_kernel<<<blocks((count + kQuantBlock - 1) / kQuantBlock), kThreads, 0, stream()>>>(out, x, count, bits);
-  launched("quantize");
+  launch("quantize", quantize_kernel, blocks((count + kQuantBlock - 1) / kQuantBlock), stream(), out, x, count, bits);
 }
 
 void dequantize(float* x, const unsigned char* in, long count, int bits) {
-  dequantize_kernel<<<blocks(count), kThreads, 0, stream()>>>(x, in, count, bits);
-  launched("dequantize");
+  launch("dequantize", dequantize_kernel, blocks(count), stream(), x, in, count, bits);
 }
 
 }  // namespace labkit::ops::cuda

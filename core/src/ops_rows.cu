@@ -43,18 +43,15 @@ __global__ void row_dots_kernel(float* out, const float* a, const int* index, co
 }  // namespace
 
 void gather_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C) {
-  gather_rows_kernel<<<blocks(n * C), kThreads, 0, stream()>>>(dst, src, index, weights, n, C);
-  launched("gather_rows");
+  launch("gather_rows", gather_rows_kernel, blocks(n * C), stream(), dst, src, index, weights, n, C);
 }
 
 void scatter_add_rows(float* dst, const float* src, const int* index, const float* weights, long n, int C) {
-  scatter_add_rows_kernel<<<blocks(n * C), kThreads, 0, stream()>>>(dst, src, index, weights, n, C);
-  launched("scatter_add_rows");
+  launch("scatter_add_rows", scatter_add_rows_kernel, blocks(n * C), stream(), dst, src, index, weights, n, C);
 }
 
 void row_dots(float* out, const float* a, const int* index, const float* b, long n, int C) {
-  row_dots_kernel<<<blocks(n), kThreads, 0, stream()>>>(out, a, index, b, n, C);
-  launched("row_dots");
+  launch("row_dots", row_dots_kernel, blocks(n), stream(), out, a, index, b, n, C);
 }
 
 }  // namespace labkit::ops::cuda

@@ -81,38 +81,36 @@ __global__ void vocab_slice_crossentropy_backward_kernel(float* dlogits, const f
 
 void vocab_slice_encoder_forward(float* out, const int* tokens, const float* wte, const float* wpe, int first, int V,
                                  int B, int T, int C) {
-  vocab_slice_encoder_forward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(out, tokens, wte, wpe, first, V, B, T, C);
-  launched("vocab_slice_encoder_forward");
+  launch("vocab_slice_encoder_forward", vocab_slice_encoder_forward_kernel, blocks(long(B) * T * C), stream(), out,
+         tokens, wte, wpe, first, V, B, T, C);
 }
 
 void vocab_slice_encoder_backward(float* dwte, float* dwpe, const float* dout, const int* tokens, int first, int V,
                                   int B, int T, int C) {
-  vocab_slice_encoder_backward_kernel<<<blocks(long(B) * T * C), kThreads, 0, stream()>>>(dwte, dwpe, dout, tokens, first, V, B, T,
-                                                                              C);
-  launched("vocab_slice_encoder_backward");
+  launch("vocab_slice_encoder_backward", vocab_slice_encoder_backward_kernel, blocks(long(B) * T * C), stream(), dwte,
+         dwpe, dout, tokens, first, V, B, T, C);
 }
 
 void vocab_slice_max(float* largest, float* logits, int first, int vocab, int N, int V) {
-  vocab_slice_max_kernel<<<blocks(N), kThreads, 0, stream()>>>(largest, logits, first, vocab, N, V);
-  launched("vocab_slice_max");
+  launch("vocab_slice_max", vocab_slice_max_kernel, blocks(N), stream(), largest, logits, first, vocab, N, V);
 }
 
 void vocab_slice_exp_sums(float* sums, const float* logits, const float* largest, const int* targets, int first, int N,
                           int V) {
-  vocab_slice_exp_sums_kernel<<<blocks(N), kThreads, 0, stream()>>>(sums, logits, largest, targets, first, N, V);
-  launched("vocab_slice_exp_sums");
+  launch("vocab_slice_exp_sums", vocab_slice_exp_sums_kernel, blocks(N), stream(), sums, logits, largest, targets,
+         first, N, V);
 }
 
 void vocab_slice_softmax(float* probs, float* losses, const float* logits, const float* largest, const float* sums,
                          int N, int V) {
-  vocab_slice_softmax_kernel<<<blocks(long(N) * V), kThreads, 0, stream()>>>(probs, losses, logits, largest, sums, N, V);
-  launched("vocab_slice_softmax");
+  launch("vocab_slice_softmax", vocab_slice_softmax_kernel, blocks(long(N) * V), stream(), probs, losses, logits,
+         largest, sums, N, V);
 }
 
 void vocab_slice_crossentropy_backward(float* dlogits, const float* probs, const int* targets, int first, int N,
                                        int V) {
-  vocab_slice_crossentropy_backward_kernel<<<blocks(long(N) * V), kThreads, 0, stream()>>>(dlogits, probs, targets, first, N, V);
-  launched("vocab_slice_crossentropy_backward");
+  launch("vocab_slice_crossentropy_backward", vocab_slice_crossentropy_backward_kernel, blocks(long(N) * V), stream(),
+         dlogits, probs, targets, first, N, V);
 }
 
 }  // namespace labkit::ops::cuda

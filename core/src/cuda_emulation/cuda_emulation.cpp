@@ -1,0 +1,288 @@
+// The CPU's CUDA (include/cuda_runtime.h says what it is for): memory from the
+// host's allocator, streams that run their work as it is issued, and kernels
+// run thread by thread, each thread on a Boost.Context fiber of its own, so
+// that a thread at a warp shuffle or a block barrier can wait there while the
+// others of its warp or block run up to it.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include <boost/context/fiber.hpp>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define LABKIT_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LABKIT_ASAN 1
+#endif
+#endif
+#ifdef LABKIT_ASAN
+#include <sanitizer/common_interface_defs.h>
+#endif
+
+namespace ctx = boost::context;
+
+namespace labkit::cuda_emulation {
+
+namespace {
+
+constexpr int kWarp = 32;
+constexpr std::size_t kStackBytes = 128 * 1024;
+
+[[noreturn]] void stop(const char* what) {
+  std::fprintf(stderr, "cuda (the CPU's emulation): block (%u, %u, %u): %s\n", blockIdx.x, blockIdx.y, blockIdx.z,
+               what);
+  std::abort();
+}
+
+// The fibers' stacks, kept for the next thread: most threads run to their end
+// at once, so a kernel without barriers reuses one stack throughout.
+struct StackPool {
+  std::mutex lock;
+  std::vector<void*> free;
+};
+StackPool& stacks() {
+  static auto* pool = new StackPool;  // never destroyed, as its stacks
+  return *pool;
+}
+
+// AddressSanitizer is told of each jump between the scheduler's stack and a
+// thread's (as the simulator's fibers tell it, backends/sim/asan_fibers.h).
+struct StackRange {
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+};
+thread_local StackRange scheduler_stack;
+
+void start_switch([[maybe_unused]] void** fake_stack, [[maybe_unused]] const StackRange& to) {
+#ifdef LABKIT_ASAN
+  __sanitizer_start_switch_fiber(fake_stack, to.bottom, to.size);
+#endif
+}
+void finish_switch([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackRange* from) {
+#ifdef LABKIT_ASAN
+  __sanitizer_finish_switch_fiber(fake_stack, from ? &from->bottom : nullptr, from ? &from->size : nullptr);
+#endif
+}
+
+enum class Waits { no, at_warp, at_block, returned };
+
+struct Thread {
+  ctx::fiber fiber;      // its own, until it returns
+  ctx::fiber scheduler;  // the way back, while it runs
+  Waits waits = Waits::no;
+  StackRange stack;
+};
+
+struct Block {
+  std::vector<Thread> threads;
+  std::vector<float> shuffled;  // each lane's value at a shuffle
+  int running = -1;
+  void (*body)(void*);
+  void* context;
+};
+thread_local Block* block = nullptr;
+
+class PooledStack {
+ public:
+  explicit PooledStack(StackRange* where) : where_(where) {}
+  ctx::stack_context allocate() {
+    void* base = nullptr;
+    {
+      std::lock_guard guard(stacks().lock);
+      if (!stacks().free.empty()) {
+        base = stacks().free.back();
+        stacks().free.pop_back();
+      }
+    }
+    if (!base) base = std::malloc(kStackBytes);
+    if (!base) throw std::bad_alloc();
+    *where_ = {base, kStackBytes};
+    ctx::stack_context s;
+    s.size = kStackBytes;
+    s.sp = static_cast<char*>(base) + kStackBytes;
+    return s;
+  }
+  void deallocate(ctx::stack_context& s) noexcept {
+    std::lock_guard guard(stacks().lock);
+    stacks().free.push_back(static_cast<char*>(s.sp) - s.size);
+  }
+
+ private:
+  StackRange* where_;
+};
+
+dim3 coordinates_of(int i, dim3 size) {
+  return dim3(unsigned(i) % size.x, unsigned(i) / size.x % size.y, unsigned(i) / (size.x * size.y));
+}
+
+// On a thread's fiber: wait at a barrier until the scheduler lets it go on.
+void wait_at(Waits at) {
+  Thread& self = block->threads[std::size_t(block->running)];
+  self.waits = at;
+  void* fake_stack = nullptr;
+  start_switch(&fake_stack, scheduler_stack);
+  self.scheduler = std::move(self.scheduler).resume();
+  finish_switch(fake_stack, &scheduler_stack);
+}
+
+void resume(Block& b, int i) {
+  Thread& t = b.threads[std::size_t(i)];
+  b.running = i;
+  threadIdx = coordinates_of(i, blockDim);
+  if (!t.fiber)  // its first run: made now, so that a stack is held only by a thread that waits
+    t.fiber = ctx::fiber(std::allocator_arg, PooledStack(&t.stack), [&b, i](ctx::fiber&& scheduler) {
+      Thread& self = b.threads[std::size_t(i)];
+      self.scheduler = std::move(scheduler);
+      finish_switch(nullptr, &scheduler_stack);
+      b.body(b.context);
+      self.waits = Waits::returned;
+      start_switch(nullptr, scheduler_stack);  // leaves for good: its stack goes back to the pool
+      return std::move(self.scheduler);
+    });
+  void* fake_stack = nullptr;
+  start_switch(&fake_stack, t.stack);
+  t.fiber = std::move(t.fiber).resume();
+  finish_switch(fake_stack, nullptr);
+}
+
+// Lets go the threads whose barrier every thread it waits for has reached:
+// a warp's lanes at a shuffle or __syncwarp, a block's threads at __syncthreads
+// (a returned thread counts as there, as on a GPU). False: none could go.
+bool release(Block& b) {
+  const int n = int(b.threads.size());
+  bool released = false, all_at_block = true, any_at_block = false;
+  for (int first = 0; first < n; first += kWarp) {
+    const int last = std::min(n, first + kWarp);
+    int at_warp = 0, returned = 0;
+    for (int i = first; i < last; ++i) {
+      const Waits w = b.threads[std::size_t(i)].waits;
+      at_warp += w == Waits::at_warp;
+      returned += w == Waits::returned;
+      any_at_block |= w == Waits::at_block;
+      all_at_block &= w == Waits::at_block || w == Waits::returned;
+    }
+    if (at_warp && returned)
+      stop("lanes wait at a shuffle or __syncwarp of the whole warp that a lane of theirs, which has returned, "
+           "never reaches");
+    if (at_warp && at_warp == last - first) {
+      for (int i = first; i < last; ++i) b.threads[std::size_t(i)].waits = Waits::no;
+      released = true;
+    }
+  }
+  if (any_at_block && all_at_block) {
+    for (Thread& t : b.threads)
+      if (t.waits == Waits::at_block) t.waits = Waits::no;
+    released = true;
+  }
+  return released;
+}
+
+void run_block(Block& b) {
+  for (;;) {
+    bool all_returned = true;
+    for (int i = 0; i < int(b.threads.size()); ++i)
+      if (b.threads[std::size_t(i)].waits == Waits::no) resume(b, i);
+    for (const Thread& t : b.threads) all_returned &= t.waits == Waits::returned;
+    if (all_returned) return;
+    if (!release(b)) stop("threads wait at barriers that the others of their warp or block wait at no more");
+  }
+}
+
+}  // namespace
+
+cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
+  const unsigned threads = size.x * size.y * size.z;
+  if (threads == 0 || threads > 1024 || grid.x * grid.y * grid.z == 0) return cudaErrorInvalidValue;
+  Block b;
+  b.body = body;
+  b.context = context;
+  b.shuffled.resize(threads);
+  block = &b;
+  blockDim = size;
+  gridDim = grid;
+  for (unsigned z = 0; z < grid.z; ++z)
+    for (unsigned y = 0; y < grid.y; ++y)
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = dim3(x, y, z);
+        b.threads.clear();
+        b.threads.resize(threads);
+        run_block(b);
+      }
+  block = nullptr;
+  return cudaSuccess;
+}
+
+}  // namespace labkit::cuda_emulation
+
+using namespace labkit::cuda_emulation;
+
+float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
+  if (mask != 0xffffffffu) stop("a shuffle of part of a warp (the emulation does whole warps only)");
+  const int me = block->running;
+  block->shuffled[std::size_t(me)] = value;
+  wait_at(Waits::at_warp);
+  const float got = block->shuffled[std::size_t(me ^ lane_mask)];
+  wait_at(Waits::at_warp);  // no lane writes its next value before every lane has read this one
+  return got;
+}
+
+void __syncwarp(unsigned mask) {
+  if (mask != 0xffffffffu) stop("a __syncwarp of part of a warp (the emulation does whole warps only)");
+  wait_at(Waits::at_warp);
+}
+
+void __syncthreads() { wait_at(Waits::at_block); }
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void** p, std::size_t bytes) {
+  // Aligned as cudaMalloc's, and no larger than asked: a kernel that reads
+  // past the end stops under AddressSanitizer.
+  constexpr std::size_t kAlign = 256;
+  return posix_memalign(p, kAlign, bytes) == 0 ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  if (bytes) std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, bytes, kind);
+}
+
+cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t) {
+  if (bytes) std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  static std::uintptr_t made = 1;  // cudaStreamLegacy is 1: each made stream a tag of its own
+  *stream = reinterpret_cast<cudaStream_t>(++made);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+  }
+  return "unknown error";
+}

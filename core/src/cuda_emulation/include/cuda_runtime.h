@@ -1,0 +1,95 @@
+// The CUDA that labkit's CUDA files use, on the CPU: what CI has instead of a
+// GPU. The asan build compiles those files as C++ over these headers, so every
+// kernel runs on the host under AddressSanitizer and UBSan (a read past a
+// buffer's end, which a GPU lets pass silently, stops the test), and
+// ops_cuda_test compares each with its CPU op there as on a GPU.
+//
+// A kernel's threads run one at a time, each on a fiber of its own
+// (cuda_emulation.cpp): a warp's shuffle or __syncwarp waits for the warp's
+// other lanes, __syncthreads for the block, and a lane that waits where one
+// of its warp has returned stops the program, as a full-mask warp op is
+// undefined then. Streams run their work as it is issued. Not emulated: the
+// GPU's speed, and races between threads (one runs at a time).
+#pragma once
+
+#include <math.h>
+#include <string.h>  // memcpy, which device code has, as the host
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+
+// Device code is host code here; a block's shared memory is a static, as one
+// block runs at a time.
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+// The running thread's coordinates, set as each thread's fiber is resumed.
+inline thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+// Device functions.
+float __shfl_xor_sync(unsigned mask, float value, int lane_mask);
+void __syncwarp(unsigned mask = 0xffffffffu);
+void __syncthreads();
+inline float atomicAdd(float* at, float value) { return std::exchange(*at, *at + value); }
+inline double atomicAdd(double* at, double value) { return std::exchange(*at, *at + value); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline unsigned __float_as_uint(float x) { return std::bit_cast<unsigned>(x); }
+inline float __uint_as_float(unsigned x) { return std::bit_cast<float>(x); }
+template <class T> T min(T a, T b) { return b < a ? b : a; }
+template <class T> T max(T a, T b) { return a < b ? b : a; }
+
+// The runtime.
+enum cudaError { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+using cudaError_t = cudaError;
+using cudaStream_t = struct CUstream_st*;
+#define cudaStreamLegacy (reinterpret_cast<cudaStream_t>(0x1))
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost,
+  cudaMemcpyHostToDevice,
+  cudaMemcpyDeviceToHost,
+  cudaMemcpyDeviceToDevice,
+  cudaMemcpyDefault
+};
+
+cudaError_t cudaGetDeviceCount(int* count);
+cudaError_t cudaMalloc(void** p, std::size_t bytes);
+template <class T> cudaError_t cudaMalloc(T** p, std::size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes); }
+cudaError_t cudaFree(void* p);
+cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream);
+cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t stream);
+cudaError_t cudaStreamCreate(cudaStream_t* stream);
+cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+cudaError_t cudaDeviceSynchronize();
+const char* cudaGetErrorString(cudaError_t error);
+
+struct cudaLaunchConfig_t {
+  dim3 gridDim, blockDim;
+  std::size_t dynamicSmemBytes = 0;
+  cudaStream_t stream = nullptr;
+};
+
+namespace labkit::cuda_emulation {
+// Runs thread(context) for every thread of the grid, block by block.
+cudaError_t run_grid(dim3 grid, dim3 block, void (*thread)(void* context), void* context);
+}  // namespace labkit::cuda_emulation
+
+// As CUDA's: the arguments convert to the kernel's parameter types first.
+template <class... Params, class... Args>
+cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(Params...), Args&&... args) {
+  return [&](Params... converted) {
+    auto thread = [&] { kernel(converted...); };
+    using Thread = decltype(thread);
+    return labkit::cuda_emulation::run_grid(
+        config->gridDim, config->blockDim, [](void* t) { (*static_cast<Thread*>(t))(); }, &thread);
+  }(std::forward<Args>(args)...);
+}
