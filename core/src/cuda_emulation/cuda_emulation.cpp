@@ -1,14 +1,14 @@
 // The CPU's CUDA (include/cuda_runtime.h says what it is for): memory from the
 // host's allocator, streams that run their work as it is issued, and kernels
-// run thread by thread, each thread on a Boost.Context fiber of its own, so
-// that a thread at a warp shuffle or a block barrier can wait there while the
-// others of its warp or block run up to it.
+// run thread by thread on Boost.Context fibers, so that a thread at a warp
+// shuffle or a block barrier can wait there while the others of its warp or
+// block run up to it.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
+#include <deque>
 #include <vector>
 
 #include <boost/context/fiber.hpp>
@@ -41,13 +41,9 @@ constexpr std::size_t kStackBytes = 128 * 1024;
 
 // The fibers' stacks, kept for the next thread: most threads run to their end
 // at once, so a kernel without barriers reuses one stack throughout.
-struct StackPool {
-  std::mutex lock;
-  std::vector<void*> free;
-};
-StackPool& stacks() {
-  static auto* pool = new StackPool;  // never destroyed, as its stacks
-  return *pool;
+std::vector<void*>& free_stacks() {
+  thread_local auto* stacks = new std::vector<void*>;  // never destroyed, as the stacks
+  return *stacks;
 }
 
 // AddressSanitizer is told of each jump between the scheduler's stack and a
@@ -69,19 +65,32 @@ void finish_switch([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackRang
 #endif
 }
 
-enum class Waits { no, at_warp, at_block, returned };
+enum class Waits { not_started, no, at_warp, at_block, returned };
 
 struct Thread {
-  ctx::fiber fiber;      // its own, until it returns
+  Waits waits = Waits::not_started;
+  int runner = -1;  // the fiber it runs on
+};
+
+// A fiber that runs a block's threads one after another, from the first not yet
+// started, until one waits at a barrier: that thread keeps the fiber, and the
+// next thread gets a new one. A kernel without barriers takes one fiber a block.
+struct Runner {
+  ctx::fiber fiber;
   ctx::fiber scheduler;  // the way back, while it runs
-  Waits waits = Waits::no;
   StackRange stack;
 };
 
 struct Block {
   std::vector<Thread> threads;
-  std::vector<float> shuffled;  // each lane's value at a shuffle
-  int running = -1;
+  std::deque<Runner> runners;  // a deque: a runner's address holds while more are made
+  int next = 0;                // the first thread not started
+  int running = -1;            // the thread running now
+  // Each lane's value at a shuffle, in two sets used in turn: a lane may write
+  // its next shuffle's value while another still reads this one's, but not the
+  // one after, which waits for every lane of the warp at the next.
+  std::vector<float> shuffled[2];
+  std::vector<int> shuffles;  // each thread's count so far, to pick the set
   void (*body)(void*);
   void* context;
 };
@@ -92,12 +101,9 @@ class PooledStack {
   explicit PooledStack(StackRange* where) : where_(where) {}
   ctx::stack_context allocate() {
     void* base = nullptr;
-    {
-      std::lock_guard guard(stacks().lock);
-      if (!stacks().free.empty()) {
-        base = stacks().free.back();
-        stacks().free.pop_back();
-      }
+    if (!free_stacks().empty()) {
+      base = free_stacks().back();
+      free_stacks().pop_back();
     }
     if (!base) base = std::malloc(kStackBytes);
     if (!base) throw std::bad_alloc();
@@ -107,10 +113,7 @@ class PooledStack {
     s.sp = static_cast<char*>(base) + kStackBytes;
     return s;
   }
-  void deallocate(ctx::stack_context& s) noexcept {
-    std::lock_guard guard(stacks().lock);
-    stacks().free.push_back(static_cast<char*>(s.sp) - s.size);
-  }
+  void deallocate(ctx::stack_context& s) noexcept { free_stacks().push_back(static_cast<char*>(s.sp) - s.size); }
 
  private:
   StackRange* where_;
@@ -124,29 +127,43 @@ dim3 coordinates_of(int i, dim3 size) {
 void wait_at(Waits at) {
   Thread& self = block->threads[std::size_t(block->running)];
   self.waits = at;
+  Runner& runner = block->runners[std::size_t(self.runner)];
   void* fake_stack = nullptr;
   start_switch(&fake_stack, scheduler_stack);
-  self.scheduler = std::move(self.scheduler).resume();
+  runner.scheduler = std::move(runner.scheduler).resume();
   finish_switch(fake_stack, &scheduler_stack);
 }
 
+// Runs the thread where it waits, or (i == -1) a new runner from the next thread not started.
 void resume(Block& b, int i) {
-  Thread& t = b.threads[std::size_t(i)];
-  b.running = i;
-  threadIdx = coordinates_of(i, blockDim);
-  if (!t.fiber)  // its first run: made now, so that a stack is held only by a thread that waits
-    t.fiber = ctx::fiber(std::allocator_arg, PooledStack(&t.stack), [&b, i](ctx::fiber&& scheduler) {
-      Thread& self = b.threads[std::size_t(i)];
+  if (i >= 0) {
+    b.running = i;
+    threadIdx = coordinates_of(i, blockDim);
+  }
+  const int r = i >= 0 ? b.threads[std::size_t(i)].runner : int(b.runners.size());
+  if (i < 0) {
+    Runner& made = b.runners.emplace_back();
+    made.fiber = ctx::fiber(std::allocator_arg, PooledStack(&made.stack), [&b, r](ctx::fiber&& scheduler) {
+      Runner& self = b.runners[std::size_t(r)];
       self.scheduler = std::move(scheduler);
       finish_switch(nullptr, &scheduler_stack);
-      b.body(b.context);
-      self.waits = Waits::returned;
+      const int n = int(b.threads.size());
+      while (b.next < n) {
+        const int t = b.next++;
+        b.threads[std::size_t(t)] = {Waits::no, r};
+        b.running = t;
+        threadIdx = coordinates_of(t, blockDim);
+        b.body(b.context);
+        b.threads[std::size_t(t)].waits = Waits::returned;
+      }
       start_switch(nullptr, scheduler_stack);  // leaves for good: its stack goes back to the pool
       return std::move(self.scheduler);
     });
+  }
+  Runner& runner = b.runners[std::size_t(r)];
   void* fake_stack = nullptr;
-  start_switch(&fake_stack, t.stack);
-  t.fiber = std::move(t.fiber).resume();
+  start_switch(&fake_stack, runner.stack);
+  runner.fiber = std::move(runner.fiber).resume();
   finish_switch(fake_stack, nullptr);
 }
 
@@ -184,9 +201,10 @@ bool release(Block& b) {
 
 void run_block(Block& b) {
   for (;;) {
-    bool all_returned = true;
+    while (b.next < int(b.threads.size())) resume(b, -1);
     for (int i = 0; i < int(b.threads.size()); ++i)
       if (b.threads[std::size_t(i)].waits == Waits::no) resume(b, i);
+    bool all_returned = true;
     for (const Thread& t : b.threads) all_returned &= t.waits == Waits::returned;
     if (all_returned) return;
     if (!release(b)) stop("threads wait at barriers that the others of their warp or block wait at no more");
@@ -201,7 +219,8 @@ cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
   Block b;
   b.body = body;
   b.context = context;
-  b.shuffled.resize(threads);
+  b.shuffled[0].resize(threads);
+  b.shuffled[1].resize(threads);
   block = &b;
   blockDim = size;
   gridDim = grid;
@@ -209,8 +228,10 @@ cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
     for (unsigned y = 0; y < grid.y; ++y)
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = dim3(x, y, z);
-        b.threads.clear();
-        b.threads.resize(threads);
+        b.threads.assign(threads, Thread{});
+        b.runners.clear();
+        b.next = 0;
+        b.shuffles.assign(threads, 0);
         run_block(b);
       }
   block = nullptr;
@@ -223,12 +244,11 @@ using namespace labkit::cuda_emulation;
 
 float __shfl_xor_sync(unsigned mask, float value, int lane_mask) {
   if (mask != 0xffffffffu) stop("a shuffle of part of a warp (the emulation does whole warps only)");
-  const int me = block->running;
-  block->shuffled[std::size_t(me)] = value;
+  const auto me = std::size_t(block->running);
+  std::vector<float>& values = block->shuffled[block->shuffles[me]++ % 2];
+  values[me] = value;
   wait_at(Waits::at_warp);
-  const float got = block->shuffled[std::size_t(me ^ lane_mask)];
-  wait_at(Waits::at_warp);  // no lane writes its next value before every lane has read this one
-  return got;
+  return values[me ^ std::size_t(lane_mask)];
 }
 
 void __syncwarp(unsigned mask) {

@@ -4,12 +4,12 @@
 // buffer's end, which a GPU lets pass silently, stops the test), and
 // ops_cuda_test compares each with its CPU op there as on a GPU.
 //
-// A kernel's threads run one at a time, each on a fiber of its own
-// (cuda_emulation.cpp): a warp's shuffle or __syncwarp waits for the warp's
-// other lanes, __syncthreads for the block, and a lane that waits where one
-// of its warp has returned stops the program, as a full-mask warp op is
-// undefined then. Streams run their work as it is issued. Not emulated: the
-// GPU's speed, and races between threads (one runs at a time).
+// A kernel's threads run one at a time, on fibers (cuda_emulation.cpp): a
+// warp's shuffle or __syncwarp waits for the warp's other lanes, __syncthreads
+// for the block, and a lane that waits where one of its warp has returned
+// stops the program, as a full-mask warp op is undefined then. Streams run
+// their work as it is issued. Not emulated: the GPU's speed, and races between
+// threads (one runs at a time).
 #pragma once
 
 #include <math.h>
