@@ -13,16 +13,7 @@
 
 #include <boost/context/fiber.hpp>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define LABKIT_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LABKIT_ASAN 1
-#endif
-#endif
-#ifdef LABKIT_ASAN
-#include <sanitizer/common_interface_defs.h>
-#endif
+#include "labkit/asan_stacks.h"
 
 namespace ctx = boost::context;
 
@@ -47,23 +38,8 @@ std::vector<void*>& free_stacks() {
 }
 
 // AddressSanitizer is told of each jump between the scheduler's stack and a
-// thread's (as the simulator's fibers tell it, backends/sim/asan_fibers.h).
-struct StackRange {
-  const void* bottom = nullptr;
-  std::size_t size = 0;
-};
-thread_local StackRange scheduler_stack;
-
-void start_switch([[maybe_unused]] void** fake_stack, [[maybe_unused]] const StackRange& to) {
-#ifdef LABKIT_ASAN
-  __sanitizer_start_switch_fiber(fake_stack, to.bottom, to.size);
-#endif
-}
-void finish_switch([[maybe_unused]] void* fake_stack, [[maybe_unused]] StackRange* from) {
-#ifdef LABKIT_ASAN
-  __sanitizer_finish_switch_fiber(fake_stack, from ? &from->bottom : nullptr, from ? &from->size : nullptr);
-#endif
-}
+// runner's (labkit/asan_stacks.h).
+thread_local asan::Stack scheduler_stack;
 
 enum class Waits { not_started, no, at_warp, at_block, returned };
 
@@ -78,7 +54,7 @@ struct Thread {
 struct Runner {
   ctx::fiber fiber;
   ctx::fiber scheduler;  // the way back, while it runs
-  StackRange stack;
+  asan::Stack stack;
 };
 
 struct Block {
@@ -98,7 +74,7 @@ thread_local Block* block = nullptr;
 
 class PooledStack {
  public:
-  explicit PooledStack(StackRange* where) : where_(where) {}
+  explicit PooledStack(asan::Stack* where) : where_(where) {}
   ctx::stack_context allocate() {
     void* base = nullptr;
     if (!free_stacks().empty()) {
@@ -116,7 +92,7 @@ class PooledStack {
   void deallocate(ctx::stack_context& s) noexcept { free_stacks().push_back(static_cast<char*>(s.sp) - s.size); }
 
  private:
-  StackRange* where_;
+  asan::Stack* where_;
 };
 
 dim3 coordinates_of(int i, dim3 size) {
@@ -129,9 +105,9 @@ void wait_at(Waits at) {
   self.waits = at;
   Runner& runner = block->runners[std::size_t(self.runner)];
   void* fake_stack = nullptr;
-  start_switch(&fake_stack, scheduler_stack);
+  asan::start_switch(&fake_stack, scheduler_stack);
   runner.scheduler = std::move(runner.scheduler).resume();
-  finish_switch(fake_stack, &scheduler_stack);
+  asan::finish_switch(fake_stack, &scheduler_stack);
 }
 
 // Runs the thread where it waits, or (i == -1) a new runner from the next thread not started.
@@ -146,7 +122,7 @@ void resume(Block& b, int i) {
     made.fiber = ctx::fiber(std::allocator_arg, PooledStack(&made.stack), [&b, r](ctx::fiber&& scheduler) {
       Runner& self = b.runners[std::size_t(r)];
       self.scheduler = std::move(scheduler);
-      finish_switch(nullptr, &scheduler_stack);
+      asan::finish_switch(nullptr, &scheduler_stack);
       const int n = int(b.threads.size());
       while (b.next < n) {
         const int t = b.next++;
@@ -156,15 +132,15 @@ void resume(Block& b, int i) {
         b.body(b.context);
         b.threads[std::size_t(t)].waits = Waits::returned;
       }
-      start_switch(nullptr, scheduler_stack);  // leaves for good: its stack goes back to the pool
+      asan::start_switch(nullptr, scheduler_stack);  // leaves for good: its stack goes back to the pool
       return std::move(self.scheduler);
     });
   }
   Runner& runner = b.runners[std::size_t(r)];
   void* fake_stack = nullptr;
-  start_switch(&fake_stack, runner.stack);
+  asan::start_switch(&fake_stack, runner.stack);
   runner.fiber = std::move(runner.fiber).resume();
-  finish_switch(fake_stack, nullptr);
+  asan::finish_switch(fake_stack, nullptr);
 }
 
 // Lets go the threads whose barrier every thread it waits for has reached:
