@@ -1,8 +1,8 @@
 // The ops of labkit/ops.h on an NVIDIA GPU: the same contracts (row-major,
 // backward functions accumulate), float only, device pointers. Matmuls are
-// cuBLAS; the rest are one-thread-per-output kernels written to mirror the CPU
-// loops line for line (llm.c's dev/cuda "kernel 1" versions), so the two can be
-// compared to 1e-5. Built when CMake finds CUDA (LABKIT_CUDA); labkit/device.h
+// cuBLAS; the rest are llm.c's plain kernels (dev/cuda's first versions): a
+// thread per output mirroring the CPU loop, or a warp per row where a row is
+// summed (layer norm, softmax, attention), compared with the CPU's to 1e-5. Built when CMake finds CUDA (LABKIT_CUDA); labkit/device.h
 // gathers them, with the GPU's memory, into the "cuda" Device.
 #pragma once
 

@@ -74,7 +74,6 @@ const char* cudaGetErrorString(cudaError_t error);
 
 struct cudaLaunchConfig_t {
   dim3 gridDim, blockDim;
-  std::size_t dynamicSmemBytes = 0;
   cudaStream_t stream = nullptr;
 };
 
