@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include "labkit/asan_stacks.h"
 #include "labkit/device.h"
 #include "labkit/gpt.h"
 #include "labkit/optim.h"
@@ -67,13 +68,19 @@ bool cublas_mapped() {
 }  // namespace
 
 // cuBLAS is opened when a GPU matmul first needs it, so a process on the CPU
-// never loads it (libcublasLt's initializers slow every start). First in the
-// file, as it needs a process that has not used the GPU; runs without a GPU.
+// never loads it (libcublasLt's initializers slow every start), nor one whose
+// GPU ops so far were not matmuls. It needs a process that has not used cuBLAS:
+// the death tests, which gtest runs first, use the GPU but not it. Runs without a GPU.
 TEST(CudaLibraries, CublasOpensOnlyWhenAGpuMatmulNeedsIt) {
   const std::vector<float> x = random(4 * 8, 1), w = random(8 * 8, 2);
   std::vector<float> y(4 * 8);
   labkit::device(labkit::DeviceKind::cpu).matmul_forward(y.data(), x.data(), w.data(), nullptr, 4, 8, 8);
   ASSERT_FALSE(cublas_mapped()) << "a process that ran on the CPU has cuBLAS loaded";
+  if (labkit::cuda_available()) {
+    OnGpu<float> g(y);
+    gpu::scale(g.ptr, 2.0f, long(g.n));
+    ASSERT_FALSE(cublas_mapped()) << "a process whose only GPU op was a scale has cuBLAS loaded";
+  }
   labkit::ops::cuda::open_cublas();
   EXPECT_TRUE(cublas_mapped()) << "open_cublas returned without loading it";
 }
@@ -251,6 +258,22 @@ TEST_F(CudaOps, SgdFillScaleAndSumOfSquares) {
   gpu::fill(gg.ptr, 7.0f, n - 1);
   expect_close(gg.host(), g, "fill");
 }
+
+#if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
+// On the CPU's CUDA under AddressSanitizer (the asan build), what a GPU runs
+// past unnoticed stops: a kernel reading past its tensor, inside the 512 bytes
+// the caching allocator rounds a block to, or a tensor used after its release
+// (cuda_caching_allocator.cu). The child re-runs the binary (BLAS keeps threads).
+TEST(CudaEmulationDeathTest, AKernelPastItsTensorOrAfterItsReleaseStops) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const labkit::Device& cuda = labkit::cuda_device();
+  auto* p = static_cast<float*>(cuda.allocate(3 * sizeof(float)));
+  EXPECT_DEATH(gpu::scale(p, 2.0f, 4), "use-after-poison on address[^\n]*\nREAD of size 4[^\n]*\n[^\n]*scale_kernel");
+  gpu::scale(p, 2.0f, 3);
+  cuda.release(p);
+  EXPECT_DEATH(gpu::fill(p, 1.0f, 1), "use-after-poison on address[^\n]*\nWRITE of size 4[^\n]*\n[^\n]*fill_kernel");
+}
+#endif
 
 // LARS's and LAMB's pieces: y += a x, and LAMB's direction with its moments.
 TEST_F(CudaOps, AxpyAndLambDirection) {

@@ -10,6 +10,8 @@
 // work waits for.
 #include "cuda_caching_allocator.h"
 
+#include "labkit/asan_stacks.h"
+
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -21,9 +23,30 @@
 
 #include "cuda_support.h"
 
+#if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace labkit::cuda_memory {
 
 namespace {
+
+// On the CPU's CUDA under AddressSanitizer (the asan build), device memory is
+// the host's, and what a GPU would run past unnoticed is stopped: the bytes a
+// block has past its request, and a block back in the cache, are poisoned, so
+// a kernel reading past its tensor, or a tensor used after its release, stops
+// there, as a read past cudaMalloc's bytes does. Elsewhere these do nothing.
+void poison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+#if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
+  ASAN_POISON_MEMORY_REGION(p, bytes);
+#endif
+}
+
+void unpoison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+#if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
+  ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+#endif
+}
 
 // Sizes round up to 512 bytes (PyTorch's smallest block), so nearly equal
 // requests share a free list.
@@ -68,7 +91,9 @@ void* allocate(std::size_t bytes) {
     std::lock_guard guard(c.lock);
     c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), Block{size, on});
   }
+  unpoison(p, size);
   check_cuda(cudaMemsetAsync(p, 0, size, on), "cudaMemsetAsync");
+  poison(static_cast<char*>(p) + bytes, size - bytes);
   return p;
 }
 
@@ -81,6 +106,7 @@ void release(void* p) {
     std::fprintf(stderr, "cuda: release of %p, which this allocator did not allocate; ignored\n", p);
     return;
   }
+  poison(p, block->second.bytes);
   c.free_by_size[{block->second.stream, block->second.bytes}].push_back(p);
 }
 

@@ -25,21 +25,18 @@ namespace {
 
 struct Lane {
   cudaStream_t stream = cudaStreamLegacy;
-  cublasHandle_t blas = nullptr;
+  cublasHandle_t blas = nullptr;  // made at the rank's first matmul, when cuBLAS is opened
 };
+
+std::mutex lanes_lock;
 
 // Lane r + 1 is rank r's; lane 0 the legacy stream's. Never destroyed, as the
 // caching allocator's blocks (a static tensor may release at exit).
 Lane& lane(int rank) {
-  static std::mutex lock;
   static auto* lanes = new std::deque<Lane>;
-  std::lock_guard guard(lock);
   while (int(lanes->size()) <= rank + 1) {
     Lane made;
     if (!lanes->empty()) check_cuda(cudaStreamCreate(&made.stream), "cudaStreamCreate for a simulated rank");
-    if (cublas().create(&made.blas) != CUBLAS_STATUS_SUCCESS ||
-        cublas().set_stream(made.blas, made.stream) != CUBLAS_STATUS_SUCCESS)
-      throw std::runtime_error("cublas: cannot create a handle");
     lanes->push_back(made);
   }
   return (*lanes)[std::size_t(rank + 1)];
@@ -47,7 +44,19 @@ Lane& lane(int rank) {
 
 }  // namespace
 
-cudaStream_t stream() { return lane(issuing_rank()).stream; }
-cublasHandle_t blas() { return lane(issuing_rank()).blas; }
+cudaStream_t stream() {
+  std::lock_guard guard(lanes_lock);
+  return lane(issuing_rank()).stream;
+}
+
+cublasHandle_t blas() {
+  std::lock_guard guard(lanes_lock);
+  Lane& l = lane(issuing_rank());
+  if (l.blas) return l.blas;
+  cublasHandle_t made = nullptr;
+  if (cublas().create(&made) != CUBLAS_STATUS_SUCCESS || cublas().set_stream(made, l.stream) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("cublas: cannot create a handle");
+  return l.blas = made;
+}
 
 }  // namespace labkit::cuda_launch
