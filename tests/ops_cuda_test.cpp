@@ -295,15 +295,13 @@ TEST_F(CudaOps, AxpyAndLambDirection) {
 
 // Rank 1's slice, tokens [4, 8): tokens on both sides of it, with the
 // positions and without (the rank that does not add them).
-TEST_F(CudaOps, VocabSlice) {
+TEST_F(CudaOps, VocabSliceEmbedding) {
   const int B = 2, T = 8, C = 16, vocab = 11, V = 4, first = 4, N = B * T;
-  auto wte = random(V * C, 20), wpe = random(T * C, 21), dout = random(N * C, 22), logits = random(N * V, 23);
+  auto wte = random(V * C, 20), wpe = random(T * C, 21), dout = random(N * C, 22);
   std::vector<int> tokens(N);
   for (int i = 0; i < N; ++i) tokens[i] = (i * 5) % vocab;
-  std::vector<float> emb(N * C), dwte(V * C), dwpe(T * C), largest(N), sums(2 * N), probs(N * V), losses(N),
-      dlogits(N * V);
-  OnGpu<float> g_wte(wte), g_wpe(wpe), g_dout(dout), g_logits(logits), g_emb(emb), g_dwte(dwte), g_dwpe(dwpe),
-      g_largest(largest), g_sums(sums), g_probs(probs), g_losses(losses), g_dlogits(dlogits);
+  std::vector<float> emb(N * C), dwte(V * C), dwpe(T * C);
+  OnGpu<float> g_wte(wte), g_wpe(wpe), g_dout(dout), g_emb(emb), g_dwte(dwte), g_dwpe(dwpe);
   OnGpu<int> g_tokens(tokens);
   for (const bool positions : {false, true}) {
     cpu::vocab_slice_encoder_forward(emb.data(), tokens.data(), wte.data(), positions ? wpe.data() : nullptr, first, V,
@@ -318,26 +316,43 @@ TEST_F(CudaOps, VocabSlice) {
   }
   expect_close(g_dwte.host(), dwte, "vocab slice dwte");
   expect_close(g_dwpe.host(), dwpe, "vocab slice dwpe");
-  // The cross-entropy as if the vocabulary were 7 (padded to 8): the slice's column 3 is padding,
-  // and every target is a word of it.
+}
+
+// The cross-entropy of a slice of V words from `first`, of a vocabulary of
+// `vocab`: the slice's columns past it are padding, and every target is a word.
+void check_vocab_slice_crossentropy(int V, int first, int vocab) {
+  const int N = 16;
+  auto logits = random(N * V, 23);
   std::vector<int> targets(N);
-  for (int i = 0; i < N; ++i) targets[i] = (i * 5) % 7;
+  for (int i = 0; i < N; ++i) targets[i] = (i * 5) % vocab;
+  std::vector<float> largest(N), sums(2 * N), probs(N * V), losses(N), dlogits(N * V);
+  OnGpu<float> g_logits(logits), g_largest(largest), g_sums(sums), g_probs(probs), g_losses(losses),
+      g_dlogits(dlogits);
   OnGpu<int> g_targets(targets);
-  cpu::vocab_slice_max(largest.data(), logits.data(), first, 7, N, V);
+  cpu::vocab_slice_max(largest.data(), logits.data(), first, vocab, N, V);
   cpu::vocab_slice_exp_sums(sums.data(), logits.data(), largest.data(), targets.data(), first, N, V);
   cpu::vocab_slice_softmax(probs.data(), losses.data(), logits.data(), largest.data(), sums.data(), N, V);
   cpu::vocab_slice_crossentropy_backward(dlogits.data(), probs.data(), targets.data(), first, N, V);
-  gpu::vocab_slice_max(g_largest.ptr, g_logits.ptr, first, 7, N, V);
+  gpu::vocab_slice_max(g_largest.ptr, g_logits.ptr, first, vocab, N, V);
   gpu::vocab_slice_exp_sums(g_sums.ptr, g_logits.ptr, g_largest.ptr, g_targets.ptr, first, N, V);
   gpu::vocab_slice_softmax(g_probs.ptr, g_losses.ptr, g_logits.ptr, g_largest.ptr, g_sums.ptr, N, V);
   gpu::vocab_slice_crossentropy_backward(g_dlogits.ptr, g_probs.ptr, g_targets.ptr, first, N, V);
   const std::vector<float> masked = g_logits.host();
-  for (int i = 0; i < N; ++i) ASSERT_TRUE(std::isinf(masked[i * V + 3]) && masked[i * V + 3] < 0) << "row " << i;
+  for (int i = 0; i < N; ++i)
+    for (int j = vocab - first; j < V; ++j)
+      ASSERT_TRUE(std::isinf(masked[i * V + j]) && masked[i * V + j] < 0) << "row " << i << ", padding column " << j;
   expect_close(g_largest.host(), largest, "vocab slice max");
   expect_close(g_sums.host(), sums, "vocab slice sums");
   expect_close(g_probs.host(), probs, "vocab slice probs");
   expect_close(g_losses.host(), losses, "vocab slice losses");
   expect_close(g_dlogits.host(), dlogits, "vocab slice backward");
+}
+
+// A slice narrower than a warp (its last column padding), and one of two
+// warps' widths and a part (its last five columns padding).
+TEST_F(CudaOps, VocabSliceCrossEntropy) {
+  check_vocab_slice_crossentropy(4, 4, 7);
+  check_vocab_slice_crossentropy(70, 70, 135);
 }
 
 namespace {
@@ -351,8 +366,8 @@ void merge_row(float* out, float& lse, const float* block_out, float block_lse, 
 
 // A zig-zag rank's two chunks, [4, 8) and [24, 28), folding its own block and
 // an earlier rank's [0, 4) and [28, 32): keys before, after and among the queries.
-TEST_F(CudaOps, AttentionBlocks) {
-  const int B = 2, L = 8, C = 32, NH = 2;
+void check_attention_blocks(int C, int NH) {
+  const int B = 2, L = 8;
   const std::vector<int> queries = {4, 5, 6, 7, 24, 25, 26, 27}, others = {0, 1, 2, 3, 28, 29, 30, 31};
   auto qkv = random(B * L * 3 * C, 30), other_kv = random(B * L * 2 * C, 31), dout = random(B * L * C, 32);
   std::vector<float> own_kv(B * L * 2 * C), out(B * L * C), lse(B * NH * L, -INFINITY), delta(B * NH * L),
@@ -386,6 +401,12 @@ TEST_F(CudaOps, AttentionBlocks) {
   expect_close(g_dqkv.host(), dqkv, "attention_block_backward: dq");
   expect_close(g_dkv.host(), dkv, "attention_block_backward: the own block's dk, dv");
   expect_close(g_dother.host(), dother, "attention_block_backward: the other block's dk, dv");
+}
+
+// Heads narrower than a warp, and of two warps' widths and a part.
+TEST_F(CudaOps, AttentionBlocks) {
+  check_attention_blocks(32, 2);
+  check_attention_blocks(80, 1);
 }
 
 // 150 values: two whole blocks and a part one (an odd count, so int4's last byte is half used), one block all zeros;

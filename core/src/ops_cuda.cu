@@ -4,6 +4,7 @@
 
 #include "cuda_caching_allocator.h"
 #include "cuda_support.h"
+#include "cuda_warp.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -55,37 +56,7 @@ __global__ void bias_backward_kernel(float* dbias, const float* dout, int N, int
   atomicAdd(&dbias[o], sum);
 }
 
-// A warp per row (layer norm, softmax, attention): its 32 lanes read the row's
-// elements side by side and add up with shuffles. A thread per row would read
-// 32 rows a row's length apart at each step, and a batch of 8 x 256 rows would
-// give a GPU of 132 SMs 8 blocks (llm.c moved its layer norm to a warp per
-// row, layernorm_forward_kernel3, for the same reason).
-constexpr int kWarp = 32;
-
-__device__ float warp_sum(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ float warp_max(float v) {
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Which row this warp has, and this thread's lane in it. Rows are warp-aligned
-// (kThreads is a multiple of 32), so a warp past the last row leaves whole.
-struct WarpRow {
-  long row;
-  int lane;
-  __device__ WarpRow() {
-    const long thread = long(blockIdx.x) * blockDim.x + threadIdx.x;
-    row = thread / kWarp;
-    lane = int(thread % kWarp);
-  }
-};
-
-int warp_blocks(long rows) { return blocks(rows * kWarp); }
-
+// Layer norm and softmax take a warp per row (cuda_warp.h).
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                                          const float* bias, int N, int C) {
   const WarpRow r;

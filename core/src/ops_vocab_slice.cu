@@ -1,11 +1,13 @@
 // The vocabulary slice's ops on a GPU (labkit/ops.h, ops_vocab_slice.cpp on
-// the CPU): the embedding one thread per element, the cross-entropy's steps one
-// thread per row or per logit, mirroring the CPU loops.
+// the CPU): the embedding one thread per element, the cross-entropy's row
+// maxima and sums a warp per row (cuda_warp.h), its softmax and gradient one
+// thread per logit.
 #include "labkit/ops_cuda.h"
 
 #include <cuda_runtime.h>
 
 #include "cuda_support.h"
+#include "cuda_warp.h"
 
 namespace labkit::ops::cuda {
 
@@ -37,27 +39,31 @@ __global__ void vocab_slice_encoder_backward_kernel(float* dwte, float* dwpe, co
 }
 
 __global__ void vocab_slice_max_kernel(float* largest, float* logits, int first, int vocab, int N, int V) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  float* z = logits + long(n) * V;
+  const WarpRow r;
+  if (r.row >= N) return;
+  float* z = logits + r.row * V;
   float max = -INFINITY;
-  for (int j = 0; j < V; ++j) {
+  for (int j = r.lane; j < V; j += kWarp) {
     if (first + j >= vocab) z[j] = -INFINITY;
     max = fmaxf(max, z[j]);
   }
-  largest[n] = max;
+  max = warp_max(max);
+  if (r.lane == 0) largest[r.row] = max;
 }
 
 __global__ void vocab_slice_exp_sums_kernel(float* sums, const float* logits, const float* largest, const int* targets,
                                             int first, int N, int V) {
-  const int n = blockIdx.x * blockDim.x + threadIdx.x;
-  if (n >= N) return;
-  const float* z = logits + long(n) * V;
+  const WarpRow r;
+  if (r.row >= N) return;
+  const float* z = logits + r.row * V;
+  const float max = largest[r.row];
   float sum = 0;
-  for (int j = 0; j < V; ++j) sum += expf(z[j] - largest[n]);
-  sums[n] = sum;
-  const int local = local_row(targets[n], first, V);
-  sums[N + n] = local >= 0 ? z[local] - largest[n] : 0.0f;
+  for (int j = r.lane; j < V; j += kWarp) sum += expf(z[j] - max);
+  sum = warp_sum(sum);
+  if (r.lane != 0) return;
+  sums[r.row] = sum;
+  const int local = local_row(targets[r.row], first, V);
+  sums[N + r.row] = local >= 0 ? z[local] - max : 0.0f;
 }
 
 __global__ void vocab_slice_softmax_kernel(float* probs, float* losses, const float* logits, const float* largest,
@@ -92,12 +98,12 @@ void vocab_slice_encoder_backward(float* dwte, float* dwpe, const float* dout, c
 }
 
 void vocab_slice_max(float* largest, float* logits, int first, int vocab, int N, int V) {
-  launch("vocab_slice_max", vocab_slice_max_kernel, blocks(N), stream(), largest, logits, first, vocab, N, V);
+  launch("vocab_slice_max", vocab_slice_max_kernel, warp_blocks(N), stream(), largest, logits, first, vocab, N, V);
 }
 
 void vocab_slice_exp_sums(float* sums, const float* logits, const float* largest, const int* targets, int first, int N,
                           int V) {
-  launch("vocab_slice_exp_sums", vocab_slice_exp_sums_kernel, blocks(N), stream(), sums, logits, largest, targets,
+  launch("vocab_slice_exp_sums", vocab_slice_exp_sums_kernel, warp_blocks(N), stream(), sums, logits, largest, targets,
          first, N, V);
 }
 

@@ -2,8 +2,10 @@
 // backward functions accumulate), float only, device pointers. Matmuls are
 // cuBLAS; the rest are llm.c's plain kernels (dev/cuda's first versions): a
 // thread per output mirroring the CPU loop, or a warp per row where a row is
-// summed (layer norm, softmax, attention), compared with the CPU's to 1e-5. Built when CMake finds CUDA (LABKIT_CUDA); labkit/device.h
-// gathers them, with the GPU's memory, into the "cuda" Device.
+// summed (layer norm, softmax, attention and ring attention's blocks, the
+// vocabulary slice's cross-entropy), compared with the CPU's to 1e-5. Built
+// when CMake finds CUDA (LABKIT_CUDA); labkit/device.h gathers them, with the
+// GPU's memory, into the "cuda" Device.
 #pragma once
 
 #include "labkit/ops.h"
