@@ -57,6 +57,22 @@ struct Runner {
   asan::Stack stack;
 };
 
+// The order threads start and resume in, and blocks run in: 0 first, or the
+// last first (LABKIT_CUDA_THREAD_ORDER=reverse), k-th of n being order(k, n).
+bool reverse_order() {
+  static const bool reverse = [] {
+    const char* order = std::getenv("LABKIT_CUDA_THREAD_ORDER");
+    if (!order || std::strcmp(order, "forward") == 0) return false;
+    if (std::strcmp(order, "reverse") == 0) return true;
+    std::fprintf(stderr, "cuda (the CPU's emulation): LABKIT_CUDA_THREAD_ORDER=%s: expected forward or reverse\n",
+                 order);
+    std::exit(2);
+  }();
+  return reverse;
+}
+
+int order(int k, int n) { return reverse_order() ? n - 1 - k : k; }
+
 struct Block {
   std::vector<Thread> threads;
   std::deque<Runner> runners;  // a deque: a runner's address holds while more are made
@@ -125,7 +141,7 @@ void resume(Block& b, int i) {
       asan::finish_switch(nullptr, &scheduler_stack);
       const int n = int(b.threads.size());
       while (b.next < n) {
-        const int t = b.next++;
+        const int t = order(b.next++, n);
         b.threads[std::size_t(t)] = {Waits::no, r};
         b.running = t;
         threadIdx = coordinates_of(t, blockDim);
@@ -176,10 +192,11 @@ bool release(Block& b) {
 }
 
 void run_block(Block& b) {
+  const int n = int(b.threads.size());
   for (;;) {
-    while (b.next < int(b.threads.size())) resume(b, -1);
-    for (int i = 0; i < int(b.threads.size()); ++i)
-      if (b.threads[std::size_t(i)].waits == Waits::no) resume(b, i);
+    while (b.next < n) resume(b, -1);
+    for (int k = 0; k < n; ++k)
+      if (const int i = order(k, n); b.threads[std::size_t(i)].waits == Waits::no) resume(b, i);
     bool all_returned = true;
     for (const Thread& t : b.threads) all_returned &= t.waits == Waits::returned;
     if (all_returned) return;
@@ -200,16 +217,15 @@ cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
   block = &b;
   blockDim = size;
   gridDim = grid;
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        blockIdx = dim3(x, y, z);
-        b.threads.assign(threads, Thread{});
-        b.runners.clear();
-        b.next = 0;
-        b.shuffles.assign(threads, 0);
-        run_block(b);
-      }
+  const int blocks = int(grid.x * grid.y * grid.z);
+  for (int k = 0; k < blocks; ++k) {
+    blockIdx = coordinates_of(order(k, blocks), grid);
+    b.threads.assign(threads, Thread{});
+    b.runners.clear();
+    b.next = 0;
+    b.shuffles.assign(threads, 0);
+    run_block(b);
+  }
   block = nullptr;
   return cudaSuccess;
 }

@@ -8,8 +8,11 @@
 // warp's shuffle or __syncwarp waits for the warp's other lanes, __syncthreads
 // for the block, and a lane that waits where one of its warp has returned
 // stops the program, as a full-mask warp op is undefined then. Streams run
-// their work as it is issued. Not emulated: the GPU's speed, and races between
-// threads (one runs at a time).
+// their work as it is issued. Not emulated: the GPU's speed. A race between
+// threads shows only where the order they run in gives a wrong answer: between
+// barriers, thread 0 first, or the last first with LABKIT_CUDA_THREAD_ORDER=
+// reverse (blocks too), so that a test run both ways sees a read that comes
+// before its write in either direction.
 #pragma once
 
 #include <math.h>
