@@ -120,10 +120,15 @@ double loss_difference(const Run& a, const Run& b) {
   return largest;
 }
 
-// The last line a failed run printed: its error.
-std::string last_line(const std::string& output) {
-  std::string text = output.substr(0, output.find_last_not_of('\n') + 1);
-  return text.substr(text.find_last_of('\n') + 1);
+// Why a run failed: the last line a lab's error begins ("error: "), since
+// under mpirun Open MPI's own words about the abort come after it; else the
+// last line it printed.
+std::string failure(const std::string& output) {
+  const std::string text = "\n" + output.substr(0, output.find_last_not_of('\n') + 1);
+  std::size_t from = text.rfind("\nerror: ");
+  if (from == std::string::npos) from = text.find_last_of('\n');
+  ++from;
+  return text.substr(from, text.find('\n', from) - from);
 }
 
 }  // namespace
@@ -173,8 +178,8 @@ int main(int argc, char** argv) {
       const bool ok = on_cpu.status == 0 && on_device.status == 0 && difference <= tolerance;
       failed += !ok;
       const std::string verdict = ok                    ? "ok"
-                                  : on_cpu.status != 0    ? "FAIL on cpu: " + last_line(on_cpu.output)
-                                  : on_device.status != 0 ? "FAIL on " + device + ": " + last_line(on_device.output)
+                                  : on_cpu.status != 0    ? "FAIL on cpu: " + failure(on_cpu.output)
+                                  : on_device.status != 0 ? "FAIL on " + device + ": " + failure(on_device.output)
                                                           : "FAIL: the losses differ";
       table.add({name, c.ranks, lab::seconds(on_cpu.wall), lab::seconds(on_device.wall),
                  lab::number(on_device.wall / on_cpu.wall, "{:.2f}x"),
