@@ -10,7 +10,7 @@
 // work waits for.
 #include "cuda_caching_allocator.h"
 
-#include "labkit/asan_stacks.h"
+#include "labkit/asan_stacks.h"  // LABKIT_ASAN: built with AddressSanitizer
 
 #include <cstdint>
 #include <cstdio>
