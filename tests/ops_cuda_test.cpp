@@ -259,6 +259,25 @@ TEST_F(CudaOps, SgdFillScaleAndSumOfSquares) {
   expect_close(gg.host(), g, "fill");
 }
 
+#ifdef LABKIT_CUDA_EMULATION
+// The CPU's CUDA keeps a made stream's work until something waits for it, so
+// that work on another stream, not ordered after it, reads what was there
+// before, as it may on a GPU; the legacy stream waits for every stream.
+TEST(CudaEmulation, AStreamsWorkWaitsUntilItIsWaitedFor) {
+  cudaStream_t writer, reader;
+  ASSERT_EQ(cudaStreamCreate(&writer), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&reader), cudaSuccess);
+  OnGpu<float> g(std::vector<float>(4, 1.0f));
+  gpu::fill(g.ptr, 1.0f, 4);  // the legacy stream: at once
+  ASSERT_EQ(cudaMemsetAsync(g.ptr, 0, 4 * sizeof(float), writer), cudaSuccess);
+  std::vector<float> seen(4);
+  cudaMemcpyAsync(seen.data(), g.ptr, 4 * sizeof(float), cudaMemcpyDeviceToHost, reader);
+  cudaStreamSynchronize(reader);
+  EXPECT_EQ(seen, std::vector<float>(4, 1.0f)) << "the reader's stream waited for the writer's";
+  EXPECT_EQ(g.host(), std::vector<float>(4, 0.0f)) << "a copy on the legacy stream did not wait for the writer's";
+}
+#endif
+
 #if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
 // On the CPU's CUDA under AddressSanitizer (the asan build), what a GPU runs
 // past unnoticed stops: a kernel reading past its tensor, inside the 512 bytes

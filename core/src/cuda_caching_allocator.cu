@@ -35,16 +35,35 @@ namespace {
 // the host's, and what a GPU would run past unnoticed is stopped: the bytes a
 // block has past its request, and a block back in the cache, are poisoned, so
 // a kernel reading past its tensor, or a tensor used after its release, stops
-// there, as a read past cudaMalloc's bytes does. Elsewhere these do nothing.
-void poison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+// there, as a read past cudaMalloc's bytes does. In the block's stream's order,
+// as its kernels run: work issued before a release may still use the block.
+// Elsewhere these do nothing.
 #if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
-  ASAN_POISON_MEMORY_REGION(p, bytes);
+struct Bytes {
+  void* p;
+  std::size_t n;
+};
+void poison_now(void* bytes) {
+  auto* b = static_cast<Bytes*>(bytes);
+  ASAN_POISON_MEMORY_REGION(b->p, b->n);
+  delete b;
+}
+void unpoison_now(void* bytes) {
+  auto* b = static_cast<Bytes*>(bytes);
+  ASAN_UNPOISON_MEMORY_REGION(b->p, b->n);
+  delete b;
+}
+#endif
+
+void poison([[maybe_unused]] cudaStream_t stream, [[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+#if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
+  check_cuda(cudaLaunchHostFunc(stream, poison_now, new Bytes{p, bytes}), "cudaLaunchHostFunc");
 #endif
 }
 
-void unpoison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
+void unpoison([[maybe_unused]] cudaStream_t stream, [[maybe_unused]] void* p, [[maybe_unused]] std::size_t bytes) {
 #if defined(LABKIT_CUDA_EMULATION) && defined(LABKIT_ASAN)
-  ASAN_UNPOISON_MEMORY_REGION(p, bytes);
+  check_cuda(cudaLaunchHostFunc(stream, unpoison_now, new Bytes{p, bytes}), "cudaLaunchHostFunc");
 #endif
 }
 
@@ -91,9 +110,9 @@ void* allocate(std::size_t bytes) {
     std::lock_guard guard(c.lock);
     c.blocks.emplace(reinterpret_cast<std::uintptr_t>(p), Block{size, on});
   }
-  unpoison(p, size);
+  unpoison(on, p, size);
   check_cuda(cudaMemsetAsync(p, 0, size, on), "cudaMemsetAsync");
-  poison(static_cast<char*>(p) + bytes, size - bytes);
+  poison(on, static_cast<char*>(p) + bytes, size - bytes);
   return p;
 }
 
@@ -106,7 +125,7 @@ void release(void* p) {
     std::fprintf(stderr, "cuda: release of %p, which this allocator did not allocate; ignored\n", p);
     return;
   }
-  poison(p, block->second.bytes);
+  poison(block->second.stream, p, block->second.bytes);
   c.free_by_size[{block->second.stream, block->second.bytes}].push_back(p);
 }
 

@@ -1,14 +1,17 @@
 // The CPU's CUDA (include/cuda_runtime.h says what it is for): memory from the
-// host's allocator, streams that run their work as it is issued, and kernels
-// run thread by thread on Boost.Context fibers, so that a thread at a warp
-// shuffle or a block barrier can wait there while the others of its warp or
-// block run up to it.
+// host's allocator, streams that keep their work until it is waited for, and
+// kernels run thread by thread on Boost.Context fibers, so that a thread at a
+// warp shuffle or a block barrier can wait there while the others of its warp
+// or block run up to it.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include <boost/context/fiber.hpp>
@@ -16,6 +19,8 @@
 #include "labkit/asan_stacks.h"
 
 namespace ctx = boost::context;
+
+thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
 
 namespace labkit::cuda_emulation {
 
@@ -206,9 +211,74 @@ void run_block(Block& b) {
 
 }  // namespace
 
-cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
+namespace {
+
+// Each made stream's work not yet run, in the order the streams were made.
+struct Streams {
+  std::mutex lock;
+  std::vector<std::pair<cudaStream_t, std::deque<std::function<void()>>>> queued;
+};
+
+Streams& streams() {
+  static auto* s = new Streams;  // never destroyed: a static tensor may release at exit
+  return *s;
+}
+
+bool is_legacy(cudaStream_t stream) { return stream == nullptr || stream == cudaStreamLegacy; }
+
+// Runs the stream's work, oldest first, until none is left.
+void finish(cudaStream_t stream) {
+  for (;;) {
+    std::function<void()> work;
+    {
+      Streams& s = streams();
+      std::lock_guard guard(s.lock);
+      auto it = std::find_if(s.queued.begin(), s.queued.end(), [&](const auto& q) { return q.first == stream; });
+      if (it == s.queued.end() || it->second.empty()) return;
+      work = std::move(it->second.front());
+      it->second.pop_front();
+    }
+    work();
+  }
+}
+
+// What the legacy stream waits for: every made stream's work, the last made first.
+void finish_all() {
+  std::vector<cudaStream_t> made;
+  {
+    Streams& s = streams();
+    std::lock_guard guard(s.lock);
+    for (const auto& q : s.queued) made.push_back(q.first);
+  }
+  for (auto it = made.rbegin(); it != made.rend(); ++it) finish(*it);
+}
+
+}  // namespace
+
+void issue(cudaStream_t stream, std::function<void()> work) {
+  if (is_legacy(stream)) {
+    finish_all();
+    work();
+    return;
+  }
+  Streams& s = streams();
+  std::lock_guard guard(s.lock);
+  auto it = std::find_if(s.queued.begin(), s.queued.end(), [&](const auto& q) { return q.first == stream; });
+  if (it == s.queued.end()) {
+    std::fprintf(stderr, "cuda (the CPU's emulation): work issued to %p, which cudaStreamCreate did not make\n",
+                 static_cast<void*>(stream));
+    std::abort();
+  }
+  it->second.push_back(std::move(work));
+}
+
+cudaError_t check_launch(dim3 grid, dim3 size) {
   const unsigned threads = size.x * size.y * size.z;
-  if (threads == 0 || threads > 1024 || grid.x * grid.y * grid.z == 0) return cudaErrorInvalidValue;
+  return threads == 0 || threads > 1024 || grid.x * grid.y * grid.z == 0 ? cudaErrorInvalidValue : cudaSuccess;
+}
+
+void run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
+  const unsigned threads = size.x * size.y * size.z;
   Block b;
   b.body = body;
   b.context = context;
@@ -227,7 +297,6 @@ cudaError_t run_grid(dim3 grid, dim3 size, void (*body)(void*), void* context) {
     run_block(b);
   }
   block = nullptr;
-  return cudaSuccess;
 }
 
 }  // namespace labkit::cuda_emulation
@@ -263,32 +332,60 @@ cudaError_t cudaMalloc(void** p, std::size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+  finish_all();  // as CUDA's, it waits for the device's work
   std::free(p);
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind) {
+  finish_all();
   if (bytes) std::memcpy(dst, src, bytes);
   return cudaSuccess;
 }
 
-cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, bytes, kind);
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  if (!bytes) return cudaSuccess;
+  if (kind == cudaMemcpyHostToDevice && !is_legacy(stream)) {
+    // The host's bytes as they are now: the caller may reuse them once this returns.
+    std::vector<char> from(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
+    issue(stream, [dst, from = std::move(from)] { std::memcpy(dst, from.data(), from.size()); });
+  } else {
+    issue(stream, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  }
+  return cudaSuccess;
 }
 
-cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t) {
-  if (bytes) std::memset(p, value, bytes);
+cudaError_t cudaMemsetAsync(void* p, int value, std::size_t bytes, cudaStream_t stream) {
+  if (bytes) issue(stream, [p, value, bytes] { std::memset(p, value, bytes); });
+  return cudaSuccess;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_data) {
+  issue(stream, [fn, user_data] { fn(user_data); });
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
-  static std::uintptr_t made = 1;  // cudaStreamLegacy is 1: each made stream a tag of its own
-  *stream = reinterpret_cast<cudaStream_t>(++made);
+  Streams& s = streams();
+  std::lock_guard guard(s.lock);
+  // cudaStreamLegacy is 1: each made stream a tag of its own from 2
+  *stream = reinterpret_cast<cudaStream_t>(std::uintptr_t(s.queued.size() + 2));
+  s.queued.emplace_back(*stream, std::deque<std::function<void()>>{});
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (is_legacy(stream))
+    finish_all();
+  else
+    finish(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize() {
+  finish_all();
+  return cudaSuccess;
+}
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
