@@ -213,10 +213,12 @@ void run_block(Block& b) {
 
 namespace {
 
-// Each made stream's work not yet run, in the order the streams were made.
+// Each made stream's work not yet run. A made stream's tag is its index + 2
+// (cudaStreamLegacy is 1).
+using Queue = std::deque<std::function<void()>>;
 struct Streams {
   std::mutex lock;
-  std::vector<std::pair<cudaStream_t, std::deque<std::function<void()>>>> queued;
+  std::deque<Queue> queued;
 };
 
 Streams& streams() {
@@ -224,7 +226,13 @@ Streams& streams() {
   return *s;
 }
 
-bool is_legacy(cudaStream_t stream) { return stream == nullptr || stream == cudaStreamLegacy; }
+cudaStream_t tag(std::size_t index) { return reinterpret_cast<cudaStream_t>(index + 2); }
+
+// The stream's queue, or null where cudaStreamCreate did not make it (the legacy stream).
+Queue* queue_of(Streams& s, cudaStream_t stream) {
+  const std::size_t index = reinterpret_cast<std::uintptr_t>(stream) - 2;
+  return index < s.queued.size() ? &s.queued[index] : nullptr;
+}
 
 // Runs the stream's work, oldest first, until none is left.
 void finish(cudaStream_t stream) {
@@ -233,10 +241,10 @@ void finish(cudaStream_t stream) {
     {
       Streams& s = streams();
       std::lock_guard guard(s.lock);
-      auto it = std::find_if(s.queued.begin(), s.queued.end(), [&](const auto& q) { return q.first == stream; });
-      if (it == s.queued.end() || it->second.empty()) return;
-      work = std::move(it->second.front());
-      it->second.pop_front();
+      Queue* queue = queue_of(s, stream);
+      if (!queue || queue->empty()) return;
+      work = std::move(queue->front());
+      queue->pop_front();
     }
     work();
   }
@@ -244,32 +252,32 @@ void finish(cudaStream_t stream) {
 
 // What the legacy stream waits for: every made stream's work, the last made first.
 void finish_all() {
-  std::vector<cudaStream_t> made;
+  std::size_t made;
   {
     Streams& s = streams();
     std::lock_guard guard(s.lock);
-    for (const auto& q : s.queued) made.push_back(q.first);
+    made = s.queued.size();
   }
-  for (auto it = made.rbegin(); it != made.rend(); ++it) finish(*it);
+  while (made > 0) finish(tag(--made));
 }
 
 }  // namespace
 
 void issue(cudaStream_t stream, std::function<void()> work) {
-  if (is_legacy(stream)) {
+  if (stream == nullptr || stream == cudaStreamLegacy) {
     finish_all();
     work();
     return;
   }
   Streams& s = streams();
   std::lock_guard guard(s.lock);
-  auto it = std::find_if(s.queued.begin(), s.queued.end(), [&](const auto& q) { return q.first == stream; });
-  if (it == s.queued.end()) {
+  Queue* queue = queue_of(s, stream);
+  if (!queue) {
     std::fprintf(stderr, "cuda (the CPU's emulation): work issued to %p, which cudaStreamCreate did not make\n",
                  static_cast<void*>(stream));
     std::abort();
   }
-  it->second.push_back(std::move(work));
+  queue->push_back(std::move(work));
 }
 
 cudaError_t check_launch(dim3 grid, dim3 size) {
@@ -345,7 +353,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
   if (!bytes) return cudaSuccess;
-  if (kind == cudaMemcpyHostToDevice && !is_legacy(stream)) {
+  if (kind == cudaMemcpyHostToDevice) {
     // The host's bytes as they are now: the caller may reuse them once this returns.
     std::vector<char> from(static_cast<const char*>(src), static_cast<const char*>(src) + bytes);
     issue(stream, [dst, from = std::move(from)] { std::memcpy(dst, from.data(), from.size()); });
@@ -368,14 +376,13 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* user_
 cudaError_t cudaStreamCreate(cudaStream_t* stream) {
   Streams& s = streams();
   std::lock_guard guard(s.lock);
-  // cudaStreamLegacy is 1: each made stream a tag of its own from 2
-  *stream = reinterpret_cast<cudaStream_t>(std::uintptr_t(s.queued.size() + 2));
-  s.queued.emplace_back(*stream, std::deque<std::function<void()>>{});
+  *stream = tag(s.queued.size());
+  s.queued.emplace_back();
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  if (is_legacy(stream))
+  if (stream == nullptr || stream == cudaStreamLegacy)
     finish_all();
   else
     finish(stream);
