@@ -19,11 +19,10 @@
 // the host waits until its stream is waited for (CUDA, copying to pageable
 // memory, may finish it before returning: the stricter order here).
 //
-// Not emulated: the GPU's speed. A race between
-// threads shows only where the order they run in gives a wrong answer: between
-// barriers, thread 0 first, or the last first with LABKIT_CUDA_THREAD_ORDER=
-// reverse (blocks too), so that a test run both ways sees a read that comes
-// before its write in either direction.
+// Not emulated: the GPU's speed. A race between threads shows only where the
+// order they run in gives a wrong answer: between barriers, thread 0 first, or
+// the last first with LABKIT_CUDA_THREAD_ORDER=reverse (blocks too), so that a
+// test run both ways sees a read that comes before its write in either direction.
 #pragma once
 
 #include <math.h>
