@@ -10,7 +10,9 @@
 #include "labkit/gpt.h"
 #include "labkit/memory.h"
 #include "labkit/nccl_model.h"
+#include "labkit/optim.h"
 #include "labkit/parallel/data_parallel.h"
+#include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/sampler.h"
 
 using namespace labkit;
@@ -108,6 +110,24 @@ TEST(DataParallel, ReadsTheLossOnlyOnceTheStepIsQueued) {
     ASSERT_EQ(reads.at.size(), 1u) << name_of(mode) << ": the loss, and nothing else, comes to the host";
     EXPECT_GE(reads.at[0], reads.work_ends) << name_of(mode) << ": the loss is read after backward and the averaging";
   }
+}
+
+// The bench's baseline: one rank running N ranks' kernels one after another
+// trains what one batch does, to rounding, and a batch that does not split is refused.
+TEST(OneRank, MicroStepsAccumulateToTheWholeBatch) {
+  const GptConfig config = gpt_preset("tiny-gpt", 16);
+  const Sequences data = training_sequences(1, config.max_seq);
+  const auto train = [&](int micro_steps) {
+    Gpt model(config, 1, DeviceKind::fenced);
+    SgdMomentum sgd{.lr = 1e-2f};
+    return train_one_rank(model, data, 1, 3, 8, [&](Gpt& m) { sgd.update(m.parameters(), m.gradients()); }, false,
+                          micro_steps);
+  };
+  const OneRankRun whole = train(1), accumulated = train(4);
+  EXPECT_LT(relative_difference(accumulated.first_grads, whole.first_grads), 1e-6);
+  EXPECT_LT(relative_difference(accumulated.weights, whole.weights), 1e-6);
+  EXPECT_GT(relative_difference(accumulated.first_grads, whole.first_grads), 0.0) << "the same sums in another order";
+  EXPECT_THROW(train(3), std::invalid_argument);
 }
 
 TEST(MetaModel, HoldsEveryParameterAndSpendsTheStepAThirdForward) {

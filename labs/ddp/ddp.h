@@ -69,8 +69,10 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
 // One rank, no communication, on the whole global batch of every step: what
 // every data-parallel run must equal. Its first step's gradients and its last weights.
 // `reversed`: each batch's sequences in reverse order, to measure what rounding
-// alone does over the run (labkit::rounding_limit).
-OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false);
+// alone does over the run (labkit::rounding_limit). `micro_steps`: each global
+// batch in that many forwards and backwards, gradients accumulated.
+OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed = false,
+                          int micro_steps = 1);
 
 // The studies' options (--what-if, --step-seconds, --volume, --sweep), and --compress's.
 void add_what_if_options(CLI::App& app, Options& o);

@@ -110,11 +110,12 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
   return out;
 }
 
-OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed) {
+OneRankRun train_one_rank(const Options& o, const Sequences& corpus, const GptConfig& config, bool reversed,
+                          int micro_steps) {
   Gpt model(config, o.seed, parse_device(o.device));
   Optimizer optimizer(o);
   return labkit::train_one_rank(model, corpus, o.seed, o.steps, o.batch * o.accum,
-                                [&](Gpt& m) { optimizer.update(m); }, reversed);
+                                [&](Gpt& m) { optimizer.update(m); }, reversed, micro_steps);
 }
 
 }  // namespace ddp_lab

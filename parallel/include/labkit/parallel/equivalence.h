@@ -73,12 +73,14 @@ std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& 
 
 // The same loop on a model the caller built (on any device), stepped by an
 // optimizer that takes the whole model (LARS and LAMB read its layers);
-// returns its first step's gradients beside its last weights.
+// returns its first step's gradients beside its last weights. `micro_steps`
+// splits each batch into that many forwards and backwards whose gradients add
+// up (accumulation): N simulated ranks' kernels, each on batch / N, on one.
 struct OneRankRun {
   std::vector<float> first_grads, weights;
 };
 OneRankRun train_one_rank(Gpt& model, const Sequences& data, std::uint64_t seed, int steps, int batch,
-                          const std::function<void(Gpt&)>& update, bool reversed = false);
+                          const std::function<void(Gpt&)>& update, bool reversed = false, int micro_steps = 1);
 
 // How far a parallel run may land from one rank's weights, given how far the
 // reference lands from itself when only the order of its sums changes
