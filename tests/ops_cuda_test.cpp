@@ -141,7 +141,9 @@ TEST_F(CudaOps, LayerNormGeluSoftmax) {
 }
 
 // Past a warp: rows of 70 positions and heads of 40 channels, which the 32
-// lanes of a row's warp take in strides.
+// lanes of a row's warp take in strides, and the scores' shared tiles of 32
+// positions by 32 channels in three and two pieces, the last part-filled; the
+// last block of 8 queries holds 6 (70 = 8 x 8 + 6).
 TEST_F(CudaOps, AttentionPastAWarpsWidth) {
   const int B = 2, T = 70, C = 80, NH = 2;
   auto qkv = random(B * T * 3 * C, 21), dout = random(B * T * C, 22);

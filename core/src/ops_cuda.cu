@@ -172,8 +172,132 @@ __global__ void softmax_backward_kernel(float* dlogits, const float* probs, cons
 
 // Attention, a warp per row (b, t, h) of the T x T scores: its 32 lanes split
 // the row's positions, then the head's channels, so a small batch still gives
-// the GPU B x T x NH warps of work, and the lanes read keys and values side by
-// side. The causal mask stops each row at t.
+// the GPU B x T x NH warps of work. The causal mask stops each row at t.
+//
+// A score needs a lane's own position, whose key is a row of the qkv matrix 3C
+// floats from the next lane's: read straight from memory, every step of a dot
+// product would touch 32 cache lines at once. So a block takes 8 consecutive
+// queries t of one (b, h), a warp each, and its warps bring the keys they
+// share into shared memory 32 positions by 32 channels at a time, each row read
+// side by side; a lane then reads its position's row there. The tile is a
+// column wider than 32, so that row i starts in bank i: the 32 lanes, reading
+// 32 rows at the same channel, meet 32 banks (the transpose in NVIDIA's "An
+// Efficient Matrix Transpose in CUDA C/C++" pads the same way).
+constexpr int kQueriesPerBlock = kThreads / kWarp;
+
+struct AttentionQuery {
+  int b, h, t, lane, warp;
+  int last;     // the block's last query: the positions its keys reach
+  bool active;  // t < T; a warp past the end still loads and waits with the block
+  __device__ AttentionQuery(int T, int NH) {
+    const int blocks_per_head = (T + kQueriesPerBlock - 1) / kQueriesPerBlock;
+    const int head = blockIdx.x / blocks_per_head, first = (blockIdx.x % blocks_per_head) * kQueriesPerBlock;
+    warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    b = head / NH, h = head % NH, t = first + warp;
+    last = min(T, first + kQueriesPerBlock) - 1;
+    active = t < T;
+  }
+};
+
+int attention_query_blocks(int B, int T, int NH) {
+  return B * NH * ((T + kQueriesPerBlock - 1) / kQueriesPerBlock);
+}
+
+struct SharedRows {
+  float rows[kWarp][kWarp + 1];  // 32 positions x 32 channels, and a column of padding
+  float x[kQueriesPerBlock][kWarp];  // each warp's own vector (read by all its lanes at once), the same channels
+};
+
+// Lane i's dot of this warp's x (hs floats; null past the end) with row
+// first + i of `rows` (a row every `stride` floats, `count` of them), summed
+// over the channels in order, as the CPU's loop does.
+__device__ float tile_dot(SharedRows& tile, const AttentionQuery& q, const float* x, const float* rows, long stride,
+                          int first, int count, int hs) {
+  float dot = 0;
+  for (int k0 = 0; k0 < hs; k0 += kWarp) {
+    const int k = k0 + q.lane;
+    for (int i = q.warp; i < kWarp; i += kQueriesPerBlock)
+      tile.rows[i][q.lane] = first + i < count && k < hs ? rows[long(first + i) * stride + k] : 0.0f;
+    tile.x[q.warp][q.lane] = x && k < hs ? x[k] : 0.0f;
+    __syncthreads();
+    for (int j = 0; j < kWarp && k0 + j < hs; ++j) dot += tile.x[q.warp][j] * tile.rows[q.lane][j];
+    __syncthreads();
+  }
+  return dot;
+}
+
+__global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int T, int C,
+                                         int NH) {
+  __shared__ SharedRows tile;
+  const AttentionQuery q(T, NH);
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const float* qkv = inp + long(q.b) * T * C3 + q.h * hs;  // this batch row and head: query at 0, key C, value 2C
+  const float* query = q.active ? qkv + long(q.t) * C3 : nullptr;
+  float* pre = preatt + (long(q.b * NH + q.h) * T + q.t) * T;
+  float* a = att + (long(q.b * NH + q.h) * T + q.t) * T;
+  float max = -INFINITY;
+  for (int first = 0; first <= q.last; first += kWarp) {
+    const float dot = tile_dot(tile, q, query, qkv + C, C3, first, T, hs);
+    const int t2 = first + q.lane;
+    if (q.active && t2 <= q.t) {
+      pre[t2] = dot * scale;
+      max = fmaxf(max, pre[t2]);
+    }
+  }
+  if (!q.active) return;  // past the block's last barrier
+  max = warp_max(max);
+  float sum = 0;
+  for (int t2 = q.lane; t2 <= q.t; t2 += kWarp) sum += a[t2] = expf(pre[t2] - max);
+  sum = warp_sum(sum);
+  for (int t2 = q.lane; t2 < T; t2 += kWarp) a[t2] = t2 <= q.t ? a[t2] / sum : 0.0f;
+  __syncwarp();  // each lane reads every position's weight below
+  float* o = out + long(q.b) * T * C + long(q.t) * C + q.h * hs;
+  for (int k = q.lane; k < hs; k += kWarp) {
+    float acc = 0;
+    for (int t2 = 0; t2 <= q.t; ++t2) acc += a[t2] * qkv[long(t2) * C3 + 2 * C + k];
+    o[k] = acc;
+  }
+}
+
+// Backward, part one, a warp per query row t, in blocks as the forward's: the
+// gradient of its weights (its output's gradient against each value, a tile
+// of values at a time), of its scores, and of its query. Nothing is shared
+// with another row, so no atomics.
+__global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
+                                                const float* inp, const float* att, int T, int C, int NH) {
+  __shared__ SharedRows tile;
+  const AttentionQuery q(T, NH);
+  const int C3 = 3 * C, hs = C / NH;
+  const float scale = rsqrtf(float(hs));
+  const long row = (long(q.b * NH + q.h) * T + q.t) * T;
+  const float* a = att + row;
+  float* da = datt + row;
+  float* dpre = dpreatt + row;
+  const float* qkv = inp + long(q.b) * T * C3 + q.h * hs;
+  const float* d = q.active ? dout + long(q.b) * T * C + long(q.t) * C + q.h * hs : nullptr;
+  for (int first = 0; first <= q.last; first += kWarp) {
+    const float dot = tile_dot(tile, q, d, qkv + 2 * C, C3, first, T, hs);
+    if (const int t2 = first + q.lane; q.active && t2 <= q.t) da[t2] += dot;
+  }
+  if (!q.active) return;  // past the block's last barrier
+  // Softmax backward, sum_t2 a[t2] (delta(t2,t3) - a[t3]) da[t2], is a[t3] (da[t3] - a . da).
+  float a_dot_da = 0;
+  for (int t2 = q.lane; t2 <= q.t; t2 += kWarp) a_dot_da += a[t2] * da[t2];
+  a_dot_da = warp_sum(a_dot_da);
+  for (int t3 = q.lane; t3 <= q.t; t3 += kWarp) dpre[t3] += a[t3] * (da[t3] - a_dot_da);
+  __syncwarp();  // each lane reads every position's score gradient below
+  float* dquery = dinp + long(q.b) * T * C3 + long(q.t) * C3 + q.h * hs;
+  for (int k = q.lane; k < hs; k += kWarp) {
+    float acc = 0;
+    for (int t2 = 0; t2 <= q.t; ++t2) acc += dpre[t2] * qkv[long(t2) * C3 + C + k];
+    dquery[k] += acc * scale;
+  }
+}
+
+// Part two, a warp per key row t2: its key's and value's gradients, summed
+// over the later queries t >= t2 that saw it. Its lanes split the channels, so
+// each step reads a query and an output gradient side by side.
 struct AttentionRow : WarpRow {
   int b, t, h;
   bool past_end;  // a whole warp: the rows are warp-aligned
@@ -185,74 +309,6 @@ struct AttentionRow : WarpRow {
 
 int attention_blocks(int B, int T, int NH) { return warp_blocks(long(B) * T * NH); }
 
-__global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int B, int T, int C,
-                                         int NH) {
-  const AttentionRow r(B, T, NH);
-  if (r.past_end) return;
-  const int C3 = 3 * C, hs = C / NH;
-  const float scale = rsqrtf(float(hs));
-  const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;  // this batch row and head: query at 0, key C, value 2C
-  const float* query = qkv + long(r.t) * C3;
-  float* pre = preatt + (long(r.b * NH + r.h) * T + r.t) * T;
-  float* a = att + (long(r.b * NH + r.h) * T + r.t) * T;
-  float max = -INFINITY;
-  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) {
-    const float* key = qkv + long(t2) * C3 + C;
-    float dot = 0;
-    for (int k = 0; k < hs; ++k) dot += query[k] * key[k];
-    pre[t2] = dot * scale;
-    max = fmaxf(max, pre[t2]);
-  }
-  max = warp_max(max);
-  float sum = 0;
-  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) sum += a[t2] = expf(pre[t2] - max);
-  sum = warp_sum(sum);
-  for (int t2 = r.lane; t2 < T; t2 += kWarp) a[t2] = t2 <= r.t ? a[t2] / sum : 0.0f;
-  __syncwarp();  // each lane reads every position's weight below
-  float* o = out + long(r.b) * T * C + long(r.t) * C + r.h * hs;
-  for (int k = r.lane; k < hs; k += kWarp) {
-    float acc = 0;
-    for (int t2 = 0; t2 <= r.t; ++t2) acc += a[t2] * qkv[long(t2) * C3 + 2 * C + k];
-    o[k] = acc;
-  }
-}
-
-// Backward, part one, a warp per query row t: the gradient of its weights, of
-// its scores, and of its query. Nothing is shared with another row, so no atomics.
-__global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
-                                                const float* inp, const float* att, int B, int T, int C, int NH) {
-  const AttentionRow r(B, T, NH);
-  if (r.past_end) return;
-  const int C3 = 3 * C, hs = C / NH;
-  const float scale = rsqrtf(float(hs));
-  const long row = (long(r.b * NH + r.h) * T + r.t) * T;
-  const float* a = att + row;
-  float* da = datt + row;
-  float* dpre = dpreatt + row;
-  const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;
-  const float* d = dout + long(r.b) * T * C + long(r.t) * C + r.h * hs;
-  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) {
-    const float* value = qkv + long(t2) * C3 + 2 * C;
-    float dot = 0;
-    for (int k = 0; k < hs; ++k) dot += value[k] * d[k];
-    da[t2] += dot;
-  }
-  // Softmax backward, sum_t2 a[t2] (delta(t2,t3) - a[t3]) da[t2], is a[t3] (da[t3] - a . da).
-  float a_dot_da = 0;
-  for (int t2 = r.lane; t2 <= r.t; t2 += kWarp) a_dot_da += a[t2] * da[t2];
-  a_dot_da = warp_sum(a_dot_da);
-  for (int t3 = r.lane; t3 <= r.t; t3 += kWarp) dpre[t3] += a[t3] * (da[t3] - a_dot_da);
-  __syncwarp();  // each lane reads every position's score gradient below
-  float* dquery = dinp + long(r.b) * T * C3 + long(r.t) * C3 + r.h * hs;
-  for (int k = r.lane; k < hs; k += kWarp) {
-    float acc = 0;
-    for (int t2 = 0; t2 <= r.t; ++t2) acc += dpre[t2] * qkv[long(t2) * C3 + C + k];
-    dquery[k] += acc * scale;
-  }
-}
-
-// Part two, a warp per key row t2 (AttentionRow's t): its key's and value's
-// gradients, summed over the later queries t >= t2 that saw it.
 __global__ void attention_backward_key_value_kernel(float* dinp, const float* dpreatt, const float* dout,
                                                     const float* inp, const float* att, int B, int T, int C, int NH) {
   const AttentionRow r(B, T, NH);
@@ -435,14 +491,14 @@ void softmax_backward(float* dlogits, const float* probs, const float* dprobs, i
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
-  launch("attention_forward", attention_forward_kernel, attention_blocks(B, T, NH), stream(), out, preatt, att, inp,
-         B, T, C, NH);
+  launch("attention_forward", attention_forward_kernel, attention_query_blocks(B, T, NH), stream(), out, preatt, att,
+         inp, T, C, NH);
 }
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                         const float* att, int B, int T, int C, int NH) {
-  launch("attention_backward", attention_backward_query_kernel, attention_blocks(B, T, NH), stream(), dinp, dpreatt,
-         datt, dout, inp, att, B, T, C, NH);
+  launch("attention_backward", attention_backward_query_kernel, attention_query_blocks(B, T, NH), stream(), dinp,
+         dpreatt, datt, dout, inp, att, T, C, NH);
   launch("attention_backward", attention_backward_key_value_kernel, attention_blocks(B, T, NH), stream(), dinp,
          dpreatt, dout, inp, att, B, T, C, NH);
 }
