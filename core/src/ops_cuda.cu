@@ -172,51 +172,52 @@ __global__ void softmax_backward_kernel(float* dlogits, const float* probs, cons
 
 // Attention, a warp per row (b, t, h) of the T x T scores: its 32 lanes split
 // the row's positions, then the head's channels, so a small batch still gives
-// the GPU B x T x NH warps of work. The causal mask stops each row at t.
+// the GPU B x T x NH warps of work. The causal mask stops each row at t. A
+// block takes 8 consecutive rows t of one (b, h), which read the same keys,
+// values and score columns.
 //
 // A score needs a lane's own position, whose key is a row of the qkv matrix 3C
 // floats from the next lane's: read straight from memory, every step of a dot
-// product would touch 32 cache lines at once. So a block takes 8 consecutive
-// queries t of one (b, h), a warp each, and its warps bring the keys they
-// share into shared memory 32 positions by 32 channels at a time, each row read
-// side by side; a lane then reads its position's row there. The tile is a
-// column wider than 32, so that row i starts in bank i: the 32 lanes, reading
-// 32 rows at the same channel, meet 32 banks (the transpose in NVIDIA's "An
-// Efficient Matrix Transpose in CUDA C/C++" pads the same way).
-constexpr int kQueriesPerBlock = kThreads / kWarp;
+// product would touch 32 cache lines at once. So the block's warps bring the
+// keys they share into shared memory 32 positions by 32 channels at a time,
+// each row read side by side; a lane then reads its position's row there. The
+// tile is a column wider than 32, so that row i starts in bank i: the 32 lanes,
+// reading 32 rows at the same channel, meet 32 banks (the transpose in NVIDIA's
+// "An Efficient Matrix Transpose in CUDA C/C++" pads the same way).
+constexpr int kRowsPerBlock = kThreads / kWarp;
 
-struct AttentionQuery {
+struct AttentionRow {
   int b, h, t, lane, warp;
-  int last;     // the block's last query: the positions its keys reach
+  int last;     // the block's last row: as a query, the positions its keys reach
   bool active;  // t < T; a warp past the end still loads and waits with the block
-  __device__ AttentionQuery(int T, int NH) {
-    const int blocks_per_head = (T + kQueriesPerBlock - 1) / kQueriesPerBlock;
-    const int head = blockIdx.x / blocks_per_head, first = (blockIdx.x % blocks_per_head) * kQueriesPerBlock;
+  __device__ AttentionRow(int T, int NH) {
+    const int blocks_per_head = (T + kRowsPerBlock - 1) / kRowsPerBlock;
+    const int head = blockIdx.x / blocks_per_head, first = (blockIdx.x % blocks_per_head) * kRowsPerBlock;
     warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
     b = head / NH, h = head % NH, t = first + warp;
-    last = min(T, first + kQueriesPerBlock) - 1;
+    last = min(T, first + kRowsPerBlock) - 1;
     active = t < T;
   }
 };
 
-int attention_query_blocks(int B, int T, int NH) {
-  return B * NH * ((T + kQueriesPerBlock - 1) / kQueriesPerBlock);
+int attention_blocks(int B, int T, int NH) {
+  return B * NH * ((T + kRowsPerBlock - 1) / kRowsPerBlock);
 }
 
 struct SharedRows {
   float rows[kWarp][kWarp + 1];  // 32 positions x 32 channels, and a column of padding
-  float x[kQueriesPerBlock][kWarp];  // each warp's own vector (read by all its lanes at once), the same channels
+  float x[kRowsPerBlock][kWarp];  // each warp's own vector (read by all its lanes at once), the same channels
 };
 
 // Lane i's dot of this warp's x (hs floats; null past the end) with row
 // first + i of `rows` (a row every `stride` floats, `count` of them), summed
 // over the channels in order, as the CPU's loop does.
-__device__ float tile_dot(SharedRows& tile, const AttentionQuery& q, const float* x, const float* rows, long stride,
+__device__ float tile_dot(SharedRows& tile, const AttentionRow& q, const float* x, const float* rows, long stride,
                           int first, int count, int hs) {
   float dot = 0;
   for (int k0 = 0; k0 < hs; k0 += kWarp) {
     const int k = k0 + q.lane;
-    for (int i = q.warp; i < kWarp; i += kQueriesPerBlock)
+    for (int i = q.warp; i < kWarp; i += kRowsPerBlock)
       tile.rows[i][q.lane] = first + i < count && k < hs ? rows[long(first + i) * stride + k] : 0.0f;
     tile.x[q.warp][q.lane] = x && k < hs ? x[k] : 0.0f;
     __syncthreads();
@@ -229,7 +230,7 @@ __device__ float tile_dot(SharedRows& tile, const AttentionQuery& q, const float
 __global__ void attention_forward_kernel(float* out, float* preatt, float* att, const float* inp, int T, int C,
                                          int NH) {
   __shared__ SharedRows tile;
-  const AttentionQuery q(T, NH);
+  const AttentionRow q(T, NH);
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const float* qkv = inp + long(q.b) * T * C3 + q.h * hs;  // this batch row and head: query at 0, key C, value 2C
@@ -267,7 +268,7 @@ __global__ void attention_forward_kernel(float* out, float* preatt, float* att, 
 __global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, float* datt, const float* dout,
                                                 const float* inp, const float* att, int T, int C, int NH) {
   __shared__ SharedRows tile;
-  const AttentionQuery q(T, NH);
+  const AttentionRow q(T, NH);
   const int C3 = 3 * C, hs = C / NH;
   const float scale = rsqrtf(float(hs));
   const long row = (long(q.b * NH + q.h) * T + q.t) * T;
@@ -295,24 +296,15 @@ __global__ void attention_backward_query_kernel(float* dinp, float* dpreatt, flo
   }
 }
 
-// Part two, a warp per key row t2: its key's and value's gradients, summed
-// over the later queries t >= t2 that saw it. Its lanes split the channels, so
-// each step reads a query and an output gradient side by side.
-struct AttentionRow : WarpRow {
-  int b, t, h;
-  bool past_end;  // a whole warp: the rows are warp-aligned
-  __device__ AttentionRow(int B, int T, int NH) {
-    h = int(row % NH), t = int((row / NH) % T), b = int(row / (long(NH) * T));
-    past_end = row >= long(B) * T * NH;
-  }
-};
-
-int attention_blocks(int B, int T, int NH) { return warp_blocks(long(B) * T * NH); }
-
+// Part two, a warp per key row t2, in blocks as the forward's: its key's and
+// value's gradients, summed over the later queries t >= t2 that saw it. Its
+// lanes split the channels, so each step reads a query and an output gradient
+// side by side, and the block's 8 warps read the same ones, and the same
+// cache line of each score row, one after another.
 __global__ void attention_backward_key_value_kernel(float* dinp, const float* dpreatt, const float* dout,
-                                                    const float* inp, const float* att, int B, int T, int C, int NH) {
-  const AttentionRow r(B, T, NH);
-  if (r.past_end) return;
+                                                    const float* inp, const float* att, int T, int C, int NH) {
+  const AttentionRow r(T, NH);
+  if (!r.active) return;
   const int C3 = 3 * C, hs = C / NH, t2 = r.t;
   const float scale = rsqrtf(float(hs));
   const float* qkv = inp + long(r.b) * T * C3 + r.h * hs;
@@ -491,16 +483,16 @@ void softmax_backward(float* dlogits, const float* probs, const float* dprobs, i
 }
 
 void attention_forward(float* out, float* preatt, float* att, const float* inp, int B, int T, int C, int NH) {
-  launch("attention_forward", attention_forward_kernel, attention_query_blocks(B, T, NH), stream(), out, preatt, att,
+  launch("attention_forward", attention_forward_kernel, attention_blocks(B, T, NH), stream(), out, preatt, att,
          inp, T, C, NH);
 }
 
 void attention_backward(float* dinp, float* dpreatt, float* datt, const float* dout, const float* inp,
                         const float* att, int B, int T, int C, int NH) {
-  launch("attention_backward", attention_backward_query_kernel, attention_query_blocks(B, T, NH), stream(), dinp,
+  launch("attention_backward", attention_backward_query_kernel, attention_blocks(B, T, NH), stream(), dinp,
          dpreatt, datt, dout, inp, att, T, C, NH);
   launch("attention_backward", attention_backward_key_value_kernel, attention_blocks(B, T, NH), stream(), dinp,
-         dpreatt, dout, inp, att, B, T, C, NH);
+         dpreatt, dout, inp, att, T, C, NH);
 }
 
 void crossentropy_forward(float* losses, const float* probs, const int* targets, int N, int V) {
