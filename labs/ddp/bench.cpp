@@ -15,13 +15,14 @@ namespace ddp_lab {
 // --bench: what the simulation itself costs, in wall time, side by side in one
 // run. --steps steps of --model on --ranks simulated ranks (overlap mode,
 // data-carrying) against one rank training on the same global batches, twice:
-// in one forward and backward a step, and in a micro-step for each of every
-// rank's (--ranks x --accum) on a rank's batch, gradients accumulated. The second runs the simulated ranks' kernels,
-// one after another, so its ratio is the simulation's own cost (the target);
-// the first adds what the smaller kernels leave of a GPU idle. Each is timed at
-// --steps and at one step, and the difference kept: steps 2 to --steps, in
-// their steady state, without building the model (once per rank) and the
-// checks at the end. Then one payload-free Llama-2 7B step over 1024 ranks.
+// in one forward and backward a step, and in the ranks' own kernels one after
+// another (a micro-step for each rank's, --ranks x --accum of them, gradients
+// accumulated). The ratio to the second is the simulation's own cost (the
+// target); the first adds what smaller kernels leave of a GPU idle. Each is
+// timed at --steps and at one step, and the difference kept: steps 2 to
+// --steps, in their steady state, without building the model (once per rank)
+// and the checks at the end. Then one payload-free Llama-2 7B step over 1024
+// ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config) {
   if (o.steps < 2) throw Error(fmt::format("--steps {} with --bench: it times steps 2 to --steps", o.steps));
   const int ranks = run_options.ranks;
