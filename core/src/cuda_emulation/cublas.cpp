@@ -11,7 +11,11 @@ struct cublasContext {
 
 extern "C" {
 
+// OpenBLAS on one thread, as labkit's CPU ops keep it (ops.cpp): its idle
+// threads spin on sched_yield between the small matmuls and take a core from
+// whatever else runs (a rank's other ops, another test).
 cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  openblas_set_num_threads(1);
   *handle = new cublasContext;
   return CUBLAS_STATUS_SUCCESS;
 }
