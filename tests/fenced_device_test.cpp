@@ -41,6 +41,15 @@ TEST_F(FencedDeviceDeathTest, AHostWriteIsStoppedToo) {
   EXPECT_DEATH(std::memset(t.data(), 0, 8), "the host wrote to fenced allocation #[0-9]+ \\(16 bytes\\) at byte 0");
 }
 
+TEST_F(FencedDeviceDeathTest, ReleasedMemoryStaysFenced) {
+  const Device& fenced = device(DeviceKind::fenced);
+  void* released = fenced.allocate(64);
+  fenced.release(released);
+  EXPECT_DEATH(read_on_the_host(static_cast<const float*>(released), 3),
+               "fenced device: the host read from fenced memory at 0x[0-9a-f]+ that no live allocation holds "
+               "\\(released\\?\\)");
+}
+
 TEST(FencedDevice, IsNeitherTheHostNorIndexableFromIt) {
   Tensor t({4}, DeviceKind::fenced);
   EXPECT_FALSE(t.on_host());
@@ -76,6 +85,36 @@ TEST(FencedDevice, AnOpHandedHostMemoryNamesTheOpAndTheArgument) {
   }
   std::vector<float> host(4);
   EXPECT_THROW(reduce_local(ReduceOp::sum, DType::f32, host.data(), inp.data(), 4), Error);
+}
+
+TEST(FencedDevice, AnOpHandedReleasedMemorySaysSo) {
+  const Device& fenced = device(DeviceKind::fenced);
+  const Tensor inp({2, 3}, DeviceKind::fenced), weight({4, 3}, DeviceKind::fenced);
+  void* released = fenced.allocate(8 * sizeof(float));
+  fenced.release(released);
+  try {
+    fenced.matmul_forward(static_cast<float*>(released), inp.data(), weight.data(), nullptr, 2, 3, 4);
+    FAIL() << "matmul_forward wrote to released memory";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("fenced device: matmul_forward was handed memory the device has released, as "
+                                    "its argument 1"));
+  }
+}
+
+// A released block is handed out again, and zero-filled as a new one is (5 MiB:
+// larger than anything else this test program releases, so the block is this one).
+TEST(FencedDevice, AReusedBlockIsZeroFilledAsANewOne) {
+  const Device& fenced = device(DeviceKind::fenced);
+  const std::size_t count = std::size_t(5) << 18;
+  void* first = fenced.allocate(count * sizeof(float));
+  fenced.copy_from_host(first, std::vector<float>(count, 1.0f).data(), count * sizeof(float));
+  fenced.release(first);
+  void* again = fenced.allocate((count - 100) * sizeof(float));
+  EXPECT_EQ(again, first);
+  std::vector<float> back(count - 100, -1.0f);
+  fenced.copy_to_host(back.data(), again, back.size() * sizeof(float));
+  EXPECT_EQ(back, std::vector<float>(count - 100, 0.0f));
+  fenced.release(again);
 }
 
 // The MoE layer's ops (its experts' ReLU, its router's softmax backward) are in the table too.

@@ -1,13 +1,17 @@
 // The fenced device: CI's stand-in for a GPU, on a machine without one. Its
-// memory is host memory that the host cannot touch: each allocation is its own
-// mapping with no access (PROT_NONE), opened for reading and writing only while
-// one of the device's own ops runs on it (the CPU's kernels, the same
-// arithmetic bit for bit). So the mistakes that pass on the CPU and crash on a
-// GPU (a host loop over a tensor's data(), a memcpy, a span handed to a host
-// optimizer, a transport delivering with memcpy) stop the program here, with a
-// message naming the allocation and the access; and an op handed host memory
-// says which op and which argument. Slow on purpose (two mprotect calls per
-// buffer per op): for tests, not benchmarks.
+// memory is host memory that the host cannot touch: one reservation of address
+// space with no access (PROT_NONE), carved into allocations 256 bytes apart (as
+// cudaMalloc aligns them), and opened for reading and writing only while one of
+// the device's own ops runs (the CPU's kernels, the same arithmetic bit for
+// bit). So the mistakes that pass on the CPU and crash on a GPU (a host loop
+// over a tensor's data(), a memcpy, a span handed to a host optimizer, a
+// transport delivering with memcpy) stop the program here, with a message
+// naming the allocation and the access; and an op handed host memory says which
+// op and which argument. An op opens all of the device's memory, as a kernel on
+// a GPU can reach all of it: two mprotect calls an op, over 2 MiB pages where
+// the kernel gives them (a virtual machine may trap every first touch of a page
+// after an mprotect, so 4 KiB pages cost 512 times the traps). Still slow on
+// purpose: for tests, not benchmarks.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -32,24 +36,38 @@ namespace labkit {
 
 namespace {
 
+constexpr std::size_t kAlignment = 256;                    // cudaMalloc's
+constexpr std::size_t kHugePage = std::size_t(2) << 20;     // a transparent huge page of x86-64 and arm64
+constexpr std::size_t kReserved = std::size_t(64) << 30;    // address space, not memory: a page costs once touched
+
 struct Allocation {
-  std::uint64_t id;       // the device's n-th allocation, from 1
-  std::size_t bytes;      // what was asked for
-  std::size_t mapped;     // rounded up to whole pages
-  int opened = 0;         // ops running on it now (an op may name it twice)
+  std::uint64_t id;   // the device's n-th allocation, from 1
+  std::size_t bytes;  // what was asked for
+  std::size_t block;  // what it holds of the reservation: bytes rounded up to kAlignment, or a released block reused
 };
 
-// Every live allocation by its first byte. The fault handler reads it too, so
-// it takes the lock only if it is free (a fault inside the registry is not a
-// host access to fenced memory, and must not deadlock). Never destroyed: a
-// static pool (Scratch's) may give its memory back after main returns.
+// The reservation, its live allocations by first byte, and its released blocks.
+// The fault handler reads it too, so it takes the lock only if it is free (a
+// fault inside the registry is not a host access to fenced memory, and must not
+// deadlock). Never destroyed: a static pool (Scratch's) may give its memory back
+// after main returns.
 struct Registry {
   std::mutex lock;
+  char* memory = nullptr;  // kReserved bytes, reserved on the first allocation
+  std::size_t carved = 0;  // its first bytes, handed out so far
+  std::size_t mapped = 0;  // carved rounded up to whole huge pages: what an op opens
+  int opened = 0;          // ops running now
   std::map<std::uintptr_t, Allocation> allocations;
+  std::multimap<std::size_t, std::uintptr_t> released;  // blocks to reuse, by size
   std::uint64_t made = 0;
 };
 Registry& registry = *new Registry;
 std::atomic<bool> any_allocated = false;
+
+bool in_reservation(const void* p) {
+  const auto at = reinterpret_cast<std::uintptr_t>(p), first = reinterpret_cast<std::uintptr_t>(registry.memory);
+  return registry.memory && at >= first && at < first + kReserved;
+}
 
 // The allocation holding `p`, or null. Under registry.lock.
 Allocation* find(const void* p, std::uintptr_t* base = nullptr) {
@@ -62,9 +80,18 @@ Allocation* find(const void* p, std::uintptr_t* base = nullptr) {
   return &it->second;
 }
 
-void protect(std::uintptr_t base, const Allocation& a, int access) {
-  if (mprotect(reinterpret_cast<void*>(base), a.mapped, access) != 0)
-    throw Error(fmt::format("fenced device: mprotect of allocation #{} failed: {}", a.id, std::strerror(errno)));
+// Under registry.lock.
+void protect(char* first, std::size_t bytes, int access) {
+  if (bytes > 0 && mprotect(first, bytes, access) != 0)
+    throw Error(fmt::format("fenced device: mprotect of {} bytes of its memory failed: {}", bytes,
+                            std::strerror(errno)));
+}
+void open_memory() {
+  if (registry.opened == 0) protect(registry.memory, registry.mapped, PROT_READ | PROT_WRITE);
+  ++registry.opened;
+}
+void close_memory() {
+  if (--registry.opened == 0) protect(registry.memory, registry.mapped, PROT_NONE);
 }
 
 // SIGSEGV on fenced memory: name the allocation, the byte and the access, then
@@ -78,19 +105,25 @@ void on_fault(int signal, siginfo_t* info, void* context) {
     a = find(info->si_addr, &base);
     registry.lock.unlock();
   }
-  if (a) {
+  if (a || in_reservation(info->si_addr)) {
     char message[320];
 #if defined(__x86_64__)  // the page fault's error code: bit 1 set on a write
     const char* access = static_cast<ucontext_t*>(context)->uc_mcontext.gregs[REG_ERR] & 2 ? "wrote to" : "read from";
 #else
     const char* access = "touched";
 #endif
-    const int n = std::snprintf(
-        message, sizeof message,
-        "fenced device: the host %s fenced allocation #%llu (%zu bytes) at byte %zu, outside the device's ops: "
-        "device memory is read through the device (Tensor::to_host, Device::copy_to_host), not by host code\n",
-        access, static_cast<unsigned long long>(a->id), a->bytes,
-        std::size_t(reinterpret_cast<std::uintptr_t>(info->si_addr) - base));
+    constexpr const char* kHow =
+        "device memory is read through the device (Tensor::to_host, Device::copy_to_host), not by host code";
+    const int n =
+        a ? std::snprintf(message, sizeof message,
+                          "fenced device: the host %s fenced allocation #%llu (%zu bytes) at byte %zu, outside the "
+                          "device's ops: %s\n",
+                          access, static_cast<unsigned long long>(a->id), a->bytes,
+                          std::size_t(reinterpret_cast<std::uintptr_t>(info->si_addr) - base), kHow)
+          : std::snprintf(message, sizeof message,
+                          "fenced device: the host %s fenced memory at %p that no live allocation holds (released?), "
+                          "outside the device's ops: %s\n",
+                          access, info->si_addr, kHow);
     if (n > 0) [[maybe_unused]] const ssize_t ignored = ::write(STDERR_FILENO, message, std::size_t(n));
     std::signal(signal, SIG_DFL);
     std::raise(signal);
@@ -114,14 +147,43 @@ void install_fault_handler() {
   });
 }
 
+// Under registry.lock. The reservation is madvised for huge pages: without
+// them (THP off) everything works, four KiB at a time.
+void reserve() {
+  void* p = mmap(nullptr, kReserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED)
+    throw Error(fmt::format("fenced device: reserving {} GiB of address space failed: {}", kReserved >> 30,
+                            std::strerror(errno)));
+  madvise(p, kReserved, MADV_HUGEPAGE);
+  registry.memory = static_cast<char*>(p);
+}
+
+// A released block of at most twice the size is reused (zeroed, as allocate
+// promises); otherwise the next bytes of the reservation, zero as mapped.
 void* fenced_allocate(std::size_t bytes) {
   install_fault_handler();
-  const std::size_t page = std::size_t(sysconf(_SC_PAGESIZE));
-  const std::size_t mapped = (std::max<std::size_t>(bytes, 1) + page - 1) / page * page;
-  void* p = mmap(nullptr, mapped, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);  // zero-filled, as allocate promises
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  const std::size_t block = (std::max<std::size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
   const std::lock_guard lock(registry.lock);
-  registry.allocations.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{++registry.made, bytes, mapped});
+  if (!registry.memory) reserve();
+  char* p = nullptr;
+  std::size_t held = block;
+  if (const auto reuse = registry.released.lower_bound(block);
+      reuse != registry.released.end() && reuse->first <= 2 * block) {
+    p = reinterpret_cast<char*>(reuse->second);
+    held = reuse->first;
+    registry.released.erase(reuse);
+    open_memory();
+    std::memset(p, 0, bytes);
+    close_memory();
+  } else {
+    if (registry.carved + block > kReserved) throw std::bad_alloc();
+    p = registry.memory + registry.carved;
+    registry.carved += block;
+    const std::size_t mapped = (registry.carved + kHugePage - 1) / kHugePage * kHugePage;
+    if (registry.opened > 0) protect(registry.memory + registry.mapped, mapped - registry.mapped, PROT_READ | PROT_WRITE);
+    registry.mapped = mapped;
+  }
+  registry.allocations.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{++registry.made, bytes, held});
   any_allocated = true;
   return p;
 }
@@ -130,7 +192,7 @@ void fenced_release(void* p) {
   const std::lock_guard lock(registry.lock);
   const auto it = registry.allocations.find(reinterpret_cast<std::uintptr_t>(p));
   if (it == registry.allocations.end()) return;
-  munmap(p, it->second.mapped);
+  registry.released.emplace(it->second.block, it->first);
   registry.allocations.erase(it);
 }
 
@@ -140,51 +202,40 @@ bool fenced_holds(const void* p) {
   return find(p) != nullptr;
 }
 
-// The allocations an op's pointer arguments point into, open while it lives.
-// `host_allowed`: the argument positions that may be host memory (a copy's
-// host side); any other pointer that is not fenced memory is refused by name.
+// An op's run: its pointer arguments checked, then the device's memory open
+// while it lives. `host_allowed`: the argument positions that may be host
+// memory (a copy's host side); any other pointer that is not a live fenced
+// allocation is refused by name.
 class Opened {
  public:
   template <class... Args>
   Opened(const char* op, std::initializer_list<int> host_allowed, Args... args) {
-    try {
-      int position = 0;
-      (open_argument(op, host_allowed, ++position, args), ...);
-    } catch (...) {
-      close();
-      throw;
-    }
+    const std::lock_guard lock(registry.lock);
+    int position = 0;
+    (check_argument(op, host_allowed, ++position, args), ...);
+    open_memory();
   }
-  ~Opened() { close(); }
+  ~Opened() {
+    const std::lock_guard lock(registry.lock);
+    close_memory();
+  }
   Opened(const Opened&) = delete;
   Opened& operator=(const Opened&) = delete;
 
  private:
   template <class T>
-  void open_argument(const char* op, std::initializer_list<int> host_allowed, int position, T argument) {
+  static void check_argument(const char* op, std::initializer_list<int> host_allowed, int position, T argument) {
     if constexpr (std::is_pointer_v<T> && !std::is_function_v<std::remove_pointer_t<T>>) {  // memory, not code
-      if (!argument) return;
-      const std::lock_guard lock(registry.lock);
-      std::uintptr_t base = 0;
-      Allocation* a = find(argument, &base);
-      if (!a) {
-        if (std::find(host_allowed.begin(), host_allowed.end(), position) != host_allowed.end()) return;
-        throw Error(fmt::format("fenced device: {} was handed host memory as its argument {} ({}): its ops run on "
-                                "the device's memory (copy the buffer there first)", op, position,
-                                static_cast<const void*>(argument)));
-      }
-      if (a->opened++ == 0) protect(base, *a, PROT_READ | PROT_WRITE);
-      opened_.push_back(base);
+      if (!argument || find(argument)) return;
+      if (in_reservation(argument))
+        throw Error(fmt::format("fenced device: {} was handed memory the device has released, as its argument {} "
+                                "({})", op, position, static_cast<const void*>(argument)));
+      if (std::find(host_allowed.begin(), host_allowed.end(), position) != host_allowed.end()) return;
+      throw Error(fmt::format("fenced device: {} was handed host memory as its argument {} ({}): its ops run on "
+                              "the device's memory (copy the buffer there first)", op, position,
+                              static_cast<const void*>(argument)));
     }
   }
-  void close() {
-    const std::lock_guard lock(registry.lock);
-    for (const std::uintptr_t base : opened_)
-      if (const auto it = registry.allocations.find(base); it != registry.allocations.end() && --it->second.opened == 0)
-        protect(base, it->second, PROT_NONE);
-    opened_.clear();
-  }
-  std::vector<std::uintptr_t> opened_;
 };
 
 // An op of the CPU's table run with its buffers opened: `run_opened<name, op>`
