@@ -144,7 +144,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (const Timed& a : algorithms()) names.push_back(a.name);
   std::vector<std::string> chosen = names;
-  std::uint64_t min_bytes = 64 << 10, max_bytes = 16 << 20;
+  std::string min_bytes = "64K", max_bytes = "16M";  // as given (parse_bytes: 64K, 1M, 1G)
   int factor = 16;
   double tolerance = 0.01;
   std::string json, program = LABKIT_SMPI_COLLECTIVE;
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
         for (const Timed& algorithm : algorithms()) {
           if (std::find(chosen.begin(), chosen.end(), algorithm.name) == chosen.end()) continue;
           if (algorithm.needs_power_of_two && (ranks & (ranks - 1)) != 0) continue;
-          for (std::uint64_t bytes = min_bytes; bytes <= max_bytes; bytes *= factor) {
+          for (std::uint64_t bytes = parse_bytes(min_bytes); bytes <= parse_bytes(max_bytes); bytes *= factor) {
             // Every chunk whole: a multiple of 4 bytes times the rank count.
             const std::size_t size = bytes / (4 * ranks) * (4 * ranks);
             if (isatty(STDERR_FILENO))
