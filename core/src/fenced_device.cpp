@@ -180,7 +180,8 @@ void* fenced_allocate(std::size_t bytes) {
     p = registry.memory + registry.carved;
     registry.carved += block;
     const std::size_t mapped = (registry.carved + kHugePage - 1) / kHugePage * kHugePage;
-    if (registry.opened > 0) protect(registry.memory + registry.mapped, mapped - registry.mapped, PROT_READ | PROT_WRITE);
+    if (registry.opened > 0)  // an op running now reaches the new pages too
+      protect(registry.memory + registry.mapped, mapped - registry.mapped, PROT_READ | PROT_WRITE);
     registry.mapped = mapped;
   }
   registry.allocations.emplace(reinterpret_cast<std::uintptr_t>(p), Allocation{++registry.made, bytes, held});
