@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    const std::uint64_t smallest = parse_bytes(min_bytes), largest = parse_bytes(max_bytes);
     const fs::path dir = fs::temp_directory_path() / fmt::format("labkit-simgrid-{}", getpid());
     fs::create_directories(dir);
     std::vector<Row> rows;
@@ -174,7 +175,7 @@ int main(int argc, char** argv) {
         for (const Timed& algorithm : algorithms()) {
           if (std::find(chosen.begin(), chosen.end(), algorithm.name) == chosen.end()) continue;
           if (algorithm.needs_power_of_two && (ranks & (ranks - 1)) != 0) continue;
-          for (std::uint64_t bytes = parse_bytes(min_bytes); bytes <= parse_bytes(max_bytes); bytes *= factor) {
+          for (std::uint64_t bytes = smallest; bytes <= largest; bytes *= factor) {
             // Every chunk whole: a multiple of 4 bytes times the rank count.
             const std::size_t size = bytes / (4 * ranks) * (4 * ranks);
             if (isatty(STDERR_FILENO))
