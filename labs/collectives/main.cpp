@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
     if (!plot.empty() && mesh.empty()) throw Error(fmt::format("--plot {}: draws --mesh (add it)", plot));
+    for (const char* option : {"--op", "--root", "--reduce-op", "--nonblocking", "--compute"})
+      if (!mesh.empty() && app.count(option))
+        throw Error(fmt::format("{}: --mesh {} prints the ranks' coordinates and runs no --op", option, mesh));
+    refuse_unused_options(app, o);
     const std::vector<MeshDim> mesh_dims = mesh.empty() ? std::vector<MeshDim>{} : parse_mesh_dims(mesh);
     int product = 1;  // at most 2^20 (parse_mesh_dims)
     for (const MeshDim& d : mesh_dims) product *= d.size;

@@ -215,6 +215,16 @@ void add_operation_options(CLI::App& app, Options& o) {
       ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
 }
 
+void refuse_unused_options(const CLI::App& app, const Options& o) {
+  const auto refuse = [&](const std::string& option, const std::string& value, const std::vector<std::string>& users,
+                          std::string_view lacks) {
+    if (app.count(option) && o.op != "all" && std::find(users.begin(), users.end(), o.op) == users.end())
+      throw Error(fmt::format("{} {}: --op {} {} (only {} take it)", option, value, o.op, lacks, fmt::join(users, ", ")));
+  };
+  refuse("--root", std::to_string(o.root), {"broadcast", "reduce", "gather", "scatter"}, "has no root");
+  refuse("--reduce-op", o.reduce_op, {"reduce", "all_reduce", "reduce_scatter"}, "reduces nothing");
+}
+
 const std::vector<std::string>& every_operation() {
   static const std::vector<std::string> names = {"broadcast",  "reduce",         "all_reduce", "gather",
                                                  "scatter",    "all_gather",     "reduce_scatter",

@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(std::vector<std::string>(std::begin(kScheduleNames), std::end(kScheduleNames))));
   app.add_option("--schedule-file", o.schedule_file, "a schedule written by hand, one line per stage (see "
                                                    "labs/pipeline/schedules/), instead of --schedule")
+      ->check(CLI::ExistingFile)
       ->excludes("--schedule");
   app.add_option("--virtual", o.virtual_stages, "chunks per stage (V): interleaved's (default 2); zbv runs 2")
       ->check(cli::in_range(1, 64))
