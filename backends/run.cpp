@@ -115,6 +115,12 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
   };
+  // Sizes with no bytes behind them have no time but the simulator's (a real
+  // backend would be handed buffers that are not there).
+  if (o.payload_free && o.backend != "sim")
+    throw Error(fmt::format("--backend {}: a payload-free run (--what-if, --sweep, --payload-free: sizes without "
+                            "bytes) runs on the simulator only",
+                            o.backend));
   if (o.backend == "mpi") {
 #ifdef LABKIT_HAVE_MPI
     return mpi::run(o, with_algorithms);

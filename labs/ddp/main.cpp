@@ -22,6 +22,38 @@
 
 using namespace ddp_lab;
 
+namespace {
+
+// Which run the options make, and the options it does not read, refused by
+// name: the studies (--volume, --sweep, --what-if) train nothing, and each
+// picks some of the cluster itself; training charges no --step-seconds.
+void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
+  std::vector<std::string> unread = {"--steps",     "--batch",  "--lr",   "--seed",  "--accum",
+                                     "--optimizer", "--warmup", "--clip", "--bench", "--compress"};
+  const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
+  std::string run;
+  if (o.volume) {
+    run = "--volume";
+    also({"--what-if", "--sweep", "--mode", "--bucket-mb", "--first-bucket-mb", "--step-seconds", "--backend",
+          "--topology", "--network", "--trace", "--algo", "--efficiency", "--straggler", "--fail-rank"});
+  } else if (!o.sweep.over.empty()) {
+    run = fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from, o.sweep.to);
+    also({"--mode", "--efficiency"});
+    if (o.sweep.over == "ranks") also({"--ranks", "--topology", "--bucket-mb", "--first-bucket-mb"});
+    if (o.sweep.over == "bucket-mb") also({"--bucket-mb"});
+  } else if (!o.what_if.empty()) {
+    run = "--what-if " + o.what_if;
+    also({"--efficiency"});
+  } else {
+    run = o.bench ? "--bench" : "a training run";
+    unread = {"--step-seconds"};
+    if (o.bench) also({"--mode", "--compress"});
+  }
+  cli::refuse_unread(app, run, unread);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Lab 5: data parallelism (DDP): naive, bucketed and overlapped gradient averaging"};
   Options o;
@@ -52,6 +84,7 @@ int main(int argc, char** argv) {
   add_compress_option(app, o);
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
+    refuse_what_the_run_does_not_read(app, o);
     if (!o.plot.empty() && (o.volume || o.bench))
       throw Error(fmt::format("--plot {}: --volume and --bench draw no plot", o.plot));
     if (o.what_if.empty() && o.sweep.over.empty())

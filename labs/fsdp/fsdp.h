@@ -63,6 +63,10 @@ void add_sharding_options(CLI::App& app, Options& o);
 void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given);
 // What the tiny GPT's run needs of the backend and the batch.
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options);
+// The options the run asked for does not read, refused by name: the studies
+// train nothing (and --sweep ranks picks the ranks and topologies itself);
+// the tiny GPT's run charges no --step-seconds and fits no --gpu.
+void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o);
 
 // The optimizer over whatever this rank updates: the whole model, or its shard.
 struct Optimizer {

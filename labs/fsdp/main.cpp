@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
       ->check(cli::figure_file());
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
+    refuse_what_the_run_does_not_read(app, o);
     if (!app.count("--lr")) o.lr = o.optimizer == "adamw" ? kAdamwLr : kSgdLr;
     check_sharding_options(o, run_options, app.count("--stage") > 0);
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);

@@ -10,6 +10,7 @@
 #include "fsdp.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/lab/training_options.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/topology.h"
@@ -90,6 +91,27 @@ void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {
   if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
     throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
                             o.batch, run_options.ranks));
+}
+
+void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
+  std::vector<std::string> unread = {"--steps", "--batch", "--lr", "--seed", "--optimizer", "--bench"};
+  const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
+  std::string run;
+  if (o.sweep.over == "hidden") {
+    run = fmt::format("--sweep hidden={:g}..{:g}", o.sweep.from, o.sweep.to);
+    also({"--step-seconds", "--gpu", "--recompute", "--prefetch"});
+  } else if (!o.sweep.over.empty()) {
+    run = fmt::format("--sweep ranks={:g}..{:g}", o.sweep.from, o.sweep.to);
+    also({"--ranks", "--topology", "--efficiency", "--plot"});
+  } else if (!o.what_if.empty()) {
+    run = "--what-if " + o.what_if;  // its memory is Adam's, as ZeRO's figures count it
+    also({"--efficiency", "--plot"});
+  } else {
+    run = o.bench ? "--bench" : "a training run";
+    unread = {"--step-seconds", "--gpu", "--seq", "--recompute"};
+    if (o.bench) unread.push_back("--plot");
+  }
+  cli::refuse_unread(app, run, unread);
 }
 
 }  // namespace fsdp_lab

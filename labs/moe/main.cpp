@@ -60,11 +60,20 @@ int main(int argc, char** argv) {
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
     if (!o.what_if.empty()) {
+      // The model's own experts, routing and layers; a layer's step, no training.
+      cli::refuse_unread(app, "--what-if " + o.what_if,
+                         {"--experts", "--top-k", "--capacity-factor", "--balance", "--alpha", "--gamma",
+                          "--shared-experts", "--layers", "--steps", "--batch", "--lr", "--plot", "--compare",
+                          "--sweep"});
       lab::refuse_model_and_device(o, "--what-if runs payload-free");
       if (app.count("--ranks"))
         throw Error("--ranks: --what-if simulates the ep group and the groups beside it on its nodes (set --ep)");
       return what_if(o, run_options);
     }
+    if (!o.sweep.over.empty())
+      cli::refuse_unread(app, fmt::format("--sweep capacity={:g}..{:g}", o.sweep.from, o.sweep.to),
+                         {"--capacity-factor", "--bench", "--compare"});
+    if (o.bench) cli::refuse_unread(app, "--bench", {"--plot", "--compare"});
     if (app.count("--seq") || app.count("--micro-batch"))
       throw Error("--seq and --micro-batch go with --what-if; the tiny GPT trains on its context (--batch)");
     o.moe.balance = parse_balance(o.balance);

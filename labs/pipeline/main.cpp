@@ -27,6 +27,36 @@
 
 using namespace pipeline_lab;
 
+namespace {
+
+// The options the run asked for does not read, refused by name: --reading
+// plays the reading's own example, --compare plays schedules at --times with
+// no simulated cluster, --what-if trains nothing, --bench draws nothing.
+void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
+  const std::vector<std::string> trains = {"--steps", "--lr", "--seed", "--layers", "--bench"};
+  std::vector<std::string> unread = trains;
+  const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
+  std::string run = "--bench";
+  if (o.reading) {
+    run = "--reading";
+    also({"--stages", "--microbatches", "--schedule", "--schedule-file", "--virtual", "--batch", "--plot", "--seq",
+          "--times", "--what-if", "--sweep", "--compare", "--ranks"});
+  } else if (o.compare) {
+    run = "--compare";
+    also({"--schedule", "--batch", "--seq", "--what-if", "--sweep", "--backend", "--ranks", "--topology", "--network",
+          "--trace", "--algo", "--payload-free", "--efficiency", "--straggler", "--deadlock-timeout", "--fail-rank"});
+  } else if (!o.what_if.empty()) {
+    run = "--what-if " + o.what_if;
+  } else if (o.bench) {
+    unread = {"--plot"};
+  } else {
+    return;
+  }
+  cli::refuse_unread(app, run, unread);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"Lab 8: pipeline parallelism: the tiny GPT cut into stages and trained by a schedule"};
   Options o;
@@ -58,6 +88,7 @@ int main(int argc, char** argv) {
   add_compare_options(app, o);
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
+    refuse_what_the_run_does_not_read(app, o);
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;

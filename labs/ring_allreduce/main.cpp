@@ -19,6 +19,7 @@
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
+#include "labkit/lab/option_checks.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -38,10 +39,16 @@ int main(int argc, char** argv) {
   step_flag->excludes(cmp_flag)->excludes(whatif_flag)->excludes(scale_flag);
   cmp_flag->excludes(whatif_flag)->excludes(scale_flag);
   whatif_flag->excludes(scale_flag);
-  ring_lab::add_compare_options(app, compare);
-  ring_lab::add_what_if_options(app, what_if);
-  app.add_option("--bytes", bytes, "--scale: allreduce size")->capture_default_str()->check(cli::byte_size());
-  add_run_options(app, run_options);
+  // Each run's own options need it; --what-if's closed forms read none of the cluster's.
+  for (CLI::Option* option : cli::added_by(app, [&] { ring_lab::add_compare_options(app, compare); }))
+    option->needs(cmp_flag);
+  for (CLI::Option* option : cli::added_by(app, [&] { ring_lab::add_what_if_options(app, what_if); }))
+    option->needs(whatif_flag);
+  app.add_option("--bytes", bytes, "--scale: allreduce size")
+      ->capture_default_str()->check(cli::byte_size())->needs(scale_flag);
+  for (CLI::Option* option : cli::added_by(app, [&] { add_run_options(app, run_options); }))
+    whatif_flag->excludes(option);
+  app.remove_option(app.get_option("--algo"));  // every run here picks its own algorithms
   return lab::run_main(app, argc, argv, [&] {
     if (whatif) return ring_lab::what_if(what_if);
     if (run_options.backend != "sim" && !cmp)

@@ -48,6 +48,16 @@ int main(int argc, char** argv) {
       ->check(cli::at_least(1));
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
+    // What the run asked for does not read, refused by name: --what-if times a
+    // real model's layer on topologies of its own rows; --cp runs attention
+    // alone, no optimizer; --bench draws nothing.
+    if (!o.what_if.empty())
+      cli::refuse_unread(app, "--what-if " + o.what_if,
+                         {"--steps", "--batch", "--lr", "--seed", "--bench", "--topology", "--plot"});
+    else if (o.cp)
+      cli::refuse_unread(app, fmt::format("--cp {}", o.cp), {"--steps", "--lr"});
+    else if (o.bench)
+      cli::refuse_unread(app, "--bench", {"--plot"});
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     check_options(o, run_options, config);

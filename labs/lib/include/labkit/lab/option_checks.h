@@ -4,7 +4,9 @@
 // a parser turns into its value (a sweep, a spec).
 #pragma once
 
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -24,5 +26,20 @@ CLI::Option* add_parsed(CLI::App& app, const std::string& name, T& value, Parse 
 
 // A figure (--plot): an output_file that is .svg or .png.
 inline CLI::Validator figure_file() { return output_file({".svg", ".png"}); }
+
+// The options `add` adds to `app`, so that a lab can tie them to the run that
+// reads them: each ->needs(run) ("--mfu requires --what-if"), or a run that
+// reads none of them ->excludes(each). No option is silently ignored.
+//
+//   for (CLI::Option* option : cli::added_by(app, [&] { add_what_if_options(app, o); })) option->needs(what_if);
+std::vector<CLI::Option*> added_by(CLI::App& app, const std::function<void()>& add);
+
+// Where which run a lab makes depends on an option's value (--sweep ranks=...
+// or bucket-mb=...), the same in the lab's body: each of `options` given on
+// the command line is an error that says `run` (what was asked for, "--what-if
+// llama2-7b") does not read it.
+//
+//   error: --lr 0.5: --what-if llama2-7b does not read it
+void refuse_unread(const CLI::App& app, const std::string& run, const std::vector<std::string>& options);
 
 }  // namespace labkit::cli
