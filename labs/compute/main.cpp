@@ -55,6 +55,10 @@ int main(int argc, char** argv) {
       if (app.count(name) > 0 && !roofline)
         throw labkit::Error(fmt::format("{} {}: only --roofline reads it (add --roofline)", name, value));
     if (!budget && !ccr && !roofline) budget = ccr = true;
+    for (const auto& [name, value] : {std::pair<std::string, std::string>{"--mfu", fmt::format("{:g}", mfu)},
+                                       {"--gpu", gpu}})
+      if (app.count(name) > 0 && !budget)
+        throw labkit::Error(fmt::format("{} {}: only --budget reads it (add --budget)", name, value));
     nlohmann::json report;
     if (budget) report["budget"] = compute_lab::print_budget(labkit::compute::accelerator(gpu), mfu);
     if (budget && ccr) fmt::print("\n");

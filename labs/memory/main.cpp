@@ -49,10 +49,11 @@ int main(int argc, char** argv) {
   app.add_flag("--models", list, "list the model presets with their parameter counts");
   memory_lab::add_plan_options(app, o);
   app.add_flag("--timeline", timeline, "memory over one training step");
-  app.add_flag("--recommend", advice, "which parallelism to use, and why");
-  app.add_option("--gpus", gpus, "--recommend: GPUs available (default: dp x tp x pp)")->check(cli::at_least(1));
+  CLI::Option* recommend = app.add_flag("--recommend", advice, "which parallelism to use, and why");
+  app.add_option("--gpus", gpus, "--recommend: GPUs available (default: dp x tp x pp)")
+      ->check(cli::at_least(1))->needs(recommend);
   app.add_option("--gpus-per-node", per_node, "--recommend: GPUs per node")
-      ->capture_default_str()->check(cli::at_least(1));
+      ->capture_default_str()->check(cli::at_least(1))->needs(recommend);
   app.add_option("--sweep", sweep, "zero (stages 0-3), gpus (1 to 1024 ranks) or recompute (none, selective, with "
                                    "--sp, full: Korthikanti et al.'s Figure 1)")
       ->check(cli::one_of("sweep", {"zero", "gpus", "recompute"}));
@@ -60,7 +61,13 @@ int main(int argc, char** argv) {
       ->check(cli::figure_file());
   app.add_option("--json", json, "also write everything as JSON to this file")->check(cli::output_file());
   return lab::run_main(app, argc, argv, [&] {
-    if (list) return memory_lab::list_models();
+    if (list) {  // the presets, and nothing else
+      std::vector<std::string> others;
+      for (const CLI::Option* option : app.get_options())
+        if (option->get_name() != "--models") others.push_back(option->get_name());
+      cli::refuse_unread(app, "--models", others);
+      return memory_lab::list_models();
+    }
     const Architecture arch = model_preset(o.model);
     const Plan plan = memory_lab::make_plan(o, arch);
     if (o.inference) check_inference_views(app, sweep, timeline, plan.zero);

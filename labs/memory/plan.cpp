@@ -43,7 +43,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "--autocast, else 16)")
       ->check(cli::parsed_by(parse_activation_precision));
   app.add_option("--dropout", o.dropout, "on or off (default: the model's own)")->check(cli::one_of("dropout", {"on", "off"}));
-  app.add_flag("!--no-loss-buffers", o.no_loss_buffers, "leave out what a step keeps past the last layer (the final "
+  app.add_flag("--no-loss-buffers", o.no_loss_buffers, "leave out what a step keeps past the last layer (the final "
                                                          "norm, the loss's fp32 log-softmax over the vocabulary, its two "
                                                          "gradients at backward's start), as Korthikanti et al. count");
   app.add_option("--workspace-mib", o.workspace_mib, "cuBLAS's and cuBLASLt's workspaces (PyTorch on Hopper: 32 MiB each)")
@@ -61,6 +61,14 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   app.add_option("--batch", plan.batch, "inference: concurrent sequences")
       ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
   app.add_option("--kv-precision", o.kv, "inference: KV cache")->capture_default_str()->check(precision_name);
+  // Serving's options need --inference, and serving reads none of training's
+  // (CLI11 refuses either: "--batch requires --inference").
+  CLI::Option* serving = app.get_option("--inference");
+  for (const char* name : {"--batch", "--kv-precision"}) app.get_option(name)->needs(serving);
+  for (const char* name : {"--optimizer", "--grad-precision", "--state-precision", "--no-master", "--dp", "--recompute",
+                           "--attention", "--activation-precision", "--dropout", "--no-loss-buffers", "--workspace-mib",
+                           "--micro-batch", "--activations-gb"})
+    serving->excludes(app.get_option(name));
 }
 
 Plan make_plan(const PlanOptions& o, const Architecture& model) {
