@@ -97,12 +97,15 @@ int main(int argc, char** argv) {
                  "attention: cp:8:contiguous, a pipeline schedule: pp:4:zb-h1:8, or the MoE GPT's training: "
                  "moe:4:none:40")
       ->check(labkit::cli::parsed_by(viz::parse_scenario));
-  cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
+  CLI::Option* unseen =
+      cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
   cli.add_option("--frames", frames, "--headless: frames to draw")
-      ->capture_default_str()->check(labkit::cli::at_least(1));
-  cli.add_option("--screenshot", screenshot, "--headless: write the last frame to this PNG");
-  cli.add_option("--width", width)->capture_default_str()->check(labkit::cli::at_least(1));
-  cli.add_option("--height", height)->capture_default_str()->check(labkit::cli::at_least(1));
+      ->capture_default_str()->check(labkit::cli::at_least(1))->needs(unseen);
+  cli.add_option("--screenshot", screenshot, "--headless: write the last frame to this PNG")
+      ->check(labkit::cli::output_file({".png"}))->needs(unseen);
+  // X refuses a window past its screen's largest, and GL textures stop at 8192 on many drivers.
+  cli.add_option("--width", width)->capture_default_str()->check(labkit::cli::in_range(1, 8192));
+  cli.add_option("--height", height)->capture_default_str()->check(labkit::cli::in_range(1, 8192));
   CLI11_PARSE(cli, argc, argv);
 
   viz::App app;
