@@ -67,12 +67,17 @@ int main(int argc, char** argv) {
   app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON");
   app.add_option("--algos", algos, "native, baseline and labkit algorithms to run (default: all)");
   add_run_options(app, run_options);
+  app.remove_option(app.get_option("--algo"));  // --algos names the algorithms, each timed in turn
   CLI11_PARSE(app, argc, argv);
 
   try {
     const CollectiveBench& b = find_bench(collective);
     set_sizes(s, min_bytes, max_bytes);
     s.check = check != 0;
+    if (run_options.payload_free) {  // sizes without values: every size timed, none checked
+      if (app.count("--check") && check) throw Error("--check 1: --payload-free moves no values to check");
+      s.data_max_bytes = 0;
+    }
     if (run_options.backend == "sim" && !app.count("--rounds")) s.rounds = 1;  // virtual time does not vary
     if (algos.empty()) {
       algos.push_back("native");

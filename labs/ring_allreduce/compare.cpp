@@ -130,7 +130,10 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
 
 void settle_sweep(const CLI::App& app, const RunOptions& run, CompareOptions& o) {
   set_sizes(o.sweep, o.min_bytes, o.max_bytes);
-  o.sweep.data_max_bytes = parse_bytes(o.check_max);
+  // --payload-free moves sizes without values: every size is timed, none checked.
+  if (run.payload_free && app.count("--check-max"))
+    throw Error(fmt::format("--check-max {}: --payload-free moves no values to check", o.check_max));
+  o.sweep.data_max_bytes = run.payload_free ? 0 : parse_bytes(o.check_max);
   if (run.backend == "sim") {
     if (!app.count("--iters")) o.sweep.iters = 1;
     if (!app.count("--warmup_iters")) o.sweep.warmup = 0;
