@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
       if (!mesh.empty() && app.count(option))
         throw Error(fmt::format("{}: --mesh {} prints the ranks' coordinates and runs no --op", option, mesh));
     refuse_unused_options(app, o);
+    if (run_options.payload_free)
+      throw Error("--payload-free: the lab shows the values each rank holds, and a payload-free run moves none "
+                  "(ring_allreduce --compare and --scale time sizes alone)");
     const std::vector<MeshDim> mesh_dims = mesh.empty() ? std::vector<MeshDim>{} : parse_mesh_dims(mesh);
     int product = 1;  // at most 2^20 (parse_mesh_dims)
     for (const MeshDim& d : mesh_dims) product *= d.size;
