@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
                  "status is the calibration's)")
       ->capture_default_str()->check(cli::above(0.0));
   add_run_options(app, run_options);
+  app.remove_option(app.get_option("--algo"));  // --algos names the algorithms fitted, each timed in turn
   CLI11_PARSE(app, argc, argv);
 
   try {
