@@ -41,7 +41,7 @@ std::string describe(const Architecture& m, const Plan& p) {
 }
 }  // namespace
 
-int list_models() {
+nlohmann::json list_models() {
   labkit::lab::Table table({{.header = "model", .key = "model", .width = 14, .align = Align::left},
                             {.header = "parameters", .key = "parameters", .width = 16},
                             {.header = "active", .key = "active", .width = 16},
@@ -56,7 +56,7 @@ int list_models() {
     table.add({std::string(name), labkit::lab::number(n.total, "{:.0f}"), labkit::lab::number(n.active, "{:.0f}"),
                m.layers, m.hidden, m.heads, m.latent ? "latent" : std::to_string(m.kv_heads)});
   }
-  return 0;
+  return table.json();
 }
 
 nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, const Gpu& gpu) {

@@ -64,9 +64,10 @@ int main(int argc, char** argv) {
     if (list) {  // the presets, and nothing else
       std::vector<std::string> others;
       for (const CLI::Option* option : app.get_options())
-        if (option->get_name() != "--models") others.push_back(option->get_name());
+        if (option->get_name() != "--models" && option->get_name() != "--json") others.push_back(option->get_name());
       cli::refuse_unread(app, "--models", others);
-      return memory_lab::list_models();
+      lab::write_json(json, memory_lab::list_models());
+      return 0;
     }
     const Architecture arch = model_preset(o.model);
     const Plan plan = memory_lab::make_plan(o, arch);

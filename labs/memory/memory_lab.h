@@ -45,7 +45,7 @@ void add_plan_options(CLI::App& app, PlanOptions& o);
 // The plan `o` describes for `model`; throws naming the option where the model's shape does not allow it.
 Plan make_plan(const PlanOptions& o, const Architecture& model);
 
-int list_models();
+nlohmann::json list_models();  // --models: the presets, printed; their rows for --json
 nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, const Gpu& gpu);
 nlohmann::json print_timeline(const Architecture& model, const Plan& plan);
 nlohmann::json print_recommendation(const Architecture& model, const Plan& plan, const Gpu& gpu, int gpus,

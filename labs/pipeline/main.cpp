@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     config.layers = o.layers;
     if (o.reading || o.compare)
       lab::refuse_model_and_device(o, o.reading ? "--reading plays a schedule" : "--compare plays the schedules");
-    if (o.reading) return readings_example(run_options);
+    if (o.reading) return readings_example(run_options, o.json);
     std::optional<Schedule> by_hand;
     if (!o.schedule_file.empty()) by_hand = adopt_schedule_file(app, o);
     if (o.compare) return compare(o, parse_times(o.times));

@@ -89,7 +89,7 @@ int compare(const Options& o, const PipeTimes& times);
 
 void add_what_if_options(CLI::App& app, Options& o);  // --what-if, --seq, --sweep, --reading
 int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule);
-int readings_example(const RunOptions& run_options);
+int readings_example(const RunOptions& run_options, const std::string& json);  // --reading, its row to --json
 int sweep(const Options& o, const RunOptions& run_options);
 
 // The tiny GPT trained by `schedule` on its stages; compare: train one rank too, and measure each stage against it.

@@ -267,7 +267,7 @@ int sweep(const Options& o, const RunOptions& run_options) {
   return 0;
 }
 
-int readings_example(const RunOptions& run_options) {
+int readings_example(const RunOptions& run_options, const std::string& json) {
   const int P = 8, M = 32;
   const double batch = 512, seq = 2048, h = 8192, b = batch / M;
   const double bubble = (P - 1.0) / (M + P - 1), message = b * seq * h * 2;
@@ -279,6 +279,7 @@ int readings_example(const RunOptions& run_options) {
   Options o;
   o.what_if = "llama2-70b";  // h = 8192, 80 layers: 10 a stage
   o.stages = P, o.microbatches = M, o.batch = int(batch), o.seq = int(seq);
+  o.json = json;
   return what_if(o, run_options, one_f_one_b_schedule(P, M));
 }
 

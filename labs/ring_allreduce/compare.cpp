@@ -123,7 +123,6 @@ void add_compare_options(CLI::App& app, CompareOptions& o) {
   app.add_option("--check-max", o.check_max,
                  "--compare: move data and check results up to this size (sizes only above)")
       ->capture_default_str()->check(cli::byte_size());
-  app.add_option("-J,--json", o.json, "--compare: also write the results as JSON")->check(cli::output_file());
   app.add_option("--plot", o.plot, "--compare: draw time versus size to this SVG or PNG (gnuplot)")
       ->check(cli::figure_file());
 }

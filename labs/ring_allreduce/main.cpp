@@ -44,18 +44,25 @@ int main(int argc, char** argv) {
     option->needs(cmp_flag);
   for (CLI::Option* option : cli::added_by(app, [&] { ring_lab::add_what_if_options(app, what_if); }))
     option->needs(whatif_flag);
+  std::string json;
+  app.add_option("-J,--json", json, "also write the results as JSON (--compare, --what-if, --scale)")
+      ->check(cli::output_file());
   app.add_option("--bytes", bytes, "--scale: allreduce size")
       ->capture_default_str()->check(cli::byte_size())->needs(scale_flag);
   for (CLI::Option* option : cli::added_by(app, [&] { add_run_options(app, run_options); }))
     whatif_flag->excludes(option);
   app.remove_option(app.get_option("--algo"));  // every run here picks its own algorithms
   return lab::run_main(app, argc, argv, [&] {
+    compare.json = what_if.json = json;
+    if (!json.empty() && !cmp && !whatif && !scaled)
+      throw Error(fmt::format("--json {}: --step walks the ring on screen; --compare, --what-if and --scale write JSON",
+                              json));
     if (whatif) return ring_lab::what_if(what_if);
     if (run_options.backend != "sim" && !cmp)
       throw Error(fmt::format("--backend {}: --step and --scale replay or size the simulator; real backends "
                               "run --compare (and --trace)", run_options.backend));
     if (!app.count("--ranks")) run_options.ranks = cmp ? 16 : scaled ? 4096 : 4;
-    if (scaled) return ring_lab::scale(run_options, parse_bytes(bytes));
+    if (scaled) return ring_lab::scale(run_options, parse_bytes(bytes), json);
     if (!cmp) return ring_lab::walk_ring(run_options);
     ring_lab::settle_sweep(app, run_options, compare);
     return ring_lab::compare(run_options, compare);

@@ -28,10 +28,10 @@ struct CompareOptions {
   CompareOptions() { sweep.factor = 4; }
   labkit::bench::Settings sweep;
   std::string min_bytes = "1K", max_bytes = "1G", check_max = "16M";  // as given, parsed into `sweep`
-  std::string json;  // -J, nccl-tests' rows with the model beside each
+  std::string json;  // -J (main.cpp: every view's), nccl-tests' rows with the model beside each
   std::string plot;  // SVG of time versus size (gnuplot)
 };
-// The sweep's options, --check-max, -J and --plot.
+// The sweep's options, --check-max and --plot.
 void add_compare_options(CLI::App& app, CompareOptions& o);
 // The sizes into the sweep; on the simulator, whose virtual time does not vary,
 // one call per size and one pass unless -n, -w or -R say otherwise; on NCCL, the buffers on the GPU.
@@ -46,12 +46,13 @@ std::vector<labkit::NcclEstimate> print_nccl_choices(labkit::Collective op, cons
 struct WhatIfOptions {
   double global_batch_tokens = 4 << 20;  // LLaMA-2's 4M tokens per step
   double mfu = 0.4;                      // achieved fraction of peak FLOP/s
+  std::string json;                      // -J: both tables' rows
 };
 // --global-batch and --mfu.
 void add_what_if_options(CLI::App& app, WhatIfOptions& o);
 int what_if(const WhatIfOptions& options);
 
-// A payload-free ring allreduce of `bytes` over `run.ranks` ranks.
-int scale(const labkit::RunOptions& run, std::uint64_t bytes);
+// A payload-free ring allreduce of `bytes` over `run.ranks` ranks; its figures to `json` (-J) too.
+int scale(const labkit::RunOptions& run, std::uint64_t bytes, const std::string& json);
 
 }  // namespace ring_lab

@@ -10,6 +10,7 @@
 
 #include "labkit/algorithms.h"
 #include "labkit/cost_model.h"
+#include "labkit/lab/output.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -17,7 +18,7 @@ using namespace labkit;
 
 namespace ring_lab {
 
-int scale(const RunOptions& base, std::uint64_t bytes) {
+int scale(const RunOptions& base, std::uint64_t bytes, const std::string& json) {
   RunOptions o = base;
   o.payload_free = true;
   const std::uint64_t expected = 2ull * (o.ranks - 1) * o.ranks;  // 2(P - 1) messages a rank
@@ -35,6 +36,9 @@ int scale(const RunOptions& base, std::uint64_t bytes) {
   fmt::print("  simulated time  {} (model {})\n", format_seconds(r.elapsed), format_seconds(model));
   fmt::print("  messages        {}\n", r.messages);
   fmt::print("  wall time       {:.2f} s ({:.2f} M messages/s)\n", wall, r.messages / wall / 1e6);
+  lab::write_json(json, {{"bytes", bytes}, {"ranks", o.ranks}, {"topology", o.topology},
+                         {"simulated_seconds", r.elapsed}, {"model_seconds", model}, {"messages", r.messages},
+                         {"wall_seconds", wall}});
   return 0;
 }
 

@@ -13,6 +13,7 @@
 
 #include "labkit/cli.h"
 #include "labkit/cost_model.h"
+#include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/nccl_model.h"
 #include "labkit/units.h"
@@ -51,8 +52,20 @@ int what_if(const WhatIfOptions& o) {
   constexpr double gpu_memory = 80e9;
   fmt::print("# data parallelism alone: global batch {} tokens per step, MFU {:.0f}%, bf16 gradients, NCCL's "
              "allreduce, no overlap\n", count(o.global_batch_tokens), o.mfu * 100);
-  fmt::print("# {:<32} {:>9} {:>8} {:>11} {:>10} {:>10} {:>9} {:>8} {:>8} {:>10} {:>11}\n", "scenario", "busbw",
-             "grads", "NCCL runs", "comm", "one ring", "compute", "CCR", "CCR*", "efficiency", "16N/GPU");
+  lab::Table scenarios_table({{.header = "scenario", .key = "scenario", .width = 32, .align = lab::Align::left},
+                              {.header = "busbw", .key = "bus_bandwidth", .width = 9},
+                              {.header = "grads", .key = "gradient_bytes", .width = 8},
+                              {.header = "NCCL runs", .key = "nccl_runs", .width = 11},
+                              {.header = "comm", .key = "comm_seconds", .width = 10},
+                              {.header = "one ring", .key = "one_ring_seconds", .width = 10},
+                              {.header = "compute", .key = "compute_seconds", .width = 9},
+                              {.header = "CCR", .key = "ccr", .width = 8},
+                              {.header = "CCR*", .key = "ccr_ridge", .width = 8},
+                              {.header = "efficiency", .key = "efficiency", .width = 10},
+                              {.header = "16N/GPU", .key = "replica_bytes", .width = 11},
+                              {.key = "replica_fits"}},
+                             {.rows = "  ", .header = "# "});
+  scenarios_table.print_header();
   double last_ccr_over_ridge = 0, last_comm_share = 0;  // the largest scenario's, for the summary below
   for (const Scenario& s : scenarios) {
     const Topology t = find_topology(s.topology);
@@ -67,11 +80,12 @@ int what_if(const WhatIfOptions& o) {
     const double ccr = flops / (2.0 * (s.gpus - 1) / s.gpus * grads), ridge = achieved / system.bus_bandwidth;
     const double efficiency = compute / (compute + nccl.seconds), memory = 16 * s.params;
     last_ccr_over_ridge = ccr / ridge, last_comm_share = 1 - efficiency;
-    fmt::print("  {:<32} {:>5.0f}GB/s {:>8} {:>11} {:>10} {:>10} {:>9} {:>8.0f} {:>8.0f} {:>9.1f}% {:>8.0f} GB{}\n",
-               s.name, system.bus_bandwidth / 1e9, fmt::format("{:.0f} GB", grads / 1e9),
-               fmt::format("{}/{}", nccl.algorithm, nccl.protocol), format_seconds(nccl.seconds),
-               format_seconds(ring), format_seconds(compute), ccr, ridge, efficiency * 100, memory / 1e9,
-               memory > gpu_memory ? " !" : "");
+    scenarios_table.add({s.name, lab::number(system.bus_bandwidth, "{:.0f}GB/s", 1e9),
+                         lab::number(grads, "{:.0f} GB", 1e9), fmt::format("{}/{}", nccl.algorithm, nccl.protocol),
+                         lab::seconds(nccl.seconds), lab::seconds(ring), lab::seconds(compute),
+                         lab::number(ccr, "{:.0f}"), lab::number(ridge, "{:.0f}"), lab::percent(efficiency),
+                         lab::number(memory, "{:.0f} GB", 1e9), {memory <= gpu_memory, ""}},
+                        memory > gpu_memory ? "!" : "");
   }
   fmt::print("# one ring: labkit's flat ring leaves each node through one NIC; NCCL's channels run rings through "
              "all of the node's NICs at once\n");
@@ -120,6 +134,7 @@ int what_if(const WhatIfOptions& o) {
         row(fmt::format("{}, {}", preset, where), link);
   }
   fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
+  lab::write_json(o.json, {{"scenarios", scenarios_table.json()}, {"crossovers", table.json()}});
   return 0;
 }
 
