@@ -15,8 +15,6 @@
 // comparable across P.
 #include <ctime>
 
-#include <unistd.h>
-
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -35,13 +33,6 @@ using namespace labkit;
 using namespace labkit::bench;
 
 namespace {
-// A progress line on standard error when it is a terminal, rewritten in place; "" clears it.
-void progress(const std::string& what) {
-  if (!isatty(STDERR_FILENO)) return;
-  fmt::print(stderr, "\r\033[K{}", what.empty() ? "" : "# measured " + what);
-  std::fflush(stderr);
-}
-
 std::string now_string() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -117,11 +108,11 @@ int main(int argc, char** argv) {
       }
       const std::vector<std::size_t> counts = counts_of(s, comm.size());
       const Timings timings = sweep(comm, b, algos, counts, s, [&](int pass, std::size_t count) {
-        progress(fmt::format("{} of {}, pass {} of {}", format_bytes(count * size_of(s.dtype)),
-                             format_bytes(s.max_bytes), pass + 1, s.rounds));
+        progress_line(fmt::format("# measured {} of {}, pass {} of {}", format_bytes(count * size_of(s.dtype)),
+                                  format_bytes(s.max_bytes), pass + 1, s.rounds));
       });
       if (comm.rank() != 0) return;
-      progress("");
+      progress_line("");
       rows = rows_of(timings, algos, counts, s.dtype);
     });
     const Table table{b, s.dtype, bus_bandwidth_factor(b.op, ranks)};

@@ -178,9 +178,8 @@ int main(int argc, char** argv) {
           for (std::uint64_t bytes = smallest; bytes <= largest; bytes *= factor) {
             // Every chunk whole: a multiple of 4 bytes times the rank count.
             const std::size_t size = bytes / (4 * ranks) * (4 * ranks);
-            if (isatty(STDERR_FILENO))
-              std::fprintf(stderr, "\r  %s, %d ranks, %s, %s%20s", topology.name.c_str(), ranks,
-                           algorithm.name.c_str(), format_bytes(size).c_str(), "");
+            progress_line(fmt::format("  {}, {} ranks, {}, {}", topology.name, ranks, algorithm.name,
+                                      format_bytes(size)));
             rows.push_back({algorithm.name, topology.name, ranks, size,
                             smpi_time(program, algorithm.name, ranks, size, xml, hosts),
                             simulate(algorithm, topology, ranks, size, sim::Network::fair),
@@ -189,7 +188,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%80s\r", "");
+    progress_line("");
     fs::remove_all(dir);
 
     fmt::print("# labkit's simulator against SimGrid SMPI 3.32 (CM02, no TCP gamma, no cross-traffic, rendezvous sends)\n");

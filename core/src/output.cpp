@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include "labkit/error.h"
 
 namespace labkit {
@@ -26,6 +28,12 @@ std::ofstream create_file(const std::string& path) {
   std::ofstream out(path);
   if (!out) throw Error("cannot write '" + path + "'");
   return out;
+}
+
+void progress_line(const std::string& what) {
+  if (!isatty(STDERR_FILENO)) return;
+  std::fprintf(stderr, "\r\033[K%s", what.c_str());
+  std::fflush(stderr);
 }
 
 std::string row_file(const std::string& path, std::string_view row) {

@@ -6,11 +6,8 @@
 // tuning model at each size, which algorithm and protocol it runs and why.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <map>
 #include <sstream>
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -21,6 +18,7 @@
 #include "labkit/lab/option_checks.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
+#include "labkit/output.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 #include "table.h"
@@ -154,14 +152,13 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
     comm.set_algorithm(Collective::barrier, nullptr);  // the barrier that starts each clock
     const std::vector<std::size_t> counts = counts_of(o.sweep, comm.size());
     const Timings timings = sweep(comm, all_reduce, kAlgorithms, counts, o.sweep, [&](int, std::size_t count) {
-      if (isatty(STDERR_FILENO))
-        std::fprintf(stderr, "\r  measured %-10s", format_bytes(count * size_of(o.sweep.dtype)).c_str());
+      progress_line("  measured " + format_bytes(count * size_of(o.sweep.dtype)));
     });
     if (comm.rank() != 0) return;
     rows = rows_of(timings, kAlgorithms, counts, o.sweep.dtype);
     ran.ranks = comm.size();
   });
-  if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%40s\r", "");
+  progress_line("");
   if (rows.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
   const int nodes = (ran.ranks + topology.devices_per_node - 1) / topology.devices_per_node;

@@ -2,15 +2,13 @@
 // (4096 by default); wall time is the simulator's own speed, virtual time what
 // the cluster would take, beside the alpha-beta model's.
 #include <chrono>
-#include <cstdio>
-
-#include <unistd.h>
 
 #include <fmt/format.h>
 
 #include "labkit/algorithms.h"
 #include "labkit/cost_model.h"
 #include "labkit/lab/output.h"
+#include "labkit/output.h"
 #include "labkit/units.h"
 #include "ring_allreduce.h"
 
@@ -22,15 +20,14 @@ int scale(const RunOptions& base, std::uint64_t bytes, const std::string& json) 
   RunOptions o = base;
   o.payload_free = true;
   const std::uint64_t expected = 2ull * (o.ranks - 1) * o.ranks;  // 2(P - 1) messages a rank
-  if (isatty(STDERR_FILENO))
-    o.progress = [&](std::uint64_t done) {
-      std::fprintf(stderr, "\r  %3.0f%% of %llu messages", 100.0 * done / expected, (unsigned long long)expected);
-    };
+  o.progress = [&](std::uint64_t done) {
+    progress_line(fmt::format("  {:3.0f}% of {} messages", 100.0 * done / expected, expected));
+  };
   const auto start = std::chrono::steady_clock::now();
   const RunResult r =
       run(o, [&](Comm& comm) { ring_all_reduce(comm, meta_view(bytes / 4, DType::f32), ReduceOp::sum); });
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r%40s\r", "");
+  progress_line("");
   const double model = predict(Collective::all_reduce, "ring", bytes, o.ranks, find_topology(o.topology));
   fmt::print("ring allreduce of {} on {} ranks ({}), payload-free\n", format_bytes(bytes), o.ranks, o.topology);
   fmt::print("  simulated time  {} (model {})\n", format_seconds(r.elapsed), format_seconds(model));

@@ -22,6 +22,11 @@ std::string row_file(const std::string& path, std::string_view row);
 void quiet_this_process();
 bool this_process_is_quiet();
 
+// A progress line on standard error where it is a terminal, rewritten in place;
+// "" clears it. Nothing where standard error is a file or a pipe (CI, the
+// book's tests), so that what a command prints is the same there.
+void progress_line(const std::string& what);
+
 // gnuplot's terminal for a figure file: pngcairo for .png, svg for anything else.
 std::string_view gnuplot_terminal(const std::string& path);
 
