@@ -219,7 +219,8 @@ void refuse_unused_options(const CLI::App& app, const Options& o) {
   const auto refuse = [&](const std::string& option, const std::string& value, const std::vector<std::string>& users,
                           std::string_view lacks) {
     if (app.count(option) && o.op != "all" && std::find(users.begin(), users.end(), o.op) == users.end())
-      throw Error(fmt::format("{} {}: --op {} {} (only {} take it)", option, value, o.op, lacks, fmt::join(users, ", ")));
+      throw Error(
+          fmt::format("{} {}: --op {} {} (only {} take it)", option, value, o.op, lacks, fmt::join(users, ", ")));
   };
   refuse("--root", std::to_string(o.root), {"broadcast", "reduce", "gather", "scatter"}, "has no root");
   refuse("--reduce-op", o.reduce_op, {"reduce", "all_reduce", "reduce_scatter"}, "reduces nothing");

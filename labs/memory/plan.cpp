@@ -43,9 +43,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
                  "--autocast, else 16)")
       ->check(cli::parsed_by(parse_activation_precision));
   app.add_option("--dropout", o.dropout, "on or off (default: the model's own)")->check(cli::one_of("dropout", {"on", "off"}));
-  app.add_flag("--no-loss-buffers", o.no_loss_buffers, "leave out what a step keeps past the last layer (the final "
-                                                         "norm, the loss's fp32 log-softmax over the vocabulary, its two "
-                                                         "gradients at backward's start), as Korthikanti et al. count");
+  app.add_flag("--no-loss-buffers", o.no_loss_buffers,
+               "leave out what a step keeps past the last layer (the final norm, the loss's fp32 log-softmax over the "
+               "vocabulary, its two gradients at backward's start), as Korthikanti et al. count");
   app.add_option("--workspace-mib", o.workspace_mib, "cuBLAS's and cuBLASLt's workspaces (PyTorch on Hopper: 32 MiB each)")
       ->capture_default_str()->check(cli::at_least(0.0));
   // Whole numbers, held as doubles by the formulas.

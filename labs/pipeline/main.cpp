@@ -33,10 +33,9 @@ namespace {
 // plays the reading's own example, --compare plays schedules at --times with
 // no simulated cluster, --what-if trains nothing, --bench draws nothing.
 void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
-  const std::vector<std::string> trains = {"--steps", "--lr", "--seed", "--layers", "--bench"};
-  std::vector<std::string> unread = trains;
+  std::vector<std::string> unread = {"--steps", "--lr", "--seed", "--layers", "--bench"};  // training's
   const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
-  std::string run = "--bench";
+  std::string run;
   if (o.reading) {
     run = "--reading";
     also({"--stages", "--microbatches", "--schedule", "--schedule-file", "--virtual", "--batch", "--plot", "--seq",
@@ -48,6 +47,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else if (!o.what_if.empty()) {
     run = "--what-if " + o.what_if;
   } else if (o.bench) {
+    run = "--bench";
     unread = {"--plot"};
   } else {
     return;
