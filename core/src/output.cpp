@@ -31,7 +31,7 @@ std::ofstream create_file(const std::string& path) {
 }
 
 void progress_line(const std::string& what) {
-  if (!isatty(STDERR_FILENO)) return;
+  if (quiet || !isatty(STDERR_FILENO)) return;
   std::fprintf(stderr, "\r\033[K%s", what.c_str());
   std::fflush(stderr);
 }

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "labkit/output.h"
+
 namespace labkit {
 
 std::vector<float> TrainingRun::mean_losses() const {
@@ -18,7 +22,12 @@ std::vector<float> TrainingRun::mean_losses() const {
 void RankTraining::steps(int count, const std::function<double(int step)>& step) {
   std::vector<double> losses;
   const double start = comm_.now();
-  for (int s = 0; s < count; ++s) losses.push_back(step(s));
+  for (int s = 0; s < count; ++s) {
+    // Rank 0 speaks for the run on a terminal: a large batch's steps take minutes on a laptop.
+    if (comm_.rank() == 0) progress_line(fmt::format("  step {} of {}", s + 1, count));
+    losses.push_back(step(s));
+  }
+  if (comm_.rank() == 0) progress_line("");
   const double end = comm_.now();
   const std::vector<std::vector<double>> all = comm_.gather_objects(losses);
   if (comm_.rank() != 0) return;
@@ -42,7 +51,11 @@ void RankTraining::versus_one_rank(double difference) {
 }
 
 const std::vector<float>& RankTraining::one_rank(const std::function<std::vector<float>()>& train) {
-  if (!one_rank_) one_rank_ = train();
+  if (!one_rank_) {
+    progress_line("  training one rank, the reference to compare with");
+    one_rank_ = train();
+    progress_line("");
+  }
   return *one_rank_;
 }
 

@@ -24,7 +24,8 @@ bool this_process_is_quiet();
 
 // A progress line on standard error where it is a terminal, rewritten in place;
 // "" clears it. Nothing where standard error is a file or a pipe (CI, the
-// book's tests), so that what a command prints is the same there.
+// book's tests), so that what a command prints is the same there, nor in a
+// quieted process of mpirun.
 void progress_line(const std::string& what);
 
 // gnuplot's terminal for a figure file: pngcairo for .png, svg for anything else.
