@@ -108,6 +108,11 @@ std::vector<double> parse_speeds(const RunOptions& o) {
 }
 }  // namespace
 
+int mpirun_processes() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size ? std::atoi(size) : 1;
+}
+
 void (*before_ranks_start)(const RunOptions&) = nullptr;
 
 RunResult run(const RunOptions& o, const RankFn& rank_fn) {

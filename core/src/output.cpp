@@ -1,6 +1,7 @@
 #include "labkit/output.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include <unistd.h>
@@ -30,8 +31,15 @@ std::ofstream create_file(const std::string& path) {
   return out;
 }
 
+// Under mpirun a rank's standard error is a pipe to mpirun, whatever mpirun's own
+// is: ./labkit mpi says in LABKIT_TERMINAL that mpirun's is a terminal.
+bool stderr_reaches_a_terminal() {
+  static const bool terminal = isatty(STDERR_FILENO) || std::getenv("LABKIT_TERMINAL") != nullptr;
+  return terminal;
+}
+
 void progress_line(const std::string& what) {
-  if (quiet || !isatty(STDERR_FILENO)) return;
+  if (quiet || !stderr_reaches_a_terminal()) return;
   std::fprintf(stderr, "\r\033[K%s", what.c_str());
   std::fflush(stderr);
 }

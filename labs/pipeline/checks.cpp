@@ -36,8 +36,12 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
                                   "by default (--virtual)", o.schedule, L / P, V));
   if (const int B = o.batch_or_default(); B % M != 0)
     throw Error(fmt::format("--batch {}: it does not cut into {} equal micro-batches (--microbatches)", B, M));
-  if (run_options.backend == "sim" && ranks_given && run_options.ranks != P)
+  if (ranks_given && run_options.ranks != P)
     throw Error(fmt::format("--ranks {}: the pipeline runs one rank per stage, --stages {}", run_options.ranks, P));
+  // Under mpirun -np decides the ranks: checked here, before MPI starts, not when a stage finds no neighbour.
+  if (const int processes = mpirun_processes(); run_options.backend != "sim" && !ranks_given && processes != P)
+    throw Error(fmt::format("--stages {}: the pipeline runs one process per stage, and mpirun started {} (-np {}, "
+                            "or --stages {})", P, processes, P, processes));
 }
 
 }  // namespace

@@ -60,6 +60,11 @@ using RankFn = std::function<void(Comm&)>;
 // a lab prints once, as it does on the simulator.
 void add_run_options(CLI::App& app, RunOptions& options);
 
+// The processes mpirun started (its -np), from the environment it gives them,
+// so a lab whose shape fixes its ranks can check them before MPI starts; 1
+// outside mpirun.
+int mpirun_processes();
+
 // Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock,
 // and RankFailedError after --fail-rank.
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.

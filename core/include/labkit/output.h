@@ -22,10 +22,10 @@ std::string row_file(const std::string& path, std::string_view row);
 void quiet_this_process();
 bool this_process_is_quiet();
 
-// A progress line on standard error where it is a terminal, rewritten in place;
-// "" clears it. Nothing where standard error is a file or a pipe (CI, the
-// book's tests), so that what a command prints is the same there, nor in a
-// quieted process of mpirun.
+// A progress line on standard error where it is a terminal (or, under ./labkit
+// mpi, mpirun's is), rewritten in place; "" clears it. Nothing where standard
+// error is a file or a pipe (CI, the book's tests), so that what a command
+// prints is the same there, nor in a quieted process of mpirun.
 void progress_line(const std::string& what);
 
 // gnuplot's terminal for a figure file: pngcairo for .png, svg for anything else.
