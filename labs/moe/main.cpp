@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
       throw Error("--seq and --micro-batch go with --what-if; the tiny GPT trains on its context (--batch)");
     o.moe.balance = parse_balance(o.balance);
     check_options(o, run_options, app);
-    if (!app.count("--ranks")) run_options.ranks = o.ep;
+    run_options.ranks = o.ep;
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;

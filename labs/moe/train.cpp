@@ -147,9 +147,7 @@ void check_options(const Options& o, const RunOptions& run_options, const CLI::A
   if (o.batch % o.ep)
     throw Error(fmt::format("--batch {}: it does not split into {} equal shares, one a rank (--ep)", o.batch, o.ep));
   lab::refuse_payload_free(run_options.payload_free, {"--what-if"});
-  if (run_options.backend == "sim" && app.count("--ranks") && run_options.ranks != o.ep)
-    throw Error(fmt::format("--ranks {}: the lab runs one rank per expert-parallel rank, --ep {}", run_options.ranks,
-                            o.ep));
+  lab::check_ranks_of_shape(run_options, o.ep, "--ep", "expert-parallel rank");
 }
 
 std::string counts_text(const std::vector<std::int64_t>& counts) {

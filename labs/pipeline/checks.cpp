@@ -16,7 +16,7 @@ namespace {
 
 // The model's layers against the stages and chunks, the batch against the
 // micro-batches, the ranks against the stages.
-void check_shape(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config) {
+void check_shape(const Options& o, const RunOptions& run_options, const GptConfig& config) {
   const int P = o.stages, M = o.microbatches, V = o.virtual_or_default();
   const bool tiny = o.what_if.empty();
   const int L = tiny ? config.layers : memory::model_preset(o.what_if).layers;
@@ -36,19 +36,14 @@ void check_shape(const Options& o, const RunOptions& run_options, bool ranks_giv
                                   "by default (--virtual)", o.schedule, L / P, V));
   if (const int B = o.batch_or_default(); B % M != 0)
     throw Error(fmt::format("--batch {}: it does not cut into {} equal micro-batches (--microbatches)", B, M));
-  if (ranks_given && run_options.ranks != P)
-    throw Error(fmt::format("--ranks {}: the pipeline runs one rank per stage, --stages {}", run_options.ranks, P));
-  // Under mpirun -np decides the ranks: checked here, before MPI starts, not when a stage finds no neighbour.
-  if (const int processes = mpirun_processes(); run_options.backend != "sim" && !ranks_given && processes != P)
-    throw Error(fmt::format("--stages {}: the pipeline runs one process per stage, and mpirun started {} (-np {}, "
-                            "or --stages {})", P, processes, P, processes));
+  lab::check_ranks_of_shape(run_options, P, "--stages", "stage");
 }
 
 }  // namespace
 
-Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
+Schedule checked_schedule(const Options& o, const RunOptions& run_options, const GptConfig& config,
                           const std::optional<Schedule>& by_hand) {
-  check_shape(o, run_options, ranks_given, config);
+  check_shape(o, run_options, config);
   if (by_hand) {
     try {
       validate(*by_hand);

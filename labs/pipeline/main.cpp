@@ -101,8 +101,8 @@ int main(int argc, char** argv) {
     if (app.count("--times"))
       throw Error(fmt::format("--times {}: the stage times --compare plays the schedules at; a training run measures "
                               "its own (add --compare)", o.times));
-    const Schedule schedule = checked_schedule(o, run_options, app.count("--ranks") > 0, config, by_hand);
-    if (!app.count("--ranks")) run_options.ranks = o.stages;
+    const Schedule schedule = checked_schedule(o, run_options, config, by_hand);
+    run_options.ranks = o.stages;
     if (!o.sweep.over.empty() && o.what_if.empty())
       throw Error("--sweep: the study runs a real model's schedules payload-free: add --what-if MODEL");
     if (!o.sweep.over.empty()) return sweep(o, run_options);

@@ -72,7 +72,7 @@ Schedule adopt_schedule_file(const CLI::App& app, Options& o);
 
 // The schedule the run asks for (`by_hand`, or --schedule's), refused with the
 // option to blame where it cannot run on the model, the batch or the ranks.
-Schedule checked_schedule(const Options& o, const RunOptions& run_options, bool ranks_given, const GptConfig& config,
+Schedule checked_schedule(const Options& o, const RunOptions& run_options, const GptConfig& config,
                           const std::optional<Schedule>& by_hand);
 
 // One panel of the grid: a schedule's step, each stage's forwards and backwards as they ran.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "labkit/cli.h"
+#include "labkit/output.h"
 
 namespace labkit::lab {
 
@@ -35,6 +36,9 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
     say_whose_code();
     return status;
   } catch (const std::exception& e) {
+    // Under mpirun every process checks the same options and fails alike: rank 0
+    // says it (a rank that fails alone inside the run says it there, backends/mpi).
+    if (this_process_is_quiet()) return 1;
     std::fflush(stdout);  // the rows printed before it, then the error
     fmt::print(stderr, "error: {}\n", e.what());
     if (this_executables_code.yours) say_whose_code();

@@ -6,6 +6,7 @@
 #include "labkit/device.h"
 #include "labkit/error.h"
 #include "labkit/gpt.h"
+#include "labkit/run.h"
 
 namespace labkit::lab {
 
@@ -40,6 +41,15 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
   for (std::size_t i = 0; i < studies.size(); ++i)
     runs += (i == 0 ? "" : i + 1 == studies.size() ? " and " : ", ") + studies[i] + "'s";
   throw Error("--payload-free: the tiny GPT computes with real values (payload-free runs are " + runs + ")");
+}
+
+void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_view option, std::string_view per) {
+  if (run_options.ranks_given && run_options.ranks != count)
+    throw Error(fmt::format("--ranks {}: the lab runs one rank per {}, {} {}", run_options.ranks, per, option, count));
+  if (const int processes = mpirun_processes(); run_options.backend != "sim" && !run_options.ranks_given &&
+                                                processes != count)
+    throw Error(fmt::format("{0} {1}: the lab runs one process per {2}, and mpirun started {3} (-np {1}, or {0} {3})",
+                            option, count, per, processes));
 }
 
 void refuse_model_and_device(const TrainingOptions& o, const std::string& view) {

@@ -10,10 +10,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace CLI {
 class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
+}
+
+namespace labkit {
+struct RunOptions;  // labkit/run.h
 }
 
 namespace labkit::lab {
@@ -55,5 +60,11 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
 // A view that trains no GPT (`view`: "--what-if runs payload-free"): --model
 // or --device other than their defaults is an error that says so.
 void refuse_model_and_device(const TrainingOptions& o, const std::string& view);
+
+// A lab whose shape fixes its ranks, `count` of them, one per `per` (the
+// pipeline's stages, MoE's expert-parallel ranks), set by `option` ("--stages"):
+// --ranks, where given, must be `count`, and under mpirun so must -np, checked
+// before MPI starts rather than when a rank finds the group another size.
+void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_view option, std::string_view per);
 
 }  // namespace labkit::lab
