@@ -58,8 +58,11 @@ std::pair<int, double> parse_straggler(const std::string& spec) {
 }  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o) {
+  // Under mpirun -np gives the ranks, unless --ranks does (it is read after --backend): a lab checks its
+  // shape against them before MPI starts, as on the simulator.
   app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")
-      ->capture_default_str()->check(cli::one_of("backend", {"sim", "mpi", "nccl"}));
+      ->capture_default_str()->check(cli::one_of("backend", {"sim", "mpi", "nccl"}))
+      ->each([&o](const std::string& backend) { if (backend != "sim") o.ranks = mpirun_processes(); });
   app.add_option("--ranks", o.ranks, "number of ranks (under mpirun: -np, unless given)")
       ->capture_default_str()
       ->check(cli::in_range(1, 1 << 20))
@@ -107,6 +110,8 @@ std::vector<double> parse_speeds(const RunOptions& o) {
   return speed;
 }
 }  // namespace
+
+std::string_view ranks_flag(const RunOptions& o) { return o.backend == "sim" || o.ranks_given ? "--ranks" : "-np"; }
 
 int mpirun_processes() {
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");

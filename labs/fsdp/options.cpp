@@ -60,9 +60,9 @@ ShardingOptions sharding_options(const Options& o) {
           .quantize_gradients = o.qgz};
 }
 
-// Where the ranks run, known before they start on the simulator alone.
+// Where the ranks run: under mpirun their nodes are known only once MPI starts.
 ShardingPlacement placement(const RunOptions& run_options) {
-  if (run_options.backend != "sim") return {};
+  if (run_options.backend != "sim") return {.ranks = run_options.ranks};
   return {.ranks = run_options.ranks,
           .per_node = find_topology(run_options.topology).devices_per_node,
           .topology = run_options.topology};
@@ -88,9 +88,9 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {
   lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
-  if (run_options.backend == "sim" && o.batch % run_options.ranks != 0)
-    throw Error(fmt::format("--batch {} does not split over --ranks {}: each rank takes batch / ranks sequences",
-                            o.batch, run_options.ranks));
+  if (o.batch % run_options.ranks != 0)
+    throw Error(fmt::format("--batch {} does not split over {} {}: each rank takes batch / ranks sequences", o.batch,
+                            ranks_flag(run_options), run_options.ranks));
 }
 
 void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {

@@ -137,9 +137,6 @@ LayoutRun run_layout(SequenceLayout layout, const Options& o, RunOptions run_opt
   DenseAttention dense;
   double backward_started = 0;
   const RunResult result = run(run_options, [&](Comm& comm) {
-    // Under mpirun -np gives the ranks, so the check the command line made on the simulator happens here.
-    if (const std::string no = mesh_refusal(o, comm.size(), "-np", config); !no.empty())
-      throw Error(fmt::format("{}: {}", comm.who(), no));
     const int tp = o.tp ? o.tp : comm.size() / o.cp;
     Mesh mesh(comm, {{"dp", comm.size() / (tp * o.cp)}, {"cp", o.cp}, {"tp", tp}});
     const MeshCoord at = mesh.coord();

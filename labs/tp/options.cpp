@@ -1,7 +1,7 @@
 // Lab 7: the option combinations that cannot be, refused before any rank
 // starts: the options that belong to another view, and splits that do not
-// divide. Under mpirun, where -np gives the ranks, the rank counts are checked
-// inside the ranks (context_parallel.cpp; TensorParallelGpt's constructor).
+// divide, on the simulator's --ranks or mpirun's -np alike (the ranks check
+// them again as they start: context_parallel.cpp, TensorParallelGpt's constructor).
 #include <fmt/format.h>
 
 #include "labkit/error.h"
@@ -30,11 +30,28 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
     if (o.sp) throw Error("--sp: --what-if times Megatron's 4 allreduces a layer, without sequence parallelism");
     return;
   }
-  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks
   if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
-    throw Error(fmt::format("--ranks {}: {}", ranks, no));
+    throw Error(fmt::format("{} {}: {}", ranks_flag(run_options), ranks, no));
   if (const std::string no = sequence_parallel_refusal(config.max_seq, ranks); o.sp && !no.empty())
-    throw Error(fmt::format("--sp --ranks {}: {}", ranks, no));
+    throw Error(fmt::format("--sp {} {}: {}", ranks_flag(run_options), ranks, no));
+}
+
+// What keeps `ranks` (the number `given_by` gives: --ranks, or mpirun's -np)
+// from a dp x cp x tp mesh of the tiny GPT's attention, in the options' words, or "".
+std::string mesh_refusal(const Options& o, int ranks, std::string_view given_by, const GptConfig& config) {
+  if (o.cp > ranks) return fmt::format("--cp {} is more ranks than {} {}", o.cp, given_by, ranks);
+  const int tp = o.tp ? o.tp : ranks / o.cp;
+  if (std::int64_t(tp) * o.cp > ranks)
+    return fmt::format("--tp {} x --cp {} = {} ranks, more than {} {}", tp, o.cp, tp * o.cp, given_by, ranks);
+  if (ranks % (tp * o.cp) != 0)
+    return fmt::format("{} {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp grid are "
+                       "data-parallel copies of it)", given_by, ranks, tp, o.cp, tp * o.cp);
+  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
+    return fmt::format("--tp {}: {}", tp, no);
+  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
+    return fmt::format("--batch {}: the {} data-parallel copies ({} {} over tp {} x cp {}) each take an equal share "
+                       "of it", o.batch, dp, given_by, ranks, tp, o.cp);
+  return "";
 }
 
 // --cp: attention alone, over a dp x cp x tp mesh of the ranks.
@@ -53,27 +70,10 @@ void check_context_parallel(const Options& o, const RunOptions& run_options, con
   if (!run_options.payload_free && seq > 4096)
     throw Error(fmt::format("--seq {}: dense attention to check against holds B x heads x {}^2 scores; above 4096 "
                             "add --payload-free", seq, seq));
-  if (run_options.backend != "sim") return;  // under mpirun -np gives the ranks: each rank checks them
-  if (const std::string no = mesh_refusal(o, ranks, "--ranks", config); !no.empty()) throw Error(no);
+  if (const std::string no = mesh_refusal(o, ranks, ranks_flag(run_options), config); !no.empty()) throw Error(no);
 }
 
 }  // namespace
-
-std::string mesh_refusal(const Options& o, int ranks, std::string_view given_by, const GptConfig& config) {
-  if (o.cp > ranks) return fmt::format("--cp {} is more ranks than {} {}", o.cp, given_by, ranks);
-  const int tp = o.tp ? o.tp : ranks / o.cp;
-  if (std::int64_t(tp) * o.cp > ranks)
-    return fmt::format("--tp {} x --cp {} = {} ranks, more than {} {}", tp, o.cp, tp * o.cp, given_by, ranks);
-  if (ranks % (tp * o.cp) != 0)
-    return fmt::format("{} {} is not a multiple of --tp {} x --cp {} = {} (the ranks beyond one tp x cp grid are "
-                       "data-parallel copies of it)", given_by, ranks, tp, o.cp, tp * o.cp);
-  if (const std::string no = tensor_parallel_refusal(architecture_of(config), tp); !no.empty())
-    return fmt::format("--tp {}: {}", tp, no);
-  if (const int dp = ranks / (tp * o.cp); o.batch % dp != 0)
-    return fmt::format("--batch {}: the {} data-parallel copies ({} {} over tp {} x cp {}) each take an equal share "
-                       "of it", o.batch, dp, given_by, ranks, tp, o.cp);
-  return "";
-}
 
 void check_options(const Options& o, const RunOptions& run_options, const GptConfig& config) {
   if (o.cp)

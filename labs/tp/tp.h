@@ -84,9 +84,5 @@ int what_if(const Options& o, RunOptions run_options);
 void add_context_parallel_options(CLI::App& app, Options& o);
 // The tiny GPT's attention (all its heads over the whole --batch and --seq) over --cp ranks.
 int context_parallel(const Options& o, const RunOptions& run_options, const GptConfig& config);
-// What keeps `ranks` (the number `given_by` gives: --ranks, or mpirun's -np)
-// from a dp x cp x tp mesh of the tiny GPT's attention, in the options' words,
-// or "": checked before the simulator's ranks start, and by each rank under mpirun.
-std::string mesh_refusal(const Options& o, int ranks, std::string_view given_by, const GptConfig& config);
 
 }  // namespace tp_lab

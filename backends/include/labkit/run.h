@@ -7,6 +7,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "labkit/comm.h"
@@ -19,7 +20,7 @@ namespace labkit {
 
 struct RunOptions {
   std::string backend = "sim";
-  int ranks = 4;
+  int ranks = 4;  // with --backend mpi or nccl, mpirun's -np (unless --ranks is given)
   std::string topology = "dgx-h100";
   std::string network = "fair";     // sim: how messages that meet on a port share it ("fair", "serial")
   std::string trace;                // Chrome trace path; empty: no trace
@@ -64,6 +65,9 @@ void add_run_options(CLI::App& app, RunOptions& options);
 // so a lab whose shape fixes its ranks can check them before MPI starts; 1
 // outside mpirun.
 int mpirun_processes();
+
+// What set `o.ranks`, for a message that names it: "--ranks", or under mpirun "-np".
+std::string_view ranks_flag(const RunOptions& o);
 
 // Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock,
 // and RankFailedError after --fail-rank.
