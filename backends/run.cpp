@@ -55,6 +55,13 @@ std::pair<int, double> parse_straggler(const std::string& spec) {
     throw Error(fmt::format("'{}' is not RANK:SPEED with RANK >= 0 and SPEED > 0 (e.g. 2:0.5)", spec));
   return {rank, speed};
 }
+// The processes mpirun started (its -np), from the environment it gives them,
+// before MPI starts; 1 outside mpirun.
+int mpirun_processes() {
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  return size ? std::atoi(size) : 1;
+}
+
 }  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o) {
@@ -112,11 +119,6 @@ std::vector<double> parse_speeds(const RunOptions& o) {
 }  // namespace
 
 std::string_view ranks_flag(const RunOptions& o) { return o.backend == "sim" || o.ranks_given ? "--ranks" : "-np"; }
-
-int mpirun_processes() {
-  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  return size ? std::atoi(size) : 1;
-}
 
 void (*before_ranks_start)(const RunOptions&) = nullptr;
 

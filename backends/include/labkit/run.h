@@ -61,11 +61,6 @@ using RankFn = std::function<void(Comm&)>;
 // a lab prints once, as it does on the simulator.
 void add_run_options(CLI::App& app, RunOptions& options);
 
-// The processes mpirun started (its -np), from the environment it gives them,
-// so a lab whose shape fixes its ranks can check them before MPI starts; 1
-// outside mpirun.
-int mpirun_processes();
-
 // What set `o.ranks`, for a message that names it: "--ranks", or under mpirun "-np".
 std::string_view ranks_flag(const RunOptions& o);
 

@@ -46,10 +46,10 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
 void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_view option, std::string_view per) {
   if (run_options.ranks_given && run_options.ranks != count)
     throw Error(fmt::format("--ranks {}: the lab runs one rank per {}, {} {}", run_options.ranks, per, option, count));
-  if (const int processes = mpirun_processes(); run_options.backend != "sim" && !run_options.ranks_given &&
-                                                processes != count)
+  // Under mpirun, --backend has set the ranks to -np (run.h).
+  if (run_options.backend != "sim" && !run_options.ranks_given && run_options.ranks != count)
     throw Error(fmt::format("{0} {1}: the lab runs one process per {2}, and mpirun started {3} (-np {1}, or {0} {3})",
-                            option, count, per, processes));
+                            option, count, per, run_options.ranks));
 }
 
 void refuse_model_and_device(const TrainingOptions& o, const std::string& view) {
