@@ -90,8 +90,12 @@ int main(int argc, char** argv) {
     if (o.what_if.empty() && o.sweep.over.empty())
       lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
     else
-      lab::refuse_model_and_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
-    if (o.volume) return lab::refuse_model_and_device(o, "--volume computes a formula"), volume(o, run_options.ranks);
+      lab::refuse_model_device_backend(o, run_options, (o.what_if.empty() ? "--sweep" : "--what-if") +
+                                                           std::string(" runs payload-free"));
+    if (o.volume) {
+      lab::refuse_model_device_backend(o, run_options, "--volume computes a formula");
+      return volume(o, run_options.ranks);
+    }
     std::vector<DdpMode> modes;
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
     const bool compressing = o.compress.kind != Compression::none;

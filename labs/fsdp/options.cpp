@@ -62,8 +62,9 @@ ShardingOptions sharding_options(const Options& o) {
 
 // Where the ranks run: under mpirun their nodes are known only once MPI starts.
 ShardingPlacement placement(const RunOptions& run_options) {
-  if (run_options.backend != "sim") return {.ranks = run_options.ranks};
+  if (run_options.backend != "sim") return {.ranks = run_options.ranks, .ranks_option = ranks_flag(run_options)};
   return {.ranks = run_options.ranks,
+          .ranks_option = ranks_flag(run_options),
           .per_node = find_topology(run_options.topology).devices_per_node,
           .topology = run_options.topology};
 }
@@ -83,7 +84,8 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
   if (!o.reshard_after_forward && (!o.what_if.empty() || !o.sweep.over.empty()))
     throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
   if (!o.what_if.empty() || !o.sweep.over.empty())
-    lab::refuse_model_and_device(o, o.what_if.empty() ? "--sweep runs payload-free" : "--what-if runs payload-free");
+    lab::refuse_model_device_backend(o, run_options, (o.what_if.empty() ? "--sweep" : "--what-if") +
+                                                         std::string(" runs payload-free"));
 }
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
                          {"--experts", "--top-k", "--capacity-factor", "--balance", "--alpha", "--gamma",
                           "--shared-experts", "--layers", "--steps", "--batch", "--lr", "--plot", "--compare",
                           "--sweep"});
-      lab::refuse_model_and_device(o, "--what-if runs payload-free");
+      lab::refuse_model_device_backend(o, run_options, "--what-if runs payload-free");
       if (app.count("--ranks"))
         throw Error("--ranks: --what-if simulates the ep group and the groups beside it on its nodes (set --ep)");
       return what_if(o, run_options);

@@ -28,7 +28,7 @@ void check_shape(const Options& o, const RunOptions& run_options, const GptConfi
   if (tiny && o.seq) throw Error("--seq goes with --what-if; the tiny GPT trains on its context of " +
                                  std::to_string(config.max_seq));
   if (tiny) lab::refuse_payload_free(run_options.payload_free, {"--what-if"});
-  if (!tiny) lab::refuse_model_and_device(o, "--what-if runs payload-free");
+  if (!tiny) lab::refuse_model_device_backend(o, run_options, "--what-if runs payload-free");
   if ((L / P) % V != 0)
     throw Error(o.virtual_stages
                     ? fmt::format("--virtual {}: a stage's {} layers do not cut into {} equal chunks", V, L / P, V)

@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
     GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     config.layers = o.layers;
     if (o.reading || o.compare)
-      lab::refuse_model_and_device(o, o.reading ? "--reading plays a schedule" : "--compare plays the schedules");
+      lab::refuse_model_device_backend(o, run_options,
+                                       o.reading ? "--reading plays a schedule" : "--compare plays the schedules");
     if (o.reading) return readings_example(run_options, o.json);
     std::optional<Schedule> by_hand;
     if (!o.schedule_file.empty()) by_hand = adopt_schedule_file(app, o);

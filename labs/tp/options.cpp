@@ -23,7 +23,7 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (!o.what_if.empty()) memory::what_if_seq(memory::model_preset(o.what_if), o.seq);
   if (o.what_if.empty()) lab::refuse_payload_free(run_options.payload_free, {"--cp", "--what-if"});
   if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
-    lab::refuse_model_and_device(o, "--what-if runs payload-free");
+    lab::refuse_model_device_backend(o, run_options, "--what-if runs payload-free");
     if (run_options.ranks_given)
       throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
                               "each on as many ranks", ranks));

@@ -52,9 +52,12 @@ void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_
                             option, count, per, run_options.ranks));
 }
 
-void refuse_model_and_device(const TrainingOptions& o, const std::string& view) {
+void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run_options, const std::string& view) {
   if (o.model != TrainingOptions{}.model) throw Error(fmt::format("--model {}: {}, with no GPT to train", o.model, view));
   if (o.device != "cpu") throw Error(fmt::format("--device {}: {}, with no tensors to place on a device", o.device, view));
+  if (run_options.backend != "sim")
+    throw Error(fmt::format("--backend {}: {}, with no bytes for real processes to send: the simulator runs it "
+                            "(./labkit lab)", run_options.backend, view));
 }
 
 }  // namespace labkit::lab

@@ -31,13 +31,14 @@ bool has(std::span<const int> stages, int stage) { return std::find(stages.begin
 bool only_stage_three(std::span<const int> stages) { return stages.size() == 1 && stages[0] == 3; }
 
 // HSDP (Zhao et al. 2023, PyTorch FSDP's HYBRID_SHARD): groups of --hsdp ranks, at stages 1-3.
-void check_hsdp(std::span<const int> stages, int group, int ranks) {
+void check_hsdp(std::span<const int> stages, int group, const ShardingPlacement& at) {
+  const int ranks = at.ranks;
   if (ranks > 0 && ranks % group != 0) {
     std::vector<int> divisors;
     for (int g = 1; g <= ranks; ++g)
       if (ranks % g == 0) divisors.push_back(g);
-    throw Error(fmt::format("--hsdp {}: does not divide --ranks {} into equal groups ({} do)", group, ranks,
-                            fmt::join(divisors, ", ")));
+    throw Error(fmt::format("--hsdp {}: does not divide {} {} into equal groups ({} do)", group, at.ranks_option,
+                            ranks, fmt::join(divisors, ", ")));
   }
   if (has(stages, 0))
     throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
@@ -56,16 +57,16 @@ void check_qgz(const ShardingOptions& o, const ShardingPlacement& at) {
   if (o.shard_group > 0)
     throw Error(fmt::format("--qgz with --hsdp {}: qgZ reduces over all the ranks, node by node", o.shard_group));
   if (at.ranks > 0 && at.per_node > 0 && at.ranks > at.per_node && at.ranks % at.per_node != 0)
-    throw Error(fmt::format("--qgz on --ranks {}: {} puts {} ranks on a node, so the last node holds {}; qgZ's "
-                            "all-to-all hops need every node full (--ranks a multiple of {})", at.ranks, at.topology,
-                            at.per_node, at.ranks % at.per_node, at.per_node));
+    throw Error(fmt::format("--qgz on {0} {1}: {2} puts {3} ranks on a node, so the last node holds {4}; qgZ's "
+                            "all-to-all hops need every node full ({0} a multiple of {3})", at.ranks_option, at.ranks,
+                            at.topology, at.per_node, at.ranks % at.per_node));
 }
 
 // hpZ: a secondary shard in groups of --hpz ranks, for backward's second gathers.
-void check_hpz(std::span<const int> stages, const ShardingOptions& o, int ranks) {
+void check_hpz(std::span<const int> stages, const ShardingOptions& o, const ShardingPlacement& at) {
   const std::string flag = fmt::format("--hpz {}", o.hpz_group);
-  if (ranks > 0 && ranks % o.hpz_group != 0)
-    throw Error(fmt::format("{}: does not divide --ranks {} into equal groups", flag, ranks));
+  if (at.ranks > 0 && at.ranks % o.hpz_group != 0)
+    throw Error(fmt::format("{}: does not divide {} {} into equal groups", flag, at.ranks_option, at.ranks));
   if (o.shard_group > 0)
     throw Error(fmt::format("{} with --hsdp {}: HSDP already gathers within its groups", flag, o.shard_group));
   if (!o.reshard_after_forward)
@@ -97,11 +98,11 @@ void check_sharding(std::span<const int> stages, const ShardingOptions& options,
   if (options.shard_group < 0 || options.hpz_group < 0)
     throw Error(fmt::format("--hsdp {} --hpz {}: a group holds at least 1 rank", options.shard_group,
                             options.hpz_group));
-  if (options.shard_group > 0) check_hsdp(stages, options.shard_group, placement.ranks);
+  if (options.shard_group > 0) check_hsdp(stages, options.shard_group, placement);
   if (options.quantize_weights) check_stage_three_technique(stages, "--qwz", " (int8 weight gathers)");
   if (options.quantize_gradients) check_stage_three_technique(stages, "--qgz", " (int4 gradient reduces)");
   if (options.quantize_gradients) check_qgz(options, placement);
-  if (options.hpz_group > 0) check_hpz(stages, options, placement.ranks);
+  if (options.hpz_group > 0) check_hpz(stages, options, placement);
   if (options.prefetch != Prefetch::none && !has(stages, 3))
     throw Error(fmt::format("--prefetch {}: does nothing here: only stage 3 gathers parameters before they compute",
                             kPrefetchNames[int(options.prefetch)]));

@@ -121,10 +121,11 @@ struct ShardingOptions {
 };
 
 // Where the ranks run, as far as is known when the options are checked: on the
-// simulator the lab knows it before any rank starts; under mpirun only the
-// ranks themselves do.
+// simulator the lab knows it before any rank starts; under mpirun it knows
+// their number (-np), and only the ranks themselves know their nodes.
 struct ShardingPlacement {
   int ranks = 0;              // the ranks that share the model; 0: not known
+  std::string_view ranks_option = "--ranks";  // what set them, named in the message: --ranks, or mpirun's -np
   int per_node = 0;           // ranks to a node by `topology`; 0: not known
   std::string_view topology;  // what puts them so, named in the message
 };

@@ -58,8 +58,9 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies);
 
 // A view that trains no GPT (`view`: "--what-if runs payload-free"): --model
-// or --device other than their defaults is an error that says so.
-void refuse_model_and_device(const TrainingOptions& o, const std::string& view);
+// or --device other than their defaults, or a backend other than the
+// simulator, is an error that says so.
+void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run_options, const std::string& view);
 
 // A lab whose shape fixes its ranks, `count` of them, one per `per` (the
 // pipeline's stages, MoE's expert-parallel ranks), set by `option` ("--stages"):
