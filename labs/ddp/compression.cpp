@@ -16,7 +16,6 @@
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
-#include "labkit/output.h"
 
 namespace ddp_lab {
 
@@ -55,7 +54,7 @@ void add_compress_option(CLI::App& app, Options& o) {
 
 void check_compress_alone(const CLI::App& app, const Options& o) {
   const std::string compress = "--compress " + name_of(o.compress);
-  for (const char* other : {"--mode", "--what-if", "--sweep", "--volume", "--bench"})
+  for (const char* other : {"--mode", "--what-if", "--sweep", "--volume", "--bench", "--bucket-mb", "--first-bucket-mb"})
     if (app.count(other))
       throw Error(fmt::format("{}: it replaces the gradient averaging with one compressed average per step after "
                               "backward, and takes no {}", compress, other));
@@ -68,17 +67,12 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   } catch (const std::invalid_argument& e) {
     throw Error(fmt::format("--compress {}: {}", name_of(o.compress), e.what()));
   }
-  // --trace: a file for each run, the uncompressed and the compressed one ("powersgd:2" named "powersgd").
-  RunOptions plain_run = run_options, compressed_run = run_options;
-  if (!run_options.trace.empty()) {
-    const std::string name = name_of(o.compress);
-    plain_run.trace = row_file(run_options.trace, "none");
-    compressed_run.trace = row_file(run_options.trace, name.substr(0, name.find(':')));
-  }
-  const ModeRun plain = train(o, plain_run, DdpMode::naive, corpus, config, CompressionSpec{});
-  const ModeRun compressed = train(o, compressed_run, DdpMode::naive, corpus, config, o.compress);
-  if (plain.weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
   const std::string name = name_of(o.compress);
+  lab::TracePerRow traces(run_options);  // the uncompressed run's and the compressed one's ("powersgd:2": "powersgd")
+  const ModeRun plain = train(o, traces.row("none"), DdpMode::naive, corpus, config, CompressionSpec{});
+  const ModeRun compressed =
+      train(o, traces.row(name.substr(0, name.find(':'))), DdpMode::naive, corpus, config, o.compress);
+  if (plain.weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
   fmt::print("ddp --compress {}: {}, {} ranks, global batch {}, {} steps, {}, {}; per step, rank 0\n", name,
              o.model, plain.ranks, o.batch, o.steps, o.optimizer,
              run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
@@ -104,7 +98,7 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   fmt::print("{:>4} {:>10} {:>12}\n", "step", "loss none", fmt::format("loss {}", name));
   for (std::size_t s = 0; s < plain.losses.size(); ++s)
     fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
-  if (!run_options.trace.empty()) fmt::print("traces, one per row: {}, {}\n", plain_run.trace, compressed_run.trace);
+  traces.print("row");
   lab::write_json(o.json, table.json());
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
 

@@ -90,7 +90,7 @@ int sweep(const Options& o, RunOptions run_options);
 int bucket_sweep(const Options& o, RunOptions run_options);
 int volume(const Options& o, int ranks);
 int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config);
-// --compress replaces the averaging, so it takes no --mode, and trains the
+// --compress replaces the averaging, so it takes no --mode or bucket caps, and trains the
 // tiny GPT, so no payload-free study. Throws naming what it is refused beside.
 // (Its arithmetic works in host memory, copied there and back explicitly; the
 // NCCL backend stages host buffers through the GPU.)

@@ -47,7 +47,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else {
     run = o.bench ? "--bench" : "a training run";
     unread = {"--step-seconds"};
-    if (o.bench) also({"--mode", "--compress"});
+    if (o.bench) also({"--mode", "--compress", "--trace"});
   }
   cli::refuse_unread(app, run, unread);
 }
@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
     for (const std::string& mode : o.modes) modes.push_back(parse_ddp_mode(mode));
     const bool compressing = o.compress.kind != Compression::none;
     if (compressing) check_compress_alone(app, o);
+    if (!o.sweep.over.empty())
+      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
+                                                              o.sweep.to),
+                                     "trace one of its points: --what-if with that --ranks, --topology or --bucket-mb");
     if (o.sweep.over == "ranks") return sweep(o, run_options);
     if (o.sweep.over == "bucket-mb") return bucket_sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, modes);

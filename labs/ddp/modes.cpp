@@ -10,13 +10,11 @@
 #include <algorithm>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "ddp.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/verdict.h"
-#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
 
 namespace ddp_lab {
@@ -56,12 +54,8 @@ lab::Table one_rank_table() {
 int train_modes(const Options& o, const RunOptions& run_options, const std::vector<DdpMode>& modes,
                 const Sequences& corpus, const GptConfig& config) {
   std::vector<ModeRun> runs;
-  std::vector<std::string> traces;  // --trace: one file per mode where there are several
-  for (DdpMode mode : modes) {
-    RunOptions row = run_options;
-    if (!row.trace.empty() && modes.size() > 1) traces.push_back(row.trace = row_file(row.trace, name_of(mode)));
-    runs.push_back(train(o, row, mode, corpus, config));
-  }
+  lab::TracePerRow traces(run_options, modes.size() > 1);
+  for (DdpMode mode : modes) runs.push_back(train(o, traces.row(name_of(mode)), mode, corpus, config));
   if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
   // Each limit from what reordering one rank's sums does (rounding_limit): the
@@ -99,7 +93,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
   }
   fmt::print("(vs 1: ||x - x1|| / ||x1|| against one rank on the global batch; the first step's averaged "
              "gradients, the last weights)\n");
-  if (!traces.empty()) fmt::print("traces, one per mode: {}\n", fmt::join(traces, ", "));
+  traces.print("mode");
   const int status = verdict.print(fmt::format(
       "equal to one rank: gradients within {:.1e}, weights within {:.1e} ({}: {}x, at least 1e-6, what reversing "
       "each batch does to one rank's, {:.1e} and {:.1e}), every rank bit for bit the same",

@@ -93,12 +93,14 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
                     {.key = "formula_t_comm"}});
   table.print_header();
   std::vector<std::pair<DdpMode, StepTimes>> steps;
+  lab::TracePerRow traces(run_options, modes.size() > 1);
   for (DdpMode mode : modes) {
-    const auto [t, buckets] = run_meta_step(run_options, model, mode, caps_of(o));
+    const auto [t, buckets] = run_meta_step(traces.row(name_of(mode)), model, mode, caps_of(o));
     steps.emplace_back(mode, t);
     table.add({name_of(mode), buckets, lab::seconds(t.compute()), lab::seconds(t.comm), lab::seconds(t.exposed()),
                lab::seconds(t.step), lab::percent(efficiency(t)), formula});
   }
+  traces.print("mode");
   lab::write_json(o.json, table.json());
   if (!o.plot.empty())
     plot_step_bars(o.plot, fmt::format("DDP step of {} on {} ranks of {}", o.what_if, p, topology.name), steps);

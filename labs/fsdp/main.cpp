@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
     refuse_what_the_run_does_not_read(app, o);
     if (!app.count("--lr")) o.lr = o.optimizer == "adamw" ? kAdamwLr : kSgdLr;
     check_sharding_options(o, run_options, app.count("--stage") > 0);
+    if (!o.sweep.over.empty())
+      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
+                                                              o.sweep.to),
+                                     "trace one model's step: --what-if MODEL with its --ranks and --topology");
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);
     if (!o.sweep.over.empty()) return sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options);

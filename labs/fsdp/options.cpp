@@ -6,6 +6,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "fsdp.h"
 #include "labkit/cli.h"
@@ -77,6 +78,9 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
   // What the lab's views run: the tiny GPT's, --what-if's and the sweeps.
   if (o.hsdp > 0 && o.sweep.over == "hidden")
     throw Error(fmt::format("--hsdp {} with --sweep hidden: the prefetch sweep gathers over all --ranks", o.hsdp));
+  if (stage_given && o.sweep.over == "hidden" && o.stages != std::vector<int>{3})
+    throw Error(fmt::format("--stage {}: --sweep hidden times stage 3's gathers, the only stage that gathers the "
+                            "parameters", fmt::join(o.stages, ",")));
   for (const auto& [flag, given] : {std::pair<std::string, bool>{"--qwz", o.qwz}, {"--qgz", o.qgz},
                                     {fmt::format("--hpz {}", o.hpz), o.hpz > 0}})
     if (given && !o.sweep.over.empty())
@@ -111,7 +115,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else {
     run = o.bench ? "--bench" : "a training run";
     unread = {"--step-seconds", "--gpu", "--seq", "--recompute"};
-    if (o.bench) unread.push_back("--plot");
+    if (o.bench) also({"--plot", "--trace"});
   }
   cli::refuse_unread(app, run, unread);
 }

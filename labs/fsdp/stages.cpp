@@ -12,13 +12,11 @@
 #include <vector>
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "fsdp.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/lab/verdict.h"
-#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/units.h"
@@ -38,16 +36,13 @@ std::string kept(int stage, int group, int ranks) {
 
 // A row per stage, and with --qwz or --qgz a quantized row after exact stage 3;
 // --trace: a file per row where there are several.
-std::vector<StageRun> train_rows(const Options& o, const RunOptions& run_options, const Sequences& data,
-                                 const GptConfig& config, std::vector<std::string>& traces) {
+std::vector<StageRun> train_rows(const Options& o, const Sequences& data, const GptConfig& config,
+                                 lab::TracePerRow& traces) {
   std::vector<StageRun> runs;
-  const bool several = o.stages.size() > 1 || o.qwz || o.qgz;
   for (int stage : o.stages) {
     for (bool quantized : {false, true}) {
       if (quantized && !(o.qwz || o.qgz)) continue;
-      RunOptions row = run_options;
-      if (!row.trace.empty() && several)
-        traces.push_back(row.trace = row_file(row.trace, fmt::format("stage{}{}", stage, quantized ? "-zeropp" : "")));
+      const RunOptions row = traces.row(fmt::format("stage{}{}", stage, quantized ? "-zeropp" : ""));
       runs.push_back(train(o, row, stage, data, config, quantized));
     }
   }
@@ -156,8 +151,8 @@ nlohmann::json print_losses_beside_exact(const std::vector<StageRun>& runs, cons
 }  // namespace
 
 int train_stages(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  std::vector<std::string> traces;
-  const std::vector<StageRun> runs = train_rows(o, run_options, data, config, traces);
+  lab::TracePerRow traces(run_options, o.stages.size() > 1 || o.qwz || o.qgz);
+  const std::vector<StageRun> runs = train_rows(o, data, config, traces);
   if (runs.front().weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
   const std::vector<float> one_rank = train_one_rank(o, data, config);
@@ -179,7 +174,7 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
     add_row(table, r, o, weights, limit);
   }
   print_footnote(runs.front(), o);
-  if (!traces.empty()) fmt::print("traces, one per row: {}\n", fmt::join(traces, ", "));
+  traces.print("row");
   nlohmann::json memory = nlohmann::json::array();
   for (const StageRun& r : runs)
     for (const nlohmann::json& row : print_memory(r, o, config)) memory.push_back(row);

@@ -112,24 +112,29 @@ double meta_step_seconds(const Options& o, RunOptions run_options, const memory:
 // counts them. The paper's column is its 3M -> 0.75M taken apart: the
 // forward's gathers M, 0.5M in int8; backward's M, 0 inside a node; the
 // reduce-scatter M, 0.25M in int4.
-nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, const memory::Architecture& arch,
-                                    const memory::Gpu& gpu) {
+nlohmann::json print_zero_plus_plus(const Options& o, const RunOptions& run_options, lab::TracePerRow& traces,
+                                    const memory::Architecture& arch, const memory::Gpu& gpu) {
   struct Row {
     std::string name;
+    std::string file;  // in its --trace file's name
     ShardingOptions sharding;
     double paper;
   };
-  std::vector<Row> rows = {{"stage 3", {.prefetch = parse_prefetch(o.prefetch)}, 3}};
-  const auto add = [&](std::string name, const std::function<void(ShardingOptions&)>& set, double saved) {
+  std::vector<Row> rows = {{"stage 3", "zeropp", {.prefetch = parse_prefetch(o.prefetch)}, 3}};
+  const auto add = [&](std::string name, std::string_view file, const std::function<void(ShardingOptions&)>& set,
+                       double saved) {
     Row next = rows.back();
     next.name = std::move(name);
+    next.file += fmt::format("-{}", file);
     set(next.sharding);
     next.paper -= saved;
     rows.push_back(next);
   };
-  if (o.qwz) add("+ qwZ", [](ShardingOptions& s) { s.quantize_weights = true; }, 0.5);
-  if (o.hpz > 0) add(fmt::format("+ hpZ {}", o.hpz), [&](ShardingOptions& s) { s.hpz_group = o.hpz; }, 1);
-  if (o.qgz) add("+ qgZ", [](ShardingOptions& s) { s.quantize_gradients = true; }, 0.75);
+  if (o.qwz) add("+ qwZ", "qwz", [](ShardingOptions& s) { s.quantize_weights = true; }, 0.5);
+  if (o.hpz > 0)
+    add(fmt::format("+ hpZ {}", o.hpz), fmt::format("hpz{}", o.hpz), [&](ShardingOptions& s) { s.hpz_group = o.hpz; },
+        1);
+  if (o.qgz) add("+ qgZ", "qgz", [](ShardingOptions& s) { s.quantize_gradients = true; }, 0.75);
   const int p = run_options.ranks;
   const int per_node = find_topology(run_options.topology).devices_per_node, nodes = (p + per_node - 1) / per_node;
   const double m = memory::count_parameters(arch).total * 2;  // bf16
@@ -145,10 +150,11 @@ nlohmann::json print_zero_plus_plus(const Options& o, RunOptions run_options, co
                     {.header = "T_step", .key = "t_step", .width = 9},
                     {.header = "exposed", .key = "exposed", .width = 9}});
   table.print_header();
-  run_options.payload_free = true;
-  run_options.keep_trace = true;
   for (const Row& row : rows) {
-    const RunResult r = run(run_options, [&](Comm& comm) {
+    RunOptions row_run = traces.row(row.file);
+    row_run.payload_free = true;
+    row_run.keep_trace = true;
+    const RunResult r = run(row_run, [&](Comm& comm) {
       sharded_meta_step(comm, arch, o.step_seconds, 3, row.sharding);
     });
     const double off_node = off_node_bytes(*r.trace) / nodes;
@@ -237,12 +243,14 @@ int what_if(const Options& o, RunOptions run_options) {
                     {.header = "T_step", .key = "t_step", .width = 9},
                     {.header = "exposed", .key = "exposed", .width = 9}});
   table.print_header();
+  const bool zero_plus_plus = o.qwz || o.hpz > 0 || o.qgz;
+  lab::TracePerRow traces(run_options, o.stages.size() > 1 || zero_plus_plus);
   for (int stage : o.stages) {
     const memory::Breakdown b = memory::estimate(arch, plan_for(o, stage, p), gpu);
     auto line = [&](const char* component) { return b.bytes_of(component); };
     const double optimizer = line("master weights") + line("optimizer states");
     const double gathered = line("gathered weights") + line("prefetched weights");
-    const double step = meta_step_seconds(o, run_options, arch, stage);
+    const double step = meta_step_seconds(o, traces.row(fmt::format("stage{}", stage)), arch, stage);
     table.add({stage, lab::bytes(line("weights")), lab::bytes(gathered), lab::bytes(line("gradients")),
                lab::bytes(optimizer), lab::bytes(line("activations")), lab::bytes(b.total),
                {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step), lab::seconds(step - o.step_seconds)});
@@ -253,8 +261,9 @@ int what_if(const Options& o, RunOptions run_options) {
              "T_step less the {} of compute)\n", o.prefetch == "none" ? "" : " and the next, prefetched",
              format_seconds(o.step_seconds));
   nlohmann::json rows = table.json();
-  if (o.qwz || o.hpz > 0 || o.qgz)
-    rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, arch, gpu)}};
+  if (zero_plus_plus)
+    rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, traces, arch, gpu)}};
+  traces.print("row");
   print_published_figures(o, arch, gpu, p);
   lab::write_json(o.json, rows);
   return 0;

@@ -63,9 +63,10 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
   table.print_header();
   std::vector<MoeRun> runs;
   std::vector<HeatmapPanel> panels;
+  lab::TracePerRow traces(run_options);
   for (Balance b : {Balance::none, Balance::aux, Balance::bias}) {
     o.moe.balance = b;
-    runs.push_back(train(o, run_options, data, config, false));
+    runs.push_back(train(o, traces.row(name_of(b)), data, config, false));
   }
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const MoeRun& r = runs[i];
@@ -80,6 +81,7 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
   }
   fmt::print("(the last step; dropped: every layer's mean; max/mean: the busiest expert over the fair share, the "
              "worst layer's)\n");
+  traces.print("way of balancing");
   if (!o.plot.empty()) plot_heatmaps(panels, o.plot), fmt::print("wrote {}\n", o.plot);
   lab::write_json(o.json, {{"steps", o.steps}, {"runs", table.json()}});
   return 0;

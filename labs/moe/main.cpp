@@ -66,14 +66,18 @@ int main(int argc, char** argv) {
                           "--shared-experts", "--layers", "--steps", "--batch", "--lr", "--plot", "--compare",
                           "--sweep"});
       lab::refuse_model_device_backend(o, run_options, "--what-if runs payload-free");
+      lab::refuse_trace_of_many_runs(run_options, "--what-if " + o.what_if,
+                                     "trace the MoE GPT's steps (no --what-if)");
       if (app.count("--ranks"))
         throw Error("--ranks: --what-if simulates the ep group and the groups beside it on its nodes (set --ep)");
       return what_if(o, run_options);
     }
-    if (!o.sweep.over.empty())
-      cli::refuse_unread(app, fmt::format("--sweep capacity={:g}..{:g}", o.sweep.from, o.sweep.to),
-                         {"--capacity-factor", "--bench", "--compare"});
-    if (o.bench) cli::refuse_unread(app, "--bench", {"--plot", "--compare"});
+    if (!o.sweep.over.empty()) {
+      const std::string sweep = fmt::format("--sweep capacity={:g}..{:g}", o.sweep.from, o.sweep.to);
+      cli::refuse_unread(app, sweep, {"--capacity-factor", "--bench", "--compare"});
+      lab::refuse_trace_of_many_runs(run_options, sweep, "trace one capacity factor's steps: --capacity-factor F");
+    }
+    if (o.bench) cli::refuse_unread(app, "--bench", {"--plot", "--compare", "--trace"});
     if (app.count("--seq") || app.count("--micro-batch"))
       throw Error("--seq and --micro-batch go with --what-if; the tiny GPT trains on its context (--batch)");
     o.moe.balance = parse_balance(o.balance);

@@ -31,7 +31,9 @@ namespace {
 
 // The options the run asked for does not read, refused by name: --reading
 // plays the reading's own example, --compare plays schedules at --times with
-// no simulated cluster, --what-if trains nothing, --bench draws nothing.
+// no simulated cluster, --what-if trains nothing and, with no tied embeddings
+// to sum, calls no collective (--algo), its --sweep plays every schedule over
+// the values it sweeps, --bench draws nothing.
 void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   std::vector<std::string> unread = {"--steps", "--lr", "--seed", "--layers", "--bench"};  // training's
   const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
@@ -39,16 +41,22 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   if (o.reading) {
     run = "--reading";
     also({"--stages", "--microbatches", "--schedule", "--schedule-file", "--virtual", "--batch", "--plot", "--seq",
-          "--times", "--what-if", "--sweep", "--compare", "--ranks"});
+          "--times", "--what-if", "--sweep", "--compare", "--ranks", "--algo"});
   } else if (o.compare) {
     run = "--compare";
     also({"--schedule", "--batch", "--seq", "--what-if", "--sweep", "--backend", "--ranks", "--topology", "--network",
           "--trace", "--algo", "--payload-free", "--efficiency", "--straggler", "--deadlock-timeout", "--fail-rank"});
+  } else if (!o.what_if.empty() && !o.sweep.over.empty()) {
+    // Every schedule, each at its own V, on micro-batches of one sequence.
+    run = fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from, o.sweep.to);
+    also({"--algo", "--schedule", "--schedule-file", "--virtual", "--batch",
+          o.sweep.over == "microbatches" ? "--microbatches" : "--stages"});
   } else if (!o.what_if.empty()) {
     run = "--what-if " + o.what_if;
+    also({"--algo"});
   } else if (o.bench) {
     run = "--bench";
-    unread = {"--plot"};
+    unread = {"--plot", "--trace"};
   } else {
     return;
   }
@@ -106,7 +114,12 @@ int main(int argc, char** argv) {
     run_options.ranks = o.stages;
     if (!o.sweep.over.empty() && o.what_if.empty())
       throw Error("--sweep: the study runs a real model's schedules payload-free: add --what-if MODEL");
-    if (!o.sweep.over.empty()) return sweep(o, run_options);
+    if (!o.sweep.over.empty()) {
+      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
+                                                              o.sweep.to),
+                                     "trace one of its points: --what-if with that --microbatches or --stages");
+      return sweep(o, run_options);
+    }
     if (!o.what_if.empty()) return what_if(o, run_options, schedule);
     if (o.bench) return bench(o, run_options, data, config);
     return train_and_report(o, run_options, data, config, schedule);

@@ -133,6 +133,7 @@ nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_
     const Topology t = find_topology(name);
     RunOptions on = run_options;
     on.topology = name;
+    on.trace.clear();  // --trace holds the step above
     const Played p = play(schedule, on, flops, message);
     const auto time = [&](const Link& l) { return l.alpha + double(message) / l.bandwidth; };
     const bool crosses = schedule.stages > t.devices_per_node;
@@ -148,6 +149,7 @@ void print_straggler(const Schedule& schedule, const RunOptions& run_options, co
                      std::size_t message, const Played& r) {
   RunOptions even = run_options;
   even.stragglers.clear();
+  even.trace.clear();  // --trace holds the step with the straggler
   const Played without = play(schedule, even, flops, message);
   fmt::print("with --straggler: the step takes {}, {:.2f}x the even pipeline's {}; the slowest stage computes for {} "
              "of it and every other stage waits on it: a pipeline runs at its slowest stage's pace\n",

@@ -252,9 +252,10 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
   using Clock = std::chrono::steady_clock;
   const Clock::time_point started = Clock::now();
   std::vector<LayoutRun> runs;
+  lab::TracePerRow traces(run_options);
   for (const SequenceLayout layout : {SequenceLayout::contiguous, SequenceLayout::zigzag}) {
     if (o.bench) fmt::print("running the {} layout ...\n", name_of(layout)), std::fflush(stdout);
-    runs.push_back(run_layout(layout, o, run_options, config));
+    runs.push_back(run_layout(layout, o, traces.row(name_of(layout)), config));
   }
   const double wall = std::chrono::duration<double>(Clock::now() - started).count();
   if (runs[0].forward_seconds.empty()) return 0;  // a process of mpirun that ran another rank than 0
@@ -294,6 +295,7 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
              "busiest rank; K/V fwd: rank 0's ring messages, (cp - 1) x 2 b (s/cp) (h/tp) x 4 bytes; bwd: K/V again "
              "and their gradients, which take one more hop home, (2cp - 1) x the block; out, grads: against dense "
              "causal attention, relative, 1e-5 passes)\n");
+  traces.print("layout");
   if (o.bench)
     fmt::print("simulated both layouts in {} wall (target for cp 8 at s = 4096 payload-free: < 5 s)\n",
                format_seconds(wall));

@@ -21,6 +21,7 @@
 #include "labkit/error.h"
 #include "labkit/lab/main.h"
 #include "labkit/lab/option_checks.h"
+#include "labkit/lab/training_options.h"
 #include "labkit/lab/what_if.h"
 #include "tp.h"
 
@@ -50,14 +51,22 @@ int main(int argc, char** argv) {
   return lab::run_main(app, argc, argv, [&] {
     // What the run asked for does not read, refused by name: --what-if times a
     // real model's layer on topologies of its own rows; --cp runs attention
-    // alone, no optimizer; --bench draws nothing.
-    if (!o.what_if.empty())
+    // alone, no optimizer, over sends (no collective: --algo), and payload-free
+    // draws no values; --bench draws nothing and times its runs untraced.
+    if (!o.what_if.empty()) {
       cli::refuse_unread(app, "--what-if " + o.what_if,
                          {"--steps", "--batch", "--lr", "--seed", "--bench", "--topology", "--plot"});
-    else if (o.cp)
-      cli::refuse_unread(app, fmt::format("--cp {}", o.cp), {"--steps", "--lr"});
-    else if (o.bench)
-      cli::refuse_unread(app, "--bench", {"--plot"});
+      lab::refuse_trace_of_many_runs(run_options, "--what-if " + o.what_if,
+                                     "trace the tensor-parallel GPT's steps (no --what-if)");
+    } else if (o.cp) {
+      std::vector<std::string> unread = {"--steps", "--lr", "--algo"};
+      if (run_options.payload_free) unread.push_back("--seed");
+      if (o.bench) unread.push_back("--trace");
+      cli::refuse_unread(app, fmt::format("--cp {}{}{}", o.cp, run_options.payload_free ? " --payload-free" : "",
+                                          o.bench ? " --bench" : ""), unread);
+    } else if (o.bench) {
+      cli::refuse_unread(app, "--bench", {"--plot", "--trace"});
+    }
     const Sequences data = training_sequences(o.seed, gpt_preset("tiny-gpt", 1).max_seq);
     const GptConfig config = gpt_preset("tiny-gpt", data.tokens.vocab);
     check_options(o, run_options, config);

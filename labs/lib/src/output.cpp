@@ -1,5 +1,8 @@
 #include "labkit/lab/output.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "labkit/error.h"
 #include "labkit/output.h"
 
@@ -11,6 +14,19 @@ void write_json(const std::string& path, const nlohmann::json& value) {
   out << value.dump(2) << '\n';
   out.flush();
   if (!out) throw Error("cannot write '" + path + "': the disk is full, or the file went away");
+}
+
+TracePerRow::TracePerRow(const RunOptions& run_options, bool several)
+    : run_options_(run_options), several_(several && !run_options.trace.empty()) {}
+
+RunOptions TracePerRow::row(std::string_view name) {
+  RunOptions row = run_options_;
+  if (several_) files_.push_back(row.trace = row_file(row.trace, name));
+  return row;
+}
+
+void TracePerRow::print(std::string_view per) const {
+  if (!files_.empty()) fmt::print("traces, one per {}: {}\n", per, fmt::join(files_, ", "));
 }
 
 }  // namespace labkit::lab

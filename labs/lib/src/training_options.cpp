@@ -60,4 +60,10 @@ void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run
                             "(./labkit lab)", run_options.backend, view));
 }
 
+void refuse_trace_of_many_runs(const RunOptions& run_options, const std::string& view, const std::string& instead) {
+  if (!run_options.trace.empty())
+    throw Error(fmt::format("--trace {}: {} simulates a run for each of its rows, and a trace holds one run; {}",
+                            run_options.trace, view, instead));
+}
+
 }  // namespace labkit::lab

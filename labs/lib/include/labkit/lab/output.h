@@ -2,8 +2,12 @@
 #pragma once
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "labkit/run.h"
 
 namespace labkit::lab {
 
@@ -11,5 +15,24 @@ namespace labkit::lab {
 // processes write nowhere); nothing where `path` is empty. Throws naming the
 // path where the write fails, a full disk included.
 void write_json(const std::string& path, const nlohmann::json& value);
+
+// --trace FILE where a view runs one simulation per row of its table (a mode,
+// a stage, a way of balancing): each row's run writes a file of its own, FILE
+// with the row's name in it (row_file), and print() lists them. With one row,
+// or `several` false, the run writes FILE itself. One trace for all the rows
+// would be the last run's alone.
+class TracePerRow {
+ public:
+  explicit TracePerRow(const RunOptions& run_options, bool several = true);
+  // run_options, tracing to the row's file.
+  RunOptions row(std::string_view name);
+  // "traces, one per `per`: FILE.a.json, FILE.b.json", where there were several.
+  void print(std::string_view per) const;
+
+ private:
+  RunOptions run_options_;
+  bool several_;
+  std::vector<std::string> files_;
+};
 
 }  // namespace labkit::lab

@@ -62,6 +62,11 @@ void refuse_payload_free(bool payload_free, const std::vector<std::string>& stud
 // simulator, is an error that says so.
 void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run_options, const std::string& view);
 
+// --trace where a view (`view`: "--sweep ranks=8..64") runs a simulation for
+// each of its points, too many for a file each: an error that says so and
+// what to trace instead (`instead`: "trace one point: --what-if MODEL").
+void refuse_trace_of_many_runs(const RunOptions& run_options, const std::string& view, const std::string& instead);
+
 // A lab whose shape fixes its ranks, `count` of them, one per `per` (the
 // pipeline's stages, MoE's expert-parallel ranks), set by `option` ("--stages"):
 // --ranks, where given, must be `count`, and under mpirun so must -np, checked
