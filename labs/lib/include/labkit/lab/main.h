@@ -12,16 +12,9 @@
 
 #include <CLI/CLI.hpp>
 
-namespace labkit::lab {
+#include "labkit/lab/this_lab.h"
 
-// Whose code a lab executable runs: labs/NAME links the reference solutions,
-// labs/mine/NAME (./labkit mine NAME) the learner's exercises/.
-struct Code {
-  const char* lab;        // for "./labkit mine LAB"
-  const char* exercises;  // the lab's own, "unshard, zero_step, gather_compute_free"; empty where it has none
-  bool yours;
-};
-extern const Code this_executables_code;  // one per executable (labs/lib/src/this_lab.cpp)
+namespace labkit::lab {
 
 // Parses the command line (CLI11's errors on one line, cli::one_line_errors),
 // then returns what `body` returns. An exception from it prints "error: WHAT"
