@@ -56,10 +56,10 @@ int main(int argc, char** argv) {
   add_run_options(app, run_options);
   return lab::run_main(app, argc, argv, [&] {
     if (!plot.empty() && mesh.empty()) throw Error(fmt::format("--plot {}: draws --mesh (add it)", plot));
-    for (const char* option : {"--op", "--root", "--reduce-op", "--nonblocking", "--compute"})
+    for (const char* option : {"--op", "--root", "--reduce-op", "--nonblocking", "--compute", "--algo"})
       if (!mesh.empty() && app.count(option))
         throw Error(fmt::format("{}: --mesh {} prints the ranks' coordinates and runs no --op", option, mesh));
-    refuse_unused_options(app, o);
+    refuse_unused_options(app, o, run_options.algos);
     if (run_options.payload_free)
       throw Error("--payload-free: the lab shows the values each rank holds, and a payload-free run moves none "
                   "(ring_allreduce --compare and --scale time sizes alone)");

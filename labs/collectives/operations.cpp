@@ -11,6 +11,7 @@
 #include <fmt/ranges.h>
 
 #include "collectives_lab.h"
+#include "labkit/algorithms.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "labkit/units.h"
@@ -215,7 +216,7 @@ void add_operation_options(CLI::App& app, Options& o) {
       ->check(cli::parsed_by([](const std::string& t) { parse_seconds(t); }));
 }
 
-void refuse_unused_options(const CLI::App& app, const Options& o) {
+void refuse_unused_options(const CLI::App& app, const Options& o, const std::vector<std::string>& algos) {
   const auto refuse = [&](const std::string& option, const std::string& value, const std::vector<std::string>& users,
                           std::string_view lacks) {
     if (app.count(option) && o.op != "all" && std::find(users.begin(), users.end(), o.op) == users.end())
@@ -224,6 +225,17 @@ void refuse_unused_options(const CLI::App& app, const Options& o) {
   };
   refuse("--root", std::to_string(o.root), {"broadcast", "reduce", "gather", "scatter"}, "has no root");
   refuse("--reduce-op", o.reduce_op, {"reduce", "all_reduce", "reduce_scatter"}, "reduces nothing");
+  // --algo NAME picks NAME for every collective that has one so named (run.h);
+  // COLLECTIVE=NAME is checked where it is parsed.
+  for (const std::string& name : algos) {
+    if (o.op == "all" || name == "native" || name.find('=') != std::string::npos) continue;
+    if (o.op == "send_recv")
+      throw Error(fmt::format("--algo {}: --op send_recv is point-to-point; --algo chooses how collectives run",
+                              name));
+    const Collective c = parse_collective(o.op);
+    if (!find_algorithm(c, name))
+      throw Error(fmt::format("--algo {}: --op {} has no {} algorithm ({})", name, o.op, name, algorithm_names(c)));
+  }
 }
 
 const std::vector<std::string>& every_operation() {
