@@ -37,7 +37,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
     also({"--what-if", "--sweep", "--mode", "--bucket-mb", "--first-bucket-mb", "--step-seconds", "--backend",
           "--topology", "--network", "--trace", "--algo", "--efficiency", "--straggler", "--fail-rank"});
   } else if (!o.sweep.over.empty()) {
-    run = fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from, o.sweep.to);
+    run = cli::sweep_flag(o.sweep);
     also({"--mode", "--efficiency"});
     if (o.sweep.over == "ranks") also({"--ranks", "--topology", "--bucket-mb", "--first-bucket-mb"});
     if (o.sweep.over == "bucket-mb") also({"--bucket-mb"});
@@ -101,8 +101,7 @@ int main(int argc, char** argv) {
     const bool compressing = o.compress.kind != Compression::none;
     if (compressing) check_compress_alone(app, o);
     if (!o.sweep.over.empty())
-      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
-                                                              o.sweep.to),
+      lab::refuse_trace_of_many_runs(run_options, cli::sweep_flag(o.sweep),
                                      "trace one of its points: --what-if with that --ranks, --topology or --bucket-mb");
     if (o.sweep.over == "ranks") return sweep(o, run_options);
     if (o.sweep.over == "bucket-mb") return bucket_sweep(o, run_options);

@@ -54,8 +54,7 @@ int main(int argc, char** argv) {
     if (!app.count("--lr")) o.lr = o.optimizer == "adamw" ? kAdamwLr : kSgdLr;
     check_sharding_options(o, run_options, app.count("--stage") > 0);
     if (!o.sweep.over.empty())
-      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
-                                                              o.sweep.to),
+      lab::refuse_trace_of_many_runs(run_options, cli::sweep_flag(o.sweep),
                                      "trace one model's step: --what-if MODEL with its --ranks and --topology");
     if (o.sweep.over == "hidden") return prefetch_sweep(o, run_options);
     if (!o.sweep.over.empty()) return sweep(o, run_options);

@@ -104,10 +104,10 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   const auto also = [&](std::initializer_list<std::string> more) { unread.insert(unread.end(), more); };
   std::string run;
   if (o.sweep.over == "hidden") {
-    run = fmt::format("--sweep hidden={:g}..{:g}", o.sweep.from, o.sweep.to);
+    run = cli::sweep_flag(o.sweep);
     also({"--step-seconds", "--gpu", "--recompute", "--prefetch"});
   } else if (!o.sweep.over.empty()) {
-    run = fmt::format("--sweep ranks={:g}..{:g}", o.sweep.from, o.sweep.to);
+    run = cli::sweep_flag(o.sweep);
     also({"--ranks", "--topology", "--efficiency", "--plot"});
   } else if (!o.what_if.empty()) {
     run = "--what-if " + o.what_if;  // its memory is Adam's, as ZeRO's figures count it

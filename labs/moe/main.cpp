@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
       return what_if(o, run_options);
     }
     if (!o.sweep.over.empty()) {
-      const std::string sweep = fmt::format("--sweep capacity={:g}..{:g}", o.sweep.from, o.sweep.to);
+      const std::string sweep = cli::sweep_flag(o.sweep);
       cli::refuse_unread(app, sweep, {"--capacity-factor", "--bench", "--compare"});
       lab::refuse_trace_of_many_runs(run_options, sweep, "trace one capacity factor's steps: --capacity-factor F");
     }

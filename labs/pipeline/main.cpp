@@ -48,7 +48,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
           "--trace", "--algo", "--payload-free", "--efficiency", "--straggler", "--deadlock-timeout", "--fail-rank"});
   } else if (!o.what_if.empty() && !o.sweep.over.empty()) {
     // Every schedule, each at its own V, on micro-batches of one sequence.
-    run = fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from, o.sweep.to);
+    run = cli::sweep_flag(o.sweep);
     also({"--algo", "--schedule", "--schedule-file", "--virtual", "--batch",
           o.sweep.over == "microbatches" ? "--microbatches" : "--stages"});
   } else if (!o.what_if.empty()) {
@@ -115,8 +115,7 @@ int main(int argc, char** argv) {
     if (!o.sweep.over.empty() && o.what_if.empty())
       throw Error("--sweep: the study runs a real model's schedules payload-free: add --what-if MODEL");
     if (!o.sweep.over.empty()) {
-      lab::refuse_trace_of_many_runs(run_options, fmt::format("--sweep {}={:g}..{:g}", o.sweep.over, o.sweep.from,
-                                                              o.sweep.to),
+      lab::refuse_trace_of_many_runs(run_options, cli::sweep_flag(o.sweep),
                                      "trace one of its points: --what-if with that --microbatches or --stages");
       return sweep(o, run_options);
     }

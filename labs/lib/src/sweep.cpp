@@ -7,6 +7,10 @@
 
 namespace labkit::cli {
 
+std::string sweep_flag(const Sweep& sweep) {
+  return fmt::format("--sweep {}={:g}..{:g}", sweep.over, sweep.from, sweep.to);
+}
+
 Sweep parse_sweep(const std::string& text, const std::vector<SweepAxis>& axes) {
   const std::size_t equals = text.find('='), dots = text.find("..");
   if (equals != std::string::npos && dots != std::string::npos && dots > equals) {

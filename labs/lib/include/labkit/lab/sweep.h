@@ -24,5 +24,7 @@ struct Sweep {
 };
 // Throws std::invalid_argument naming every allowed form.
 Sweep parse_sweep(const std::string& text, const std::vector<SweepAxis>& axes);
+// The option as given, for messages: "--sweep ranks=8..64".
+std::string sweep_flag(const Sweep& sweep);
 
 }  // namespace labkit::cli
