@@ -31,8 +31,8 @@ struct Options {
 void add_operation_options(CLI::App& app, Options& o);
 
 // Throws where --root or --reduce-op was given to an --op that has no use for
-// it, or an --algo NAME the --op has no algorithm of the name for (send_recv:
-// none at all), where it would run natively unannounced.
+// it, or an --algo NAME the --op has no algorithm of the name for (send_recv and
+// deadlock: none at all), where it would run natively unannounced.
 void refuse_unused_options(const CLI::App& app, const Options& o, const std::vector<std::string>& algos);
 
 // What --op all runs, in this order; --op also takes "all" and "deadlock".

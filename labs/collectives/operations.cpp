@@ -229,9 +229,8 @@ void refuse_unused_options(const CLI::App& app, const Options& o, const std::vec
   // COLLECTIVE=NAME is checked where it is parsed.
   for (const std::string& name : algos) {
     if (o.op == "all" || name == "native" || name.find('=') != std::string::npos) continue;
-    if (o.op == "send_recv")
-      throw Error(fmt::format("--algo {}: --op send_recv is point-to-point; --algo chooses how collectives run",
-                              name));
+    if (o.op == "send_recv" || o.op == "deadlock")
+      throw Error(fmt::format("--algo {}: --op {} is point-to-point; --algo chooses how collectives run", name, o.op));
     const Collective c = parse_collective(o.op);
     if (!find_algorithm(c, name))
       throw Error(fmt::format("--algo {}: --op {} has no {} algorithm ({})", name, o.op, name, algorithm_names(c)));
