@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -185,6 +186,73 @@ TEST(BookReferences, EveryChapterReferredToExists) {
               << fs::relative(entry.path(), root).string() << ":" << n << ": " << (*m)[0].str() << " does not exist";
     }
   EXPECT_GT(checked, 20);
+}
+
+// A bash array of labs.sh, the build's list of labs: NAME=(a b c).
+std::vector<std::string> labs_sh_array(const std::string& name) {
+  std::ifstream in(fs::path(LABKIT_BINARY_DIR) / "labs.sh");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.starts_with(name + "=(")) {
+      std::istringstream words(line.substr(name.size() + 2, line.size() - name.size() - 3));
+      return {std::istream_iterator<std::string>(words), std::istream_iterator<std::string>()};
+    }
+  return {};
+}
+
+// The README's table whose header row starts with `header`: each row's cells.
+std::vector<std::vector<std::string>> readme_table(const std::string& header) {
+  std::ifstream in(fs::path(LABKIT_SOURCE_DIR) / "README.md");
+  std::vector<std::vector<std::string>> rows;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (!inside) {
+      if ((inside = line.starts_with(header))) std::getline(in, line);  // |---|---|
+      continue;
+    }
+    if (!line.starts_with("| ")) break;
+    std::vector<std::string> cells;
+    std::istringstream row(line.substr(1));
+    for (std::string cell; std::getline(row, cell, '|');) {
+      const std::size_t first = cell.find_first_not_of(' '), last = cell.find_last_not_of(' ');
+      cells.push_back(first == std::string::npos ? "" : cell.substr(first, last - first + 1));
+    }
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+// The README's tables name every lab the build registers (labs/CMakeLists.txt),
+// in chapter order, each with a chapter that exists, and every lab with
+// exercises with exercises that exist (the compute lab once had no row).
+TEST(Readme, ListsEveryLabWithItsChapterAndExercises) {
+  const std::vector<std::string> labs = labs_sh_array("LABS"), mine = labs_sh_array("MINE");
+  ASSERT_GT(labs.size(), 8u);
+  std::vector<std::string> named;
+  for (const auto& row : readme_table("| lab | what you learn | chapter |")) {
+    named.push_back(row[0]);
+    const std::regex link(R"(\]\((book/[^)#]+))");
+    std::smatch m;
+    if (!std::regex_search(row[2], m, link)) {
+      ADD_FAILURE() << row[0] << ": no chapter linked: " << row[2];
+      continue;
+    }
+    EXPECT_TRUE(fs::exists(fs::path(LABKIT_SOURCE_DIR) / m[1].str())) << row[0] << ": " << m[1] << " does not exist";
+  }
+  EXPECT_EQ(named, labs) << "README.md's table of labs";
+  named.clear();
+  for (const auto& row : readme_table("| lab | exercises |")) {
+    named.push_back(row[0]);
+    std::istringstream exercises(row[1]);
+    for (std::string exercise; std::getline(exercises >> std::ws, exercise, ',');) {
+      bool found = false;
+      for (const auto& entry : fs::recursive_directory_iterator(fs::path(LABKIT_SOURCE_DIR) / "exercises"))
+        found = found || entry.path().filename() == exercise + ".cpp";
+      EXPECT_TRUE(found) << row[0] << ": no exercises/*/" << exercise << ".cpp";
+    }
+  }
+  EXPECT_EQ(named, mine) << "README.md's table of exercises";
 }
 
 std::vector<std::string> chapters() {
