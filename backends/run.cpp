@@ -1,5 +1,6 @@
 #include "labkit/run.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -106,6 +107,13 @@ void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
     for (const auto& [collective, name] : algorithm_choices(spec)) use_algorithm(comm, collective, name);
 }
 
+// Every collective the runs of this process called, and how each ran (a rank
+// per process under mpirun; on the simulator every rank, one at a time).
+Comm::CollectiveCalls& calls_this_process() {
+  static Comm::CollectiveCalls calls;
+  return calls;
+}
+
 std::vector<double> parse_speeds(const RunOptions& o) {
   std::vector<double> speed(o.ranks, 1.0);
   for (const std::string& s : o.stragglers) {
@@ -126,6 +134,7 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   const RankFn with_algorithms = [&](Comm& comm) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
+    for (const auto& [how, calls] : comm.collective_calls()) calls_this_process()[how] += calls;
   };
   // Sizes with no bytes behind them have no time but the simulator's (a real
   // backend would be handed buffers that are not there).
@@ -177,6 +186,23 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   }
   write_trace();
   return {engine.elapsed(), engine.messages(), trace};
+}
+
+void check_algorithms_ran(const std::vector<std::string>& algos) {
+  const Comm::CollectiveCalls& calls = calls_this_process();
+  std::vector<std::string> ran;  // "all_reduce (ring)"
+  for (const auto& [how, count] : calls) ran.push_back(fmt::format("{} ({})", name_of(how.first), how.second));
+  for (const std::string& spec : algos) {
+    const auto choices = algorithm_choices(spec);
+    if (std::any_of(choices.begin(), choices.end(), [&](const auto& choice) {
+          return choice.second == "native" || calls.contains({choice.first, std::string_view(choice.second)});
+        }))
+      continue;
+    const bool one = spec.find('=') != std::string::npos;
+    throw Error(fmt::format("--algo {}: changed nothing: no {} ran with {} ({})", spec,
+                            one ? name_of(choices.front().first) : "collective", choices.front().second,
+                            ran.empty() ? "no collective ran at all" : fmt::format("what ran: {}", fmt::join(ran, ", "))));
+  }
 }
 
 }  // namespace labkit

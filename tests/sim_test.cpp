@@ -290,6 +290,25 @@ TEST(SimSplit, GroupsByColorAndOrdersByKey) {
   });
 }
 
+// A Comm counts its collectives by how each ran, blocking or started, its split
+// groups' with its own: what lets a lab refuse an --algo choice no collective used.
+TEST(SimSplit, GroupsCountTheirCollectivesWithTheirParent) {
+  simulate(4, [](Comm& c) {
+    use_algorithm(c, Collective::all_reduce, "ring");
+    std::vector<std::int64_t> x = {c.rank()}, all(4);
+    c.all_reduce(view_of(x), ReduceOp::sum);
+    std::unique_ptr<Comm> pair = c.split(c.rank() / 2, c.rank());
+    pair->all_reduce(view_of(x), ReduceOp::sum);
+    Request r = c.i_all_reduce(view_of(x), ReduceOp::sum);
+    r.wait();
+    c.all_gather(view_of(x), view_of(all));
+    const Comm::CollectiveCalls expected = {{{Collective::all_reduce, "ring"}, 3},
+                                            {{Collective::all_gather, "native"}, 1}};
+    EXPECT_EQ(c.collective_calls(), expected);
+    EXPECT_EQ(pair->collective_calls(), expected);
+  });
+}
+
 // On a GPU each simulated rank's ops go to its own stream (cuda_streams.cu): the
 // engine says which rank issues them, across every switch between ranks.
 TEST(SimRanks, EachRankIssuesItsOwnOpsAndNoneDoesAfterTheRun) {

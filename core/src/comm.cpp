@@ -243,6 +243,7 @@ void Comm::run(const CollectiveCall& call) {
   const double start = now();
   const CollectiveCall c = summing(call);
   const Algorithm* algo = algorithm_for(c.op);
+  ++(*calls_)[{c.op, algorithm(c.op)}];
   std::string_view native_algo;
   try {
     if (!algo) {
@@ -260,6 +261,7 @@ void Comm::run(const CollectiveCall& call) {
 
 Request Comm::start(const CollectiveCall& call) {
   validate(call);
+  ++(*calls_)[{call.op, algorithm(call.op)}];
   if (algorithm_for(call.op)) return Request(this, start_algorithm(call), Request::Kind::algorithm, {}, -1, 0, 0);
   check_collective(call);
   const double start = now();
@@ -318,6 +320,7 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
   if (group) {
     group->algorithms_ = algorithms_;
     group->memory_ = memory_;
+    group->calls_ = calls_;
   }
   return group;
 }

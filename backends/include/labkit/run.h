@@ -69,6 +69,11 @@ std::string_view ranks_flag(const RunOptions& o);
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 
+// After a lab's runs: each --algo choice (RunOptions::algos) that no collective
+// of them ran with is an error that says what ran (ddp --algo all_to_all=pairwise
+// changed nothing: DDP calls no all_to_all). "native" is the default, always met.
+void check_algorithms_ran(const std::vector<std::string>& algos);
+
 // When set, run() calls it on the simulator once the options are checked, before
 // any rank starts, and it may throw to stop there: the option fuzzers (fuzz/)
 // parse a lab's whole command line this way without running the lab.

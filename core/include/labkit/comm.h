@@ -185,6 +185,11 @@ class Comm {
   void set_algorithm(Collective op, const Algorithm* algorithm);
   std::string_view algorithm(Collective op) const;  // "native" or the algorithm's name
   const Algorithm* algorithm_for(Collective op) const { return algorithms_[std::size_t(op)]; }
+  // The collectives called so far, by collective and by how each ran ("native" or
+  // the algorithm's name): shared with the groups split from this Comm, so the
+  // launcher can tell an --algo choice that no collective used (backends/run.cpp).
+  using CollectiveCalls = std::map<std::pair<Collective, std::string_view>, std::uint64_t>;
+  const CollectiveCalls& collective_calls() const { return *calls_; }
 
   std::string who() const;  // "rank 2", or "rank 1 of group 3 (global rank 6)": how errors name it
 
@@ -279,6 +284,7 @@ class Comm {
   std::unique_ptr<Comm> node_group_;
   std::optional<std::unique_ptr<Comm>> node_leaders_;  // empty until split; null off the leaders
   std::shared_ptr<MemoryTracker> memory_ = std::make_shared<MemoryTracker>();
+  std::shared_ptr<CollectiveCalls> calls_ = std::make_shared<CollectiveCalls>();
   // Flow-arrow ids: the k-th message from A to B with tag t is matched by B's k-th
   // receive from A with tag t (MPI's non-overtaking rule), so both ends can name it.
   std::map<std::tuple<int, int, int>, std::uint64_t> flow_counts_;

@@ -7,6 +7,7 @@
 
 #include "labkit/cli.h"
 #include "labkit/output.h"
+#include "labkit/run.h"
 
 namespace labkit::lab {
 
@@ -33,6 +34,8 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   }
   try {
     const int status = body();
+    if (const CLI::Option* algo = app.get_option_no_throw("--algo"); status == 0 && algo)
+      check_algorithms_ran(algo->results());
     say_whose_code();
     return status;
   } catch (const std::exception& e) {
