@@ -130,7 +130,9 @@ std::string_view ranks_flag(const RunOptions& o) { return o.backend == "sim" || 
 
 void (*before_ranks_start)(const RunOptions&) = nullptr;
 
-RunResult run(const RunOptions& o, const RankFn& rank_fn) {
+namespace {
+// run() on the backend the options name, before the checks of what it returns.
+RunResult run_on_backend(const RunOptions& o, const RankFn& rank_fn) {
   const RankFn with_algorithms = [&](Comm& comm) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
@@ -185,7 +187,21 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
     throw;
   }
   write_trace();
-  return {engine.elapsed(), engine.messages(), trace};
+  // A run that returns had no failure: the rank finished before its time came
+  // (a run stopped early, o.stop_at, may end before it too).
+  const bool finished_first = o.fail_rank >= 0 && std::isinf(o.stop_at);
+  return {engine.elapsed(), engine.messages(), trace, finished_first ? engine.failing_rank_time() : -1};
+}
+}  // namespace
+
+RunResult run(const RunOptions& o, const RankFn& rank_fn) {
+  RunResult result = run_on_backend(o, rank_fn);
+  if (result.fail_rank_finished >= 0)
+    throw Error(fmt::format("--fail-rank {} --at {}: changed nothing: rank {} finished at t = {}, before it was to "
+                            "fail (an --at before then fails it)",
+                            o.fail_rank, format_seconds(o.fail_at), o.fail_rank,
+                            format_seconds(result.fail_rank_finished)));
+  return result;
 }
 
 void check_algorithms_ran(const std::vector<std::string>& algos) {

@@ -193,6 +193,9 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
       std::fflush(stderr);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
+    // Every process is here, --fail-rank's too: it finished before --at, and never failed.
+    double fail_rank_finished = elapsed;
+    if (o.fail_rank >= 0) MPI_Bcast(&fail_rank_finished, 1, MPI_DOUBLE, o.fail_rank, comm);
     MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm);
     MPI_Allreduce(MPI_IN_PLACE, &context.messages, 1, MPI_UINT64_T, MPI_SUM, comm);
     if (tracing) {
@@ -203,7 +206,7 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
       if (me == 0 && !o.trace.empty()) trace->write_chrome_json(o.trace, "mpi");
     }
     MPI_Comm_free(&comm);
-    result = {elapsed, context.messages, me == 0 ? trace : nullptr};
+    result = {elapsed, context.messages, me == 0 ? trace : nullptr, o.fail_rank >= 0 ? fail_rank_finished : -1};
   }
   MPI_Barrier(MPI_COMM_WORLD);
   return result;

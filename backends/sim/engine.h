@@ -93,6 +93,8 @@ class Engine {
   void run(const std::function<void(Comm&)>& rank_fn);
 
   double elapsed() const;  // the latest rank's virtual time, seconds
+  // Options::fail_rank's clock: when it failed, or when it finished first (it then never failed).
+  double failing_rank_time() const { return ranks_.at(options_.fail_rank).now; }
   std::uint64_t messages() const { return messages_; }
   const Options& options() const { return options_; }
 

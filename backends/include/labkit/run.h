@@ -50,6 +50,9 @@ struct RunResult {
   double elapsed = 0;          // seconds: virtual on sim
   std::uint64_t messages = 0;  // point-to-point messages delivered
   std::shared_ptr<const Trace> trace;  // with keep_trace or --trace
+  // --fail-rank's rank, when it finished before --at and so never failed: its
+  // clock then (run() refuses such a run; -1 otherwise).
+  double fail_rank_finished = -1;
 };
 
 using RankFn = std::function<void(Comm&)>;
@@ -65,7 +68,8 @@ void add_run_options(CLI::App& app, RunOptions& options);
 std::string_view ranks_flag(const RunOptions& o);
 
 // Runs rank_fn once on every rank. Throws labkit::Error on misuse or deadlock,
-// and RankFailedError after --fail-rank.
+// and RankFailedError after --fail-rank (labkit::Error where its rank finished
+// before --at: the option changed nothing).
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 
