@@ -84,9 +84,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
   app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
       ->check(cli::parsed_by(algorithm_choices));
   app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");
-  app.add_option("--efficiency", o.efficiency, "fraction of device peak FLOP/s that compute reaches")
+  app.add_option("--efficiency", o.efficiency, "sim: fraction of device peak FLOP/s that compute reaches")
       ->capture_default_str()->check(cli::above(0.0, 1.0));
-  app.add_option("--straggler", o.stragglers, "RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
+  app.add_option("--straggler", o.stragglers, "sim: RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
       ->check(cli::parsed_by(parse_straggler));
   app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
       ->capture_default_str()->check(cli::above(0.0));
@@ -131,8 +131,33 @@ std::string_view ranks_flag(const RunOptions& o) { return o.backend == "sim" || 
 void (*before_ranks_start)(const RunOptions&) = nullptr;
 
 namespace {
+// The options one kind of backend reads and the other has no use for, refused
+// by name rather than ignored: the simulator models the network, the speed of
+// compute and stragglers, where real processes take the time they take; a real
+// backend watches for a deadlock that the simulator sees the moment it happens.
+void refuse_options_of_the_other_backend(const RunOptions& o) {
+  const RunOptions defaults;
+  if (o.backend == "sim") {
+    if (o.deadlock_timeout != defaults.deadlock_timeout)
+      throw Error(fmt::format("--deadlock-timeout {:g}: the simulator reports a deadlock when it happens; the "
+                              "timeout is for real processes (--backend mpi, nccl)", o.deadlock_timeout));
+    return;
+  }
+  const std::string where = fmt::format("under --backend {} ", o.backend);
+  if (o.network != defaults.network)
+    throw Error(fmt::format("--network {}: how the simulator shares a port; {}the machine's network does", o.network,
+                            where));
+  if (o.efficiency != defaults.efficiency)
+    throw Error(fmt::format("--efficiency {:g}: the simulator's speed of compute; {}work takes the time it takes",
+                            o.efficiency, where));
+  if (!o.stragglers.empty())
+    throw Error(fmt::format("--straggler {}: the simulator slows a rank's compute; {}each rank runs at its own speed",
+                            o.stragglers.front(), where));
+}
+
 // run() on the backend the options name, before the checks of what it returns.
 RunResult run_on_backend(const RunOptions& o, const RankFn& rank_fn) {
+  refuse_options_of_the_other_backend(o);
   const RankFn with_algorithms = [&](Comm& comm) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
