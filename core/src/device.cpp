@@ -1,15 +1,88 @@
 #include "labkit/device.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <stdexcept>
+#include <string>
 
+#include <malloc.h>
 #include <sys/mman.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "labkit/error.h"
 
 namespace labkit {
 
 namespace {
+// The host memory this process holds, checked as its tensors grow. On the
+// simulator every rank's tensors live in one process, so a run of many ranks can
+// outgrow the machine: the kernel would kill it without a word, or the machine
+// would crawl in swap. It stops with an error instead, before the process holds
+// more than it did when its first tensor was made plus nine tenths of what the
+// machine had available then (MemAvailable, or a cgroup's limit where lower).
+// The resident size is read from /proc each time the tensors grow by 64 MB more.
+std::atomic<std::size_t> host_bytes_held = 0;
+
+std::size_t resident_bytes() {
+  std::size_t pages = 0, resident = 0;
+  std::ifstream statm("/proc/self/statm");
+  statm >> pages >> resident;
+  return resident * std::size_t(sysconf(_SC_PAGESIZE));
+}
+
+// What this process held when first asked, and what it may grow to: that and
+// the machine's available memory then.
+struct HostBudget {
+  std::size_t resident_at_start = 0, limit = std::numeric_limits<std::size_t>::max();
+};
+const HostBudget& host_budget() {
+  static const HostBudget budget = [] {
+    HostBudget b{.resident_at_start = resident_bytes()};
+    std::size_t available = 0;
+    std::ifstream meminfo("/proc/meminfo");
+    for (std::string line; std::getline(meminfo, line);)
+      if (std::size_t kib = 0; std::sscanf(line.c_str(), "MemAvailable: %zu kB", &kib) == 1) available = kib << 10;
+    if (available == 0) return b;  // not Linux: unchecked
+    std::size_t cgroup_max = 0, cgroup_used = 0;
+    std::ifstream max("/sys/fs/cgroup/memory.max"), current("/sys/fs/cgroup/memory.current");
+    if (max >> cgroup_max && current >> cgroup_used)
+      available = std::min(available, cgroup_max > cgroup_used ? cgroup_max - cgroup_used : 0);
+    b.limit = b.resident_at_start + available / 10 * 9;  // a tenth left to the rest of the machine
+    return b;
+  }();
+  return budget;
+}
+
+[[noreturn]] void host_memory_refused(std::size_t bytes, std::string_view why) {
+  const int rank = issuing_rank();
+  throw Error(fmt::format("{}: host memory: {:.1f} MB more for a tensor, where the tensors of this process hold "
+                          "{:.2f} GB: {} (simulate fewer --ranks, a smaller --batch or model, or ask --what-if, "
+                          "which moves sizes only)",
+                          rank >= 0 ? fmt::format("rank {}", rank) : std::string("this process"), bytes / 1e6,
+                          host_bytes_held.load() / 1e9, why));
+}
+
+void check_host_memory(std::size_t bytes) {
+  constexpr std::size_t kCheckEvery = 64 << 20;
+  static std::atomic<std::size_t> next_check = 0;
+  const std::size_t held = host_bytes_held.load() + bytes;
+  if (held < next_check.load()) return;
+  next_check = held + kCheckEvery;
+  // Zeroed pages a tensor has not written yet are not resident: its bytes count in full.
+  const HostBudget& budget = host_budget();
+  if (std::max(resident_bytes() + bytes, budget.resident_at_start + held) > budget.limit)
+    host_memory_refused(bytes, fmt::format("the process would pass {:.2f} GB, what this machine had for it when "
+                                           "its tensors began",
+                                           budget.limit / 1e9));
+}
+
 // Zeroed host memory. A buffer of 2 MiB or more is asked to live in 2 MiB pages
 // (transparent huge pages): 512 times fewer pages for the TLB to map and for a
 // transport to look up. Open MPI's shared-memory transport copies a large
@@ -18,17 +91,19 @@ namespace {
 // (book chapter 80). Linux's default is huge pages only where madvise asks.
 void* host_allocate(std::size_t bytes) {
   constexpr std::size_t kHugePage = 2 << 20;
-  if (bytes < kHugePage) {
-    void* p = std::calloc(bytes ? bytes : 1, 1);
-    if (!p) throw std::bad_alloc();
-    return p;
-  }
-  bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  void* p = std::aligned_alloc(kHugePage, bytes);
-  if (!p) throw std::bad_alloc();
-  madvise(p, bytes, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB, which is only slower
-  std::memset(p, 0, bytes);
+  const std::size_t rounded = bytes < kHugePage ? bytes : (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  check_host_memory(rounded);
+  void* p = bytes < kHugePage ? std::calloc(bytes ? bytes : 1, 1) : std::aligned_alloc(kHugePage, rounded);
+  if (!p) host_memory_refused(rounded, "the allocation failed");
+  host_bytes_held += malloc_usable_size(p);
+  if (bytes < kHugePage) return p;
+  madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without THP the pages stay 4 KiB, which is only slower
+  std::memset(p, 0, rounded);
   return p;
+}
+void host_release(void* p) {
+  host_bytes_held -= malloc_usable_size(p);
+  std::free(p);
 }
 void host_copy(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
 void host_zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
@@ -37,7 +112,7 @@ constexpr Device kCpu = {
     .kind = DeviceKind::cpu,
     .name = "cpu",
     .allocate = host_allocate,
-    .release = [](void* p) { std::free(p); },
+    .release = host_release,
     .copy_from_host = host_copy,
     .copy_to_host = host_copy,
     .zero = host_zero,
