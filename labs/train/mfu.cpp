@@ -1,6 +1,6 @@
 // The run's model FLOPs utilization (MFU: Chowdhery et al. 2022, "PaLM",
 // appendix B): model FLOPs per second over the peak, on the simulated device
-// and, with --mfu, on this one (its peak measured as in chapter 10).
+// (on the simulator) and, with --mfu, on this one (its peak measured as in chapter 10).
 #include <fmt/format.h>
 
 #include "labkit/op_bench.h"
@@ -18,8 +18,9 @@ void print_mfu(double model_flops, double wall, double simulated, const RunOptio
   const DeviceModel sim = find_topology(run.topology).device;
   fmt::print("model FLOPs {:.3g} (matmuls and attention, forward and backward: Gpt::flops_per_step); {:.2f} GFLOP/s "
              "here\n", model_flops, model_flops / wall / 1e9);
-  fmt::print("MFU on the simulated {}: {:.1f}% of {:.0f} TFLOP/s (it charges FLOPs at --efficiency {:g})\n",
-             sim.name, 100 * model_flops / simulated / sim.peak_flops, sim.peak_flops / 1e12, run.efficiency);
+  if (run.backend == "sim")  // a real backend's clock is this machine's
+    fmt::print("MFU on the simulated {}: {:.1f}% of {:.0f} TFLOP/s (it charges FLOPs at --efficiency {:g})\n",
+               sim.name, 100 * model_flops / simulated / sim.peak_flops, sim.peak_flops / 1e12, run.efficiency);
   if (!measure_here) return;
   const double peak = measure_peak_flops(here, here.kind == DeviceKind::cpu ? 1024 : 8192);
   fmt::print("MFU on this {}: {:.1f}% of {:.1f} GFLOP/s, its peak as the kit's matmul reaches it (one core on a CPU)\n",

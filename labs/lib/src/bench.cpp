@@ -5,7 +5,17 @@
 
 #include <fmt/format.h>
 
+#include "labkit/error.h"
+
 namespace labkit::lab {
+
+void refuse_bench_off_the_simulator(const RunOptions& run_options) {
+  if (run_options.backend != "sim")
+    throw Error(fmt::format("--bench --backend {0}: it times the simulator, its simulated ranks against one rank; "
+                            "--backend {0} has no simulator to time (./labkit bench all_reduce --backend mpi times "
+                            "real collectives)",
+                            run_options.backend));
+}
 
 double timed(std::string_view what, const std::function<void()>& body) {
   fmt::print("{} ...\n", what);

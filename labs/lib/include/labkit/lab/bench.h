@@ -16,8 +16,14 @@
 #include <string_view>
 
 #include "labkit/lab/table.h"
+#include "labkit/run.h"
 
 namespace labkit::lab {
+
+// A lab's --bench times the simulator's own cost (its simulated ranks against
+// one rank): on a real backend, with no simulator to time, an error that says
+// what times the real one.
+void refuse_bench_off_the_simulator(const RunOptions& run_options);
 
 // Prints "WHAT ...", then runs `body`; returns its wall time in seconds.
 double timed(std::string_view what, const std::function<void()>& body);
