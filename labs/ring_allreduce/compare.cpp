@@ -59,11 +59,14 @@ std::map<std::size_t, std::string> fastest_per_size(const std::vector<Row>& rows
   return names;
 }
 
+// What the rows' times are: the simulator's, or the wall clock's under mpirun.
+std::string_view times_of(const RunOptions& run) { return run.backend == "sim" ? "simulated" : "measured"; }
+
 // One line per size: each algorithm's model error, then the fastest labkit algorithm.
 void print_model_errors(const std::vector<Row>& rows, const std::vector<Modeled>& modeled,
-                        const std::map<std::size_t, std::string>& fastest) {
-  fmt::print("#\n# the alpha-beta model against the simulated time: (time - model) / model; and the fastest labkit "
-             "algorithm, as NCCL's tuner would pick it\n");
+                        const std::map<std::size_t, std::string>& fastest, const RunOptions& run) {
+  fmt::print("#\n# the alpha-beta model against the {} time: (time - model) / model; and the fastest labkit "
+             "algorithm, as NCCL's tuner would pick it\n", times_of(run));
   std::string head = fmt::format("# {:>10}", "size");
   for (const std::string& a : kAlgorithms) head += fmt::format("  {:>8}", a);
   fmt::print("{}  fastest\n", head);
@@ -85,14 +88,15 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
     data << "\n\n";
   }
   const std::string commands = fmt::format(
-      "set title 'all_reduce on {ranks} ranks, {topology}: simulated time per algorithm'\n"
+      "set title 'all_reduce on {ranks} ranks, {topology}: {times} time per algorithm'\n"
       "set logscale x 2\nset logscale y\nset xtics 32\nset autoscale xfix\n"
       "set xlabel 'message size'\nset ylabel 'time'\nset format x '%.0b %BB'\nset format y '%.0s %cs'\n"
       "set key top left\nset grid\n"
       // native (last) dashed, so the ring it usually equals shows beneath it
       "plot for [i=0:{last_algo}] $data index i using 1:2 with linespoints title columnheader(1), "
       "$data index {native} using 1:2 with lines dashtype 2 linewidth 2 title columnheader(1)\n",
-      fmt::arg("ranks", run.ranks), fmt::arg("topology", run.topology), fmt::arg("last_algo", kAlgorithms.size() - 2),
+      fmt::arg("ranks", run.ranks), fmt::arg("topology", run.topology), fmt::arg("times", times_of(run)),
+      fmt::arg("last_algo", kAlgorithms.size() - 2),
       fmt::arg("native", kAlgorithms.size() - 1));
   lab::plot(path, {}, data.str(), commands);
 }
@@ -170,9 +174,9 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   const std::int64_t wrong = print_table(table, kAlgorithms, rows);
   const std::vector<Modeled> modeled = model_rows(rows, ran);
   const std::map<std::size_t, std::string> fastest = fastest_per_size(rows);
-  print_model_errors(rows, modeled, fastest);
-  // Where the model and the simulator part ways, ports are shared.
-  for (std::size_t i = 0; i < rows.size(); ++i)
+  print_model_errors(rows, modeled, fastest, ran);
+  // Where the model and the simulator part ways, ports are shared (a real machine parts ways for its own reasons).
+  for (std::size_t i = 0; i < rows.size() && ran.backend == "sim"; ++i)
     if (std::abs(modeled[i].error) > 0.01 && rows[i].algo != "native") {
       fmt::print("# {} at {} differs from the model by {:.1f}%: its messages share a port, whose bandwidth the "
                  "simulator splits among them (--network); the closed form leaves that contention out\n",
