@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       throw Error(fmt::format("--batch {} does not split over {} {}: each rank takes batch / ranks sequences", o.batch,
                               ranks_flag(run_options), run_options.ranks));
     const Sequences corpus = training_sequences(o.seed, gpt_preset(o.model, 1).max_seq);
+    lab::check_batch_fits_corpus(corpus, o.batch, o.accum);
     const GptConfig config = gpt_preset(o.model, corpus.tokens.vocab);
     if (o.bench) return bench(o, run_options, corpus, config);
     if (compressing) return compare_compression(o, run_options, corpus, config);

@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
     if (!o.what_if.empty()) return what_if(o, run_options);
     check_tiny_gpt_run(o, run_options);
     const Sequences data = training_sequences(o.seed, gpt_preset(o.model, 1).max_seq);
+    lab::check_batch_fits_corpus(data, o.batch);
     const GptConfig config = gpt_preset(o.model, data.tokens.vocab);
     if (o.bench) return bench(o, run_options, data, config);
     return train_stages(o, run_options, data, config);

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
     check_options(o, run_options, config);
     if (o.cp) return context_parallel(o, run_options, config);
     if (!o.what_if.empty()) return what_if(o, run_options);
+    lab::check_batch_fits_corpus(data, o.batch);
     if (o.bench) return bench(o, run_options, data, config);
     return tensor_parallel(o, run_options, data, config);
   });

@@ -6,6 +6,7 @@
 #include "labkit/device.h"
 #include "labkit/error.h"
 #include "labkit/gpt.h"
+#include "labkit/parallel/sequences.h"
 #include "labkit/run.h"
 
 namespace labkit::lab {
@@ -33,6 +34,16 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
         ->check(cli::parsed_by(parse_device));
   app.add_option("--json", o.json, words.json)->check(cli::output_file());
   if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);
+}
+
+void check_batch_fits_corpus(const Sequences& corpus, int batch, int accum) {
+  const std::size_t per_step = std::size_t(batch) * std::size_t(accum);
+  if (per_step <= corpus.count) return;
+  const std::string flags = accum == 1 ? fmt::format("--batch {}", batch) : fmt::format("--batch {} --accum {}", batch, accum);
+  throw Error(fmt::format("{}: a step reads {} sequences, more than the corpus's {} of {} tokens (a step reads each "
+                          "at most once: --batch at most {}{})",
+                          flags, per_step, corpus.count, corpus.T, corpus.count / std::size_t(accum),
+                          accum == 1 ? "" : fmt::format(" at --accum {}", accum)));
 }
 
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies) {

@@ -8,8 +8,11 @@
 // So the ranks' shards are disjoint (but for the padding), together they are
 // the epoch, and every rank has the same number of samples: a rank that ran out
 // early would leave the others waiting in an allreduce forever. A rank's loader
-// cuts its shard into batches of B/P and drops a short last one (drop_last), so
-// global batch s is the same set of samples on P ranks as on one.
+// cuts its shard into batches of B/P, and an epoch has as many global batches as
+// the dataset holds whole (one rank's loader with drop_last), so global batch s
+// is the same set of samples on P ranks as on one. (PyTorch's loaders on the P
+// ranks would also read a last batch where the padding makes one whole, which
+// one rank never reads: torch's DistributedSampler(drop_last=True) avoids it.)
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,8 @@ class DistributedSampler {
   DistributedSampler(std::size_t dataset_size, int ranks, int rank, std::uint64_t seed, bool shuffle = true);
 
   std::vector<std::size_t> indices(int epoch) const;  // this rank's shard of the epoch, in order
+  std::size_t dataset_size() const { return dataset_size_; }
+  int ranks() const { return ranks_; }
   std::size_t per_rank() const { return per_rank_; }  // ceil(dataset / ranks)
   std::size_t padding() const { return per_rank_ * ranks_ - dataset_size_; }  // repeated samples per epoch
 
@@ -35,7 +40,7 @@ class DistributedSampler {
 };
 
 // Rank `rank`'s part of global batch `step`: batch / ranks samples, from the
-// epoch that step falls in (each epoch has per_rank / (batch / ranks) steps).
+// epoch that step falls in (each epoch has dataset / batch steps).
 std::vector<std::size_t> batch_of(const DistributedSampler& sampler, int step, int batch_per_rank);
 
 }  // namespace labkit

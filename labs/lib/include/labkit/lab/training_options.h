@@ -19,6 +19,7 @@ class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
 
 namespace labkit {
 struct RunOptions;  // labkit/run.h
+struct Sequences;   // labkit/parallel/sequences.h
 }
 
 namespace labkit::lab {
@@ -51,6 +52,12 @@ struct TrainingWords {
 
 // Adds --steps, --batch, --lr, --seed, --model, --device, --json and --bench, with `o`'s values as their defaults.
 void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords& words);
+
+// A step reads `batch` x `accum` sequences of `corpus` over all its ranks, each
+// at most once (a DistributedSampler's epoch, as the one-rank run it is checked
+// against reads them): more than the corpus holds is an error that gives the
+// largest --batch, before any rank starts.
+void check_batch_fits_corpus(const Sequences& corpus, int batch, int accum = 1);
 
 // The tiny GPT computes with real values, so --payload-free (`payload_free`)
 // on its run is an error that names the lab's runs that take it, `studies`
