@@ -37,12 +37,20 @@ CLI::Validator parsed_by(std::function<void(const std::string&)> parse) {
           ""};
 }
 
+namespace {
+void check_device_is_here(const std::string& name) {
+  if (parse_device(name) == DeviceKind::cuda) cuda_device();  // throws why there is none
+}
+}  // namespace
+
+CLI::Validator device() { return parsed_by(check_device_is_here); }
+
 CLI::Validator timed_device() {
   return parsed_by([](const std::string& text) {
     if (text == "fenced")
       throw std::invalid_argument("fenced: the fenced device opens and closes its memory around every op, slow on "
                                   "purpose to test the GPU's path; time cpu or cuda");
-    parse_device(text);
+    check_device_is_here(text);
   });
 }
 

@@ -6,7 +6,7 @@
 namespace labkit {
 
 const Device& cuda_device() {
-  throw std::runtime_error("device cuda: this build of labkit has no CUDA (nvcc was not found when it was configured)");
+  throw std::runtime_error("cuda: this build of labkit has no CUDA (nvcc was not found when it was configured)");
 }
 bool cuda_available() { return false; }
 

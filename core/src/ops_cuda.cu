@@ -691,7 +691,7 @@ bool cuda_available() {
 }
 
 const Device& cuda_device() {
-  if (!cuda_available()) throw std::runtime_error("device cuda: no CUDA GPU on this machine");
+  if (!cuda_available()) throw std::runtime_error("cuda: no CUDA GPU on this machine");
   return kCuda;
 }
 

@@ -97,6 +97,11 @@ CLI::Validator one_of(const std::string& what, const std::vector<std::string>& n
 // good when `parse` accepts it, and its message says why not.
 CLI::Validator parsed_by(std::function<void(const std::string&)> parse);
 
+// A device (labkit::parse_device's name) this machine has: cuda is refused
+// when parsed, with the reason (no GPU here, or a build without CUDA), before
+// any rank starts.
+CLI::Validator device();
+
 // A device whose speed is measured (--roofline, --mfu, bench step): cpu or
 // cuda. The fenced device is refused by name: it is slow on purpose, a test's.
 CLI::Validator timed_device();

@@ -31,7 +31,7 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
                                                         "kernels on memory the host cannot touch: the GPU's path, "
                                                         "tested without one)")
         ->capture_default_str()
-        ->check(cli::parsed_by(parse_device));
+        ->check(cli::device());
   app.add_option("--json", o.json, words.json)->check(cli::output_file());
   if (!words.bench.empty()) app.add_flag("--bench", o.bench, words.bench);
 }
