@@ -56,7 +56,9 @@ void print_state(const lab::Table& grid, const State& s) {
 
 int walk_ring(const RunOptions& base) {
   const int p = base.ranks;
-  if (p < 2 || p > 8) throw Error(fmt::format("--step: ranks={} must be 2..8 to fit a screen", p));
+  if (p < 2 || p > 8)
+    throw Error(fmt::format("--ranks {}: --step draws every rank's chunks, from 2 to 8 ranks to fit a screen (--scale "
+                            "walks a ring of thousands)", p));
   State buffers(p);
   auto rank_fn = [&](Comm& comm) {
     buffers[comm.rank()].assign(p, std::int64_t(1) << comm.rank());  // one element per chunk
