@@ -57,18 +57,23 @@ TEST(DistributedSampler, GlobalBatchIsTheSameSetOnAnyRankCount) {
   // 6 steps an epoch: step 7 is in the second. 70 samples make 5 whole batches
   // of 12; the ranks' padded shards of 18 would make 6 of 3 each, the sixth
   // repeating two samples, which one rank never reads: step 5 begins epoch 1.
+  // In 3 micro-steps a step is one rank's batch of 36: 2 steps an epoch of 72,
+  // 1 of 70 (counted in micro-batches of 12, the epochs would end elsewhere).
   const int batch = 12;
-  for (std::size_t samples : {72, 70})
-    for (int step : {0, 3, 5, 7}) {
-      std::vector<std::size_t> one = batch_of(DistributedSampler(samples, 1, 0, 9), step, batch), many;
-      for (int r = 0; r < 4; ++r) {
-        const std::vector<std::size_t> part = batch_of(DistributedSampler(samples, 4, r, 9), step, batch / 4);
-        many.insert(many.end(), part.begin(), part.end());
+  for (int micro_steps : {1, 3})
+    for (std::size_t samples : {72, 70})
+      for (int step : {0, 1, 3, 5, 7}) {
+        std::vector<std::size_t> one = batch_of(DistributedSampler(samples, 1, 0, 9), step, batch * micro_steps), many;
+        for (int r = 0; r < 4; ++r)
+          for (int m = 0; m < micro_steps; ++m) {
+            const std::vector<std::size_t> part =
+                batch_of(DistributedSampler(samples, 4, r, 9), step, batch / 4, m, micro_steps);
+            many.insert(many.end(), part.begin(), part.end());
+          }
+        std::sort(one.begin(), one.end());
+        std::sort(many.begin(), many.end());
+        EXPECT_EQ(one, many) << samples << " samples, step " << step << ", " << micro_steps << " micro-steps";
       }
-      std::sort(one.begin(), one.end());
-      std::sort(many.begin(), many.end());
-      EXPECT_EQ(one, many) << samples << " samples, step " << step;
-    }
 }
 
 TEST(DataParallel, OverlapStartsTheFirstBucketBeforeBackwardEnds) {

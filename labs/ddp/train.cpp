@@ -80,7 +80,7 @@ ModeRun train(const Options& o, RunOptions run_options, DdpMode mode, const Sequ
     training.steps(o.steps, [&](int s) {
       float loss = 0;
       for (int m = 0; m < o.accum; ++m) {
-        fill_batch(corpus, batch_of(sampler, s * o.accum + m, b), x, y);
+        fill_batch(corpus, batch_of(sampler, s, b, m, o.accum), x, y);
         loss += ddp.forward_backward(x, y, b, T, m, o.accum) / o.accum;
       }
       if (s == 0 && comm.rank() == 0) out.first_grads = model.gradients().to_host();

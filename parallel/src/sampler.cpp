@@ -29,14 +29,17 @@ std::vector<std::size_t> DistributedSampler::indices(int epoch) const {
   return mine;
 }
 
-std::vector<std::size_t> batch_of(const DistributedSampler& sampler, int step, int batch_per_rank) {
-  const std::size_t batch = std::size_t(batch_per_rank) * std::size_t(sampler.ranks());
+std::vector<std::size_t> batch_of(const DistributedSampler& sampler, int step, int batch_per_rank, int micro,
+                                  int micro_steps) {
+  const std::size_t per_step = std::size_t(batch_per_rank) * std::size_t(micro_steps);  // this rank's, a step
+  const std::size_t batch = per_step * std::size_t(sampler.ranks());
   const int steps_per_epoch = int(sampler.dataset_size() / batch);
   if (steps_per_epoch == 0)
     throw std::invalid_argument("batch_of: the dataset (" + std::to_string(sampler.dataset_size()) +
                                 " samples) is smaller than the global batch (" + std::to_string(batch) + ")");
   const std::vector<std::size_t> shard = sampler.indices(step / steps_per_epoch);
-  const auto first = shard.begin() + std::ptrdiff_t(step % steps_per_epoch) * batch_per_rank;
+  const auto first = shard.begin() + std::ptrdiff_t(std::size_t(step % steps_per_epoch) * per_step) +
+                     std::ptrdiff_t(micro) * batch_per_rank;
   return {first, first + batch_per_rank};
 }
 

@@ -40,7 +40,11 @@ class DistributedSampler {
 };
 
 // Rank `rank`'s part of global batch `step`: batch / ranks samples, from the
-// epoch that step falls in (each epoch has dataset / batch steps).
-std::vector<std::size_t> batch_of(const DistributedSampler& sampler, int step, int batch_per_rank);
+// epoch that step falls in (each epoch has dataset / batch steps). A step of
+// `micro_steps` micro-batches (gradient accumulation) reads micro-batch `micro`
+// of the rank's part of a global batch micro_steps times larger, so that its
+// micro-batches on P ranks are the one batch of one rank's step.
+std::vector<std::size_t> batch_of(const DistributedSampler& sampler, int step, int batch_per_rank, int micro = 0,
+                                  int micro_steps = 1);
 
 }  // namespace labkit
