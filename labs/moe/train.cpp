@@ -1,7 +1,7 @@
 // The tiny GPT with an MoE layer in each block, trained on ep ranks, each on
-// its consecutive share of every step's batch (parallel/moe_gpt.h); then each
-// rank, alone, trains one rank on the whole batch beside it: every rank must
-// end with that rank's weights, having dropped the same assignments.
+// its consecutive share of every step's batch (parallel/moe_gpt.h); then rank 0,
+// alone, trains one rank on the whole batch: every rank must end with that
+// rank's weights, having dropped the same assignments.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -13,6 +13,7 @@
 
 #include "labkit/error.h"
 #include "labkit/lab/training_options.h"
+#include "labkit/output.h"
 #include "labkit/parallel/equivalence.h"
 #include "labkit/parallel/moe_gpt.h"
 #include "labkit/parallel/training_loop.h"
@@ -22,31 +23,43 @@ namespace moe_lab {
 
 namespace {
 
-// One rank on the whole batch, beside this rank, alone (a group of its own),
-// trained on the same batches: how far this rank's weights are from its, and
-// how many of this rank's assignments one of them kept and the other dropped
-// (`kept`: this rank's flags, by step and layer).
+// One rank on the whole batch, trained once, on rank 0 (alone, a group of its
+// own), on the same batches: every rank's weights and which of its assignments
+// it kept (`kept`: by step and layer), gathered there, against that rank's. On
+// rank 0, the farthest rank's distance from its weights and how many
+// assignments one of them kept and the other dropped; on the others, zeros.
 std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const Sequences& data,
                                            const GptConfig& config, MoeGpt& model,
                                            const std::vector<std::vector<std::uint8_t>>& kept) {
-  const std::unique_ptr<Comm> alone = comm.split(comm.rank(), 0);
+  std::vector<std::uint8_t> my_kept;
+  for (const std::vector<std::uint8_t>& flags : kept) my_kept.insert(my_kept.end(), flags.begin(), flags.end());
+  const auto all_kept = comm.gather_objects(my_kept);
+  const auto all_dense = comm.gather_objects(model.dense().to_host());
+  const auto all_experts = comm.gather_objects(model.experts().to_host());
+  const std::unique_ptr<Comm> alone = comm.split(comm.rank() == 0 ? 0 : -1, 0);
+  if (comm.rank() != 0) return {0, 0};
+  progress_line("  training one rank, the reference to compare with");
   // A group of one: the whole batch.
   MoeTrainer trainer(*alone, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
   MoeGpt& one = trainer.model();
   const int L = config.layers;
+  const std::size_t share = kept.empty() ? 0 : kept[0].size();  // a rank's assignments, a step and layer
   double unlike = 0;
   for (int s = 0; s < o.steps; ++s) {
     trainer.step(s);
     for (int l = 0; l < L; ++l) {
       const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
-      const std::vector<std::uint8_t>& mine = kept[std::size_t(s * L + l)];
-      const std::size_t first = std::size_t(comm.rank()) * mine.size();
-      for (std::size_t a = 0; a < mine.size(); ++a) unlike += mine[a] != all[first + a];
+      for (std::size_t r = 0; r < all_kept.size(); ++r)
+        for (std::size_t a = 0; a < share; ++a)
+          unlike += all_kept[r][std::size_t(s * L + l) * share + a] != all[r * share + a];
     }
   }
-  const double weights = std::max(relative_difference(model.dense().to_host(), one.dense().to_host()),
-                                  relative_difference(model.experts().to_host(),
-                                                      model.experts_of(one.experts().to_host())));
+  progress_line("");
+  const std::vector<float> dense = one.dense().to_host(), experts = one.experts().to_host();
+  double weights = 0;
+  for (std::size_t r = 0; r < all_dense.size(); ++r)
+    weights = std::max({weights, relative_difference(all_dense[r], dense),
+                        relative_difference(all_experts[r], model.experts_of(experts, int(r)))});
   return {weights, unlike};
 }
 

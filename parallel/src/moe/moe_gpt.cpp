@@ -104,14 +104,14 @@ std::size_t MoeGpt::experts_per_layer() const {
   return count.allocated() * (moe_.experts / ep_size_);
 }
 
-std::vector<float> MoeGpt::experts_of(std::span<const float> whole) const {
+std::vector<float> MoeGpt::experts_of(std::span<const float> whole, int ep_rank) const {
   const std::size_t per_rank = experts_per_layer(), per_layer = per_rank * ep_size_;
   if (whole.size() != per_layer * config_.layers)
     throw Error(fmt::format("moe gpt: experts_of: {} floats, a one-rank model's experts are {}", whole.size(),
                             per_layer * config_.layers));
   std::vector<float> mine;
   for (int l = 0; l < config_.layers; ++l) {
-    const float* first = whole.data() + l * per_layer + ep_rank_ * per_rank;
+    const float* first = whole.data() + l * per_layer + std::size_t(ep_rank) * per_rank;
     mine.insert(mine.end(), first, first + per_rank);
   }
   return mine;

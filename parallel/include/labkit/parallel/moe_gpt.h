@@ -61,8 +61,10 @@ class MoeGpt {
   Tensor& dense_gradients() { return dense_grads_; }
   Tensor& experts() { return experts_; }
   Tensor& expert_gradients() { return expert_grads_; }
-  // What this rank keeps of a one-rank model's expert buffer (its experts of each layer).
-  std::vector<float> experts_of(std::span<const float> whole) const;
+  // What rank `ep_rank` of the ep group keeps of a one-rank model's expert
+  // buffer (its experts of each layer); by default, this rank's.
+  std::vector<float> experts_of(std::span<const float> whole, int ep_rank) const;
+  std::vector<float> experts_of(std::span<const float> whole) const { return experts_of(whole, ep_rank_); }
   MoeLayer& layer(int l) { return m_->blocks[l].moe; }
   const GptConfig& config() const { return config_; }
   const MoeConfig& moe_config() const { return moe_; }
