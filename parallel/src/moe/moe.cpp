@@ -315,8 +315,9 @@ Tensor MoeLayer::run_experts(Comm& ep) {
   for (std::size_t i = 0; i < experts.size(); ++i) {
     const int first = plan_.expert_offsets[i], rows = plan_.expert_offsets[i + 1] - first;
     const Mlp::Acts a(acts, rows, C_);
+    if (rows == 0) continue;  // an expert no token reached (its buffers, empty, point past the others')
     experts[i].forward(d, a, expert_in_.data() + std::size_t(first) * C_, rows);
-    if (rows) d.scatter_add_rows(outputs.data(), a.out.value, expert_rows_.data() + first, nullptr, rows, int(C_));
+    d.scatter_add_rows(outputs.data(), a.out.value, expert_rows_.data() + first, nullptr, rows, int(C_));
   }
   ep.record_compute("experts", started, mlp_flops(n, C_));
   phases_.experts += ep.now() - started;
@@ -404,7 +405,8 @@ Tensor MoeLayer::experts_backward(Comm& ep, const Tensor& output_grads) {
   for (std::size_t i = 0; i < experts.size(); ++i) {
     const int first = plan_.expert_offsets[i], rows = plan_.expert_offsets[i + 1] - first;
     const Mlp::Acts a(acts, rows, C_);
-    if (rows) d.gather_rows(a.out.grad, output_grads.data(), expert_rows_.data() + first, nullptr, rows, int(C_));
+    if (rows == 0) continue;
+    d.gather_rows(a.out.grad, output_grads.data(), expert_rows_.data() + first, nullptr, rows, int(C_));
     experts[i].backward(d, din + std::size_t(first) * C_, a, expert_in_.data() + std::size_t(first) * C_, rows);
   }
   Tensor input_grads({output_grads.size()}, d.kind);
