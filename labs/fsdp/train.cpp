@@ -93,8 +93,8 @@ void describe_shards(const Comm& comm, const FullyShardedGpt& sharded, const Gpt
 // reduce-scatter, and a second gather of each block for backward, unless it
 // keeps them whole from forward to backward; that second time from hpZ's
 // secondary shards, padded for its group. HSDP adds the shards' allreduce
-// across the groups. qwZ: the forward's gathers send every rank's shard as
-// int8 blocks and their scales. qgZ: each reduce-scatter is two all-to-alls
+// across the groups. qwZ: the forward's gathers send the shard of every rank
+// of the group as int8 blocks and their scales. qgZ: each reduce-scatter is two all-to-alls
 // of int4 blocks, the node's G ranks n shards each, then the n nodes a shard
 // each (Wang et al. 2023).
 double zero_formula(const FullyShardedGpt& sharded, const Options& o, bool quantized, const StageRun& r) {
@@ -109,7 +109,7 @@ double zero_formula(const FullyShardedGpt& sharded, const Options& o, bool quant
   double forward = qwz ? 0 : padded, reduced = qgz ? 0 : padded;
   for (const FullyShardedGpt::Unit& u : units) {
     const std::size_t s = u.layout.shard;
-    if (qwz) forward += double(quantized_bytes(s, 8) * p) / sizeof(float);
+    if (qwz) forward += double(quantized_bytes(s, 8) * std::size_t(r.shard_group)) / sizeof(float);
     if (qgz) reduced += double(g * quantized_bytes(n * s, 4) + (n > 1 ? n * quantized_bytes(s, 4) : 0)) / sizeof(float);
   }
   double formula = r.stage == 0 ? 2.0 * double(r.parameters) : forward + reduced + regathered;
