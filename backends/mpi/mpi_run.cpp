@@ -172,6 +172,7 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
   MPI_Allgather(&pid, 1, MPI_INT, context.pid_of_world.data(), 1, MPI_INT, MPI_COMM_WORLD);
   RunResult result;
   if (comm != MPI_COMM_NULL) {
+    set_process_rank(me);  // what an error outside the Comm (host memory) names
     auto members = std::make_shared<std::vector<int>>(ranks);
     std::iota(members->begin(), members->end(), 0);
     const bool tracing = o.keep_trace || !o.trace.empty();

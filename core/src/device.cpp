@@ -60,13 +60,18 @@ const HostBudget& host_budget() {
   return budget;
 }
 
+std::atomic<int> process_rank = -1;
+
 [[noreturn]] void host_memory_refused(std::size_t bytes, std::string_view why) {
-  const int rank = issuing_rank();
+  // The simulator's ranks share this process; under mpirun a process is one rank.
+  const int simulated = issuing_rank(), rank = simulated >= 0 ? simulated : process_rank.load();
   throw Error(fmt::format("{}: host memory: {:.1f} MB more for a tensor, where the tensors of this process hold "
-                          "{:.2f} GB: {} (simulate fewer --ranks, a smaller --batch or model, or ask --what-if, "
-                          "which moves sizes only)",
+                          "{:.2f} GB: {} ({})",
                           rank >= 0 ? fmt::format("rank {}", rank) : std::string("this process"), bytes / 1e6,
-                          host_bytes_held.load() / 1e9, why));
+                          host_bytes_held.load() / 1e9, why,
+                          simulated >= 0 ? "simulate fewer --ranks, a smaller --batch or model, or ask --what-if, "
+                                           "which moves sizes only"
+                                         : "a smaller --batch or model"));
 }
 
 void check_host_memory(std::size_t bytes) {
@@ -198,6 +203,7 @@ thread_local void* host_copy_context = nullptr;
 
 void set_issuing_rank(int rank) { issuing = rank; }
 int issuing_rank() { return issuing; }
+void set_process_rank(int rank) { process_rank = rank; }
 
 void observe_host_copies(HostCopyObserver observer, void* context) {
   host_copy_observer = observer;

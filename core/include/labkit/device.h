@@ -127,6 +127,10 @@ bool cuda_available();                  // built with CUDA, and a GPU is present
 // GPU overlap as processes would (cuda_streams.cu). Per thread.
 void set_issuing_rank(int rank);
 int issuing_rank();
+// The rank this process runs where a process is one rank (under mpirun), set
+// by the MPI launcher; -1 otherwise. An error raised outside any Comm (the host
+// memory check) names it.
+void set_process_rank(int rank);
 
 // What stays on the host (a router's choices, a loss, a norm for clipping)
 // crosses by an explicit copy between the host and a device's memory (a GPU's,
