@@ -30,7 +30,7 @@ struct Run {
 };
 
 constexpr Run kReadingRuns[] = {
-    {"GPT-2", 1.5e9, 40e9, 3.6e20, 460, ""},
+    {"GPT-2", 1.5e9, 40e9, 3.6e20, 460, "the reading takes 70% MFU"},
     {"LLaMA-2 7B", 7e9, 2e12, 8.4e22, 180e3, "Meta's measured 184,320 hours (Llama 2, Table 2)"},
     {"LLaMA-2 70B", 70e9, 2e12, 8.4e23, 1.7e6, "Meta's measured 1,720,320 hours (Llama 2, Table 2)"},
     {"GPT-4 (est.)", 1.8e12, 13e12, 1.4e26, 200e6, "1.8T is every expert; see below"},

@@ -56,12 +56,14 @@ class Batches {
 
 std::int64_t weight_bytes(const Gpt& model) { return std::int64_t(model.parameter_count() * sizeof(float)); }
 
-// The step to start at: 0, or (--resume) the checkpoint's, refused past --steps.
+// The step to start at: 0, or (--resume) the checkpoint's, refused where it
+// leaves no step to train.
 int first_step(const Options& o, Gpt& model, AdamW& adamw, const DataOrder& order) {
   if (!o.resume) return 0;
   load_checkpoint(o.checkpoint, model, adamw, order);
-  if (adamw.step > o.steps)
-    throw Error(fmt::format("--resume: '{}' is at step {}, past --steps {}", o.checkpoint, adamw.step, o.steps));
+  if (adamw.step >= o.steps)
+    throw Error(fmt::format("--resume: '{}' is at step {}, which leaves nothing of --steps {} to train (more --steps "
+                            "go on from it)", o.checkpoint, adamw.step, o.steps));
   return adamw.step;
 }
 
