@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
   labkit::cli::one_line_errors(cli);
   std::string trace, scenario, screenshot;
   bool headless = false;
-  int frames = 3, width = 1280, height = 800;
+  constexpr int kWarmup = 2;  // the first frames compile shaders and lay out windows
+  int frames = kWarmup + 1, width = 1280, height = 800;
   cli.add_option("trace", trace, "a Chrome trace (--trace of any lab, any backend)");
   cli.add_option("--scenario", scenario, "simulate ALGO:RANKS:SIZE[:COLLECTIVE[:TOPOLOGY]], e.g. ring:8:1M, a DDP step: "
                  "ddp:8:overlap, a ZeRO step: fsdp:16:3:both, a tensor-parallel step of the tiny GPT: tp:4:sp, ring "
@@ -99,8 +100,9 @@ int main(int argc, char** argv) {
       ->check(labkit::cli::parsed_by(viz::parse_scenario));
   CLI::Option* unseen =
       cli.add_flag("--headless", headless, "draw without showing a window (under xvfb-run), then exit");
-  cli.add_option("--frames", frames, "--headless: frames to draw")
-      ->capture_default_str()->check(labkit::cli::at_least(1))->needs(unseen);
+  cli.add_option("--frames", frames, "--headless: frames to draw, the first two to warm up (shaders, the windows' "
+                                     "layout), the rest timed")
+      ->capture_default_str()->check(labkit::cli::at_least(kWarmup + 1))->needs(unseen);
   cli.add_option("--screenshot", screenshot, "--headless: write the last frame to this PNG")
       ->check(labkit::cli::output_file({".png"}))->needs(unseen);
   // X refuses a window past its screen's largest, and GL textures stop at 8192 on many drivers.
@@ -146,7 +148,6 @@ int main(int argc, char** argv) {
 
   int status = 0;
   std::vector<std::string> panels;  // the last frame's
-  constexpr int kWarmup = 2;  // the first frames compile shaders and lay out windows
   auto start = std::chrono::steady_clock::now();
   for (int frame = 0; headless ? frame < frames : !glfwWindowShouldClose(window); ++frame) {
     if (frame == kWarmup) start = std::chrono::steady_clock::now();
@@ -168,7 +169,7 @@ int main(int argc, char** argv) {
     }
     glfwSwapBuffers(window);
   }
-  if (headless && frames > kWarmup) {
+  if (headless) {
     glFinish();
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("{} ({} ranks, {} events): {:.2f} ms per frame over {} frames after {} warm-up, {} vertices\n"
