@@ -75,7 +75,9 @@ void add_run_options(CLI::App& app, RunOptions& o) {
       ->capture_default_str()
       ->check(cli::in_range(1, 1 << 20))
       ->each([&o](const std::string&) { o.ranks_given = true; });
-  app.add_option("--topology", o.topology, "dgx-h100, dgx-a100, pcie, ethernet, ib-ndr, or a JSON file")
+  app.add_option("--topology", o.topology,
+                 "sim: the cluster simulated (a lab that models with it reads it on any backend): dgx-h100, dgx-a100, "
+                 "pcie, ethernet, ib-ndr, or a JSON file")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }));
   app.add_option("--network", o.network, "sim: fair (messages on one port share its bandwidth, as SimGrid "
                  "models it) or serial (a port carries one message at a time)")
@@ -144,6 +146,9 @@ void refuse_options_of_the_other_backend(const RunOptions& o) {
     return;
   }
   const std::string where = fmt::format("under --backend {} ", o.backend);
+  if (o.topology != defaults.topology && !o.lab_reads_topology)
+    throw Error(fmt::format("--topology {}: the simulator's devices and links; {}the machine's own run the work",
+                            o.topology, where));
   if (o.network != defaults.network)
     throw Error(fmt::format("--network {}: how the simulator shares a port; {}the machine's network does", o.network,
                             where));

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Lab 6: FSDP and ZeRO: data parallelism with the model state sharded, stage 0 (DDP) to 3"};
   Options o;
   RunOptions run_options{.ranks = 8};
+  run_options.lab_reads_topology = true;  // its nodes: hpZ's and qgZ's groups, what crosses "off node"
   add_sharding_options(app, o);
   lab::add_training_options(app, o, {.batch = "global batch: sequences per step over all ranks",
                                      .lr = fmt::format("learning rate (default {:g} with sgd, {:g} with adamw)",

@@ -150,6 +150,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   const CollectiveBench& all_reduce = find_bench("all_reduce");
   RunOptions run_all = run_options;
   run_all.check_arguments = false;  // time the collective alone
+  run_all.lab_reads_topology = true;  // its model column
   std::vector<Row> rows;
   RunOptions ran = run_options;  // under mpirun, -np ranks rather than --ranks
   run(run_all, [&](Comm& comm) {

@@ -37,6 +37,9 @@ struct RunOptions {
 
   // Set by labs, not on the command line:
   bool keep_trace = false;  // return the trace in RunResult (as well as writing --trace)
+  // The lab reads --topology itself (a model's column, ranks grouped into its
+  // nodes), so on a real backend it is not refused as the simulator's alone.
+  bool lab_reads_topology = false;
   // sim only: stop once virtual time passes this, to see every buffer at that instant.
   double stop_at = std::numeric_limits<double>::infinity();
   // Called now and then with the number of messages delivered so far (progress lines).

@@ -39,7 +39,8 @@ void add_training_options(CLI::App& app, TrainingOptions& o, const TrainingWords
 void check_batch_fits_corpus(const Sequences& corpus, int batch, int accum) {
   const std::size_t per_step = std::size_t(batch) * std::size_t(accum);
   if (per_step <= corpus.count) return;
-  const std::string flags = accum == 1 ? fmt::format("--batch {}", batch) : fmt::format("--batch {} --accum {}", batch, accum);
+  const std::string flags =
+      accum == 1 ? fmt::format("--batch {}", batch) : fmt::format("--batch {} --accum {}", batch, accum);
   throw Error(fmt::format("{}: a step reads {} sequences, more than the corpus's {} of {} tokens (a step reads each "
                           "at most once: --batch at most {}{})",
                           flags, per_step, corpus.count, corpus.T, corpus.count / std::size_t(accum),
