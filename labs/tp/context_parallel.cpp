@@ -267,9 +267,10 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
              payload ? ", against dense attention" : ", payload-free (sizes only: nothing to compare)");
 
   // A rank's K/V block: 2 b (s/cp) (h/tp) floats. Forward passes it cp - 1
-  // times; backward passes it cp - 1 times and its gradients cp times.
+  // times; backward passes it cp - 1 times and its gradients cp times (one
+  // ring of one rank passes nothing: its block and gradients are home).
   const double block = 2.0 * (s.B / dp) * (s.T / o.cp) * (s.C / tp) * sizeof(float);
-  const double forward_formula = (o.cp - 1) * block, backward_formula = (2 * o.cp - 1) * block;
+  const double forward_formula = (o.cp - 1) * block, backward_formula = o.cp == 1 ? 0 : (2 * o.cp - 1) * block;
   const double contiguous_formula = (2.0 * o.cp - 1) / o.cp;
   lab::Table table = layouts_table();
   table.print_header();

@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
     if (app.count("--checkpoint") && !o.checkpoint_every && !o.resume)
       throw Error(fmt::format("--checkpoint {}: nothing writes or reads it without --checkpoint-every or --resume",
                               o.checkpoint));
+    lab::refuse_payload_free(run_options.payload_free, {});
     if (o.mfu && o.device == "fenced")
       throw Error("--mfu --device fenced: the fenced device is slow on purpose (a test's); measure cpu or cuda");
     return train(o, run_options);

@@ -49,6 +49,9 @@ void check_batch_fits_corpus(const Sequences& corpus, int batch, int accum) {
 
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies) {
   if (!payload_free) return;
+  if (studies.empty())
+    throw Error("--payload-free: the lab trains its GPT with real values, and has no payload-free run (the other "
+                "training labs' --what-if have)");
   std::string runs;
   for (std::size_t i = 0; i < studies.size(); ++i)
     runs += (i == 0 ? "" : i + 1 == studies.size() ? " and " : ", ") + studies[i] + "'s";

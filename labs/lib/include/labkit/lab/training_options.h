@@ -61,7 +61,7 @@ void check_batch_fits_corpus(const Sequences& corpus, int batch, int accum = 1);
 
 // The tiny GPT computes with real values, so --payload-free (`payload_free`)
 // on its run is an error that names the lab's runs that take it, `studies`
-// (its options: {"--what-if", "--sweep"}).
+// (its options: {"--what-if", "--sweep"}; none where the lab has none).
 void refuse_payload_free(bool payload_free, const std::vector<std::string>& studies);
 
 // A view that trains no GPT (`view`: "--what-if runs payload-free"): --model
