@@ -23,14 +23,6 @@ std::vector<ParameterRange> merged(std::vector<ParameterRange> ranges) {
   return out;
 }
 
-// Where each micro-batch's last action on a stage is: its activation set goes
-// back to the pool after it (and after the sends from it are done).
-std::vector<std::size_t> last_actions(const std::vector<PipeAction>& actions, int microbatches) {
-  std::vector<std::size_t> last(std::size_t(microbatches), 0);
-  for (std::size_t i = 0; i < actions.size(); ++i) last[std::size_t(actions[i].microbatch)] = i;
-  return last;
-}
-
 // The activation sets a stage needs: a micro-batch takes one at its first
 // action here and gives it back after its last.
 int activation_sets(const std::vector<PipeAction>& actions, const std::vector<std::size_t>& last) {

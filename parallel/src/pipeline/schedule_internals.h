@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <limits>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,15 @@ inline std::vector<PipeAction>& actions_of(Schedule& s, int chunk) {
 }
 
 inline constexpr double kNever = std::numeric_limits<double>::infinity();
+
+// Where each micro-batch's last action on a stage is: the executor gives its
+// activation set back to the pool after it, once the sends from it are done
+// (received: a send completes when its receive is posted).
+inline std::vector<std::size_t> last_actions(std::span<const PipeAction> actions, int microbatches) {
+  std::vector<std::size_t> last(std::size_t(microbatches), 0);
+  for (std::size_t i = 0; i < actions.size(); ++i) last[std::size_t(actions[i].microbatch)] = i;
+  return last;
+}
 
 // The greedy placement of the zero-bubble schedules (zero_bubble.cpp): fills
 // `empty` (from empty_schedule) with each chunk's forwards and split

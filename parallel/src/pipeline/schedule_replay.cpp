@@ -2,7 +2,9 @@
 // pipeline_schedule.h lists checked where an action could break it.
 //
 // Each stage runs its actions in order until one is a receive whose message
-// has not been sent; the stages take turns until none can go on. A stage's
+// has not been sent, or until, after a micro-batch's last action there, the
+// messages it sent from that micro-batch are not yet received (the executor
+// frees its activations only then); the stages take turns until none can go on. A stage's
 // clock advances by each action's time (PipeTimes), a send's message arrives
 // PipeTimes::message after it, and a receive waits for its message: the
 // clocks and the work between them are the timeline a ScheduleRun reports.
@@ -51,7 +53,9 @@ struct Message {
 // One stage as far as the replay has run it.
 struct StageReplay {
   std::span<const PipeAction> actions;
+  std::vector<std::size_t> last_action;  // by micro-batch
   std::size_t next = 0;  // the action it runs next
+  int leaving = -1;      // the micro-batch whose last action it ran, until what it sent is received
   double clock = 0;
   int kept = 0, peak_kept = 0;  // chunk activations: forwarded, and their weights' gradient not yet done
   std::vector<ScheduleRun::Slot> slots;
@@ -65,6 +69,7 @@ class ScheduleReplay {
 
  private:
   bool step(int p);
+  bool sends_received(int p, int microbatch) const;
   void check_placement(int p, const PipeAction& a) const;
   void forward(int p, const PipeAction& a);
   void backward(int p, const PipeAction& a);
@@ -91,7 +96,10 @@ class ScheduleReplay {
 ScheduleReplay::ScheduleReplay(const Schedule& s, const PipeTimes& t)
     : s_(s), t_(t), progress_(s.chunks(), s.microbatches), stages_(s.stages) {
   int p = 0;
-  for (const std::vector<PipeAction>& actions : s.actions) stages_[p++].actions = actions;
+  for (const std::vector<PipeAction>& actions : s.actions) {
+    stages_[p].actions = actions;
+    stages_[p++].last_action = last_actions(actions, s.microbatches);
+  }
 }
 
 std::string ScheduleReplay::describe(const PipeAction& a) const {
@@ -106,9 +114,23 @@ void ScheduleReplay::fail(int p, std::string_view what) const {
                           describe(stage.actions[stage.next]), what));
 }
 
-// Runs stage p's next action if it can: false when it waits on a receive.
+// Whether every message stage p sent from micro-batch `microbatch` is received.
+bool ScheduleReplay::sends_received(int p, int microbatch) const {
+  for (const auto& [key, message] : messages_)
+    if (key.microbatch == microbatch && stage_of(s_, key.gradient ? key.to_chunk + 1 : key.to_chunk - 1) == p &&
+        !message.received)
+      return false;
+  return true;
+}
+
+// Runs stage p's next action if it can: false when it waits on a receive, its
+// own or (leaving a micro-batch) its peer's of what it sent.
 bool ScheduleReplay::step(int p) {
-  const StageReplay& stage = stages_[p];
+  StageReplay& stage = stages_[p];
+  if (stage.leaving >= 0) {
+    if (!sends_received(p, stage.leaving)) return false;
+    stage.leaving = -1;
+  }
   const PipeAction& a = stage.actions[stage.next];
   check_placement(p, a);
   switch (a.op) {
@@ -131,7 +153,8 @@ bool ScheduleReplay::step(int p) {
       if (!receive(p, a, true, a.chunk + 1)) return false;
       break;
   }
-  ++stages_[p].next;
+  if (stage.last_action[std::size_t(a.microbatch)] == stage.next) stage.leaving = a.microbatch;
+  ++stage.next;
   return true;
 }
 
@@ -226,10 +249,17 @@ bool ScheduleReplay::receive(int p, const PipeAction& a, bool gradient, int from
 // No point where every unfinished stage waits on a receive.
 void ScheduleReplay::check_no_deadlock() const {
   std::string waiting;
-  for (int p = 0; p < s_.stages; ++p)
-    if (const StageReplay& stage = stages_[p]; !stage.finished())
-      waiting += fmt::format("{}stage {} at action {} ({})", waiting.empty() ? "" : ", ", p, stage.next,
-                             describe(stage.actions[stage.next]));
+  for (int p = 0; p < s_.stages; ++p) {
+    const StageReplay& stage = stages_[p];
+    if (stage.finished()) continue;
+    waiting += waiting.empty() ? "" : ", ";
+    if (stage.leaving >= 0)
+      waiting += fmt::format("stage {} after action {} ({}), until what it sent of micro-batch {} is received (its "
+                             "activations are freed only then)",
+                             p, stage.next - 1, describe(stage.actions[stage.next - 1]), stage.leaving);
+    else
+      waiting += fmt::format("stage {} at action {} ({})", p, stage.next, describe(stage.actions[stage.next]));
+  }
   if (!waiting.empty())
     throw Error(fmt::format("{} schedule: deadlock: every unfinished stage waits on a receive: {}", s_.name, waiting));
 }
