@@ -266,7 +266,7 @@ TEST(Plan, WhatTheModelsShapeRefusesNamesTheOption) {
   const Architecture llama7 = model_preset("llama2-7b"), llama70 = model_preset("llama2-70b");
   const auto refused = [](const Architecture& m, int dp, int tp, int pp, int shard_group, bool sp) {
     Plan p;
-    p.dp = dp, p.tp = tp, p.pp = pp, p.shard_group = shard_group, p.sequence_parallel = sp;
+    p.dp = dp, p.tp = tp, p.pp = pp, p.shard_group = shard_group, p.sequence_parallel = sp, p.zero = 3;
     try {
       check_plan(m, p);
     } catch (const labkit::Error& e) {
@@ -285,6 +285,8 @@ TEST(Plan, WhatTheModelsShapeRefusesNamesTheOption) {
   EXPECT_EQ(refused(llama7, 6, 1, 1, 4, false), "--hsdp 4: shard groups must split --dp 6 evenly");
   EXPECT_EQ(refused(llama7, 1, 1, 1, 0, true).rfind("--sp: ", 0), 0u);
   EXPECT_EQ(refused(llama70, 4, 8, 4, 2, true), "(accepted)");
+  // Megatron-LM's rule: the stages hold equal layers.
+  EXPECT_EQ(refused(llama7, 1, 1, 7, 0, false), "--pp 7: llama2-7b's 32 layers do not cut into 7 equal stages");
 }
 
 // A what-if's sequence: the one given, else the learned context; a rotary model has none to fall back on.

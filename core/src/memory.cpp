@@ -311,8 +311,15 @@ void check_plan(const Architecture& m, const Plan& p) {
   if (p.pp > m.layers)
     throw Error(fmt::format("--pp {}: {} has {} layers, and each pipeline stage needs at least one", p.pp, m.name,
                             m.layers));
+  // Megatron-LM's rule (num_layers divisible by the pipeline size): the stages hold equal layers.
+  if (m.layers % p.pp != 0)
+    throw Error(fmt::format("--pp {}: {}'s {} layers do not cut into {} equal stages", p.pp, m.name, m.layers, p.pp));
   if (p.shard_group > 0 && p.dp % p.shard_group != 0)
     throw Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
+  if (p.shard_group > 0 && p.training && p.zero == 0)
+    throw Error(fmt::format("--hsdp {}: hybrid sharding shards ZeRO's model state within groups of {} and "
+                            "replicates it across them, and --zero 0 shards nothing (add --zero 1, 2 or 3)",
+                            p.shard_group, p.shard_group));
   if (p.sequence_parallel && p.tp == 1)
     throw Error("--sp: sequence parallelism splits the norms' and dropouts' activations over the tensor-parallel "
                 "ranks; with --tp 1 there are none to split over (add --tp)");
@@ -572,6 +579,7 @@ int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
     if (plan.training) {
       plan.dp = n;
       plan.zero = 3;
+      plan.shard_group = 0;  // sharded over all n
     } else {
       plan.tp = n;
     }
@@ -600,8 +608,9 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
         r.reasons.push_back("TP splits every layer's weights and KV heads; it needs NVLink, so it stays in a node");
       } else {
         p.tp = std::min(per_node, gpus);
-        for (p.pp = 2; p.pp * p.tp <= gpus && !fits(p).fits(); p.pp *= 2) {}
-        if (p.pp * p.tp <= gpus) {
+        const auto can_stage = [&](int pp) { return pp * p.tp <= gpus && model.layers % pp == 0; };
+        for (p.pp = 2; can_stage(p.pp) && !fits(p).fits(); p.pp *= 2) {}
+        if (can_stage(p.pp)) {
           r.tp = p.tp, r.pp = p.pp;
           r.strategy = fmt::format("TP {} inside each node x PP {} across nodes", p.tp, p.pp);
           r.reasons.push_back("one node is not enough: pipeline stages across nodes only pass activations");
@@ -641,12 +650,14 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
       p.zero = 3;
       p.tp = std::min(per_node, gpus);
       p.sequence_parallel = true;
-      // Each doubling of the stages halves the replicas that shard the model state.
-      for (p.pp = 1; p.tp * p.pp <= gpus; p.pp *= 2) {
+      // Each doubling of the stages halves the replicas that shard the model
+      // state; the stages hold equal layers.
+      const auto can_stage = [&](int pp) { return p.tp * pp <= gpus && model.layers % pp == 0; };
+      for (p.pp = 1; can_stage(p.pp); p.pp *= 2) {
         p.dp = gpus / (p.tp * p.pp);
         if (fits(p).fits()) break;
       }
-      if (p.tp * p.pp <= gpus) {
+      if (can_stage(p.pp)) {
         r.tp = p.tp, r.pp = p.pp, r.dp = p.dp;
         r.strategy = fmt::format("TP {}", p.tp);
         if (p.pp > 1) r.strategy += fmt::format(" x PP {}", p.pp);

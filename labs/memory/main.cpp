@@ -30,6 +30,7 @@ namespace lab = labkit::lab;
 namespace {
 // The views that --inference has no use for, refused with the reason.
 void check_inference_views(const CLI::App& app, const std::string& sweep, bool timeline, int zero) {
+  cli::refuse_unread(app, "--inference", {"--sp", "--virtual", "--hsdp"});
   if (!sweep.empty()) throw labkit::Error("--sweep " + sweep + ": sweeps compare training plans");
   if (timeline)
     throw labkit::Error("--timeline: the memory over one training step (gradients, the optimizer's step); "
@@ -70,8 +71,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     const Architecture arch = model_preset(o.model);
+    if (o.inference) check_inference_views(app, sweep, timeline, o.plan.zero);
     const Plan plan = memory_lab::make_plan(o, arch);
-    if (o.inference) check_inference_views(app, sweep, timeline, plan.zero);
     if (!plot.empty() && sweep != "zero") throw labkit::Error("--plot " + plot + ": draws --sweep zero (add it)");
     const Gpu device = gpu_preset(o.gpu);
 
