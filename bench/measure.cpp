@@ -24,7 +24,7 @@ void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_b
   app.add_option("-w,--warmup_iters", s.warmup, "untimed calls first")->capture_default_str()->check(cli::at_least(0));
   app.add_option_function<std::string>(
          "-d,--datatype", [&s](const std::string& name) { s.dtype = parse_dtype(name); },
-         "element type: f32, f64, i32, i64 or bf16")
+         "element type: f32, f64, i32, i64, bf16 or u8")
       ->default_str(std::string(name_of(s.dtype)))
       ->check(cli::parsed_by([](const std::string& name) { parse_dtype(name); }));
   app.add_option("-R,--rounds", s.rounds,

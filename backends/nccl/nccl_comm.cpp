@@ -80,6 +80,9 @@ NcclComm::NcclComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* trac
     MPI_Comm_size(host, &local_ranks);
     MPI_Comm_free(&host);
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    if (gpus == 0)
+      fail(who(), "nccl", "{} rank{} on this host but no GPU: NCCL needs a GPU of its own for every rank (--backend "
+           "mpi runs the lab on processes alone)", local_ranks, local_ranks == 1 ? "" : "s");
     if (local_ranks > gpus)
       fail(who(), "nccl", "{} ranks on this host but {} GPU{}: NCCL needs a GPU of its own for every rank (use -np {} "
            "or fewer per host)", local_ranks, gpus, gpus == 1 ? "" : "s", gpus);

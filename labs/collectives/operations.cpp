@@ -220,11 +220,16 @@ void refuse_unused_options(const CLI::App& app, const Options& o, const std::vec
   const auto refuse = [&](const std::string& option, const std::string& value, const std::vector<std::string>& users,
                           std::string_view lacks) {
     if (app.count(option) && o.op != "all" && std::find(users.begin(), users.end(), o.op) == users.end())
-      throw Error(
-          fmt::format("{} {}: --op {} {} (only {} take it)", option, value, o.op, lacks, fmt::join(users, ", ")));
+      throw Error(fmt::format("{}{}: --op {} {} (only {} take it)", option, value.empty() ? "" : " " + value, o.op,
+                              lacks, fmt::join(users, ", ")));
   };
   refuse("--root", std::to_string(o.root), {"broadcast", "reduce", "gather", "scatter"}, "has no root");
   refuse("--reduce-op", o.reduce_op, {"reduce", "all_reduce", "reduce_scatter"}, "reduces nothing");
+  std::vector<std::string> collectives = every_operation();
+  std::erase(collectives, "send_recv");
+  refuse("--compute", format_seconds(o.compute), collectives,
+         "is point-to-point, and the compute runs beside a collective");
+  refuse("--nonblocking", "", collectives, "is point-to-point, and it starts a collective");
   // --algo NAME picks NAME for every collective that has one so named (run.h);
   // COLLECTIVE=NAME is checked where it is parsed.
   for (const std::string& name : algos) {

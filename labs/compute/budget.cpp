@@ -91,7 +91,8 @@ nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
     table.add({r.model, {r.params, count(r.params)}, {r.tokens, count(r.tokens)}, lab::number(flops, "{:.2e}"),
                lab::number(r.reading_flops, "{:.1e}"), {hours, grouped(hours)},
                {r.reading_hours, rounded(r.reading_hours)}, {its_mfu, fmt::format("{:.0f}%", its_mfu * 100)},
-               differs ? fmt::format("differs: {}", r.note) : "", differs});
+               differs ? fmt::format("differs: {}", gpu.name == "a100" ? r.note : "the reading counts A100-hours") : "",
+               differs});
   }
   const double gpt4 = training_flops(kGpt4Active, 13e12), epigraph = kGpt4Gpus * kGpt4Days * 24;
   const double epigraph_mfu = implied_mfu(gpt4, epigraph, accelerator("a100").roof.peak_flops);

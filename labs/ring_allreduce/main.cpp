@@ -63,7 +63,12 @@ int main(int argc, char** argv) {
                               "run --compare (and --trace)", run_options.backend));
     if (!app.count("--ranks")) run_options.ranks = cmp ? 16 : scaled ? 4096 : 4;
     if (scaled) return ring_lab::scale(run_options, parse_bytes(bytes), json);
-    if (!cmp) return ring_lab::walk_ring(run_options);
+    if (!cmp) {
+      if (run_options.payload_free)
+        throw Error("--payload-free: --step shows what each chunk holds, and a payload-free run moves none (--compare "
+                    "and --scale time sizes alone)");
+      return ring_lab::walk_ring(run_options);
+    }
     ring_lab::settle_sweep(app, run_options, compare);
     return ring_lab::compare(run_options, compare);
   });
