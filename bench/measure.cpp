@@ -47,6 +47,10 @@ std::vector<std::size_t> counts_of(const Settings& s, int ranks) {
     if (count > 0) counts.push_back(count);
     if (bytes > s.max_bytes / s.factor) break;  // the next size would wrap past 2^64
   }
+  if (counts.empty())
+    throw Error(fmt::format("--minbytes {} --maxbytes {}: no size holds a whole {} for each of the {} ranks (the "
+                            "smallest that does is {} bytes)",
+                            s.min_bytes, s.max_bytes, name_of(s.dtype), ranks, size_of(s.dtype) * std::size_t(ranks)));
   return counts;
 }
 
