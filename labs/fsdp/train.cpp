@@ -94,9 +94,9 @@ void describe_shards(const Comm& comm, const FullyShardedGpt& sharded, const Gpt
 // keeps them whole from forward to backward; that second time from hpZ's
 // secondary shards, padded for its group. HSDP adds the shards' allreduce
 // across the groups. qwZ: the forward's gathers send the shard of every rank
-// of the group as int8 blocks and their scales. qgZ: each reduce-scatter is two all-to-alls
-// of int4 blocks, the node's G ranks n shards each, then the n nodes a shard
-// each (Wang et al. 2023).
+// of the group as int8 blocks and their scales. qgZ: each reduce-scatter is
+// two all-to-alls of int4 blocks, the node's G ranks n shards each, then the n
+// nodes a shard each (Wang et al. 2023).
 double zero_formula(const FullyShardedGpt& sharded, const Options& o, bool quantized, const StageRun& r) {
   const auto& units = sharded.units();
   const double padded = double(r.parameters + r.padding);
