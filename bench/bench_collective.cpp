@@ -86,6 +86,7 @@ int main(int argc, char** argv) {
         throw Error(fmt::format("--algos: {}", e.what()));
       }
     }
+    refuse_one_simulated_rank(run_options);
     run_options.check_arguments = false;  // time the collective alone
     if (run_options.backend == "nccl") s.where = DeviceKind::cuda;
     std::vector<Row> rows;

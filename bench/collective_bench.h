@@ -20,6 +20,10 @@ namespace CLI {
 class App;  // CLI11's, from <CLI/CLI.hpp> where options are added
 }
 
+namespace labkit {
+struct RunOptions;  // labkit/run.h
+}
+
 namespace labkit::bench {
 
 struct CollectiveBench {
@@ -59,6 +63,10 @@ struct Settings {
 void add_sweep_options(CLI::App& app, std::string& min_bytes, std::string& max_bytes, Settings& s);
 // -b and -e into s; throws unless -b <= -e.
 void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max_bytes);
+// One simulated rank: a collective there moves nothing and takes no virtual
+// time, so its bandwidth would be infinite. Refused (a process under mpirun
+// takes its real time, and nccl-tests' busbw of 0).
+void refuse_one_simulated_rank(const RunOptions& run);
 // The element counts from -b to -e, times -f: whole blocks per rank, as nccl-tests aligns them.
 std::vector<std::size_t> counts_of(const Settings& s, int ranks);
 

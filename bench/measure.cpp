@@ -7,6 +7,7 @@
 #include "labkit/algorithms.h"
 #include "labkit/cli.h"
 #include "labkit/error.h"
+#include "labkit/run.h"
 #include "labkit/tensor.h"
 #include "labkit/units.h"
 #ifdef LABKIT_HAVE_MPI
@@ -37,6 +38,12 @@ void set_sizes(Settings& s, const std::string& min_bytes, const std::string& max
   s.min_bytes = parse_bytes(min_bytes);
   s.max_bytes = parse_bytes(max_bytes);
   if (s.min_bytes > s.max_bytes) throw Error("--minbytes " + min_bytes + " is larger than --maxbytes " + max_bytes);
+}
+
+void refuse_one_simulated_rank(const RunOptions& run) {
+  if (run.backend == "sim" && run.ranks == 1)
+    throw Error("--ranks 1: a collective on one simulated rank moves nothing and takes no time, so it has no "
+                "bandwidth to time (--ranks 2 or more)");
 }
 
 std::vector<std::size_t> counts_of(const Settings& s, int ranks) {

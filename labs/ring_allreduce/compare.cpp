@@ -146,6 +146,7 @@ void settle_sweep(const CLI::App& app, const RunOptions& run, CompareOptions& o)
 int compare(const RunOptions& run_options, const CompareOptions& o) {
   if (!run_options.trace.empty())
     throw Error("--compare sweeps every size and algorithm; trace one with --step or the collectives lab");
+  refuse_one_simulated_rank(run_options);
   const Topology topology = find_topology(run_options.topology);
   const CollectiveBench& all_reduce = find_bench("all_reduce");
   RunOptions run_all = run_options;
