@@ -116,10 +116,11 @@ void ScheduleReplay::fail(int p, std::string_view what) const {
 
 // Whether every message stage p sent from micro-batch `microbatch` is received.
 bool ScheduleReplay::sends_received(int p, int microbatch) const {
-  for (const auto& [key, message] : messages_)
-    if (key.microbatch == microbatch && stage_of(s_, key.gradient ? key.to_chunk + 1 : key.to_chunk - 1) == p &&
-        !message.received)
-      return false;
+  for (const auto& [key, message] : messages_) {
+    // An activation comes from the chunk before its receiver, a gradient from the chunk after.
+    const int from_chunk = key.gradient ? key.to_chunk + 1 : key.to_chunk - 1;
+    if (key.microbatch == microbatch && stage_of(s_, from_chunk) == p && !message.received) return false;
+  }
   return true;
 }
 
