@@ -65,7 +65,7 @@ int mpirun_processes() {
 
 }  // namespace
 
-void add_run_options(CLI::App& app, RunOptions& o) {
+void add_run_options(CLI::App& app, RunOptions& o, RunOptionSet set) {
   // Under mpirun -np gives the ranks, unless --ranks does (it is read after --backend): a lab checks its
   // shape against them before MPI starts, as on the simulator.
   app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")
@@ -83,13 +83,15 @@ void add_run_options(CLI::App& app, RunOptions& o) {
                  "models it) or serial (a port carries one message at a time)")
       ->capture_default_str()->check(cli::one_of("network", {"fair", "serial"}));
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file")->check(cli::output_file());
-  app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
-      ->check(cli::parsed_by(algorithm_choices));
   app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");
-  app.add_option("--efficiency", o.efficiency, "sim: fraction of device peak FLOP/s that compute reaches")
-      ->capture_default_str()->check(cli::above(0.0, 1.0));
-  app.add_option("--straggler", o.stragglers, "sim: RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
-      ->check(cli::parsed_by(parse_straggler));
+  if (set == RunOptionSet::all) {
+    app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
+        ->check(cli::parsed_by(algorithm_choices));
+    app.add_option("--efficiency", o.efficiency, "sim: fraction of device peak FLOP/s that compute reaches")
+        ->capture_default_str()->check(cli::above(0.0, 1.0));
+    app.add_option("--straggler", o.stragglers, "sim: RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
+        ->check(cli::parsed_by(parse_straggler));
+  }
   app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
       ->capture_default_str()->check(cli::above(0.0));
   CLI::Option* fail = app.add_option("--fail-rank", o.fail_rank, "stop this rank at time --at (sim: virtual time; "
@@ -114,6 +116,12 @@ void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
 Comm::CollectiveCalls& calls_this_process() {
   static Comm::CollectiveCalls calls;
   return calls;
+}
+
+// The simulated ranks that computed for any time in the runs of this process.
+std::set<int>& ranks_that_computed() {
+  static std::set<int> ranks;
+  return ranks;
 }
 
 std::vector<double> parse_speeds(const RunOptions& o) {
@@ -217,6 +225,8 @@ RunResult run_on_backend(const RunOptions& o, const RankFn& rank_fn) {
     throw;
   }
   write_trace();
+  for (int r = 0; r < o.ranks; ++r)
+    if (engine.computed()[r]) ranks_that_computed().insert(r);
   // A run that returns had no failure: the rank finished before its time came
   // (a run stopped early, o.stop_at, may end before it too).
   const bool finished_first = o.fail_rank >= 0 && std::isinf(o.stop_at);
@@ -249,6 +259,17 @@ void check_algorithms_ran(const std::vector<std::string>& algos) {
                             one ? name_of(choices.front().first) : "collective", choices.front().second,
                             ran.empty() ? "no collective ran at all" : fmt::format("what ran: {}", fmt::join(ran, ", "))));
   }
+}
+
+void check_compute_options_ran(const std::vector<std::string>& stragglers, const std::vector<std::string>& efficiency) {
+  const std::set<int>& computed = ranks_that_computed();
+  if (!efficiency.empty() && computed.empty())
+    throw Error(fmt::format("--efficiency {}: changed nothing: no rank computed on the simulator (it sets how fast "
+                            "they compute)", efficiency.front()));
+  for (const std::string& spec : stragglers)
+    if (const int rank = parse_straggler(spec).first; !computed.contains(rank))
+      throw Error(fmt::format("--straggler {}: changed nothing: rank {} computed nothing on the simulator (it slows "
+                              "a rank's compute)", spec, rank));
 }
 
 }  // namespace labkit

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(cli::in_range(0, 1));
   app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON");
   app.add_option("--algos", algos, "native, baseline and labkit algorithms to run (default: all)");
-  add_run_options(app, run_options);
-  app.remove_option(app.get_option("--algo"));  // --algos names the algorithms, each timed in turn
+  add_run_options(app, run_options, RunOptionSet::collective_timing);
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -66,8 +66,7 @@ int main(int argc, char** argv) {
   app.add_option("--tolerance", tolerance, "--check: the relative error it calls within the fit (it informs: the exit "
                  "status is the calibration's)")
       ->capture_default_str()->check(cli::above(0.0));
-  add_run_options(app, run_options);
-  app.remove_option(app.get_option("--algo"));  // --algos names the algorithms fitted, each timed in turn
+  add_run_options(app, run_options, RunOptionSet::collective_timing);
   CLI11_PARSE(app, argc, argv);
 
   try {

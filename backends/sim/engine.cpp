@@ -32,6 +32,7 @@ Engine::Engine(Options options)
     throw Error(fmt::format("sim: fail_rank={} at {} s: the rank must be below {} and the time 0 or more",
                             options_.fail_rank, options_.fail_at, options_.ranks));
   if (options_.speed.empty()) options_.speed.assign(options_.ranks, 1.0);
+  computed_.assign(options_.ranks, false);
   const Topology& t = options_.topology;
   // Ports 2r and 2r + 1: rank r's device out and in; then each node's NICs, out and in.
   const int nodes = (options_.ranks + t.devices_per_node - 1) / t.devices_per_node;
@@ -171,6 +172,7 @@ void Engine::make_ready(int rank, double at) {
 }
 
 void Engine::advance(int rank, double seconds) {
+  if (seconds > 0) computed_[actor(rank).endpoint] = true;
   actor(rank).now += seconds / options_.speed[actor(rank).endpoint];
   sync(rank);
 }

@@ -96,6 +96,9 @@ class Engine {
   // Options::fail_rank's clock: when it failed, or when it finished first (it then never failed).
   double failing_rank_time() const { return ranks_.at(options_.fail_rank).now; }
   std::uint64_t messages() const { return messages_; }
+  // Whether each rank computed for any time (advance): --straggler and
+  // --efficiency change nothing in a run where no rank does.
+  const std::vector<bool>& computed() const { return computed_; }
   const Options& options() const { return options_; }
 
   // The rank whose own code runs at this moment (-1: the engine). While a rank
@@ -320,6 +323,7 @@ class Engine {
   // (time, rank) to resume, earliest first; rank -1 is the failure (Options::fail_rank).
   std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>> ready_;
   std::uint64_t messages_ = 0;
+  std::vector<bool> computed_;  // by global rank
   std::atomic<int> running_ = -1;
   std::string error_;
   bool failed_ = false;

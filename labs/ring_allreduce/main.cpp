@@ -49,9 +49,9 @@ int main(int argc, char** argv) {
       ->check(cli::output_file());
   app.add_option("--bytes", bytes, "--scale: allreduce size")
       ->capture_default_str()->check(cli::byte_size())->needs(scale_flag);
-  for (CLI::Option* option : cli::added_by(app, [&] { add_run_options(app, run_options); }))
+  const auto add_ours = [&] { add_run_options(app, run_options, RunOptionSet::collective_timing); };
+  for (CLI::Option* option : cli::added_by(app, add_ours))
     whatif_flag->excludes(option);
-  app.remove_option(app.get_option("--algo"));  // every run here picks its own algorithms
   return lab::run_main(app, argc, argv, [&] {
     compare.json = what_if.json = json;
     if (!json.empty() && !cmp && !whatif && !scaled)

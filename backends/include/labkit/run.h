@@ -60,12 +60,18 @@ struct RunResult {
 
 using RankFn = std::function<void(Comm&)>;
 
+// Which of the run options a program takes: all of them, or, where a program
+// times collectives and picks their algorithms itself (ring_allreduce, the
+// collective benchmark, calibrate), all but --algo, --efficiency and
+// --straggler (nothing there computes).
+enum class RunOptionSet { all, collective_timing };
+
 // Adds --backend, --ranks, --topology, --network, --trace, --algo, --payload-free,
 // --efficiency, --straggler, --deadlock-timeout, --fail-rank and --at to a lab's
 // command line.
 // Under mpirun, it also quiets standard output on every process but rank 0's, so
 // a lab prints once, as it does on the simulator.
-void add_run_options(CLI::App& app, RunOptions& options);
+void add_run_options(CLI::App& app, RunOptions& options, RunOptionSet set = RunOptionSet::all);
 
 // What set `o.ranks`, for a message that names it: "--ranks", or under mpirun "-np".
 std::string_view ranks_flag(const RunOptions& o);
@@ -80,6 +86,11 @@ RunResult run(const RunOptions& options, const RankFn& rank_fn);
 // of them ran with is an error that says what ran (ddp --algo all_to_all=pairwise
 // changed nothing: DDP calls no all_to_all). "native" is the default, always met.
 void check_algorithms_ran(const std::vector<std::string>& algos);
+
+// After a lab's runs: --efficiency (its values) where no simulated rank
+// computed, and each --straggler whose rank computed nothing, are errors (the
+// collectives lab moves data and computes nothing: they changed nothing).
+void check_compute_options_ran(const std::vector<std::string>& stragglers, const std::vector<std::string>& efficiency);
 
 // When set, run() calls it on the simulator once the options are checked, before
 // any rank starts, and it may throw to stop there: the option fuzzers (fuzz/)
