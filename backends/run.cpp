@@ -118,10 +118,15 @@ Comm::CollectiveCalls& calls_this_process() {
   return calls;
 }
 
-// The simulated ranks that computed for any time in the runs of this process.
-std::set<int>& ranks_that_computed() {
-  static std::set<int> ranks;
-  return ranks;
+// What the simulator's runs of this process did that its options shape: the
+// ranks that computed for any time, and the point-to-point messages delivered.
+struct Simulated {
+  std::set<int> ranks_that_computed;
+  std::uint64_t messages = 0;
+};
+Simulated& simulated_this_process() {
+  static Simulated simulated;
+  return simulated;
 }
 
 std::vector<double> parse_speeds(const RunOptions& o) {
@@ -220,13 +225,14 @@ RunResult run_on_backend(const RunOptions& o, const RankFn& rank_fn) {
   };
   try {
     engine.run(with_algorithms);
-  } catch (const RankFailedError&) {
-    write_trace();  // it shows where the rank failed and what that cut short
+  } catch (const Error&) {
+    write_trace();  // a failed rank, a deadlock, a rank's error: the trace shows where, and what that cut short
     throw;
   }
   write_trace();
   for (int r = 0; r < o.ranks; ++r)
-    if (engine.computed()[r]) ranks_that_computed().insert(r);
+    if (engine.computed()[r]) simulated_this_process().ranks_that_computed.insert(r);
+  simulated_this_process().messages += engine.messages();
   // A run that returns had no failure: the rank finished before its time came
   // (a run stopped early, o.stop_at, may end before it too).
   const bool finished_first = o.fail_rank >= 0 && std::isinf(o.stop_at);
@@ -244,6 +250,7 @@ RunResult run(const RunOptions& o, const RankFn& rank_fn) {
   return result;
 }
 
+namespace {
 void check_algorithms_ran(const std::vector<std::string>& algos) {
   const Comm::CollectiveCalls& calls = calls_this_process();
   std::vector<std::string> ran;  // "all_reduce (ring)"
@@ -261,15 +268,27 @@ void check_algorithms_ran(const std::vector<std::string>& algos) {
   }
 }
 
-void check_compute_options_ran(const std::vector<std::string>& stragglers, const std::vector<std::string>& efficiency) {
-  const std::set<int>& computed = ranks_that_computed();
-  if (!efficiency.empty() && computed.empty())
+// What --option was given, or nothing where the program does not take it.
+std::vector<std::string> given(const CLI::App& app, const std::string& option) {
+  const CLI::Option* o = app.get_option_no_throw(option);
+  return o ? o->results() : std::vector<std::string>{};
+}
+}  // namespace
+
+void check_run_options_took_effect(const CLI::App& app) {
+  check_algorithms_ran(given(app, "--algo"));
+  const Simulated& simulated = simulated_this_process();
+  if (const auto efficiency = given(app, "--efficiency"); !efficiency.empty() && simulated.ranks_that_computed.empty())
     throw Error(fmt::format("--efficiency {}: changed nothing: no rank computed on the simulator (it sets how fast "
                             "they compute)", efficiency.front()));
-  for (const std::string& spec : stragglers)
-    if (const int rank = parse_straggler(spec).first; !computed.contains(rank))
+  for (const std::string& spec : given(app, "--straggler"))
+    if (const int rank = parse_straggler(spec).first; !simulated.ranks_that_computed.contains(rank))
       throw Error(fmt::format("--straggler {}: changed nothing: rank {} computed nothing on the simulator (it slows "
                               "a rank's compute)", spec, rank));
+  if (const auto network = given(app, "--network"); !network.empty() && simulated.messages == 0)
+    throw Error(fmt::format("--network {}: changed nothing: no rank sent a message (it shares the ports between "
+                            "messages; native collectives are costed by the NCCL model, and --algo runs them as "
+                            "messages)", network.front()));
 }
 
 }  // namespace labkit

@@ -23,7 +23,6 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <new>
 #include <type_traits>
 #include <vector>
 
@@ -39,6 +38,7 @@ namespace {
 constexpr std::size_t kAlignment = 256;                    // cudaMalloc's
 constexpr std::size_t kHugePage = std::size_t(2) << 20;     // a transparent huge page of x86-64 and arm64
 constexpr std::size_t kReserved = std::size_t(64) << 30;    // address space, not memory: a page costs once touched
+constexpr std::size_t kLeastReserved = std::size_t(1) << 30;  // where a limit on address space (ulimit -v) allows less
 
 struct Allocation {
   std::uint64_t id;   // the device's n-th allocation, from 1
@@ -53,7 +53,8 @@ struct Allocation {
 // after main returns.
 struct Registry {
   std::mutex lock;
-  char* memory = nullptr;  // kReserved bytes, reserved on the first allocation
+  char* memory = nullptr;  // `reserved` bytes, reserved on the first allocation
+  std::size_t reserved = 0;
   std::size_t carved = 0;  // its first bytes, handed out so far
   std::size_t mapped = 0;  // carved rounded up to whole huge pages: what an op opens
   int opened = 0;          // ops running now
@@ -66,7 +67,7 @@ std::atomic<bool> any_allocated = false;
 
 bool in_reservation(const void* p) {
   const auto at = reinterpret_cast<std::uintptr_t>(p), first = reinterpret_cast<std::uintptr_t>(registry.memory);
-  return registry.memory && at >= first && at < first + kReserved;
+  return registry.memory && at >= first && at < first + registry.reserved;
 }
 
 // The allocation holding `p`, or null. Under registry.lock.
@@ -147,15 +148,21 @@ void install_fault_handler() {
   });
 }
 
-// Under registry.lock. The reservation is madvised for huge pages: without
-// them (THP off) everything works, four KiB at a time.
+// Under registry.lock. kReserved, or half as much again and again down to
+// kLeastReserved where the process's address space is limited. The reservation
+// is madvised for huge pages: without them (THP off) everything works, four
+// KiB at a time.
 void reserve() {
-  void* p = mmap(nullptr, kReserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED)
-    throw Error(fmt::format("fenced device: reserving {} GiB of address space failed: {}", kReserved >> 30,
-                            std::strerror(errno)));
-  madvise(p, kReserved, MADV_HUGEPAGE);
-  registry.memory = static_cast<char*>(p);
+  for (std::size_t bytes = kReserved; bytes >= kLeastReserved; bytes /= 2) {
+    void* p = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) continue;
+    madvise(p, bytes, MADV_HUGEPAGE);
+    registry.memory = static_cast<char*>(p);
+    registry.reserved = bytes;
+    return;
+  }
+  throw Error(fmt::format("fenced device: reserving even {} GiB of address space failed: {} (is it limited, "
+                          "ulimit -v?)", kLeastReserved >> 30, std::strerror(errno)));
 }
 
 // A released block of at most twice the size is reused (zeroed, as allocate
@@ -176,7 +183,10 @@ void* fenced_allocate(std::size_t bytes) {
     std::memset(p, 0, bytes);
     close_memory();
   } else {
-    if (registry.carved + block > kReserved) throw std::bad_alloc();
+    if (registry.carved + block > registry.reserved)
+      throw Error(fmt::format("fenced device: allocating {} bytes: its {} GiB of address space are used up{}", bytes,
+                              registry.reserved >> 30,
+                              registry.reserved < kReserved ? " (the most the address space's limit allowed)" : ""));
     p = registry.memory + registry.carved;
     registry.carved += block;
     const std::size_t mapped = (registry.carved + kHugePage - 1) / kHugePage * kHugePage;

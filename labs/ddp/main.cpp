@@ -12,6 +12,8 @@
 // MODEL, --sweep ranks=A..B or bucket-mb=A..B, --volume; --bench what the
 // simulation costs (bench.cpp); --compress bf16, powersgd:R or topk:F beside the
 // uncompressed averaging (compression.cpp).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "ddp.h"
@@ -50,6 +52,10 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
     if (o.bench) also({"--mode", "--compress", "--trace"});
   }
   cli::refuse_unread(app, run, unread);
+  // Naive averaging reduces the whole gradient at once, in no bucket.
+  if (!o.volume && o.sweep.over.empty() &&
+      std::all_of(o.modes.begin(), o.modes.end(), [](const std::string& m) { return m == "naive"; }))
+    cli::refuse_unread(app, "--mode naive (one all-reduce of the whole gradient)", {"--bucket-mb", "--first-bucket-mb"});
 }
 
 }  // namespace

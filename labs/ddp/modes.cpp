@@ -84,6 +84,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
     const double grads = relative_difference(r.first_grads, one_rank.first_grads);
     const double weights = relative_difference(r.weights, one_rank.weights);
     const std::string mode(name_of(r.mode));
+    verdict.trained(mode, r.losses);
     verdict.within(mode + ": first gradients", grads, grad_limit);
     verdict.within(mode + ": weights", weights, weight_limit);
     verdict.require(r.ranks_agree, mode + ": ranks' weights differ");

@@ -76,9 +76,8 @@ lab::Table stages_table(std::size_t name_width) {
 
 void add_row(lab::Table& table, const StageRun& r, const Options& o, double weights, double limit) {
   const auto n = double(r.parameters);
-  table.add({{r.stage, r.name}, kept(r.stage, r.shard_group, r.ranks),
-             {r.shard, fmt::format("{}", r.stage == 0 ? r.parameters : r.shard)},
-             {r.padding, fmt::format("{}", r.stage == 0 ? 0 : r.padding)}, lab::number(r.volume, "{:.0f}"),
+  const auto shard = r.stage == 0 ? r.parameters : r.shard, padding = r.stage == 0 ? 0 : r.padding;  // 0 keeps all
+  table.add({{r.stage, r.name}, kept(r.stage, r.shard_group, r.ranks), shard, padding, lab::number(r.volume, "{:.0f}"),
              {r.volume * sizeof(float), format_bytes(std::uint64_t(r.volume * sizeof(float)))},
              lab::number(r.formula, "{:.0f}"), fmt::format("{:.2f}x", r.volume / n), lab::seconds(r.step_seconds),
              {r.losses, fmt::format("{:.4f}", r.losses.back())}, lab::number(weights, "{:.1e}"),
@@ -167,6 +166,7 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
   for (const StageRun& r : runs) {
     const double weights = relative_difference(r.weights, one_rank);
     const std::string row = "stage " + r.name;
+    verdict.trained(row, r.losses);
     if (!r.quantized) verdict.within(row + ": weights", weights, limit);
     verdict.require(r.ranks_agree, row + ": ranks' weights differ");
     verdict.require(std::abs(r.volume - r.formula) < 0.5,

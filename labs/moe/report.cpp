@@ -164,7 +164,10 @@ int report(const Options& o, const RunOptions& run_options, const Sequences& dat
     fmt::print("wrote {}\n", o.plot);
   }
   const double limit = 1e-5;
+  std::vector<double> losses;
+  for (const StepRun& step : r.steps) losses.push_back(step.loss);
   lab::Verdict verdict;
+  verdict.trained("", losses);
   verdict.within("a rank's weights", r.weights_vs_one_rank, limit);
   verdict.require(r.drops_unlike_one_rank == 0,
                   fmt::format("{} assignments kept on one side and dropped on the other", r.drops_unlike_one_rank));

@@ -1,7 +1,7 @@
 // The tiny GPT with an MoE layer in each block, trained on ep ranks, each on
-// its consecutive share of every step's batch (parallel/moe_gpt.h); then rank 0,
-// alone, trains one rank on the whole batch: every rank must end with that
-// rank's weights, having dropped the same assignments.
+// its consecutive share of every step's batch (parallel/moe_gpt.h); then one
+// rank trains on the whole batch: every rank must end with that rank's
+// weights, having dropped the same assignments.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -23,66 +23,70 @@ namespace moe_lab {
 
 namespace {
 
-// One rank on the whole batch, trained once, on rank 0 (alone, a group of its
-// own), on the same batches: every rank's weights and which of its assignments
-// it kept (`kept`: by step and layer), gathered there, against that rank's. On
-// rank 0, the farthest rank's distance from its weights and how many
-// assignments one of them kept and the other dropped; on the others, zeros.
-std::pair<double, double> against_one_rank(Comm& comm, const Options& o, const Sequences& data,
-                                           const GptConfig& config, MoeGpt& model,
-                                           const std::vector<std::vector<std::uint8_t>>& kept) {
+// What the ranks hold after training, gathered on rank 0 (instruments:
+// untraced, free of virtual time): by rank, which of its assignments it kept
+// (by step and layer), its dense weights and its experts.
+struct Gathered {
+  std::vector<std::vector<std::uint8_t>> kept;
+  std::vector<std::vector<float>> dense, experts;
+};
+
+Gathered gather_weights(Comm& comm, MoeGpt& model, const std::vector<std::vector<std::uint8_t>>& kept) {
   std::vector<std::uint8_t> my_kept;
   for (const std::vector<std::uint8_t>& flags : kept) my_kept.insert(my_kept.end(), flags.begin(), flags.end());
-  const auto all_kept = comm.gather_objects(my_kept);
-  const auto all_dense = comm.gather_objects(model.dense().to_host());
-  const auto all_experts = comm.gather_objects(model.experts().to_host());
-  const std::unique_ptr<Comm> alone = comm.split(comm.rank() == 0 ? 0 : -1, 0);
-  if (comm.rank() != 0) return {0, 0};
-  progress_line("  training one rank, the reference to compare with");
-  // A group of one: the whole batch.
-  MoeTrainer trainer(*alone, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
-  MoeGpt& one = trainer.model();
-  const int L = config.layers;
-  const std::size_t share = kept.empty() ? 0 : kept[0].size();  // a rank's assignments, a step and layer
-  double unlike = 0;
-  for (int s = 0; s < o.steps; ++s) {
-    trainer.step(s);
-    for (int l = 0; l < L; ++l) {
-      const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
-      for (std::size_t r = 0; r < all_kept.size(); ++r)
-        for (std::size_t a = 0; a < share; ++a)
-          unlike += all_kept[r][std::size_t(s * L + l) * share + a] != all[r * share + a];
-    }
-  }
-  progress_line("");
-  const std::vector<float> dense = one.dense().to_host(), experts = one.experts().to_host();
+  return {comm.gather_objects(my_kept), comm.gather_objects(model.dense().to_host()),
+          comm.gather_objects(model.experts().to_host())};
+}
+
+// One rank on the whole batch, on the same batches, trained once the run is
+// over, in a simulation of its own (outside the run's trace, clock and memory):
+// the farthest rank's distance from its weights, and how many assignments one
+// of them kept and the other dropped.
+std::pair<double, std::int64_t> against_one_rank(const Options& o, const Sequences& data, const GptConfig& config,
+                                                 const Gathered& ranks) {
+  const int L = config.layers, ep = int(ranks.dense.size());
   double weights = 0;
-  for (std::size_t r = 0; r < all_dense.size(); ++r)
-    weights = std::max({weights, relative_difference(all_dense[r], dense),
-                        relative_difference(all_experts[r], model.experts_of(experts, int(r)))});
+  std::int64_t unlike = 0;
+  run(RunOptions{.ranks = 1}, [&](Comm& alone) {
+    progress_line("  training one rank, the reference to compare with");
+    MoeTrainer trainer(alone, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
+    MoeGpt& one = trainer.model();
+    const std::size_t share = ranks.kept[0].size() / std::size_t(o.steps * L);  // a rank's assignments, a layer
+    for (int s = 0; s < o.steps; ++s) {
+      trainer.step(s);
+      for (int l = 0; l < L; ++l) {
+        const std::vector<std::uint8_t>& all = one.layer(l).routing().kept;
+        for (int r = 0; r < ep; ++r)
+          for (std::size_t a = 0; a < share; ++a)
+            unlike += ranks.kept[r][std::size_t(s * L + l) * share + a] != all[r * share + a];
+      }
+    }
+    progress_line("");
+    const std::vector<float> dense = one.dense().to_host(), experts = one.experts().to_host();
+    for (int r = 0; r < ep; ++r)
+      weights = std::max({weights, relative_difference(ranks.dense[r], dense),
+                          relative_difference(ranks.experts[r], MoeGpt::experts_of(experts, L, r, ep))});
+  });
   return {weights, unlike};
 }
 
-// What a rank reports to rank 0 after the run, beside its losses and its
-// weights' distance from one rank's (run_training's).
+// What a rank reports to rank 0 after the run, beside its losses.
 struct RankReport {
   std::vector<MoeLayer::Traffic> traffic;  // by layer, the last step
   std::vector<MoeLayer::Phases> phases;    // by layer, the last step
-  double drops_unlike_one_rank = 0;
 };
 
 // Every rank's report, on rank 0 (instruments: untraced, free of virtual time).
 std::vector<RankReport> gather_reports(Comm& comm, const RankReport& mine) {
   const auto traffic = comm.gather_objects(mine.traffic);
   const auto phases = comm.gather_objects(mine.phases);
-  const auto drops = comm.gather_object(mine.drops_unlike_one_rank);
   std::vector<RankReport> all;
-  for (std::size_t r = 0; r < traffic.size(); ++r) all.push_back({traffic[r], phases[r], drops[r]});
+  for (std::size_t r = 0; r < traffic.size(); ++r) all.push_back({traffic[r], phases[r]});
   return all;
 }
 
-// The ranks' reports into the run: the bytes summed, each phase's time on the
-// rank slowest at it (every layer's summed) and every rank's unlike drops.
+// The ranks' reports into the run: the bytes summed, and each phase's time on
+// the rank slowest at it (every layer's summed).
 void add_reports(MoeRun& out, const std::vector<RankReport>& all) {
   const std::size_t layers = all[0].traffic.size();
   out.traffic.assign(layers, {});
@@ -91,7 +95,6 @@ void add_reports(MoeRun& out, const std::vector<RankReport>& all) {
       out.traffic[l].to_experts += r.traffic[l].to_experts;
       out.traffic[l].from_experts += r.traffic[l].from_experts;
     }
-    out.drops_unlike_one_rank += std::int64_t(r.drops_unlike_one_rank);
   }
   const auto slowest = [&](std::size_t l, double MoeLayer::Phases::*phase) {
     double most = 0;
@@ -110,6 +113,7 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
              bool compare) {
   const int L = config.layers;
   MoeRun out;
+  Gathered ranks;  // on rank 0, with `compare`
   const TrainingRun run = run_training(run_options, [&](Comm& comm, RankTraining& training) {
     MoeTrainer trainer(comm, config, o.moe, data, o.batch, o.seed, o.lr, parse_device(o.device));
     MoeGpt& model = trainer.model();
@@ -130,10 +134,10 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
       mine.traffic.push_back(model.layer(l).traffic());
       mine.phases.push_back(model.layer(l).phases());
     }
-    double weights_vs_one_rank = 0;
-    if (compare)
-      std::tie(weights_vs_one_rank, mine.drops_unlike_one_rank) = against_one_rank(comm, o, data, config, model, kept);
-    training.versus_one_rank(weights_vs_one_rank);
+    if (compare) {
+      Gathered gathered = gather_weights(comm, model, kept);
+      if (comm.rank() == 0) ranks = std::move(gathered);
+    }
     const std::vector<RankReport> all = gather_reports(comm, mine);
     if (comm.rank() == 0) add_reports(out, all);
   });
@@ -141,7 +145,7 @@ MoeRun train(const Options& o, const RunOptions& run_options, const Sequences& d
   // Each step's loss: the ranks' shares' mean, in rank order.
   for (const std::vector<double>& losses : run.losses)
     for (std::size_t s = 0; s < losses.size(); ++s) out.steps[s].loss += losses[s] / double(run.ranks);
-  out.weights_vs_one_rank = run.weights_vs_one_rank;
+  if (compare) std::tie(out.weights_vs_one_rank, out.drops_unlike_one_rank) = against_one_rank(o, data, config, ranks);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "labkit/cli.h"
@@ -116,11 +117,10 @@ int compare(const Options& o, const PipeTimes& times) {
       continue;
     }
     const ScheduleRun r = validate(s, chunk);
-    std::string in_flight;  // in micro-batches of a stage's layers: a chunk's activations are 1/V of them
-    for (int peak : r.peak_in_flight)
-      in_flight += fmt::format("{}{:g}", in_flight.empty() ? "" : " ", double(peak) / V);
+    std::vector<double> in_flight;  // in micro-batches of a stage's layers: a chunk's activations are 1/V of them
+    for (int peak : r.peak_in_flight) in_flight.push_back(double(peak) / V);
     table.add({std::string(name), V, lab::number(r.makespan, "{:.4g}"), lab::percent(r.bubble),
-               lab::percent(bubble_formula(s, chunk)), {r.peak_in_flight, in_flight}});
+               lab::percent(bubble_formula(s, chunk)), {in_flight, fmt::format("{:g}", fmt::join(in_flight, " "))}});
     panels.push_back({fmt::format("{}: bubble {:.1f}%{}", name, 100 * r.bubble,
                                   name == "naive" ? " (on a time axis of its own)" : ""),
                       r.slots, o.microbatches, name == "naive"});

@@ -99,7 +99,8 @@ void print_notes(const Schedule& schedule, const RunOptions& run_options, const 
              "the step's span), measured from their timelines; formula: {} at the measured times; played: the "
              "schedule played out at them with free messages; in flight: the micro-batches each stage held at "
              "once; act/stage 0: its tracker's peak of activations and their gradients; estimate: the memory "
-             "lab's for 1F1B's stage 0, P micro-batches of L/P layers = one through all L, llm.c's buffers)\n",
+             "lab's for 1F1B's stage 0, min(M, P) micro-batches of L/P layers (P of them: one through all L), "
+             "llm.c's buffers)\n",
              schedule.splits_backward() ? ", backward for the input alone" : "", formula_of(schedule));
   fmt::print("activations by stage, each tracker's peak: {} (the micro-batches each held at once, times a "
              "micro-batch's activations on its layers)\n",
@@ -178,17 +179,19 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
                      const Schedule& schedule) {
   const int P = o.stages, M = o.microbatches, V = schedule.virtual_stages, B = o.batch_or_default();
   if (M < P && schedule.name != "naive")
-    fmt::print("note: M = {} micro-batches for P = {} stages: the pipe never fills, and the bubble grows to "
-               "(P-1)/(M+P-1) = {:.1f}% (1F1B wants M >= P)\n", M, P, 100.0 * (P - 1) / (M + P - 1));
+    fmt::print("note: M = {} micro-batches for P = {} stages: the pipe never fills, and the bubble grows (the "
+               "formula column; 1F1B wants M >= P)\n", M, P);
   const PipelineRun r = train(o, run_options, data, config, schedule);
   if (r.stages.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
   const PipeTimes t = measured_times(r);
   const double measured = measured_bubble(r.stages), played = validate(schedule, t).bubble;
   const bool split = schedule.splits_backward();
-  // The memory lab's estimate for 1F1B's first stage: P micro-batches of its
-  // L/P layers, one micro-batch through every layer (llm.c's buffers).
-  const double estimate = memory::llmc_activation_bytes(architecture_of(config), config.max_seq, double(B) / M);
+  // The memory lab's estimate for 1F1B's first stage: min(M, P) micro-batches
+  // of its L/P layers; P of them hold what one micro-batch does through every
+  // layer (llm.c's buffers).
+  const double estimate = memory::llmc_activation_bytes(architecture_of(config), config.max_seq, double(B) / M) *
+                          std::min(M, P) / P;
   const int per_chunk = config.layers / (P * V);
   fmt::print("pipeline: tiny-gpt deepened to {} layers ({} parameters), {} stage{} x {} chunk{} of {} layer{}, "
              "{} micro-batches of {} x {} tokens, {}, {} step{}, sgd; the last step\n",
@@ -198,7 +201,7 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
   lab::Table table = training_table();
   table.print_header();
   table.add({schedule.name, P, M, V, lab::seconds(t.forward), lab::seconds(t.backward_input),
-             split ? lab::seconds(t.backward_weight) : lab::Cell{0.0, "-"}, lab::seconds(step_span(r.stages)),
+             split ? lab::seconds(t.backward_weight) : lab::Cell{nullptr, "-"}, lab::seconds(step_span(r.stages)),
              lab::percent(measured), lab::percent(bubble_formula(schedule, t)), lab::percent(played),
              stage_list(r.stages, [](const StageRun& s) { return s.activation_sets; }),
              format_bytes(std::uint64_t(r.stages[0].activation_peak)),
@@ -215,6 +218,7 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
   }
   const double limit = 1e-6;
   lab::Verdict verdict;
+  verdict.trained("", r.losses);
   verdict.within("a stage's weights", r.weights_vs_one_rank, limit);
   const int status = verdict.print(fmt::format("equal to one rank: every stage's weights within {:g} of one rank's "
                                                "after {} step{}", limit, o.steps, o.steps == 1 ? "" : "s"));

@@ -221,6 +221,7 @@ int tensor_parallel(const Options& o, const RunOptions& run_options, const Seque
   const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 6 && r.scatters_per_layer == 4
                                             : r.allreduces_per_layer == 4;
   lab::Verdict verdict;
+  verdict.trained("", r.losses);
   verdict.within("weights", r.weights_vs_dense, limit);
   verdict.require(collectives_as_megatron, fmt::format("{} per layer, where Megatron runs {}", collectives,
                                                        o.sp ? "6 AG + 4 RS" : "4 allreduces"));

@@ -55,8 +55,9 @@ std::string hint_for(const std::string& error) {
     return "\nHint: a rank returned while another still waits for its message: every send needs its receive on "
            "the peer, at every P and every rank (a loop bound or an `if` that lets a rank skip its part?).";
   if (error.starts_with("deadlock"))
-    return "\nHint: a blocking send returns only once its receive is posted, so two ranks that both send first wait "
-           "for each other; exchange with sendrecv (or isend/irecv, then wait).";
+    return "\nHint: a blocking send returns only once its receive is posted, and a receive once its message has "
+           "come, so two ranks that both send first, or both receive first, wait for each other; exchange with "
+           "sendrecv (or isend/irecv, then wait).";
   // Messages between two ranks on one tag match in the order posted, whatever their size.
   if (error.find("but the receive buffer holds") != std::string::npos)
     return "\nHint: a receive takes the first message from its peer with its tag, so sender and receiver must agree "

@@ -70,6 +70,7 @@ std::vector<Exercise> read_manifest(const fs::path& path, const std::vector<std:
   std::vector<Exercise> all, chosen;
   for (const json& e : json::parse(in)) all.push_back({e.at("lab"), e.at("exercise"), e.at("binary")});
   for (const std::string& lab : labs) {
+    if (std::any_of(chosen.begin(), chosen.end(), [&](const Exercise& e) { return e.lab == lab; })) continue;
     const auto before = chosen.size();
     for (const Exercise& e : all)
       if (e.lab == lab) chosen.push_back(e);
@@ -376,7 +377,7 @@ int main(int argc, char** argv) {
   app.add_option("labs", labs, "labs to grade (default: every graded lab)");
   app.add_option("--timeout", timeout, "seconds each test may run")->capture_default_str()->check(cli::in_range(0.1, 3600.0));
   app.add_option("--jobs", jobs, "tests run at once (default: the number of cores)")->check(cli::in_range(1, 1024));
-  app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here");
+  app.add_option("--gradescope", gradescope, "also write Gradescope's results.json here")->check(cli::output_file());
   app.add_option("--build-log", build_log, "the build's output (if there is one), to quote an exercise's compiler errors from");
   app.add_option("--manifest", manifest, "the exercises and their grade binaries")->capture_default_str();
   cli::one_line_errors(app);

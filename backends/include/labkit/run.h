@@ -82,15 +82,12 @@ std::string_view ranks_flag(const RunOptions& o);
 // Under --backend mpi every process of mpirun calls it, and each runs its own rank.
 RunResult run(const RunOptions& options, const RankFn& rank_fn);
 
-// After a lab's runs: each --algo choice (RunOptions::algos) that no collective
-// of them ran with is an error that says what ran (ddp --algo all_to_all=pairwise
-// changed nothing: DDP calls no all_to_all). "native" is the default, always met.
-void check_algorithms_ran(const std::vector<std::string>& algos);
-
-// After a lab's runs: --efficiency (its values) where no simulated rank
-// computed, and each --straggler whose rank computed nothing, are errors (the
-// collectives lab moves data and computes nothing: they changed nothing).
-void check_compute_options_ran(const std::vector<std::string>& stragglers, const std::vector<std::string>& efficiency);
+// After a lab's runs, the run options that changed nothing are errors that say
+// why: an --algo choice that no collective ran with (ddp --algo
+// all_to_all=pairwise: DDP calls no all_to_all; "native", the default, is
+// always met), --efficiency where no simulated rank computed, a --straggler
+// whose rank computed nothing, --network where no message was sent.
+void check_run_options_took_effect(const CLI::App& app);
 
 // When set, run() calls it on the simulator once the options are checked, before
 // any rank starts, and it may throw to stop there: the option fuzzers (fuzz/)

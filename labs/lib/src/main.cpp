@@ -34,10 +34,7 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   }
   try {
     const int status = body();
-    if (const CLI::Option* algo = app.get_option_no_throw("--algo"); status == 0 && algo)
-      check_algorithms_ran(algo->results());
-    if (const CLI::Option* straggler = app.get_option_no_throw("--straggler"); status == 0 && straggler)
-      check_compute_options_ran(straggler->results(), app.get_option("--efficiency")->results());
+    if (status == 0) check_run_options_took_effect(app);
     say_whose_code();
     return status;
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 namespace labkit::lab {
 
 Cell percent(double share) { return {share, fmt::format("{:.1f}%", 100 * share)}; }
+Cell percent(std::optional<double> share) { return share ? percent(*share) : Cell{nullptr, "-"}; }
 
 Cell bytes(double count) { return {count, format_bytes(std::uint64_t(count))}; }
 

@@ -15,11 +15,16 @@ void Verdict::require(bool holds, std::string missed) {
   if (!holds) missed_.push_back(std::move(missed));
 }
 
+void Verdict::diverged(std::string_view what, double loss, std::size_t step) {
+  diverged_.push_back(fmt::format("{}{}loss {} at step {}: the run diverged (lower --lr)", what,
+                                  what.empty() ? "" : ": ", std::isnan(loss) ? "nan" : fmt::format("{}", loss), step));
+}
+
 int Verdict::print(std::string_view held) const {
   if (passed())
     fmt::print("{}\n", held);
   else
-    fmt::print("MISMATCH: {}\n", fmt::join(missed_, "; "));
+    fmt::print("MISMATCH: {}\n", fmt::join(diverged_.empty() ? missed_ : diverged_, "; "));
   return passed() ? 0 : 1;
 }
 

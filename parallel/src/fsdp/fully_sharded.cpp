@@ -43,6 +43,9 @@ void check_hsdp(std::span<const int> stages, int group, const ShardingPlacement&
   if (has(stages, 0))
     throw Error(fmt::format("--hsdp {} with --stage 0: nothing is sharded at stage 0 (DDP); HSDP shards stages 1-3",
                             group));
+  if (group == 1)
+    throw Error("--hsdp 1: a group of one rank shards nothing, and every rank holds everything: that is DDP "
+                "(--stage 0)");
 }
 
 // ZeRO++'s techniques (Wang et al. 2023) shard stage 3's traffic, and only
@@ -67,6 +70,9 @@ void check_hpz(std::span<const int> stages, const ShardingOptions& o, const Shar
   const std::string flag = fmt::format("--hpz {}", o.hpz_group);
   if (at.ranks > 0 && at.ranks % o.hpz_group != 0)
     throw Error(fmt::format("{}: does not divide {} {} into equal groups", flag, at.ranks_option, at.ranks));
+  if (o.hpz_group == at.ranks)
+    throw Error(fmt::format("{} on {} {}: a secondary shard over every rank is the primary shard again; hpZ's "
+                            "groups are smaller (a node's)", flag, at.ranks_option, at.ranks));
   if (o.shard_group > 0)
     throw Error(fmt::format("{} with --hsdp {}: HSDP already gathers within its groups", flag, o.shard_group));
   if (!o.reshard_after_forward)
@@ -109,6 +115,9 @@ void check_sharding(std::span<const int> stages, const ShardingOptions& options,
   if (!options.reshard_after_forward && !has(stages, 3))
     throw Error("--reshard-after-forward off: does nothing here: only stage 3 gathers parameters, so only it can "
                 "keep them whole from forward to backward");
+  if (!options.reshard_after_forward && (options.prefetch == Prefetch::backward || options.prefetch == Prefetch::both))
+    throw Error(fmt::format("--prefetch {} with --reshard-after-forward off: backward gathers nothing to prefetch "
+                            "(the parameters stay whole from forward)", kPrefetchNames[int(options.prefetch)]));
 }
 
 FullyShardedGpt::FullyShardedGpt(Comm& comm, Gpt& model, int stage, ShardingOptions options)

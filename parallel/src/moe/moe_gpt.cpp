@@ -104,13 +104,13 @@ std::size_t MoeGpt::experts_per_layer() const {
   return count.allocated() * (moe_.experts / ep_size_);
 }
 
-std::vector<float> MoeGpt::experts_of(std::span<const float> whole, int ep_rank) const {
-  const std::size_t per_rank = experts_per_layer(), per_layer = per_rank * ep_size_;
-  if (whole.size() != per_layer * config_.layers)
-    throw Error(fmt::format("moe gpt: experts_of: {} floats, a one-rank model's experts are {}", whole.size(),
-                            per_layer * config_.layers));
+std::vector<float> MoeGpt::experts_of(std::span<const float> whole, int layers, int ep_rank, int ep_size) {
+  const std::size_t per_layer = whole.size() / std::size_t(layers), per_rank = per_layer / std::size_t(ep_size);
+  if (whole.size() % std::size_t(layers) != 0 || per_layer % std::size_t(ep_size) != 0)
+    throw Error(fmt::format("moe gpt: experts_of: {} floats do not cut into {} layers of {} ranks' experts",
+                            whole.size(), layers, ep_size));
   std::vector<float> mine;
-  for (int l = 0; l < config_.layers; ++l) {
+  for (int l = 0; l < layers; ++l) {
     const float* first = whole.data() + l * per_layer + std::size_t(ep_rank) * per_rank;
     mine.insert(mine.end(), first, first + per_rank);
   }

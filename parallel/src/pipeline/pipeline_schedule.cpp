@@ -259,8 +259,9 @@ bool schedule_fits(std::string_view schedule, int layers, int P, int M) {
   return layers % (P * default_virtual(schedule)) == 0 && !(schedule == "interleaved" && M % P != 0);
 }
 
-double bubble_formula(const Schedule& s, const PipeTimes& t) {
+std::optional<double> bubble_formula(const Schedule& s, const PipeTimes& t) {
   const double P = s.stages, M = s.microbatches, V = s.virtual_stages;
+  if (s.name == "by hand") return std::nullopt;
   if (s.name == "naive") return (P - 1) / P;
   if (s.name == "gpipe" || s.name == "1f1b") return (P - 1) / (M + P - 1);
   if (s.name == "interleaved") return (P - 1) / (V * M + P - 1);
@@ -268,7 +269,8 @@ double bubble_formula(const Schedule& s, const PipeTimes& t) {
     const double idle = (P - 1) * (t.forward + std::max(t.backward_input - t.backward_weight, 0.0));
     return idle / (M * (t.forward + t.backward_input + t.backward_weight) + idle);
   }
-  const double fill = (P - 1) * t.forward;  // zbv
+  if (s.name != "zbv") throw Error(fmt::format("bubble_formula: no formula for the schedule '{}'", s.name));
+  const double fill = (P - 1) * t.forward;
   return fill / (V * M * (t.forward + t.backward_input + t.backward_weight) + fill);
 }
 

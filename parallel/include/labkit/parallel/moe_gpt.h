@@ -61,10 +61,13 @@ class MoeGpt {
   Tensor& dense_gradients() { return dense_grads_; }
   Tensor& experts() { return experts_; }
   Tensor& expert_gradients() { return expert_grads_; }
-  // What rank `ep_rank` of the ep group keeps of a one-rank model's expert
-  // buffer (its experts of each layer); by default, this rank's.
-  std::vector<float> experts_of(std::span<const float> whole, int ep_rank) const;
-  std::vector<float> experts_of(std::span<const float> whole) const { return experts_of(whole, ep_rank_); }
+  // What rank `ep_rank` of an ep group of `ep_size` keeps of a one-rank
+  // model's expert buffer of `layers` layers (its experts of each layer).
+  static std::vector<float> experts_of(std::span<const float> whole, int layers, int ep_rank, int ep_size);
+  // This rank's.
+  std::vector<float> experts_of(std::span<const float> whole) const {
+    return experts_of(whole, config_.layers, ep_rank_, ep_size_);
+  }
   MoeLayer& layer(int l) { return m_->blocks[l].moe; }
   const GptConfig& config() const { return config_; }
   const MoeConfig& moe_config() const { return moe_; }

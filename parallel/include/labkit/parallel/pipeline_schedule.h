@@ -31,6 +31,7 @@
 //                split: no bubble but the pipe's fill, at 1F1B's peak memory (Qi et al. 2024)
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,7 +136,8 @@ bool schedule_fits(std::string_view schedule, int layers, int P, int M);
 //                when F = B = W and M >= 3P/2. The paper's "zero bubble" counts from each
 //                stage's first forward: the steady state when one step's fill overlaps
 //                the last one's end (Qi et al. 2024, bypassing the optimizer's sync)
-double bubble_formula(const Schedule& s, const PipeTimes& t);
+//   by hand      none (nullopt): a schedule from a file follows no formula
+std::optional<double> bubble_formula(const Schedule& s, const PipeTimes& t);
 
 // A schedule played out with `times`, sends never blocking and each receive
 // waiting for its message (matched by kind, chunk and micro-batch, as tagged

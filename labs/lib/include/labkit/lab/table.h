@@ -27,6 +27,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,8 @@ Cell number(T value, std::string_view spec, double unit) {
 }
 // A share printed as a percentage ("18.3%"), written as the share (0.183).
 Cell percent(double share);
+// The same, or "-" (JSON null) where there is none.
+Cell percent(std::optional<double> share);
 // Bytes printed with their unit ("813 KiB"), written in bytes.
 Cell bytes(double count);
 // Seconds printed with their unit ("11.6 us"), written in seconds.

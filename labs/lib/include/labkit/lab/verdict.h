@@ -7,6 +7,8 @@
 //   return verdict.print("equal to one rank: ...");    // or "MISMATCH: a; b", and exit status 1
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,15 +19,24 @@ class Verdict {
  public:
   // A miss unless `difference` <= `limit` (NaN and infinity miss: the run diverged).
   void within(std::string_view what, double difference, double limit);
-  // A miss, in `missed`'s words, unless `holds`.
+  // A miss unless `holds`, in `missed`'s words.
   void require(bool holds, std::string missed);
+  // A miss where a step's loss (`losses`, by step) is not finite: the run
+  // diverged, and the other criteria say nothing then ("naive: loss inf at
+  // step 3: the run diverged (lower --lr)"; `what` may be empty).
+  template <class Losses> void trained(std::string_view what, const Losses& losses) {
+    for (std::size_t s = 0; s < losses.size(); ++s)
+      if (!std::isfinite(double(losses[s]))) return diverged(what, double(losses[s]), s);
+  }
 
-  bool passed() const { return missed_.empty(); }
-  // Prints `held` when nothing was missed, else "MISMATCH: " and every miss; returns the exit status.
+  bool passed() const { return missed_.empty() && diverged_.empty(); }
+  // Prints `held` when nothing was missed, else "MISMATCH: " and every miss
+  // (a diverged run's alone); returns the exit status.
   int print(std::string_view held) const;
 
  private:
-  std::vector<std::string> missed_;
+  void diverged(std::string_view what, double loss, std::size_t step);
+  std::vector<std::string> missed_, diverged_;
 };
 
 }  // namespace labkit::lab
