@@ -142,7 +142,20 @@ void Engine::host_copied(std::size_t bytes, bool to_host, void* engine) {
 // Keeps the invariant that the running rank is the earliest ready one: a rank
 // whose clock ran ahead (a wait, a compute region) lets the others catch up
 // before it touches shared state.
+void Engine::interrupt(std::function<void()> then) {
+  interrupt_ = std::move(then);
+  interrupt_state_.store(1, std::memory_order_release);
+}
+
+bool Engine::cancel_interrupt() {
+  int pending = 1;
+  return interrupt_state_.compare_exchange_strong(pending, 0);
+}
+
 void Engine::sync(int rank) {
+  if (int pending = 1; interrupt_state_.load(std::memory_order_acquire) == 1 &&
+                       interrupt_state_.compare_exchange_strong(pending, 2))
+    interrupt_();
   const bool others_first = (!ready_.empty() && std::pair(actor(rank).now, rank) > ready_.top()) ||
                             (!flow_events_.empty() && flow_events_.top().at <= actor(rank).now);
   if (!others_first && actor(rank).now <= options_.stop_at) return;

@@ -105,6 +105,11 @@ class Engine {
   // runs, the others are parked, so a watchdog thread or a crash handler may
   // read these two to say where a run is stuck or faulted.
   int running() const { return running_.load(std::memory_order_relaxed); }
+  // From another thread (a watchdog): the next time a rank calls into the
+  // engine, it runs `then` there, where the engine's state holds still to be
+  // read. cancel_interrupt() takes it back, unless it has started (false).
+  void interrupt(std::function<void()> then);
+  bool cancel_interrupt();
   // One line per rank: running, finished, failed (or stopped by a failure), or
   // the operation it waits in, with the last call each made (the deadlock and
   // failure reports' lines).
@@ -325,6 +330,8 @@ class Engine {
   std::uint64_t messages_ = 0;
   std::vector<bool> computed_;  // by global rank
   std::atomic<int> running_ = -1;
+  std::function<void()> interrupt_;
+  std::atomic<int> interrupt_state_ = 0;  // 0: none, 1: pending, 2: running
   std::string error_;
   bool failed_ = false;
   std::vector<std::vector<double>> stream_free_;  // comm_id -> when each member's stream finishes its last native collective

@@ -62,7 +62,8 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
                     {.header = "measured", .key = "measured_peak", .width = 10},
                     {.header = "estimate", .key = "estimate", .width = 10},
                     {.header = "off by", .key = "error", .width = 10},
-                    {.key = "stage"}},
+                    {.key = "stage"},
+                    {.key = "row"}},  // the stage's row of the table above: "3", or "3 qwZ" beside it
                    {.rows = "  "});
   table.print_header();
   int off = 0;  // uses further than 5% from the estimate
@@ -72,7 +73,7 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
     off += std::abs(error) > 0.05;
     const lab::Cell off_by = {error, want > 0 ? fmt::format("{:+.1f}%", 100 * error) : "-"};
     table.add({std::string(name_of(row.use)), {measured, format_bytes(std::uint64_t(measured))},
-               {want, format_bytes(std::uint64_t(want))}, off_by, r.stage},
+               {want, format_bytes(std::uint64_t(want))}, off_by, r.stage, r.name},
               row.why);
   }
   fmt::print("  {:<12} {:>10}  {}\n", "peak total", format_bytes(std::uint64_t(r.memory.peak_total)),

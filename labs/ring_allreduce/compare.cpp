@@ -102,18 +102,18 @@ void write_plot(const std::vector<Row>& rows, const std::string& path, const Run
 }
 
 // The JSON of nccl-tests' rows, each with the model's time and error, whether it
-// was the fastest labkit algorithm at its size, and what NCCL runs there.
+// was the fastest labkit algorithm at its size, and NCCL's predictions there
+// (`nccl`: print_nccl_choices' rows, by size).
 nlohmann::json json_rows(const Table& table, const std::vector<Row>& rows, int iters,
                          const std::vector<Modeled>& modeled, const std::map<std::size_t, std::string>& fastest,
-                         const std::vector<std::size_t>& sizes, const std::vector<NcclEstimate>& nccl) {
+                         const std::vector<std::size_t>& sizes, const nlohmann::json& nccl) {
   nlohmann::json json = nlohmann::json::array();
   for (std::size_t i = 0; i < rows.size(); ++i) {
     nlohmann::json row = json_row(table, rows[i], iters);
     row["model_us"] = modeled[i].seconds * 1e6;
     row["model_error"] = modeled[i].error;
     row["fastest"] = fastest.at(rows[i].bytes) == rows[i].algo;
-    const NcclEstimate& pick = nccl[std::size_t(std::find(sizes.begin(), sizes.end(), rows[i].bytes) - sizes.begin())];
-    row["nccl_runs"] = fmt::format("{}/{}", name_of(pick.algorithm), name_of(pick.protocol));
+    row["nccl"] = nccl[std::size_t(std::find(sizes.begin(), sizes.end(), rows[i].bytes) - sizes.begin())];
     json.push_back(std::move(row));
   }
   return json;
@@ -188,7 +188,7 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   std::vector<std::size_t> sizes;
   for (const Row& r : rows)
     if (r.algo == kAlgorithms.front()) sizes.push_back(r.bytes);
-  const std::vector<NcclEstimate> nccl = print_nccl_choices(Collective::all_reduce, sizes, ran.ranks, topology);
+  const nlohmann::json nccl = print_nccl_choices(Collective::all_reduce, sizes, ran.ranks, topology);
   if (nodes > 1)
     fmt::print("# across nodes every flat-ring step waits for the slowest hop ({} at {:g} GB/s, not {} at {:g} "
                "GB/s); hierarchical crosses it in only 2(N-1) = {} of its steps\n",

@@ -12,8 +12,8 @@ using namespace labkit;
 
 namespace ring_lab {
 
-std::vector<NcclEstimate> print_nccl_choices(Collective op, const std::vector<std::size_t>& sizes, int ranks,
-                                             const Topology& topology) {
+nlohmann::json print_nccl_choices(Collective op, const std::vector<std::size_t>& sizes, int ranks,
+                                  const Topology& topology) {
   const int nodes = topology.node_of(ranks - 1) + 1;
   const NcclSystem system = nccl_system(topology, ranks, nodes);
   fmt::print("#\n# what NCCL would run (its tuning model, src/graph/tuning.cc in NCCL 2.28; ring and tree, no NVLS): "
@@ -27,23 +27,22 @@ std::vector<NcclEstimate> print_nccl_choices(Collective op, const std::vector<st
   };
   std::vector<lab::Column> columns = {{.header = "size", .key = "bytes", .width = 10}};
   for (const NcclEstimate& e : nccl_estimates(op, sizes.front(), system))
-    columns.push_back({.header = name(e), .key = name(e), .width = 11, .gap = 2});
+    columns.push_back({.header = name(e), .key = name(e) + "_us", .width = 11, .gap = 2});
   columns.insert(columns.end(), {{.header = "NCCL runs", .key = "nccl_runs", .width = 11, .gap = 2},
-                                 {.header = "latency", .key = "latency", .width = 9, .gap = 2},
-                                 {.header = "algbw", .key = "algbw", .width = 9, .gap = 2}});
+                                 {.header = "latency", .key = "latency_us", .width = 9, .gap = 2},
+                                 {.header = "algbw", .key = "algbw_gb_s", .width = 9, .gap = 2}});
   lab::Table table(std::move(columns), {.rows = "  ", .header = "# "});
   table.print_header();
-  std::vector<NcclEstimate> choices;
   for (std::size_t bytes : sizes) {
     std::vector<lab::Cell> row = {bytes};
     for (const NcclEstimate& e : nccl_estimates(op, bytes, system))
       row.push_back(lab::number(e.seconds * 1e6, "{:.2f}"));
-    const NcclEstimate& pick = choices.emplace_back(nccl_choice(op, bytes, system));
+    const NcclEstimate pick = nccl_choice(op, bytes, system);
     row.insert(row.end(), {name(pick), lab::number(pick.latency * 1e6, "{:.2f} us"),
                            lab::number(pick.bandwidth / 1e9, "{:.0f} GB/s")});
     table.add(std::move(row));
   }
-  return choices;
+  return table.json();
 }
 
 }  // namespace ring_lab

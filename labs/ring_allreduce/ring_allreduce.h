@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "collective_bench.h"
 #include "labkit/nccl_model.h"
 #include "labkit/run.h"
@@ -38,10 +40,10 @@ void add_compare_options(CLI::App& app, CompareOptions& o);
 void settle_sweep(const CLI::App& app, const labkit::RunOptions& run, CompareOptions& o);
 int compare(const labkit::RunOptions& run, const CompareOptions& options);
 
-// Prints NCCL's predicted time for every algorithm and protocol at each size, and
-// returns the one it would run at each.
-std::vector<labkit::NcclEstimate> print_nccl_choices(labkit::Collective op, const std::vector<std::size_t>& sizes,
-                                                     int ranks, const labkit::Topology& topology);
+// Prints NCCL's predicted time for every algorithm and protocol at each size,
+// and the one it would run; returns the rows as JSON, by size.
+nlohmann::json print_nccl_choices(labkit::Collective op, const std::vector<std::size_t>& sizes, int ranks,
+                                  const labkit::Topology& topology);
 
 struct WhatIfOptions {
   double global_batch_tokens = 4 << 20;  // LLaMA-2's 4M tokens per step

@@ -82,6 +82,10 @@ int walk_ring(const RunOptions& base) {
   for (int r = 0; r < p; ++r) before[r].assign(p, std::int64_t(1) << r);
   print_state(table, before);
 
+  // A step's phase, from what was sent: partial sums (reduce-scatter) or whole ones (all-gather).
+  const std::int64_t everyone = (std::int64_t(1) << p) - 1;
+  std::map<std::string, int> phase_steps;
+  int chunks_sent = 0;
   for (std::size_t k = 0; k < step_ends.size(); ++k) {
     RunOptions partial = base;
     partial.stop_at = step_ends[k];
@@ -89,18 +93,33 @@ int walk_ring(const RunOptions& base) {
     run(partial, rank_fn);
     // What rank r sent shows up as the chunk that changed at rank r+1.
     std::string sends;
+    int whole = 0, sent = 0;
     for (int r = 0; r < p; ++r) {
       const int to = (r + 1) % p;
       for (int c = 0; c < p; ++c)
-        if (buffers[to][c] != before[to][c])
+        if (buffers[to][c] != before[to][c]) {
           sends += fmt::format("{}{}→{}: chunk {}", sends.empty() ? "" : ", ", r, to, c);
+          ++sent;
+          whole += before[r][c] == everyone;
+        }
     }
-    const bool scatter = k < step_ends.size() / 2;
-    const std::size_t n = scatter ? k + 1 : k + 1 - step_ends.size() / 2;
-    fmt::print("{} step {}/{} at {}  ({})\n", scatter ? "reduce-scatter" : "all-gather", n, p - 1,
-               format_seconds(step_ends[k]), sends);
+    chunks_sent += sent;
+    const std::string phase = whole == 0 ? "reduce-scatter" : whole == sent ? "all-gather" : "a mixed";
+    fmt::print("{} step {}/{} at {}  ({})\n", phase, ++phase_steps[phase], p - 1, format_seconds(step_ends[k]),
+               sends);
     print_state(table, buffers);
     before = buffers;
+  }
+  for (const std::vector<std::int64_t>& chunks : buffers)
+    for (std::int64_t chunk : chunks)
+      if (chunk != everyone) {
+        fmt::print("NOT ALL-REDUCED: a chunk is not Σ on every rank (./labkit grade ring_allreduce says where)\n");
+        return 1;
+      }
+  if (chunks_sent != 2 * (p - 1) * p) {
+    fmt::print("all-reduced, but the ranks sent {} chunks of n/P where the ring sends 2(P-1) = {} a rank\n",
+               chunks_sent, 2 * (p - 1));
+    return 1;
   }
   fmt::print("each rank sent 2(P-1) = {} chunks of n/P: 2(P-1)/P = {:.2f} of its buffer\n", 2 * (p - 1),
              2.0 * (p - 1) / p);

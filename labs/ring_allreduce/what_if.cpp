@@ -90,8 +90,8 @@ int what_if(const WhatIfOptions& o) {
   fmt::print("# one ring: labkit's flat ring leaves each node through one NIC; NCCL's channels run rings through "
              "all of the node's NICs at once\n");
   // Which NCCL runs depends on the size: the 70B scenario's 64 GPUs, from a bucket to the whole gradient.
-  print_nccl_choices(Collective::all_reduce, {1 << 10, 1 << 15, 1 << 20, 1 << 25, 1ull << 30, 1ull << 35}, 64,
-                     find_topology("dgx-h100"));
+  const nlohmann::json nccl = print_nccl_choices(
+      Collective::all_reduce, {1 << 10, 1 << 15, 1 << 20, 1 << 25, 1ull << 30, 1ull << 35}, 64, find_topology("dgx-h100"));
   fmt::print("# ! a full replica (16 bytes per parameter) does not fit in 80 GB: shard it (ZeRO/FSDP, chapter 6)\n");
   fmt::print("# where data parallelism alone breaks down:\n"
              "#  - memory first: above 80 GB / 16 B = 5B parameters no replica fits, so even 7B needs ZeRO or FSDP;\n"
@@ -134,7 +134,7 @@ int what_if(const WhatIfOptions& o) {
         row(fmt::format("{}, {}", preset, where), link);
   }
   fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
-  lab::write_json(o.json, {{"scenarios", scenarios_table.json()}, {"crossovers", table.json()}});
+  lab::write_json(o.json, {{"scenarios", scenarios_table.json()}, {"nccl", nccl}, {"crossovers", table.json()}});
   return 0;
 }
 

@@ -16,8 +16,8 @@ using namespace labkit;
 void print_mfu(double model_flops, double wall, double simulated, const RunOptions& run, const Device& here,
                bool measure_here) {
   const DeviceModel sim = find_topology(run.topology).device;
-  fmt::print("model FLOPs {:.3g} (matmuls and attention, forward and backward: Gpt::flops_per_step); {:.2f} GFLOP/s "
-             "here\n", model_flops, model_flops / wall / 1e9);
+  fmt::print("model FLOPs {:.3g} in all (matmuls and attention, forward and backward: Gpt::flops_per_step, times the "
+             "steps run); {:.2f} GFLOP/s here\n", model_flops, model_flops / wall / 1e9);
   if (run.backend == "sim")  // a real backend's clock is this machine's
     fmt::print("MFU on the simulated {}: {:.1f}% of {:.0f} TFLOP/s (it charges FLOPs at --efficiency {:g})\n",
                sim.name, 100 * model_flops / simulated / sim.peak_flops, sim.peak_flops / 1e12, run.efficiency);

@@ -15,6 +15,7 @@
 #include "labkit/gpt.h"
 #include "labkit/lab/output.h"
 #include "labkit/optim.h"
+#include "labkit/output.h"
 #include "labkit/units.h"
 #include "train_lab.h"
 
@@ -84,10 +85,12 @@ void train_steps(Comm& comm, const Options& o, Gpt& model, AdamW& adamw, const D
     model.queue_forward(batches.x, batches.y, o.batch, T);  // read only when reported: reading waits for the device
     if (report) {
       const float loss = model.loss();
+      progress_line("");  // the step's line takes its place
       fmt::print("step {:>5}/{}  loss {:.4f}  val {:.4f}\n", s, o.steps, loss, val);
       curve.push_back({{"step", s}, {"loss", loss}, {"val_loss", val}});
     }
     if (s == o.steps) break;
+    progress_line(fmt::format("  step {} of {}", s + 1, o.steps));  // between the --print-every lines
     model.zero_grad();
     model.backward();
     adamw.update(model.parameters(), model.gradients());

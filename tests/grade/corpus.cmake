@@ -25,6 +25,9 @@ labkit_grade_corpus(collectives binomial_tree_broadcast nearest_child_first SCOR
   SAYS "send to the farthest child first" "earns nothing")
 labkit_grade_corpus(collectives ring_all_gather forwards_the_wrong_block SCORE 0.0
   SAYS "step 0: sent block")
+# A loop that keeps calling the simulator is reported from inside it, not as a rank that never came back.
+labkit_grade_corpus(collectives ring_all_gather never_advances SCORE 0.0
+  SAYS "did not finish within the time limit" "keeps calling the simulator without end")
 labkit_grade_corpus(collectives pairwise_all_to_all xor_partners SCORE 0.0
   SAYS "the ones that are not powers of two" "to=3 is out of range for 3 ranks" "Hint: a peer is a rank from 0 to P-1")
 labkit_grade_corpus(ring_allreduce recursive_halving_doubling_all_reduce no_fold_for_odd_ranks SCORE 5.0
@@ -49,6 +52,8 @@ labkit_grade_corpus(fsdp zero_step sums_instead_of_averaging SCORE 0.0
   SAYS "fails at P = 2, 3, 4, 8; passes at P = 1" "P=2, count=7: rank 0, element 0: expected -250, got -1500")
 labkit_grade_corpus(fsdp gather_compute_free keeps_the_unit SCORE 5.0
   SAYS "rank 0 still holds 28 bytes gathered after gather_compute_free returned, 28 too many")
+labkit_grade_corpus(fsdp gather_compute_free never_computes SCORE 0.0
+  SAYS "gather_compute_free: called compute\\(\\) 0 times for block 0")
 # Only t = 1 passes, where nothing is communicated: no "(the even ones)" from that one contrast.
 labkit_grade_corpus(tp column_parallel_linear forgets_the_input_gradient_sum SCORE 0.0
   SAYS "t=2: rank 0's input gradient: off the dense layer's" "fails at P = 2, 4; passes at P = 1\\.")

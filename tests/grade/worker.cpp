@@ -23,7 +23,7 @@ namespace labkit::grade {
 namespace {
 std::FILE* report = nullptr;  // the trail (--report); null when run by hand or by CTest
 std::mutex report_lock;       // the watchdog thread writes too
-std::atomic<const sim::Engine*> watched{nullptr};
+std::atomic<sim::Engine*> watched{nullptr};
 std::string configuration;
 
 void write_line(const nlohmann::json& line) {
@@ -85,10 +85,13 @@ void catch_crashes() {
 // The limit counts the process's CPU time, not the wall clock: a machine busy
 // with other work stretches the wall clock of a right answer, not its work,
 // while an endless loop spends CPU at full rate. A wall-clock cap (kWallClockCap
-// times the limit) still catches code that sleeps. The watchdog reads the engine from
-// another thread while the looping rank runs its own code; the engine's state
-// does not change until that rank calls into it again, which is what it is not doing.
+// times the limit) still catches code that sleeps. A loop that keeps calling
+// the simulator (sending and receiving without end) is reported from inside
+// it, at its next call (Engine::interrupt); one that never calls it again runs
+// its own code, and the watchdog reads the engine from its own thread: the
+// engine's state does not change until that rank calls into it again.
 constexpr int kExitTimedOut = 3;
+constexpr auto kAnswerWithin = std::chrono::milliseconds(500);  // a rank that still calls the engine does by then
 
 double cpu_seconds() {
   timespec t{};
@@ -102,8 +105,19 @@ void start_watchdog(double seconds) {
     while (cpu_seconds() < seconds &&
            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count() < kWallClockCap * seconds)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const sim::Engine* engine = watched.load();
-    std::string what = fmt::format("still running after {:g} s", seconds);
+    sim::Engine* engine = watched.load();
+    const std::string limit = fmt::format("still running after {:g} s", seconds);
+    if (engine) {
+      engine->interrupt([engine, limit] {
+        write_line({{"timeout", fmt::format("{}: rank {} keeps calling the simulator without end (a loop whose "
+                                            "bound is never reached?)\n{}", limit, engine->running(),
+                                            engine->rank_states())}});
+        std::_Exit(kExitTimedOut);
+      });
+      std::this_thread::sleep_for(kAnswerWithin);
+      if (!engine->cancel_interrupt()) std::this_thread::sleep_for(std::chrono::hours(1));  // it is answering
+    }
+    std::string what = limit;
     if (engine) {
       const int rank = engine->running();
       what += rank >= 0 ? fmt::format(": rank {} never came back to the simulator (an endless loop in its own code?)",
@@ -149,7 +163,7 @@ std::string take_option(int& argc, char** argv, std::string_view name) {
 }
 }  // namespace
 
-void watch(const sim::Engine* engine) { watched = engine; }
+void watch(sim::Engine* engine) { watched = engine; }
 
 void at_configuration(std::string_view label) {
   configuration = label;

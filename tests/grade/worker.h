@@ -27,7 +27,7 @@ constexpr double kWallClockCap = 10;
 
 // The simulated run under way (null between runs): a crash or a timeout report
 // says which rank was running and what every other rank was waiting in.
-void watch(const sim::Engine* engine);
+void watch(sim::Engine* engine);
 // The configuration checked from now on ("P=4, count=5"): a crash or a timeout
 // is reported with it.
 void at_configuration(std::string_view label);

@@ -389,7 +389,11 @@ void FullyShardedGpt::pass(const std::vector<int>& blocks, Pass how, const std::
     const int l = blocks[i];
     const Unit& unit = units_[1 + l];
     if (how.gather && how.free && !prefetched && !how.quantized) {
-      gather_compute_free(group, shard(unit), run_of(params, unit.range), [&] { compute(l); });
+      int computed = 0;  // the exercise's contract: compute() once, between the gather and the free
+      gather_compute_free(group, shard(unit), run_of(params, unit.range), [&] { compute(l), ++computed; });
+      if (computed != 1)
+        fail(comm_.who(), "gather_compute_free", "called compute() {} times for block {}, where it runs once, "
+             "between the gather and the free", computed, l);
     } else {
       if (how.gather) {
         if (prefetched) {
