@@ -213,11 +213,13 @@ void plot_layouts(const std::vector<LayoutRun>& runs, int cp, const std::string&
 }
 
 // One column list for the printed rows and the JSON; the work per rank is
-// printed as its range and written whole, forward and backward.
-lab::Table layouts_table() {
+// printed as its range and written whole, forward and backward. Rank 0's
+// positions at T, zig-zag's two ranges at most, fit their column.
+lab::Table layouts_table(int T) {
   using lab::Align;
+  const int positions = std::max(20, int(fmt::format("0-{0}, {0}-{0}", T - 1).size()));
   return lab::Table({{.header = "layout", .key = "layout", .width = 11, .align = Align::left},
-                     {.header = "rank 0 holds", .key = "rank0_positions", .width = 20},
+                     {.header = "rank 0 holds", .key = "rank0_positions", .width = positions},
                      {.header = "fwd work/rank min..max", .key = "forward_seconds_per_rank", .width = 22},
                      {.header = "busiest", .key = "busiest_over_mean", .width = 9},
                      {.header = "formula", .key = "busiest_formula", .width = 8},
@@ -272,7 +274,7 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
   const double block = 2.0 * (s.B / dp) * (s.T / o.cp) * (s.C / tp) * sizeof(float);
   const double forward_formula = (o.cp - 1) * block, backward_formula = o.cp == 1 ? 0 : (2 * o.cp - 1) * block;
   const double contiguous_formula = (2.0 * o.cp - 1) / o.cp;
-  lab::Table table = layouts_table();
+  lab::Table table = layouts_table(s.T);
   table.print_header();
   bool ok = true;
   for (const LayoutRun& r : runs) {
