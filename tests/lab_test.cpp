@@ -91,7 +91,7 @@ TEST(LabPlot, AScriptGnuplotRefusesIsAnError) {
     lab::plot(path, {}, "1 1\n", "plot $data using 1:2 with nosuchstyle\n");
     FAIL() << "gnuplot's error passed silently";
   } catch (const labkit::Error& e) {
-    EXPECT_STREQ(e.what(), "--plot: gnuplot failed");
+    EXPECT_EQ(std::string(e.what()), "--plot " + path + ": gnuplot failed");
   }
 }
 

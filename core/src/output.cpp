@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "labkit/error.h"
@@ -55,14 +56,15 @@ std::string_view gnuplot_terminal(const std::string& path) {
   return path.size() > 4 && path.substr(path.size() - 4) == ".png" ? "pngcairo" : "svg";
 }
 
-void run_gnuplot(const std::string& script) {
+void run_gnuplot(const std::string& script, const std::string& path) {
   if (quiet) return;
   // Its standard output to nowhere: where it cannot open the figure, gnuplot
   // would draw it there, hundreds of lines of SVG in the lab's output.
   FILE* gnuplot = popen("gnuplot >/dev/null", "w");
   if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
   std::fputs(script.c_str(), gnuplot);
-  if (pclose(gnuplot) != 0) throw Error("--plot: gnuplot failed");
+  if (pclose(gnuplot) != 0) throw Error(fmt::format("--plot {}: gnuplot failed", path));
+  std::printf("wrote %s\n", path.c_str());
 }
 
 }  // namespace labkit

@@ -82,7 +82,7 @@ int compare_balance(Options o, const RunOptions& run_options, const Sequences& d
   fmt::print("(the last step; dropped: every layer's mean; max/mean: the busiest expert over the fair share, the "
              "worst layer's)\n");
   traces.print("way of balancing");
-  if (!o.plot.empty()) plot_heatmaps(panels, o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.plot.empty()) plot_heatmaps(panels, o.plot);
   lab::write_json(o.json, {{"steps", o.steps}, {"runs", table.json()}});
   return 0;
 }

@@ -161,7 +161,6 @@ int report(const Options& o, const RunOptions& run_options, const Sequences& dat
   json["phases"] = print_phases(r.phases, run_options.backend != "sim");
   if (!o.plot.empty()) {
     plot_heatmaps({{fmt::format("balance {}: tokens per expert, layer 0", o.balance), &r}}, o.plot);
-    fmt::print("wrote {}\n", o.plot);
   }
   const double limit = 1e-5;
   std::vector<double> losses;

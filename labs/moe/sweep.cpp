@@ -86,7 +86,7 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
              "forward and backward; MoE a step: the last step's MoE layers, forward and backward, "
              "each phase on the slowest rank; loss and max/mean: the last step's, max/mean the worst layer's over "
              "the run)\n");
-  if (!o.plot.empty()) plot_sweep(table.json(), o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.plot.empty()) plot_sweep(table.json(), o.plot);
   lab::write_json(o.json, {{"steps", o.steps}, {"sweep", table.json()}});
   return 0;
 }

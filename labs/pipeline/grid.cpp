@@ -128,7 +128,7 @@ int compare(const Options& o, const PipeTimes& times) {
   fmt::print("(step: the makespan in units of a stage's forward; in flight: each stage's peak, in micro-batches of "
              "its layers; formula: zbv's is the fill alone, (P-1)F over the step, which the paper's zero leaves out by "
              "counting from each stage's first forward)\n");
-  if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot);
   lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"forward", times.forward},
                            {"backward_input", times.backward_input}, {"backward_weight", times.backward_weight},
                            {"schedules", table.json()}});

@@ -214,7 +214,6 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
     for (const StageRun& s : r.stages) slots.push_back(s.slots);
     plot_grid({{fmt::format("{}: the tiny GPT's last step, as it ran (bubble {:.1f}%)", schedule.name, 100 * measured),
                 slots, M}}, "s", o.plot);
-    fmt::print("wrote {}\n", o.plot);
   }
   const double limit = 1e-6;
   lab::Verdict verdict;

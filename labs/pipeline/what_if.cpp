@@ -198,7 +198,6 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
                             format_seconds(r.span), 100 * r.bubble),
                 r.slots, schedule.microbatches}},
               "s", o.plot);
-    fmt::print("wrote {}\n", o.plot);
   }
   lab::write_json(o.json, report);
   return 0;
@@ -226,7 +225,6 @@ void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<
             fmt::format("set logscale x 2\nset xlabel '{}'\nset ylabel 'bubble (%)'\n"
                         "set title '{}: the bubble, measured payload-free'\nset key top right\n{}\n",
                         over_key == "microbatches" ? "micro-batches M" : "stages P", o.what_if, plot));
-  fmt::print("wrote {}\n", o.plot);
 }
 
 }  // namespace

@@ -310,7 +310,7 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
       fmt::format("{}both layouts send K/V bytes = formula",
                   payload ? "equal to dense attention: every rank's output and gradients within 1e-05 under both "
                             "layouts; " : ""));
-  if (!o.plot.empty()) plot_layouts(runs, o.cp, o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.plot.empty()) plot_layouts(runs, o.cp, o.plot);
   return status;
 }
 

@@ -229,7 +229,7 @@ int tensor_parallel(const Options& o, const RunOptions& run_options, const Seque
                   fmt::format("sent {:.0f} bytes per layer, the formula {:.0f}", r.sent_per_layer, formula));
   const int status = verdict.print(fmt::format("equal to one rank: every rank's slice within {:g} of the dense "
                                                "model's weights, {} per layer, sent = formula", limit, collectives));
-  if (!o.plot.empty()) plot_layer(r.layer, r.ranks, o.sp, o.plot), fmt::print("wrote {}\n", o.plot);
+  if (!o.plot.empty()) plot_layer(r.layer, r.ranks, o.sp, o.plot);
   lab::write_json(o.json, report);
   return status;
 }

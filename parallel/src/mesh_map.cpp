@@ -113,7 +113,7 @@ void plot_mesh(const Mesh& mesh, const std::string& path) {
       fmt::arg("height", 90 * nodes + 110), fmt::arg("path", path), fmt::arg("shape", shape_of(mesh)),
       fmt::arg("ranks", world.size()), fmt::arg("dim", colored_by.name), fmt::arg("columns", columns + 0.1),
       fmt::arg("bottom", -nodes + 0.4), fmt::arg("objects", objects), fmt::arg("key", key));
-  run_gnuplot(script);
+  run_gnuplot(script, path);
 }
 
 }  // namespace labkit

@@ -31,7 +31,8 @@ void progress_line(const std::string& what);
 // gnuplot's terminal for a figure file: pngcairo for .png, svg for anything else.
 std::string_view gnuplot_terminal(const std::string& path);
 
-// Runs gnuplot on `script` (which names its own output); throws if it fails.
-void run_gnuplot(const std::string& script);
+// Runs gnuplot on `script`, which draws the figure `path`, and says "wrote
+// PATH"; throws if it fails.
+void run_gnuplot(const std::string& script, const std::string& path);
 
 }  // namespace labkit
