@@ -111,8 +111,9 @@ void apply_algorithms(Comm& comm, const std::vector<std::string>& algos) {
     for (const auto& [collective, name] : algorithm_choices(spec)) use_algorithm(comm, collective, name);
 }
 
-// Every collective the runs of this process called, and how each ran (a rank
-// per process under mpirun; on the simulator every rank, one at a time).
+// Every collective the runs called, and how each ran: on the simulator every
+// rank's, all in this process; under mpirun, in rank 0's process, every rank's
+// (gathered there), and nothing in the others.
 Comm::CollectiveCalls& calls_this_process() {
   static Comm::CollectiveCalls calls;
   return calls;
@@ -127,6 +128,28 @@ struct Simulated {
 Simulated& simulated_this_process() {
   static Simulated simulated;
   return simulated;
+}
+
+// Every rank's collective calls, on rank 0 (an instrument: untimed); nothing
+// on the others. A call travels as its collective and algorithm, by number.
+Comm::CollectiveCalls gather_collective_calls(Comm& comm) {
+  struct Calls {
+    Collective op;
+    int algorithm;  // in all_algorithms(); -1: native
+    std::uint64_t count;
+  };
+  const std::span<const Algorithm> algorithms = all_algorithms();
+  std::vector<Calls> mine;
+  for (const auto& [how, count] : comm.collective_calls()) {
+    const auto a = std::find_if(algorithms.begin(), algorithms.end(),
+                                [&](const Algorithm& x) { return x.op == how.first && x.name == how.second; });
+    mine.push_back({how.first, a == algorithms.end() ? -1 : int(a - algorithms.begin()), count});
+  }
+  Comm::CollectiveCalls all;
+  for (const std::vector<Calls>& rank : comm.gather_objects(mine))
+    for (const Calls& c : rank)
+      all[{c.op, c.algorithm < 0 ? std::string_view("native") : algorithms[std::size_t(c.algorithm)].name}] += c.count;
+  return all;
 }
 
 std::vector<double> parse_speeds(const RunOptions& o) {
@@ -179,7 +202,12 @@ RunResult run_on_backend(const RunOptions& o, const RankFn& rank_fn) {
   const RankFn with_algorithms = [&](Comm& comm) {
     apply_algorithms(comm, o.algos);
     rank_fn(comm);
-    for (const auto& [how, calls] : comm.collective_calls()) calls_this_process()[how] += calls;
+    // On the simulator every rank runs in this process; under mpirun rank 0's
+    // process gathers what every process's rank ran, and it alone checks --algo.
+    if (o.backend == "sim")
+      for (const auto& [how, calls] : comm.collective_calls()) calls_this_process()[how] += calls;
+    else
+      for (const auto& [how, calls] : gather_collective_calls(comm)) calls_this_process()[how] += calls;
   };
   // Sizes with no bytes behind them have no time but the simulator's (a real
   // backend would be handed buffers that are not there).

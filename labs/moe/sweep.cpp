@@ -67,7 +67,7 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
   for (double c = o.sweep.from; c <= o.sweep.to + 1e-9; c += kCapacityStep) {
     o.moe.capacity_factor = c;
     const MoeRun r = train(o, run_options, data, config, false);
-    if (r.steps.empty()) return 0;  // a process of mpirun that ran another rank than 0
+    if (r.steps.empty()) continue;  // a process of mpirun that ran another rank than 0: on to the next run
     double dropped = 0, worst = 0;
     for (const StepRun& s : r.steps) {
       dropped += s.drop_rate() / double(r.steps.size());

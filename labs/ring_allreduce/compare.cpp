@@ -6,6 +6,7 @@
 // tuning model at each size, which algorithm and protocol it runs and why.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 #include <sstream>
 
@@ -134,7 +135,11 @@ void settle_sweep(const CLI::App& app, const RunOptions& run, CompareOptions& o)
   // --payload-free moves sizes without values: every size is timed, none checked.
   if (run.payload_free && app.count("--check-max"))
     throw Error(fmt::format("--check-max {}: --payload-free moves no values to check", o.check_max));
-  o.sweep.data_max_bytes = run.payload_free ? 0 : parse_bytes(o.check_max);
+  // Sizes without values are the simulator's: a real backend moves, and checks, the data of every size.
+  if (run.backend != "sim" && app.count("--check-max"))
+    throw Error(fmt::format("--check-max {}: under --backend {} every size moves its data and is checked (only the "
+                            "simulator times sizes alone)", o.check_max, run.backend));
+  o.sweep.data_max_bytes = run.payload_free ? 0 : run.backend == "sim" ? parse_bytes(o.check_max) : SIZE_MAX;
   if (run.backend == "sim") {
     if (!app.count("--iters")) o.sweep.iters = 1;
     if (!app.count("--warmup_iters")) o.sweep.warmup = 0;
@@ -168,10 +173,11 @@ int compare(const RunOptions& run_options, const CompareOptions& o) {
   if (rows.empty()) return 0;  // a process of mpirun that ran another rank than 0
 
   const int nodes = (ran.ranks + topology.devices_per_node - 1) / topology.devices_per_node;
-  fmt::print("# all_reduce, {} ranks on {} ({} node{} x {}), backend {}; #wrong checked up to {} (sizes only above)\n",
-             ran.ranks, topology.name, nodes, nodes > 1 ? "s" : "",
-             std::min(ran.ranks, topology.devices_per_node), ran.backend,
-             format_bytes(o.sweep.data_max_bytes));
+  fmt::print("# all_reduce, {} ranks on {} ({} node{} x {}), backend {}; #wrong checked {}\n", ran.ranks,
+             topology.name, nodes, nodes > 1 ? "s" : "", std::min(ran.ranks, topology.devices_per_node), ran.backend,
+             o.sweep.data_max_bytes == SIZE_MAX ? "at every size"
+                                                : fmt::format("up to {} (sizes only above)",
+                                                              format_bytes(o.sweep.data_max_bytes)));
   const Table table{all_reduce, o.sweep.dtype, bus_bandwidth_factor(Collective::all_reduce, ran.ranks)};
   const std::int64_t wrong = print_table(table, kAlgorithms, rows);
   const std::vector<Modeled> modeled = model_rows(rows, ran);

@@ -123,9 +123,6 @@ void print_summary(Comm& comm, const Options& o, const RunOptions& run, const Gp
 void train_rank(Comm& comm, const Options& o, const RunOptions& run, const Tokens& corpus, const GptConfig& config,
                 nlohmann::json& curve) {
   const Clock::time_point start = Clock::now();  // once the backend has started (mpirun's MPI_Init takes 0.3 s)
-  if (comm.size() != 1)  // --ranks, or mpirun's -np
-    throw Error(fmt::format("--ranks {}: the lab trains one model on one rank; more would each train their own, "
-                            "unshared (the ddp lab trains one over several ranks)", comm.size()));
   Gpt model(config, o.seed, parse_device(o.device));
   AdamW adamw{.lr = o.lr};
   const DataOrder order{.seed = o.seed, .batch = o.batch};
@@ -143,6 +140,10 @@ void train_rank(Comm& comm, const Options& o, const RunOptions& run, const Token
 }  // namespace
 
 int train(const Options& o, const RunOptions& run_options) {
+  if (run_options.ranks != 1)  // checked before MPI starts, once
+    throw Error(fmt::format("{} {}: the lab trains one model on one rank; more would each train their own, "
+                            "unshared (the ddp lab trains one over several ranks)", ranks_flag(run_options),
+                            run_options.ranks));
   const Tokens corpus = character_tokens(synthetic_corpus(200000, o.seed));
   const GptConfig config = gpt_preset(o.model, corpus.vocab);
   check_batch_fits(config, o.batch, config.max_seq);

@@ -34,7 +34,7 @@ int run_main(CLI::App& app, int argc, char** argv, const std::function<int()>& b
   }
   try {
     const int status = body();
-    if (status == 0) check_run_options_took_effect(app);
+    if (status == 0 && !this_process_is_quiet()) check_run_options_took_effect(app);  // under mpirun, rank 0's
     say_whose_code();
     return status;
   } catch (const std::exception& e) {
