@@ -89,15 +89,15 @@ int main(int argc, char** argv) {
       ranks = comm.size();
       speaker = speaker || comm.rank() == 0;
       comm.set_algorithm(Collective::barrier, nullptr);
-      std::vector<std::size_t> counts;
+      std::vector<std::size_t> counts;  // of -d's elements
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor)
-        counts.push_back(bytes / sizeof(float));
-      counts.push_back(check / sizeof(float));
+        counts.push_back(bytes / size_of(s.dtype));
+      counts.push_back(check / size_of(s.dtype));
       const Timings best = sweep(comm, b, algos, counts, s);  // the fastest of --rounds passes over every size
       if (comm.rank() != 0) return;
       for (std::size_t count : counts)
         for (const std::string& algo : algos) {
-          const std::size_t bytes = count * sizeof(float);
+          const std::size_t bytes = count * size_of(s.dtype);
           const Timing& t = best.at({algo, count});
           if (t.wrong > 0) throw Error(fmt::format("calibrate: {} gave {} wrong elements at {}", algo, t.wrong, bytes));
           samples.push_back(sample_of(algo, bytes, ranks, t.seconds));
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     sim.payload_free = true;
     const RunResult simulated = run(sim, [&](Comm& comm) {
       use_algorithm(comm, Collective::all_reduce, use);
-      comm.all_reduce(meta_view(check / sizeof(float), DType::f32), ReduceOp::sum);
+      comm.all_reduce(meta_view(check / size_of(s.dtype), s.dtype), ReduceOp::sum);
     });
     const double error = (simulated.elapsed - held_out.seconds) / held_out.seconds;
     const bool within = std::abs(error) <= tolerance;

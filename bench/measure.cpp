@@ -131,6 +131,16 @@ Timing measure(Comm& comm, const CollectiveBench& b, [[maybe_unused]] const std:
   }
   return {slowest, check ? wrong : -1};
 }
+// A reduction's check sums every rank's value(), at most 10 each: exact while
+// the sum stays among the integers the type holds exactly.
+void check_exact_sums(const CollectiveBench& b, const Settings& s, int P, bool checked) {
+  const bool sums = b.op == Collective::all_reduce || b.op == Collective::reduce_scatter || b.op == Collective::reduce;
+  const double exact = s.dtype == DType::bf16 ? 256 : s.dtype == DType::u8 ? 255 : 16777216;  // f32's 2^24 at least
+  if (s.check && checked && sums && 10.0 * P > exact)
+    throw Error(fmt::format("-d {} on {} ranks: the check sums every rank's values (up to 10 each), past {}, the "
+                            "integers {} holds exactly; it checks at most {} ranks (-c 0 times without checking)",
+                            name_of(s.dtype), P, exact, name_of(s.dtype), int(exact / 10)));
+}
 }  // namespace
 
 Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::string>& algos,
@@ -140,6 +150,7 @@ Timings sweep(Comm& comm, const CollectiveBench& b, const std::vector<std::strin
   for (std::size_t count : counts)
     if (count * size_of(s.dtype) <= s.data_max_bytes) largest = std::max(largest, count);
   const int P = comm.size();
+  check_exact_sums(b, s, P, largest > 0);
   const std::size_t input_count = b.in_place ? b.recv_count(largest, P) : b.send_count(largest, P);
   Buffers buffers{buffer_of(b.send_count(largest, P), s.dtype, s.where),
                   buffer_of(b.recv_count(largest, P), s.dtype, s.where),

@@ -164,7 +164,16 @@ int main(int argc, char** argv) {
 
   try {
     const std::uint64_t smallest = parse_bytes(min_bytes), largest = parse_bytes(max_bytes);
-    const fs::path dir = fs::temp_directory_path() / fmt::format("labkit-simgrid-{}", getpid());
+    if (smallest > largest) throw Error(fmt::format("--minbytes {} is larger than --maxbytes {}", min_bytes, max_bytes));
+    // The platforms smpirun reads, removed however the run ends.
+    struct Scratch {
+      fs::path dir = fs::temp_directory_path() / fmt::format("labkit-simgrid-{}", getpid());
+      ~Scratch() {
+        std::error_code ignored;
+        fs::remove_all(dir, ignored);
+      }
+    } scratch;
+    const fs::path& dir = scratch.dir;
     fs::create_directories(dir);
     std::vector<Row> rows;
     for (const std::string& topology_name : topologies) {
@@ -189,7 +198,9 @@ int main(int argc, char** argv) {
       }
     }
     progress_line("");
-    fs::remove_all(dir);
+    if (rows.empty())
+      throw Error("--algos: none of them runs on the rank counts given (recursive halving-doubling needs a power of "
+                  "two): nothing to compare");
 
     fmt::print("# labkit's simulator against SimGrid SMPI 3.32 (CM02, no TCP gamma, no cross-traffic, rendezvous sends)\n");
     fmt::print("# error: (labkit - smpi) / smpi; fair sharing is the simulator's default, serial its older model\n");

@@ -49,7 +49,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else {
     run = o.bench ? "--bench" : "a training run";
     unread = {"--step-seconds"};
-    if (o.bench) also({"--mode", "--compress", "--trace"});
+    if (o.bench) also({"--mode", "--compress", "--trace", "--algo"});  // native collectives, every mode
   }
   cli::refuse_unread(app, run, unread);
   // Naive averaging reduces the whole gradient at once, in no bucket.

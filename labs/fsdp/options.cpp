@@ -115,7 +115,10 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else {
     run = o.bench ? "--bench" : "a training run";
     unread = {"--step-seconds", "--gpu", "--seq", "--recompute"};
-    if (o.bench) also({"--plot", "--trace"});
+    // The benchmark times stage 0 against plain stage 3, native collectives, and a 70B step.
+    if (o.bench)
+      also({"--plot", "--trace", "--stage", "--hsdp", "--hpz", "--qwz", "--qgz", "--prefetch", "--reshard-after-forward",
+            "--algo"});
   }
   cli::refuse_unread(app, run, unread);
 }

@@ -54,9 +54,9 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else if (!o.what_if.empty()) {
     run = "--what-if " + o.what_if;
     also({"--algo"});
-  } else if (o.bench) {
+  } else if (o.bench) {  // every schedule at its default V, native collectives
     run = "--bench";
-    unread = {"--plot", "--trace"};
+    unread = {"--plot", "--trace", "--schedule", "--schedule-file", "--virtual", "--algo"};
   } else {
     return;
   }
