@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
   add_sweep_options(app, min_bytes, max_bytes, s);
   app.add_option("-c,--check", check, "check results (1) or not (0)")
       ->capture_default_str()->check(cli::in_range(0, 1));
-  app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON");
+  app.add_option("-J,--output_file", json, "write the results as nccl-tests' JSON")->check(cli::output_file());
   app.add_option("--algos", algos, "native, baseline and labkit algorithms to run (default: all)");
   add_run_options(app, run_options, RunOptionSet::collective_timing);
   CLI11_PARSE(app, argc, argv);

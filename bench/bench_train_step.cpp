@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     float first_loss = 0;
     for (int s = 0; s < warmup + steps; ++s) {
+      progress_line(s < warmup ? fmt::format("  warm-up step {} of {}", s + 1, warmup)
+                               : fmt::format("  step {} of {}", s - warmup + 1, steps));
       const auto start = std::chrono::steady_clock::now();
       const float loss = model.forward(x, y, batch, T);
       model.zero_grad();
@@ -80,6 +82,7 @@ int main(int argc, char** argv) {
       if (s == 0) first_loss = loss;
       if (s >= warmup) ms.push_back(elapsed);
     }
+    progress_line("");
     std::sort(ms.begin(), ms.end());
     const double median = ms[ms.size() / 2];
     fmt::print("labkit   {:>4}  {} ({} parameters), B={} T={}: first loss {:.6f}, step {:.3f} ms median of {} "

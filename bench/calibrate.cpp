@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(all_reduce_algorithm);
   app.add_option("--use", use, "the algorithm whose fit the topology takes")
       ->capture_default_str()->check(all_reduce_algorithm);
-  app.add_option("-o,--out", out, "the topology JSON to write")->capture_default_str();
+  app.add_option("-o,--out", out, "the topology JSON to write")->capture_default_str()->check(cli::output_file());
   app.add_option("--latency-below", latency_below, "alpha is fitted on messages up to this size")
       ->capture_default_str()->check(cli::byte_size(1));
   app.add_option("--bandwidth-above", bandwidth_above, "beta is fitted on messages from this size")
@@ -93,7 +93,12 @@ int main(int argc, char** argv) {
       for (std::size_t bytes = s.min_bytes; bytes <= s.max_bytes; bytes *= s.factor)
         counts.push_back(bytes / size_of(s.dtype));
       counts.push_back(check / size_of(s.dtype));
-      const Timings best = sweep(comm, b, algos, counts, s);  // the fastest of --rounds passes over every size
+      // The fastest of --rounds passes over every size.
+      const Timings best = sweep(comm, b, algos, counts, s, [&](int pass, std::size_t count) {
+        progress_line(fmt::format("# measured {} of {}, pass {} of {}", format_bytes(count * size_of(s.dtype)),
+                                  format_bytes(check), pass + 1, s.rounds));
+      });
+      progress_line("");
       if (comm.rank() != 0) return;
       for (std::size_t count : counts)
         for (const std::string& algo : algos) {

@@ -19,7 +19,9 @@ void draw_summary(App& app) {
   ImGui::TextWrapped("%s", m.source.c_str());
   ImGui::Text("%d ranks, %zu events, %s", m.ranks, m.events, labkit::format_seconds(m.end).c_str());
   if (!app.error.empty()) ImGui::TextColored({1, 0.4f, 0.4f, 1}, "%s", app.error.c_str());
-  if (const CollectiveScenario* c = shown_collective(app); c && m.end > 0) {  // a collective's bandwidths
+  // A collective's bandwidths; a barrier moves no data, and has none.
+  if (const CollectiveScenario* c = shown_collective(app);
+      c && m.end > 0 && c->collective != labkit::Collective::barrier) {
     const double algbw = c->bytes / m.end / 1e9;
     const double factor = labkit::bus_bandwidth_factor(c->collective, m.ranks);
     ImGui::Text("algbw %.2f GB/s   busbw %.2f GB/s", algbw, algbw * factor);

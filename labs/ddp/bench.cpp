@@ -27,7 +27,7 @@ namespace ddp_lab {
 // kept: a run the machine slowed would take too much away, even more than the
 // steps took. Then one payload-free Llama-2 7B step over 1024 ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& corpus, const GptConfig& config) {
-  lab::refuse_bench_off_the_simulator(run_options);
+  lab::refuse_what_the_bench_cannot_time(run_options, o.device);
   if (o.steps < 2) throw Error(fmt::format("--steps {} with --bench: it times steps 2 to --steps", o.steps));
   const int ranks = run_options.ranks;
   const int micro_steps = ranks * o.accum;  // each of a rank's (micro-)steps, on one rank

@@ -16,7 +16,7 @@ namespace fsdp_lab {
 // against stage 0 (DDP: one allreduce), data-carrying, the same batches; then
 // one payload-free stage-3 step of Llama-2 70B's shapes over 1024 ranks.
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  lab::refuse_bench_off_the_simulator(run_options);
+  lab::refuse_what_the_bench_cannot_time(run_options, o.device);
   auto timed = [&](int stage) {
     return lab::timed(fmt::format("timing {} steps of {} on {} simulated ranks at stage {}", o.steps,
                                   o.model, run_options.ranks, stage),

@@ -15,7 +15,7 @@
 namespace moe_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  lab::refuse_bench_off_the_simulator(run_options);
+  lab::refuse_what_the_bench_cannot_time(run_options, o.device);
   MoeRun r;
   const double moe = lab::timed(fmt::format("timing {} steps of {} sequences: the MoE GPT ({} experts, top-{}) on {} "
                                             "simulated ranks", o.steps, o.batch, o.moe.experts, o.moe.top_k, o.ep),

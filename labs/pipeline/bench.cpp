@@ -17,7 +17,7 @@
 namespace pipeline_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  lab::refuse_bench_off_the_simulator(run_options);
+  lab::refuse_what_the_bench_cannot_time(run_options, o.device);
   // The one-rank baseline is the lab's first work, outside any rank: where its ranks would start.
   if (before_ranks_start) before_ranks_start(run_options);
   const int B = o.batch_or_default();

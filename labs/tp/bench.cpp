@@ -15,7 +15,7 @@
 namespace tp_lab {
 
 int bench(const Options& o, const RunOptions& run_options, const Sequences& data, const GptConfig& config) {
-  lab::refuse_bench_off_the_simulator(run_options);
+  lab::refuse_what_the_bench_cannot_time(run_options, o.device);
   const double dense = lab::timed("timing the dense model on one rank",
                                   [&] { train_one_rank_sgd(config, data, o.seed, o.steps, o.batch, o.lr, parse_device(o.device)); });
   const double split = lab::timed("timing the same steps on the simulated tensor-parallel ranks",

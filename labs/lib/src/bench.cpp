@@ -9,7 +9,9 @@
 
 namespace labkit::lab {
 
-void refuse_bench_off_the_simulator(const RunOptions& run_options) {
+void refuse_what_the_bench_cannot_time(const RunOptions& run_options, std::string_view device) {
+  if (device == "fenced")
+    throw Error("--bench --device fenced: the fenced device is slow on purpose (a test's); time cpu or cuda");
   if (run_options.backend != "sim")
     throw Error(fmt::format("--bench --backend {0}: it times the simulator, its simulated ranks against one rank; "
                             "--backend {0} has no simulator to time (./labkit bench all_reduce --backend mpi times "

@@ -22,8 +22,8 @@ namespace labkit::lab {
 
 // A lab's --bench times the simulator's own cost (its simulated ranks against
 // one rank): on a real backend, with no simulator to time, an error that says
-// what times the real one.
-void refuse_bench_off_the_simulator(const RunOptions& run_options);
+// what times the real one; on the fenced device, slow on purpose, an error too.
+void refuse_what_the_bench_cannot_time(const RunOptions& run_options, std::string_view device);
 
 // Prints "WHAT ...", then runs `body`; returns its wall time in seconds.
 double timed(std::string_view what, const std::function<void()>& body);
