@@ -119,7 +119,7 @@ lab::Table what_if_table() {
                      {.header = "dispatch", .key = "dispatch", .width = 9},
                      {.header = "experts", .key = "experts", .width = 9},
                      {.header = "combine", .key = "combine", .width = 9},
-                     {.header = "a2a", .width = 4}});
+                     {.header = "a2a", .key = "all_to_all_share", .width = 4}});
 }
 
 }  // namespace
@@ -169,7 +169,7 @@ int what_if(const Options& o, const RunOptions& run_options) {
                {v.two_stage, v.two_stage ? "two-stage" : "direct"}, v.placement->world, {r.sent, bytes(r.sent)},
                {r.across, bytes(r.across)}, lab::number(r.across / (2.0 * h * double(tokens)), "{:.2f}"),
                lab::number(crossings_per_token(l, k, v.limit, v.two_stage), "{:.2f}"), lab::seconds(r.dispatch),
-               lab::seconds(r.experts), lab::seconds(r.combine), lab::number(100 * a2a, "{:.0f}%")});
+               lab::seconds(r.experts), lab::seconds(r.combine), {a2a, fmt::format("{:.0f}%", 100 * a2a)}});
   }
   fmt::print("(ranks: simulated, the ep group and the groups beside it on the same nodes; routing: any k of the "
              "experts, or from at most M nodes; dispatch: direct, each assignment to its expert's rank, or two-stage, "
@@ -181,8 +181,10 @@ int what_if(const Options& o, const RunOptions& run_options) {
              "a2a: the all-to-alls' share of the layer; backward sends as much again)\n",
              100 * run_options.efficiency);
   if (o.bench) fmt::print("simulated in {} wall\n", format_seconds(wall));
-  lab::write_json(o.json, {{"model", o.what_if}, {"experts", E}, {"top_k", k}, {"ep", ep},
-                           {"tokens_per_rank", tokens}, {"rows", table.json()}});
+  nlohmann::json json = {{"model", o.what_if}, {"experts", E}, {"top_k", k}, {"ep", ep},
+                         {"tokens_per_rank", tokens}, {"rows", table.json()}};
+  if (o.bench) json["wall_seconds"] = wall;
+  lab::write_json(o.json, json);
   return 0;
 }
 
