@@ -308,6 +308,7 @@ TEST(VizScenario, EachKindReadsItsOwnFormFromTheTable) {
   EXPECT_EQ(error("ddp:8:overlap:dgx-h100:x"), "'ddp:8:overlap:dgx-h100:x' is not ddp:RANKS:MODE[:TOPOLOGY]");
   EXPECT_EQ(error("fsdp:8:4"), "'fsdp:8:4' is not fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]] (stage 0-3)");
   EXPECT_EQ(error("moe:0"), "'moe:0': '0' is not a rank count from 1 to 1024");
+  EXPECT_EQ(error("ring:8:0"), "'ring:8:0': 0 holds no 4-byte element for each of 8 ranks (at least 32 B)");
   EXPECT_EQ(error("pp:4:1f1b:x"), "'pp:4:1f1b:x': 'x' is not a micro-batch count from 1 to 1024");
   for (const char* two_fields : {"tp:4", "cp:8", "moe:4"}) EXPECT_EQ(error(two_fields), "parsed") << two_fields;
   for (const char* nowhere : {"ring:8:1M:all_reduce:nowhere", "ddp:8:overlap:nowhere", "fsdp:8:3:none:nowhere",

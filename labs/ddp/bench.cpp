@@ -52,7 +52,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   const double one = steady("timing the same on one rank, the global batch in one step",
                             [&](const Options& run) { train_one_rank(run, corpus, config); });
   const double same_kernels =
-      steady(fmt::format("timing the same on one rank, in {} micro-steps of {}", micro_steps, o.batch / ranks),
+      steady(fmt::format("timing the same on one rank, in {} micro-step{} of {}", micro_steps,
+                         micro_steps == 1 ? "" : "s", o.batch / ranks),
              [&](const Options& run) { train_one_rank(run, corpus, config, /*reversed=*/false, micro_steps); });
   RunOptions big = run_options;
   big.ranks = 1024, big.payload_free = true;
@@ -64,7 +65,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   lab::Table table = lab::bench_table(48);
   table.print_header();
   table.add({fmt::format("1 rank, batch {}, steps 2 to {}", o.batch * o.accum, o.steps), lab::seconds(one)});
-  table.add({fmt::format("1 rank, {} micro-steps of {}, steps 2 to {}", micro_steps, o.batch / ranks, o.steps),
+  table.add({fmt::format("1 rank, {} micro-step{} of {}, steps 2 to {}", micro_steps, micro_steps == 1 ? "" : "s",
+                         o.batch / ranks, o.steps),
              lab::seconds(same_kernels)});
   table.add({fmt::format("{} simulated ranks of {}, steps 2 to {}, overlap", ranks, o.batch / ranks, o.steps),
              lab::seconds(many)},

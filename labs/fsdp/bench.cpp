@@ -30,7 +30,7 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
     run(big, [&](Comm& comm) { sharded_meta_step(comm, llama, o.step_seconds, 3); });
   });
   // Its JSON is the figures by name (below), not the table's rows.
-  lab::Table table = lab::bench_table(48);
+  lab::Table table = lab::bench_table(51);  // the 70B row's label, whole
   table.print_header();
   table.add({fmt::format("stage 0 (DDP), {} ranks, {} steps", run_options.ranks, o.steps),
              lab::seconds(ddp)});

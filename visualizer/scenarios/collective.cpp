@@ -8,6 +8,7 @@
 #include <imgui.h>
 
 #include "labkit/algorithms.h"
+#include "labkit/error.h"
 #include "labkit/run.h"
 #include "labkit/units.h"
 #include "scenarios/scenarios.h"
@@ -75,6 +76,9 @@ std::unique_ptr<Scenario> parse_collective_scenario(const ScenarioText& t) {
   s->algorithm = t.fields[0];
   s->bytes = labkit::parse_bytes(t.fields[2]);
   if (t.fields.size() > 3) s->collective = labkit::parse_collective(t.fields[3]);
+  if (s->collective != labkit::Collective::barrier && s->bytes / 4 < std::size_t(t.ranks))  // run(): f32 elements
+    throw labkit::Error(fmt::format("'{}': {} holds no 4-byte element for each of {} ranks (at least {} B)", t.text,
+                                    t.fields[2], t.ranks, 4 * t.ranks));
   s->topology = t.field_or(4, s->topology);
   labkit::check_algorithm(s->collective, s->algorithm);
   return s;

@@ -63,8 +63,10 @@ void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_
     throw Error(fmt::format("--ranks {}: the lab runs one rank per {}, {} {}", run_options.ranks, per, option, count));
   // Under mpirun, --backend has set the ranks to -np (run.h).
   if (run_options.backend != "sim" && !run_options.ranks_given && run_options.ranks != count)
-    throw Error(fmt::format("{0} {1}: the lab runs one process per {2}, and mpirun started {3} (-np {1}, or {0} {3})",
-                            option, count, per, run_options.ranks));
+    throw Error(fmt::format("{0} {1}: the lab runs one process per {2}, and mpirun started {3} (-np {1}, or {0} {3}{4})",
+                            option, count, per, run_options.ranks,
+                            count < run_options.ranks ? fmt::format(", or --ranks {} to run on {} of them", count, count)
+                                                      : ""));
 }
 
 void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run_options, const std::string& view) {
