@@ -131,6 +131,7 @@ Timing measure(Comm& comm, const CollectiveBench& b, [[maybe_unused]] const std:
   }
   return {slowest, check ? wrong : -1};
 }
+
 // A reduction's check sums every rank's value(), at most 10 each: exact while
 // the sum stays among the integers the type holds exactly.
 void check_exact_sums(const CollectiveBench& b, const Settings& s, int P, bool checked) {

@@ -139,9 +139,6 @@ void Engine::host_copied(std::size_t bytes, bool to_host, void* engine) {
   e.options_.trace->track(rank)->events.push_back(host_copy_event(a.now, bytes, to_host));
 }
 
-// Keeps the invariant that the running rank is the earliest ready one: a rank
-// whose clock ran ahead (a wait, a compute region) lets the others catch up
-// before it touches shared state.
 void Engine::interrupt(std::function<void()> then) {
   interrupt_ = std::move(then);
   interrupt_state_.store(1, std::memory_order_release);
@@ -152,6 +149,10 @@ bool Engine::cancel_interrupt() {
   return interrupt_state_.compare_exchange_strong(pending, 0);
 }
 
+// Keeps the invariant that the running rank is the earliest ready one: a rank
+// whose clock ran ahead (a wait, a compute region) lets the others catch up
+// before it touches shared state. Every call from a rank comes here first, so a
+// pending interrupt() runs here.
 void Engine::sync(int rank) {
   if (int pending = 1; interrupt_state_.load(std::memory_order_acquire) == 1 &&
                        interrupt_state_.compare_exchange_strong(pending, 2))
