@@ -583,7 +583,7 @@ int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
     } else {
       plan.tp = n;
     }
-    if (estimate(model, plan, gpu).fits()) return n;
+    if (estimate(model, plan, gpu).fits()) return (plan.training ? plan.dp : 1) * plan.tp * plan.pp;
   }
   return 0;
 }
@@ -672,10 +672,16 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
         r.strategy = fmt::format("does not fit on {} GPUs", gpus);
         p.pp /= 2;  // the most split layout tried
         p.dp = gpus / (p.tp * p.pp);
-        r.reasons.push_back(fmt::format("even TP {} x PP {}{} with ZeRO-3 and sequence parallelism needs {} per GPU: "
-                                        "recompute activations (--recompute selective or full), or add GPUs",
+        const Breakdown most_split = fits(p);
+        // Recomputing shrinks activations only: where the model state alone
+        // is past the GPU, only more GPUs help.
+        const std::string remedy = most_split.model_state > gpu.bytes
+                                       ? fmt::format("its model state alone is {}: add GPUs", gb(most_split.model_state))
+                                   : p.recompute == Recompute::full ? "add GPUs"
+                                       : "recompute activations (--recompute selective or full), or add GPUs";
+        r.reasons.push_back(fmt::format("even TP {} x PP {}{} with ZeRO-3 and sequence parallelism needs {} per GPU: {}",
                                         p.tp, p.pp, p.dp > 1 ? fmt::format(" x FSDP {}", p.dp) : "",
-                                        gb(fits(p).total)));
+                                        gb(most_split.total), remedy));
       }
     }
   }

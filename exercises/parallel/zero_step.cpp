@@ -1,6 +1,6 @@
 // EXERCISE 6.2
 // ZeRO's step over one flat run of parameters (stages 1 and 2; Rajbhandari et
-// al. 2020, section 5.1): each rank keeps the optimizer state of its shard only,
+// al. 2020, sections 5.1 and 5.2): each rank keeps the optimizer state of its shard only,
 // so each rank updates only its shard, and the ranks then share the result.
 //
 //   grads  (P S, padded) ──reduce_scatter(avg)──> grad_shard (S)   the mean, this rank's slice

@@ -5,8 +5,8 @@
 //   ./labkit lab ddp --ranks 8 --steps 20
 //
 //   ddp: tiny-gpt, 8 ranks, global batch 16, 20 steps, adamw, dgx-h100; times per step, from rank 0's trace
-//   mode      buckets     T_fwd     T_bwd    T_comm     T_opt   exposed    T_step     model    loss    grads vs 1 ...
-//   naive           1   27.0 ns   54.0 ns   11.6 us   2.53 ns   11.6 us   11.6 us   11.6 us  ...
+//   mode      buckets     T_fwd     T_bwd    T_comm     T_opt   exposed    T_step     model
+//   naive           1   27.0 ns   54.0 ns   20.2 us   2.53 ns   20.2 us   20.2 us   20.2 us
 //
 // The studies, payload-free at the scale of real runs (what_if.cpp): --what-if
 // MODEL, --sweep ranks=A..B or bucket-mb=A..B, --volume; --bench what the
@@ -49,7 +49,7 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
   } else {
     run = o.bench ? "--bench" : "a training run";
     unread = {"--step-seconds"};
-    if (o.bench) also({"--mode", "--compress", "--trace", "--algo"});  // native collectives, every mode
+    if (o.bench) also({"--mode", "--compress", "--trace", "--algo"});  // native collectives, overlap mode
   }
   cli::refuse_unread(app, run, unread);
   // Naive averaging reduces the whole gradient at once, in no bucket.

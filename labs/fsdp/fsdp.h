@@ -98,7 +98,6 @@ struct StageRun {
   MemoryTracker memory;         // rank 0's, current and peak by use
   std::string peak_during;      // the compute region running when rank 0's memory peaked: "backward block 1"
   std::vector<std::pair<std::string, double>> at_peak;  // rank 0's bytes by use at that moment
-  std::size_t largest_block = 0, kept = 0;  // elements of the largest block, and of the units kept whole at stage 3
 };
 
 // Trains `o.steps` steps at ZeRO `stage` and measures them.

@@ -72,8 +72,8 @@ ShardingOptions sharding_at(const Options& o, int stage, bool quantized) {
           .quantize_gradients = quantized && o.qgz};
 }
 
-// The shards' shape on rank 0: its shard, the padding, the largest block and
-// what stage 3 keeps whole (units(): the embeddings, the blocks, the final norm).
+// The shards' shape on rank 0: its shard and the padding of every unit
+// (units(): the embeddings, the blocks, the final norm).
 void describe_shards(const Comm& comm, const FullyShardedGpt& sharded, const Gpt& model, StageRun& out) {
   out.ranks = comm.size();
   out.shard_group = sharded.shard_group();
@@ -82,9 +82,6 @@ void describe_shards(const Comm& comm, const FullyShardedGpt& sharded, const Gpt
   out.shard = sharded.shard_parameters().size();
   const auto& units = sharded.units();
   for (const FullyShardedGpt::Unit& u : units) out.padding += u.layout.padding();
-  for (std::size_t u = 1; u + 1 < units.size(); ++u)
-    out.largest_block = std::max(out.largest_block, units[u].layout.count);
-  out.kept = units.front().layout.count + units.back().layout.count;
   out.memory = comm.memory();
 }
 

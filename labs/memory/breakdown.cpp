@@ -83,7 +83,12 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                    false});
   const int needed = gpus_needed(model, plan, gpu);
   const std::string how = plan.training ? "with ZeRO-3" : "with tensor parallelism";
-  if (needed)
+  if (needed && plan.training && plan.tp * plan.pp > 1)
+    fmt::print("GPUs needed {}: {} (data-parallel {} x TP {} x PP {})\n", how, needed, needed / (plan.tp * plan.pp),
+               plan.tp, plan.pp);
+  else if (needed && !plan.training && plan.pp > 1)
+    fmt::print("GPUs needed {}: {} (TP {} x PP {})\n", how, needed, needed / plan.pp, plan.pp);
+  else if (needed)
     fmt::print("GPUs needed {}: {}\n", how, needed);
   else
     fmt::print("GPUs needed {}: none suffice; shrink activations (--recompute, --tp with --sp) or batch\n", how);

@@ -127,7 +127,8 @@ int compare(const Options& o, const PipeTimes& times) {
   }
   fmt::print("(step: the makespan in units of a stage's forward; in flight: each stage's peak, in micro-batches of "
              "its layers; formula: zbv's is the fill alone, (P-1)F over the step, which the paper's zero leaves out by "
-             "counting from each stage's first forward)\n");
+             "counting from each stage's first forward{})\n",
+             o.microbatches < o.stages ? "; the zero-bubble ones' hold from M = P on, and M < P here" : "");
   if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot);
   lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"forward", times.forward},
                            {"backward_input", times.backward_input}, {"backward_weight", times.backward_weight},

@@ -59,16 +59,6 @@ std::string stage_list(const std::vector<StageRun>& stages, const auto& value) {
   return out;
 }
 
-// The bubble's formula for the schedule, in words (bubble_formula computes it).
-std::string_view formula_of(const Schedule& schedule) {
-  return schedule.name == "naive"         ? "(P-1)/P"
-         : schedule.name == "interleaved" ? "(P-1)/(VM+P-1)"
-         : schedule.name == "zb-h1"       ? "(P-1)(F+max(B-W,0)) / (M(F+B+W) + (P-1)(F+max(B-W,0)))"
-         : schedule.name == "zbv"         ? "the fill alone, (P-1)F / (2M(F+B+W) + (P-1)F)"
-         : schedule.name == "by hand"     ? "none for a schedule written by hand"
-                                          : "(P-1)/(M+P-1)";
-}
-
 // The last step's one row; in flight and act/stage 0 are printed only: the
 // JSON has them by stage, in per_stage.
 lab::Table training_table() {
@@ -101,7 +91,7 @@ void print_notes(const Schedule& schedule, const RunOptions& run_options, const 
              "once; act/stage 0: its tracker's peak of activations and their gradients; estimate: the memory "
              "lab's for 1F1B's stage 0, min(M, P) micro-batches of L/P layers (P of them: one through all L), "
              "llm.c's buffers)\n",
-             schedule.splits_backward() ? ", backward for the input alone" : "", formula_of(schedule));
+             schedule.splits_backward() ? ", backward for the input alone" : "", bubble_formula_in_words(schedule));
   fmt::print("activations by stage, each tracker's peak: {} (the micro-batches each held at once, times a "
              "micro-batch's activations on its layers)\n",
              stage_list(r.stages, [](const StageRun& s) { return format_bytes(std::uint64_t(s.activation_peak)); }));
@@ -132,12 +122,14 @@ PipelineRun train(const Options& o, const RunOptions& run_options, const Sequenc
       fill_batch(data, batch_of(sampler, s, B), x, y);
       step = pipeline.step(x, y, B, T);
       const double started = comm.now();
+      std::size_t updated = 0;
       for (std::size_t i = 0; i < sgd.size(); ++i) {
         const ParameterRange r = pipeline.owned()[i];
         sgd[i].update(view_of(model.parameters()).slice(r.offset, r.count),
                       view_of(model.gradients()).slice(r.offset, r.count));
-        comm.record_compute("optimizer", started, 4.0 * double(r.count));
+        updated += r.count;
       }
+      comm.record_compute("optimizer", started, 4.0 * double(updated));
       return step.loss;
     });
     if (compare) {
@@ -179,8 +171,9 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
                      const Schedule& schedule) {
   const int P = o.stages, M = o.microbatches, V = schedule.virtual_stages, B = o.batch_or_default();
   if (M < P && schedule.name != "naive")
-    fmt::print("note: M = {} micro-batches for P = {} stages: the pipe never fills, and the bubble grows (the "
-               "formula column; 1F1B wants M >= P)\n", M, P);
+    fmt::print("note: M = {} micro-batches for P = {} stages: the pipe never fills, and the bubble grows ({})\n", M, P,
+               schedule.splits_backward() ? "the zero-bubble formulas hold from M = P on: none here"
+                                          : "the formula column; 1F1B wants M >= P");
   const PipelineRun r = train(o, run_options, data, config, schedule);
   if (r.stages.empty()) return 0;  // a process of mpirun that ran another rank than 0
 

@@ -10,15 +10,6 @@
 
 namespace labkit {
 
-std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
-                                  int batch, const OptimizerUpdate& update, bool reversed) {
-  Gpt model(config, seed);
-  const auto whole = [&](Gpt& m) {
-    update({m.parameters().data(), m.parameter_count()}, {m.gradients().data(), m.parameter_count()});
-  };
-  return train_one_rank(model, data, seed, steps, batch, whole, reversed).weights;
-}
-
 std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
                                       int batch, float lr, DeviceKind where) {
   Gpt model(config, seed, where);

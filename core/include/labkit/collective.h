@@ -79,7 +79,7 @@ inline bool has_reduce_op(Collective c) { return info(c).has_reduce_op; }
 
 // The buffer every rank passes with the same count and dtype: the per-rank
 // block (send of gathers and exchanges, recv of scatters) or the whole buffer.
-// all_to_allv's ranks agree on the dtype only (counts_agree says the rest).
+// all_to_allv's ranks agree on the dtype only (the backends check their counts: check_counts).
 inline const View& agreed_buffer(const CollectiveCall& call) {
   const Counts counts = info(call.op).counts;
   return counts == Counts::gathers || counts == Counts::exchanges || counts == Counts::per_peer ? call.send

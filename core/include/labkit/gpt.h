@@ -2,7 +2,8 @@
 // train_gpt2.c is: every parameter lives in one flat buffer, every activation
 // in another, and forward and backward are a walk down and back up the blocks
 // of labkit/modules.h. The training labs (DDP, FSDP, tensor and pipeline
-// parallelism) check their parallel runs against this one, to the bit.
+// parallelism) check their parallel runs against this one: to a tolerance, since
+// a sum over ranks adds in another order than one rank's sum over the batch.
 #pragma once
 
 #include <cstdint>

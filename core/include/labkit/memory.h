@@ -295,8 +295,10 @@ Breakdown estimate(const Architecture& model, const Plan& plan, const Gpu& gpu);
 std::vector<Phase> step_timeline(const Architecture& model, const Plan& plan);  // estimate(...).timeline
 double peak_of(const std::vector<Phase>& timeline);
 
-// The fewest GPUs (data-parallel ZeRO-3 for training, tensor-parallel in powers
-// of two for inference) on which the plan fits; 0 if none up to 100,000.
+// The fewest GPUs on which the plan fits, its tensor and pipeline parallelism
+// kept: its TP x PP times the data-parallel ranks ZeRO-3 shards over, for
+// training; for inference, tensor parallelism in powers of two times its PP.
+// 0 if none up to 100,000 ranks or ways.
 int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu);
 
 // "Chapter 1"'s decision framework (its "Decision Framework: When Do You Need

@@ -123,8 +123,9 @@ Schedule gpipe_schedule(int stages, int microbatches) {
 // Megatron-LM's order (forward_backward_pipelining_with_interleaving): a
 // stage's k-th forward runs micro-batch (k / PV) P + k mod P on its chunk
 // number (k mod PV) / P, so micro-batches go through each chunk in groups of P;
-// its backwards take the chunks the other way round. The warmup is longer than
-// 1F1B's by the (V - 1) P forwards that fill the other chunks.
+// its backwards take the chunks the other way round. Stage s warms up with
+// 2 (P - s - 1) + (V - 1) P forwards (Megatron's num_warmup_microbatches),
+// against 1F1B's P - s - 1: the (V - 1) P fill the chunks after the first.
 Schedule interleaved_schedule(int stages, int microbatches, int virtual_stages) {
   const int P = stages, M = microbatches, V = virtual_stages;
   if (V < 1) throw Error(fmt::format("interleaved schedule: {} virtual stages (at least 1)", V));
@@ -265,6 +266,7 @@ std::optional<double> bubble_formula(const Schedule& s, const PipeTimes& t) {
   if (s.name == "naive") return (P - 1) / P;
   if (s.name == "gpipe" || s.name == "1f1b") return (P - 1) / (M + P - 1);
   if (s.name == "interleaved") return (P - 1) / (V * M + P - 1);
+  if (M < P) return std::nullopt;  // zb-h1 or zbv: too few weights' parts to fill the waits
   if (s.name == "zb-h1") {  // the weights' part fills what it can of the wait for the input's
     const double idle = (P - 1) * (t.forward + std::max(t.backward_input - t.backward_weight, 0.0));
     return idle / (M * (t.forward + t.backward_input + t.backward_weight) + idle);
@@ -272,6 +274,15 @@ std::optional<double> bubble_formula(const Schedule& s, const PipeTimes& t) {
   if (s.name != "zbv") throw Error(fmt::format("bubble_formula: no formula for the schedule '{}'", s.name));
   const double fill = (P - 1) * t.forward;
   return fill / (V * M * (t.forward + t.backward_input + t.backward_weight) + fill);
+}
+
+std::string_view bubble_formula_in_words(const Schedule& s) {
+  return s.name == "naive"         ? "(P-1)/P"
+         : s.name == "interleaved" ? "(P-1)/(VM+P-1)"
+         : s.name == "zb-h1"       ? "from M = P on, (P-1)(F+max(B-W,0)) / (M(F+B+W) + (P-1)(F+max(B-W,0)))"
+         : s.name == "zbv"         ? "the fill alone from M = P on, (P-1)F / (2M(F+B+W) + (P-1)F)"
+         : s.name == "by hand"     ? "none for a schedule written by hand"
+                                   : "(P-1)/(M+P-1)";
 }
 
 }  // namespace labkit

@@ -287,7 +287,6 @@ void ScheduleReplay::check_all_messages_received() const {
 // The stages' clocks and work: the step's span, its bubble, what each stage held.
 ScheduleRun ScheduleReplay::timeline() const {
   ScheduleRun run;
-  run.messages = int(messages_.size());
   double busy = 0;
   for (const StageReplay& stage : stages_) {
     run.makespan = std::max(run.makespan, stage.clock);

@@ -54,26 +54,20 @@ inline std::string failed_criterion(std::string_view what, double difference, do
   return fmt::format("{} {:.1e} from one rank's, past {:.1e}", what, difference, limit);
 }
 
-// What an optimizer does to the parameters it updates, given their gradients.
-using OptimizerUpdate = std::function<void(std::span<float> params, std::span<const float> grads)>;
-
 // The reference: one rank, the whole tiny GPT (seeded), `steps` steps on
 // `batch` sequences each, drawn from `data` by a sampler over all of it with
-// the same seed (so a parallel run's global batches are the same). Returns
-// the weights at the end. `reversed` takes each batch's sequences in reverse
-// order: the same sums over the batch, in another order (rounding_limit).
-std::vector<float> train_one_rank(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
-                                  int batch, const OptimizerUpdate& update, bool reversed = false);
-
-// The same, stepped by SGD with momentum at `lr` (labkit::SgdMomentum): the
-// optimizer the tensor-parallel, pipeline and MoE GPTs train with; on `where`,
-// the ranks' device (the same kernels as theirs).
+// the same seed (so a parallel run's global batches are the same), stepped by
+// SGD with momentum at `lr` (labkit::SgdMomentum): the optimizer the
+// tensor-parallel, pipeline and MoE GPTs train with; on `where`, the ranks'
+// device (the same kernels as theirs). Returns the weights at the end.
 std::vector<float> train_one_rank_sgd(const GptConfig& config, const Sequences& data, std::uint64_t seed, int steps,
                                       int batch, float lr, DeviceKind where = DeviceKind::cpu);
 
 // The same loop on a model the caller built (on any device), stepped by an
 // optimizer that takes the whole model (LARS and LAMB read its layers);
-// returns its first step's gradients beside its last weights. `micro_steps`
+// returns its first step's gradients beside its last weights. `reversed`
+// takes each batch's sequences in reverse order: the same sums over the batch,
+// in another order (rounding_limit). `micro_steps`
 // splits each batch into that many forwards and backwards whose gradients add
 // up (accumulation): N simulated ranks' kernels, each on batch / N, on one.
 struct OneRankRun {

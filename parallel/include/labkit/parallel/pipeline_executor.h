@@ -57,7 +57,6 @@ class PipelineExecutor {
   // The parameter ranges this stage updates, in buffer order.
   const std::vector<ParameterRange>& owned() const { return owned_; }
   std::pair<int, int> layers_of(int chunk) const;  // [first, last)
-  const Schedule& schedule() const { return schedule_; }
   // FLOPs of one chunk's forward, its backward for the input and for the
   // weights (a whole backward is the two: twice the forward) on B x T tokens.
   PipeTimes chunk_flops(int chunk, int B, int T) const;

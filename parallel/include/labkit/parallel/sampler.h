@@ -3,7 +3,7 @@
 //
 //   epoch e: shuffle the dataset's indices with seed + e      [7 2 9 0 4 1 8 3 6 5]
 //   pad by repeating the first ones until they divide by P    [7 2 9 0 4 1 8 3 6 5 7 2]   (P = 4)
-//   rank r takes every P-th index from r on                   rank 1: [2 4 3 2]
+//   rank r takes every P-th index from r on                   rank 1: [2 1 5]
 //
 // So the ranks' shards are disjoint (but for the padding), together they are
 // the epoch, and every rank has the same number of samples: a rank that ran out

@@ -1,6 +1,7 @@
 // The training data of the data-parallel labs: the kit's character corpus cut
-// into sequences of T + 1 tokens (T inputs, and each one's next token as its
-// target), without overlap, from its first 90% (the rest is held out). A
+// into sequences of T inputs, T tokens apart, each with its next tokens as
+// targets (so a sequence's last target is the next one's first input, as in
+// llm.c's loader), from its first 90% (the rest is held out). A
 // DistributedSampler picks which sequences each rank reads.
 #pragma once
 
