@@ -176,6 +176,34 @@ TEST(Bf16Compression, AveragesWithinBf16RoundingAndSendsHalfTheBytes) {
   }
 }
 
+// PyTorch's hook divides each rank's bf16 gradient by P before the sum: 0.1 on
+// 3 ranks sends bf16(bf16(0.1) / 3) three times, which sum to 0.1005859375 in
+// bf16; summing first and dividing the sum gave 0.10009765625.
+TEST(Bf16Compression, DividesBeforeTheSumAsPyTorchsHookDoes) {
+  simulate(3, [](Comm& c) {
+    Bf16Compression bf16(c, 1);
+    std::vector<float> g{0.1f};
+    bf16.average(view_of(g));
+    EXPECT_EQ(g[0], 0.1005859375f) << "rank " << c.rank();
+  });
+}
+
+// A rank no matrix is worth (each would send more as factors) compresses
+// nothing: one allreduce of the whole gradient, where PowerSGD's two rounds of
+// factors ran empty and were charged their latency.
+TEST(PowerSgd, ThatCompressesNoMatrixSendsOneAllReduce) {
+  const auto run = simulate(2, [](Comm& c) {
+    PowerSgd powersgd(c, kSmallModel, 4, 7, 1e9);  // a compression rate no matrix reaches
+    std::vector<float> g(kSmallCount, 1.0f);
+    powersgd.average(view_of(g));
+    EXPECT_TRUE(powersgd.compressed().empty());
+    EXPECT_EQ(g, std::vector<float>(kSmallCount, 1.0f));
+  });
+  int collectives = 0;
+  for (const TraceEvent& e : run.trace->tracks()[0].events) collectives += e.kind == TraceEvent::Kind::collective;
+  EXPECT_EQ(collectives, 1);
+}
+
 TEST(PowerSgd, AtFullRankIsTheExactMean) {
   for (int ranks : {1, 2, 3}) {
     // Rate 0: compress every matrix, though rank 4 saves nothing here.

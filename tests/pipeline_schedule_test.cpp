@@ -189,6 +189,11 @@ TEST(PipelineSchedule, ABrokenScheduleIsRefusedWithTheActionThatBreaksIt) {
   missing.actions[0].pop_back();  // micro-batch 1's backward
   EXPECT_NE(error_of(missing).find("stage 0 never runs the backward of micro-batch 1"), std::string::npos)
       << error_of(missing);
+  // Across stages, a backward left out stalls its peer on the gradient it
+  // would have sent: named as what is missing, where it was a deadlock.
+  Schedule stalls = one_f_one_b_schedule(2, 2);
+  std::erase_if(stalls.actions[0], [](const PipeAction& a) { return a.op == PipeOp::backward && a.microbatch == 1; });
+  EXPECT_EQ(error_of(stalls), "1f1b schedule: stage 0 never runs the backward of micro-batch 1");
 
   Schedule unsplit = zb_h1_schedule(2, 2);
   for (PipeAction& a : unsplit.actions[0])

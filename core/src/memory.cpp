@@ -378,6 +378,11 @@ std::vector<Phase> timeline_of(const Breakdown& b, const Plan& plan, double loss
                                phase("forward", "+ activations", in_forward)};
   if (loss_grads > 0)
     phases.push_back(phase("backward starts", "+ the loss's gradients (s x b x V, twice)", in_forward, loss_grads));
+  if (b.bytes_of("recomputed layer") > 0) {
+    std::vector<std::string> recomputing = in_forward;
+    recomputing.push_back("recomputed layer");
+    phases.push_back(phase("recomputing", "+ a layer's activations, rebuilt in backward", recomputing));
+  }
   if (!grads_kept) phases.push_back(phase("backward ends", "activations freed, every gradient made", with_grads));
   phases.push_back(phase("optimizer step", "activations freed; gradients and states update the weights", with_grads));
   return phases;
@@ -468,6 +473,9 @@ Breakdown estimate(const Architecture& trained, const Plan& p, const Gpu& gpu) {
                        model.layers * activation_bytes_per_layer(shape) * interleaving_factor(p) / GB);
   }
   b.lines.push_back({"activations", activations, note});
+  if (!p.activations && p.recompute != Recompute::none)
+    b.lines.push_back({"recomputed layer", recomputed_layer_bytes(model, activation_shape(model, p), p.attention),
+                       "in backward, a layer's activations rebuilt for its gradients, the largest layer's"});
   // Activations given (--activations-gb) are all of them: nothing more past the last layer.
   const StepExtras extras = step_extras(model, activation_shape(model, p), p.loss_buffers && !p.activations);
   if (extras.loss > 0)
@@ -531,6 +539,20 @@ LayerActivations layer_activations(const Architecture& m, const ActivationShape&
   a.mlp = (mm * E * h + mask * E * h) / outside + copies * (m.gated_ffn ? 4 : 2) * mm * E * f / t;
   a.norms = 2 * residual * E * h / outside;
   return a;
+}
+
+// Recomputation (Chen et al. 2016; Korthikanti et al. 2022) rebuilds one layer
+// at a time in backward, and frees it after that layer's backward: the peak
+// holds one layer's rebuilt activations beside the ones kept.
+double recomputed_layer_bytes(const Architecture& m, const ActivationShape& x, AttentionKernel kernel) {
+  ActivationShape whole = x;
+  whole.recompute = Recompute::none;
+  double most = 0;
+  for (const bool moe_layer : {false, true})
+    if (moe_layer ? m.experts > 0 && m.dense_layers < m.layers : !m.experts || m.dense_layers > 0)
+      most = std::max(most, layer_activations(m, whole, kernel, moe_layer).total() -
+                                layer_activations(m, x, kernel, moe_layer).total());
+  return most;
 }
 
 double activation_bytes(const Architecture& m, const ActivationShape& x, AttentionKernel kernel) {

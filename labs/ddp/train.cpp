@@ -16,6 +16,10 @@ BucketCaps caps_of(const Options& o) {
   return {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)), .bytes = std::size_t(o.bucket_mb * (1 << 20))};
 }
 
+std::string global_batch(const Options& o) {
+  return fmt::format("global batch {}{}", o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "");
+}
+
 namespace {
 
 // The optimizer every rank applies to the same averaged gradients, with the

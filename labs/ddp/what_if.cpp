@@ -78,7 +78,7 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
   const double grads = double(model.parameters()) * size_of(model.grad_dtype);
   const Link& link = p > topology.devices_per_node ? topology.inter : topology.intra;
   const double formula = 2.0 * (p - 1) / p * grads / link.bandwidth;
-  fmt::print("ddp --what-if {}: {:.2f}B parameters, {} of bf16 gradients, {} ranks on {} ({:.0f} GB/s links), "
+  fmt::print("ddp --what-if {}: {:.2f}B parameters, {} of bf16 gradients, {} ranks on {} ({:g} GB/s links), "
              "{} of compute per step\n", o.what_if, model.parameters() / 1e9, format_bytes(std::uint64_t(grads)), p,
              topology.name, link.bandwidth / 1e9, format_seconds(o.step_seconds));
   fmt::print("the reading's estimate: T_comm = 2 (P-1)/P x G / B = {}, efficiency {:.1f}% (no overlap)\n",

@@ -168,9 +168,9 @@ nlohmann::json print_zero_plus_plus(const Options& o, const RunOptions& run_opti
   fmt::print("(off node: a ring leaves each node once, with (P-1)/P of the model; the root is gathered once a step, "
              "not twice. The paper's column counts neither, nor the blocks' scales: one fp32 per {} values, "
              "+{:.0f}% on int8 and +{:.0f}% on int4; qgZ's partial sums leave a node (n-1)/n of the time, "
-             "{:.2f} on {} nodes. Memory: the estimate, hpZ's secondary shards in it; T_step: the quantization "
+             "{:.2f} on {} node{}. Memory: the estimate, hpZ's secondary shards in it; T_step: the quantization "
              "kernels taken as free)\n", kQuantBlock, 100.0 * sizeof(float) / kQuantBlock,
-             200.0 * sizeof(float) / kQuantBlock, double(nodes - 1) / nodes, nodes);
+             200.0 * sizeof(float) / kQuantBlock, double(nodes - 1) / nodes, nodes, nodes == 1 ? "" : "s");
   return table.json();
 }
 
@@ -257,8 +257,12 @@ int what_if(const Options& o, RunOptions run_options) {
   }
   fmt::print("(gathered: whole while they compute, FSDP's root unit (embeddings, final norm, head) and a layer{}; "
              "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: "
-             "with the framework, communication buffers and a 20% margin, as the memory lab counts them; exposed: "
-             "T_step less the {} of compute)\n", o.prefetch == "none" ? "" : " and the next, prefetched",
+             "the step's peak{} with the framework, communication buffers and a 20% margin, as the memory lab "
+             "counts them; exposed: T_step less the {} of compute)\n",
+             o.prefetch == "none" ? "" : " and the next, prefetched",
+             o.recompute == "none"
+                 ? ""
+                 : fmt::format(" (a layer's activations rebuilt in backward by {} recomputation)", o.recompute),
              format_seconds(o.step_seconds));
   nlohmann::json rows = table.json();
   if (zero_plus_plus)

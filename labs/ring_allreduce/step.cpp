@@ -35,12 +35,15 @@ std::string contributors(std::int64_t bits, int p) {
 
 using State = std::vector<std::vector<std::int64_t>>;  // [rank][chunk]
 
-// A row per rank, a column per chunk, `width` wide (the last as wide as its text).
+// A row per rank, a column per chunk, `width` wide or as wide as its header
+// (the last as wide as its text).
 lab::Table grid(int p, int width) {
   std::vector<lab::Column> columns = {{.header = " ", .width = 6, .align = lab::Align::left}};
-  for (int c = 0; c < p; ++c)
-    columns.push_back({.header = fmt::format("chunk {}", c), .width = c + 1 < p ? width : 0,
-                       .align = lab::Align::left, .gap = 2});
+  for (int c = 0; c < p; ++c) {
+    std::string header = fmt::format("chunk {}", c);
+    const int wide = std::max(width, int(header.size()));
+    columns.push_back({.header = std::move(header), .width = c + 1 < p ? wide : 0, .align = lab::Align::left, .gap = 2});
+  }
   return lab::Table(std::move(columns), {.rows = "  "});
 }
 

@@ -159,6 +159,8 @@ LayerActivations layer_activations(const Architecture& model, const ActivationSh
                                    bool moe_layer);
 // Every layer's, dense and MoE.
 double activation_bytes(const Architecture& model, const ActivationShape& shape, AttentionKernel kernel);
+// What recomputation rebuilds of the largest layer in backward, beyond what it keeps (0 without recomputation).
+double recomputed_layer_bytes(const Architecture& model, const ActivationShape& shape, AttentionKernel kernel);
 
 // What a step keeps outside its layers, as PyTorch keeps it for a GPT: the
 // final norm's input and output; the loss's log-softmax over the vocabulary

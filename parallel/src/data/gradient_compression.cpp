@@ -98,8 +98,8 @@ void GradientCompressor::average(View grads) {
 
 std::vector<float> GradientCompressor::error() const { return std::vector<float>(count_, 0.0f); }
 
-void GradientCompressor::all_reduce_avg(View buf) {
-  comm_.all_reduce(buf, ReduceOp::avg);
+void GradientCompressor::all_reduce(ReduceOp op, View buf) {
+  comm_.all_reduce(buf, op);
   sent_ += buf.bytes();
 }
 
@@ -110,18 +110,20 @@ void GradientCompressor::all_gather(View send, View recv) {
 
 // ---- none and bf16 -------------------------------------------------------------
 
-void NoCompression::reduce(View grads) { all_reduce_avg(grads); }
+void NoCompression::reduce(View grads) { all_reduce(ReduceOp::avg, grads); }
 
-// Rounded once to nearest (to_bf16), reduced in bf16 (each partial sum rounded,
-// as NCCL's bf16 allreduce does), divided, and widened back exactly. PyTorch's
-// fp16 hook divides by P before the allreduce so the sum cannot overflow fp16;
-// bf16 has fp32's range, so dividing after (ReduceOp::avg) is safe.
+// PyTorch's order (default_hooks._compress_hook, the fp16 and bf16 hooks
+// alike): rounded to bf16 (to nearest), divided by P in bf16, summed in bf16
+// (each partial sum rounded, as NCCL's bf16 allreduce does), and widened back
+// exactly. Dividing first keeps an fp16 sum from overflowing; in bf16 it only
+// sets where the roundings fall.
 void Bf16Compression::reduce(View grads) {
   const bool payload = has_payload(grads);
   const View halves = buffer(halves_, count_, payload);
   float* g = static_cast<float*>(grads.data);
-  if (payload) std::transform(g, g + count_, halves_.begin(), to_bf16);
-  all_reduce_avg(halves);
+  const float P = float(comm_.size());
+  if (payload) std::transform(g, g + count_, halves_.begin(), [P](float x) { return to_bf16(to_float(to_bf16(x)) / P); });
+  all_reduce(ReduceOp::sum, halves);
   if (payload) std::transform(halves_.begin(), halves_.end(), g, [](bfloat16 h) { return to_float(h); });
 }
 
@@ -225,12 +227,13 @@ void PowerSgd::reduce(View grads) {
   const bool payload = has_payload(grads);
   float* g = static_cast<float*>(grads.data);
   average_whole(g, payload);
+  if (matrices_.empty()) return;  // no matrix is worth its factors at this rank: the whole tensors were all
   if (payload)
     for (Matrix& m : matrices_) add_error_and_multiply(g + m.tensor.offset, m);
-  all_reduce_avg(buffer(p_, p_.size(), payload));
+  all_reduce(ReduceOp::avg, buffer(p_, p_.size(), payload));
   if (payload)
     for (Matrix& m : matrices_) orthonormalize_and_keep_error(g + m.tensor.offset, m);
-  all_reduce_avg(buffer(q_, q_.size(), payload));
+  all_reduce(ReduceOp::avg, buffer(q_, q_.size(), payload));
   // mean(Q) stays in q_: the next step's power iteration starts from it (warm start).
   if (payload)
     for (const Matrix& m : matrices_) write_update(g + m.tensor.offset, m);
@@ -244,7 +247,7 @@ void PowerSgd::average_whole(float* g, bool payload) {
     if (payload) std::copy_n(g + t.offset, t.count(), &whole_values_[at]);
     at += t.count();
   }
-  all_reduce_avg(whole);
+  all_reduce(ReduceOp::avg, whole);
   at = 0;
   for (const ParameterTensor& t : whole_) {
     if (payload) std::copy_n(&whole_values_[at], t.count(), g + t.offset);

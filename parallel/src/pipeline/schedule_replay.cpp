@@ -50,6 +50,32 @@ struct Message {
   bool received = false;
 };
 
+// Every chunk's forward and backward (whole, or input then weights) of every
+// micro-batch is in the lists, checked before they play: work left out would
+// otherwise show only as the deadlock it causes, its stages waiting for a
+// message it makes. (Once they play to the end without a deadlock, each ran.)
+void check_all_work_listed(const Schedule& s) {
+  Grid<Progress> listed(s.chunks(), s.microbatches);
+  for (int p = 0; p < s.stages; ++p)
+    for (const PipeAction& a : s.actions[std::size_t(p)]) {
+      if (a.chunk < 0 || a.chunk >= s.chunks() || a.microbatch < 0 || a.microbatch >= s.microbatches ||
+          (is_compute(a.op) && stage_of(s, a.chunk) != p))
+        return;  // an action out of place: the replay names it where it plays
+      Progress& progress = listed(a.chunk, a.microbatch);
+      if (a.op == PipeOp::forward) progress.forwarded = true;
+      if (a.op == PipeOp::backward || a.op == PipeOp::backward_weight) progress.backward = Backward::done;
+      if (a.op == PipeOp::backward_input && progress.backward == Backward::none) progress.backward = Backward::input;
+    }
+  for (int c = 0; c < s.chunks(); ++c)
+    for (int m = 0; m < s.microbatches; ++m)
+      if (const Progress& progress = listed(c, m); !progress.forwarded || progress.backward != Backward::done)
+        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}{}", s.name, stage_of(s, c),
+                                !progress.forwarded                      ? "forward"
+                                : progress.backward == Backward::none ? "backward"
+                                                                      : "backward for the weights",
+                                m, s.chunks() > s.stages ? fmt::format(" on chunk {}", c) : ""));
+}
+
 // One stage as far as the replay has run it.
 struct StageReplay {
   std::span<const PipeAction> actions;
@@ -80,7 +106,6 @@ class ScheduleReplay {
   bool has_gradient(const PipeAction& a) const;
   void work(StageReplay& stage, const PipeAction& a, double seconds);
   void check_no_deadlock() const;
-  void check_all_work_ran() const;
   void check_all_messages_received() const;
   ScheduleRun timeline() const;
   [[noreturn]] void fail(int p, std::string_view what) const;
@@ -265,18 +290,6 @@ void ScheduleReplay::check_no_deadlock() const {
     throw Error(fmt::format("{} schedule: deadlock: every unfinished stage waits on a receive: {}", s_.name, waiting));
 }
 
-// Every chunk's forward and backward (whole, or input then weights) of every micro-batch.
-void ScheduleReplay::check_all_work_ran() const {
-  for (int c = 0; c < s_.chunks(); ++c)
-    for (int m = 0; m < s_.microbatches; ++m)
-      if (const Progress& progress = progress_(c, m); progress.backward != Backward::done)
-        throw Error(fmt::format("{} schedule: stage {} never runs the {} of micro-batch {}{}", s_.name, stage_of(s_, c),
-                                !progress.forwarded                      ? "forward"
-                                : progress.backward == Backward::none ? "backward"
-                                                                      : "backward for the weights",
-                                m, s_.chunks() > s_.stages ? fmt::format(" on chunk {}", c) : ""));
-}
-
 void ScheduleReplay::check_all_messages_received() const {
   for (const auto& [key, message] : messages_)
     if (!message.received)
@@ -299,6 +312,7 @@ ScheduleRun ScheduleReplay::timeline() const {
 }
 
 ScheduleRun ScheduleReplay::run() {
+  check_all_work_listed(s_);
   // Each stage runs until it finishes or waits on a receive, in turns, until none can go on.
   for (bool progress = true; progress;) {
     progress = false;
@@ -306,7 +320,6 @@ ScheduleRun ScheduleReplay::run() {
       while (!stages_[p].finished() && step(p)) progress = true;
   }
   check_no_deadlock();
-  check_all_work_ran();
   check_all_messages_received();
   return timeline();
 }

@@ -69,7 +69,7 @@ class GradientCompressor {
   GradientCompressor(Comm& comm, std::size_t count) : comm_(comm), count_(count) {}
   virtual void reduce(View grads) = 0;
   // The collectives, counting this rank's payload.
-  void all_reduce_avg(View buf);
+  void all_reduce(ReduceOp op, View buf);
   void all_gather(View send, View recv);
   Comm& comm_;
   std::size_t count_;  // N
@@ -88,7 +88,7 @@ class NoCompression : public GradientCompressor {
   void reduce(View grads) override;
 };
 
-// PyTorch's bf16_compress_hook: cast to bf16, allreduce, divide, cast back.
+// PyTorch's bf16_compress_hook: cast to bf16, divide by P, allreduce, cast back.
 class Bf16Compression : public GradientCompressor {
  public:
   Bf16Compression(Comm& comm, std::size_t count) : GradientCompressor(comm, count) {}
