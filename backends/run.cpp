@@ -66,6 +66,9 @@ int mpirun_processes() {
 }  // namespace
 
 void add_run_options(CLI::App& app, RunOptions& o, RunOptionSet set) {
+  // The options only one kind of backend reads remember being given, so that
+  // the other refuses them even at their defaults ("--efficiency 0.5" under mpirun).
+  const auto remember = [&o](std::string name) { return [&o, name](const std::string&) { o.given.insert(name); }; };
   // Under mpirun -np gives the ranks, unless --ranks does (it is read after --backend): a lab checks its
   // shape against them before MPI starts, as on the simulator.
   app.add_option("--backend", o.backend, "sim (simulated cluster), mpi (processes under mpirun) or nccl (a GPU per process)")
@@ -78,22 +81,23 @@ void add_run_options(CLI::App& app, RunOptions& o, RunOptionSet set) {
   app.add_option("--topology", o.topology,
                  "sim: the cluster simulated (a lab that models with it reads it on any backend): dgx-h100, dgx-a100, "
                  "pcie, ethernet, ib-ndr, or a JSON file")
-      ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }));
+      ->capture_default_str()->check(cli::parsed_by([](const std::string& t) { find_topology(t); }))
+      ->each(remember("--topology"));
   app.add_option("--network", o.network, "sim: fair (messages on one port share its bandwidth, as SimGrid "
                  "models it) or serial (a port carries one message at a time)")
-      ->capture_default_str()->check(cli::one_of("network", {"fair", "serial"}));
+      ->capture_default_str()->check(cli::one_of("network", {"fair", "serial"}))->each(remember("--network"));
   app.add_option("--trace", o.trace, "write a Chrome trace (Perfetto) to this file")->check(cli::output_file());
   app.add_flag("--payload-free", o.payload_free, "move sizes only (what-if runs at scale)");
   if (set == RunOptionSet::all) {
     app.add_option("--algo", o.algos, "NAME or COLLECTIVE=NAME: run collectives as a labkit algorithm, not native")
         ->check(cli::parsed_by(algorithm_choices));
     app.add_option("--efficiency", o.efficiency, "sim: fraction of device peak FLOP/s that compute reaches")
-        ->capture_default_str()->check(cli::above(0.0, 1.0));
+        ->capture_default_str()->check(cli::above(0.0, 1.0))->each(remember("--efficiency"));
     app.add_option("--straggler", o.stragglers, "sim: RANK:SPEED, e.g. 2:0.5 makes rank 2 compute at half speed")
         ->check(cli::parsed_by(parse_straggler));
   }
   app.add_option("--deadlock-timeout", o.deadlock_timeout, "mpi: seconds a wait may make no progress")
-      ->capture_default_str()->check(cli::above(0.0));
+      ->capture_default_str()->check(cli::above(0.0))->each(remember("--deadlock-timeout"));
   CLI::Option* fail = app.add_option("--fail-rank", o.fail_rank, "stop this rank at time --at (sim: virtual time; "
                                      "mpi: its process is killed)")->check(cli::at_least(0));
   CLI::Option* at = app.add_option_function<std::string>(
@@ -175,20 +179,21 @@ namespace {
 // backend watches for a deadlock that the simulator sees the moment it happens.
 void refuse_options_of_the_other_backend(const RunOptions& o) {
   const RunOptions defaults;
+  const auto set = [&](bool changed, const char* name) { return changed || o.given.contains(name); };
   if (o.backend == "sim") {
-    if (o.deadlock_timeout != defaults.deadlock_timeout)
+    if (set(o.deadlock_timeout != defaults.deadlock_timeout, "--deadlock-timeout"))
       throw Error(fmt::format("--deadlock-timeout {:g}: the simulator reports a deadlock when it happens; the "
                               "timeout is for real processes (--backend mpi, nccl)", o.deadlock_timeout));
     return;
   }
   const std::string where = fmt::format("under --backend {} ", o.backend);
-  if (o.topology != defaults.topology && !o.lab_reads_topology)
+  if (set(o.topology != defaults.topology, "--topology") && !o.lab_reads_topology)
     throw Error(fmt::format("--topology {}: the simulator's devices and links; {}the machine's own run the work",
                             o.topology, where));
-  if (o.network != defaults.network)
+  if (set(o.network != defaults.network, "--network"))
     throw Error(fmt::format("--network {}: how the simulator shares a port; {}the machine's network does", o.network,
                             where));
-  if (o.efficiency != defaults.efficiency)
+  if (set(o.efficiency != defaults.efficiency, "--efficiency"))
     throw Error(fmt::format("--efficiency {:g}: the simulator's speed of compute; {}work takes the time it takes",
                             o.efficiency, where));
   if (!o.stragglers.empty())

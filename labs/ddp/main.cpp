@@ -112,9 +112,7 @@ int main(int argc, char** argv) {
     if (o.sweep.over == "ranks") return sweep(o, run_options);
     if (o.sweep.over == "bucket-mb") return bucket_sweep(o, run_options);
     if (!o.what_if.empty()) return what_if(o, run_options, modes);
-    if (o.batch % run_options.ranks != 0)
-      throw Error(fmt::format("--batch {} does not split over {} {}: each rank takes batch / ranks sequences", o.batch,
-                              ranks_flag(run_options), run_options.ranks));
+    lab::check_batch_splits(o.batch, run_options);
     const Sequences corpus = training_sequences(o.seed, gpt_preset(o.model, 1).max_seq);
     lab::check_batch_fits_corpus(corpus, o.batch, o.accum);
     const GptConfig config = gpt_preset(o.model, corpus.tokens.vocab);

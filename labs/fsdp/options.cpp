@@ -94,9 +94,7 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {
   lab::refuse_payload_free(run_options.payload_free, {"--what-if", "--sweep"});
-  if (o.batch % run_options.ranks != 0)
-    throw Error(fmt::format("--batch {} does not split over {} {}: each rank takes batch / ranks sequences", o.batch,
-                            ranks_flag(run_options), run_options.ranks));
+  lab::check_batch_splits(o.batch, run_options);
 }
 
 void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {

@@ -109,7 +109,8 @@ void print_guides_gpt3_layer() {
   fmt::print("the reading's GPT-3 layer (b = 1, s = 2048, h = 12288, T = 8, fp16): 4 x 2(T-1)/T x b s h x 2 bytes = "
              "{:.1f} MB sent by each rank per layer, {:.1f} GB over 96 layers; its comment says ~175 MB and 16.8 GB, "
              "half of what its own function returns (it drops the ring's factor 2). Its case study's ~400 MB per "
-             "layer counts the four messages at b = 2 (4 x {:.1f} MB x 2), not what a ring sends\n",
+             "layer, 4 x 2 x {:.1f} MB, is the four messages at b = 2 as its formula lays them out, or, at the b = 1 "
+             "of its pipeline line, the ring's 2(T-1)/T rounded up to 2\n",
              per_layer / 1e6, per_layer * 96 / 1e9, message / 1e6);
 }
 

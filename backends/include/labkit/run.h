@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,7 @@ struct RunOptions {
   double efficiency = 0.5;
   std::vector<std::string> stragglers;  // "RANK:SPEED", e.g. "2:0.5"
   bool ranks_given = false;  // --ranks was on the command line (under mpirun, -np decides otherwise)
+  std::set<std::string> given;  // the options of one kind of backend that were on the command line
   double deadlock_timeout = 60;  // real backends: seconds a wait may make no progress before the run stops
   // --fail-rank R --at T: rank R stops at time T (virtual on sim; under mpirun its
   // process kills itself), and the ranks that wait on it get a RankFailedError.

@@ -74,6 +74,9 @@ std::vector<WeightTensor> layer_tensors(const Architecture& a, int layer);
 // two products, 2 x 2 s h per token; the weights' gradients 2 per weight
 // again; the inputs' the rest of a backward that costs twice the forward. For
 // GPT-3's layer the three make Narayanan et al.'s (2021) 72 b s h^2 + 12 b s^2 h.
+// Attention counts the whole s x s, as that formula and the MFU figures quoted
+// with it do; the tiny GPT's Gpt::block_flops counts the causal half its
+// kernels compute.
 struct LayerFlops {
   double forward, backward_input, backward_weight;
   double total() const { return forward + backward_input + backward_weight; }

@@ -69,6 +69,12 @@ void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_
                                                       : ""));
 }
 
+void check_batch_splits(int batch, const RunOptions& run_options) {
+  if (batch % run_options.ranks != 0)
+    throw Error(fmt::format("--batch {} does not split over {} {}: each rank takes batch / ranks sequences", batch,
+                            ranks_flag(run_options), run_options.ranks));
+}
+
 void refuse_model_device_backend(const TrainingOptions& o, const RunOptions& run_options, const std::string& view) {
   if (o.model != TrainingOptions{}.model) throw Error(fmt::format("--model {}: {}, with no GPT to train", o.model, view));
   if (o.device != "cpu") throw Error(fmt::format("--device {}: {}, with no tensors to place on a device", o.device, view));

@@ -194,7 +194,7 @@ PipelineStep PipelineExecutor::step(const std::vector<int>& tokens, const std::v
   }
   batch.wait_for_sends();
   out.activation_sets = batch.most_held();
-  average_gradients();
+  finish_gradients();
   out.loss = float(loss / M);  // each micro-batch's loss is its own mean: the batch's is their mean
   out.end = pp_.now();
   return out;
@@ -266,7 +266,7 @@ double PipelineExecutor::run_layers(const MicroBatches& batch, const PipeAction&
 
 // The head's use of the token embeddings and the first chunk's are one
 // gradient, summed between their stages; then the mean over the micro-batches.
-void PipelineExecutor::average_gradients() {
+void PipelineExecutor::finish_gradients() {
   const GptConfig& g = model_.config();
   if (embedding_group_ && embedding_group_->size() > 1)
     embedding_group_->all_reduce(view_of(std::span(model_.gradients().data(), std::size_t(g.vocab) * g.channels)),

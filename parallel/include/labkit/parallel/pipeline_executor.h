@@ -73,7 +73,7 @@ class PipelineExecutor {
   void exchange(MicroBatches& batch, const PipeAction& a, PipelineStep& out);
   double compute(const MicroBatches& batch, const PipeAction& a, PipelineStep& out);
   double run_layers(const MicroBatches& batch, const PipeAction& a);
-  void average_gradients();
+  void finish_gradients();  // the tied embedding's two halves summed, then the mean over the micro-batches
 
   Comm& pp_;
   Gpt& model_;

@@ -79,5 +79,7 @@ void refuse_trace_of_many_runs(const RunOptions& run_options, const std::string&
 // --ranks, where given, must be `count`, and under mpirun so must -np, checked
 // before MPI starts rather than when a rank finds the group another size.
 void check_ranks_of_shape(const RunOptions& run_options, int count, std::string_view option, std::string_view per);
+// A data-parallel lab's --batch splits evenly over its ranks (each takes batch / ranks sequences).
+void check_batch_splits(int batch, const RunOptions& run_options);
 
 }  // namespace labkit::lab
