@@ -158,10 +158,13 @@ Comm::CollectiveCalls gather_collective_calls(Comm& comm) {
 
 std::vector<double> parse_speeds(const RunOptions& o) {
   std::vector<double> speed(o.ranks, 1.0);
+  std::set<int> given;
   for (const std::string& s : o.stragglers) {
     const auto [rank, factor] = parse_straggler(s);
     if (rank >= o.ranks)
       throw Error(fmt::format("--straggler {}: there is no rank {} among {} ranks", s, rank, o.ranks));
+    if (!given.insert(rank).second)
+      throw Error(fmt::format("--straggler {}: rank {} is given a speed twice ({:g} before)", s, rank, speed[rank]));
     speed[rank] = factor;
   }
   return speed;

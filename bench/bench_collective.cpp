@@ -120,27 +120,30 @@ int main(int argc, char** argv) {
     if (!json.empty()) {
       nlohmann::json results = nlohmann::json::array();
       for (const Row& r : rows) results.push_back(json_row(table, r, s.iters));
-      create_file(json) << nlohmann::json{{"version", 1},
-                                          {"start_time", start_time},
-                                          {"args", std::vector<std::string>(argv, argv + argc)},
-                                          {"config",
-                                           {{"collective", collective},
-                                            {"backend", run_options.backend},
-                                            {"ranks", ranks},
-                                            {"datatype", name_of(s.dtype)},
-                                            {"minimum_bytes", s.min_bytes},
-                                            {"maximum_bytes", s.max_bytes},
-                                            {"step_factor", s.factor},
-                                            {"warmup_iters", s.warmup},
-                                            {"iterations", s.iters},
-                                            {"validation", int(s.check)}}},
-                                          {"results", results},
-                                          {"end_time", now_string()}}
-                                  .dump(2)
-                           << '\n';
+      std::ofstream file = create_file(json);
+      file << nlohmann::json{{"version", 1},
+                             {"start_time", start_time},
+                             {"args", std::vector<std::string>(argv, argv + argc)},
+                             {"config",
+                              {{"collective", collective},
+                               {"backend", run_options.backend},
+                               {"ranks", ranks},
+                               {"datatype", name_of(s.dtype)},
+                               {"minimum_bytes", s.min_bytes},
+                               {"maximum_bytes", s.max_bytes},
+                               {"step_factor", s.factor},
+                               {"warmup_iters", s.warmup},
+                               {"iterations", s.iters},
+                               {"validation", int(s.check)}}},
+                             {"results", results},
+                             {"end_time", now_string()}}
+                     .dump(2)
+              << '\n';
+      finish_file(file, json);
     }
     return total_wrong ? 1 : 0;
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // the table so far, then the error after it
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }

@@ -133,7 +133,9 @@ int main(int argc, char** argv) {
     }
     const Link link = fits.at(use);
     const std::string name = fmt::format("calibrated ({}, {} ranks)", run_options.backend, ranks);
-    create_file(out) << topology_json(name, ranks, link, rows).dump(2) << '\n';
+    std::ofstream file = create_file(out);
+    file << topology_json(name, ranks, link, rows).dump(2) << '\n';
+    finish_file(file, out);
     fmt::print("# wrote {}: --backend sim --topology {} now predicts this machine\n", out, out);
 
     // The check, a benchmark's: the simulator, on the topology just written,
@@ -157,6 +159,7 @@ int main(int argc, char** argv) {
                within ? "" : ": other work on this machine slows what it measures; run it again alone, or --check "
                              "past the caches");
   } catch (const std::exception& e) {
+    std::fflush(stdout);  // the table so far, then the error after it
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;
   }

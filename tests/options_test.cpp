@@ -208,7 +208,7 @@ TEST_P(Options, EveryBadValueIsRefusedOnOneLineNamingOptionAndValue) {
         argv.push_back(o.name() + "=" + value);
       }
       std::vector<std::string> words = {o.name(), value};
-      if (o.type != "TEXT") words.push_back("(must be " + o.range + ")");
+      if (o.type != "TEXT") words.push_back("(must be " + o.range);  // then ")", or ", at most" the type's top
       const Outcome got = run(argv);
       const std::string wrong = judge(got, words);
       EXPECT_EQ(wrong, "") << fmt::format("{}", fmt::join(argv, " ")) << "\n  printed: " << got.output;
@@ -282,7 +282,7 @@ TEST(Options, MistakesAcrossOptionsAreRefusedOnOneLine) {
       {{"tp", "--what-if", "gpt3-175b", "--sp"}, {"--sp", "--what-if"}},
       // The option at fault, not another: the what-if sizes GPT-3, not the tiny GPT's 4 heads; the
       // interleaved schedule's default V, not a --virtual never given; --seq a whole number of tokens.
-      {{"tp", "--what-if", "gpt3-175b", "--ranks", "8"}, {"--ranks 8", "--what-if times its layer"}},
+      {{"tp", "--what-if", "gpt3-175b", "--ranks", "8"}, {"--ranks 8", "--what-if does not read it: it times its layer"}},
       {{"pipeline", "--schedule", "interleaved", "--stages", "3", "--layers", "9", "--microbatches", "3"},
        {"--schedule interleaved: a stage's 3 layers", "2 equal chunks", "by default (--virtual)"}},
       {{"fsdp", "--what-if", "llama2-7b", "--seq", "1.5"}, {"--seq", "1.5 is not a whole number", "(must be 1 to"}},

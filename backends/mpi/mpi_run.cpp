@@ -155,8 +155,9 @@ RunResult run(const RunOptions& o, const std::function<void(Comm&)>& rank_fn, co
   const int world = world_size(), me = world_rank();
   const int ranks = o.ranks_given ? o.ranks : world;
   if (ranks > world)
-    throw Error(fmt::format("--backend {}: --ranks {} but mpirun started {} processes (mpirun -np sets the ranks)",
-                            o.backend, ranks, world));
+    throw Error(fmt::format("--backend {}: --ranks {} but {} (mpirun -np sets the ranks)", o.backend, ranks,
+                            world == 1 ? std::string("one process runs, started without mpirun or with -np 1")
+                                       : fmt::format("mpirun started {} processes", world)));
   if (o.fail_rank >= ranks)
     throw Error(fmt::format("--fail-rank {0}: there is no rank {0} among {1} ranks", o.fail_rank, ranks));
   // The lab's ranks are the first `ranks` processes; any others wait at the end.

@@ -80,6 +80,11 @@ NcclComm::NcclComm(MPI_Comm comm, int comm_id, Members members, TraceTrack* trac
     MPI_Comm_size(host, &local_ranks);
     MPI_Comm_free(&host);
     if (cudaGetDeviceCount(&gpus) != cudaSuccess) gpus = 0;
+    // Every rank of a host without GPUs enough finds so: the first of them
+    // says it, and the others wait for its MPI_Abort, so that it is said once.
+    int first_short = local_ranks > gpus ? rank() : size();
+    MPI_Allreduce(MPI_IN_PLACE, &first_short, 1, MPI_INT, MPI_MIN, comm);
+    if (first_short < size() && rank() != first_short) MPI_Barrier(comm);  // never completes: stopped by the abort
     if (gpus == 0)
       fail(who(), "nccl", "{} rank{} on this host but no GPU: NCCL needs a GPU of its own for every rank (--backend "
            "mpi runs the lab on processes alone)", local_ranks, local_ranks == 1 ? "" : "s");

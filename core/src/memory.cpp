@@ -610,6 +610,16 @@ int gpus_needed(const Architecture& model, Plan plan, const Gpu& gpu) {
   return 0;
 }
 
+namespace {
+// The widest tensor parallelism of at most `limit` ranks that check_plan takes:
+// whole attention heads on each, and the KV heads split or copied evenly.
+int widest_tp(const Architecture& m, int limit) {
+  for (int t = std::min(limit, m.heads); t > 1; --t)
+    if (m.heads % t == 0 && (m.latent || m.kv_heads % t == 0 || t % m.kv_heads == 0)) return t;
+  return 1;
+}
+}  // namespace
+
 Recommendation recommend(const Architecture& model, const Plan& base, const Gpu& gpu, int gpus, int per_node) {
   Recommendation r;
   const double weights = base.params.value_or(count_parameters(model).total) * bytes_per_element(base.precision);
@@ -623,13 +633,14 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
     if (one.fits()) {
       r.strategy = "one GPU per replica (vLLM or SGLang); more GPUs only add throughput as replicas";
     } else {
-      for (p.tp = 2; p.tp <= std::min(per_node, gpus) && !fits(p).fits(); p.tp *= 2) {}
-      if (p.tp <= std::min(per_node, gpus)) {
+      const int widest = widest_tp(model, std::min(per_node, gpus));
+      for (p.tp = 2; p.tp <= widest && (widest_tp(model, p.tp) != p.tp || !fits(p).fits()); p.tp *= 2) {}
+      if (p.tp <= widest) {
         r.tp = p.tp;
         r.strategy = fmt::format("tensor parallelism over {} GPUs of one node", p.tp);
         r.reasons.push_back("TP splits every layer's weights and KV heads; it needs NVLink, so it stays in a node");
       } else {
-        p.tp = std::min(per_node, gpus);
+        p.tp = widest;
         const auto can_stage = [&](int pp) { return pp * p.tp <= gpus && model.layers % pp == 0; };
         for (p.pp = 2; can_stage(p.pp) && !fits(p).fits(); p.pp *= 2) {}
         if (can_stage(p.pp)) {
@@ -670,8 +681,8 @@ Recommendation recommend(const Architecture& model, const Plan& base, const Gpu&
                             "(its allreduce)");
     } else {
       p.zero = 3;
-      p.tp = std::min(per_node, gpus);
-      p.sequence_parallel = true;
+      p.tp = widest_tp(model, std::min(per_node, gpus));
+      p.sequence_parallel = p.tp > 1;
       // Each doubling of the stages halves the replicas that shard the model
       // state; the stages hold equal layers.
       const auto can_stage = [&](int pp) { return p.tp * pp <= gpus && model.layers % pp == 0; };

@@ -691,7 +691,8 @@ bool cuda_available() {
 }
 
 const Device& cuda_device() {
-  if (!cuda_available()) throw std::runtime_error("cuda: no CUDA GPU on this machine");
+  if (!cuda_available())
+    throw std::runtime_error("cuda: no CUDA GPU on this machine (--device fenced runs the GPU's code path on the CPU)");
   return kCuda;
 }
 

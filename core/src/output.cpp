@@ -32,6 +32,11 @@ std::ofstream create_file(const std::string& path) {
   return out;
 }
 
+void finish_file(std::ofstream& out, const std::string& path) {
+  out.flush();
+  if (!out) throw Error("cannot write '" + path + "': the disk is full, or the file went away");
+}
+
 // Under mpirun a rank's standard error is a pipe to mpirun, whatever mpirun's own
 // is: ./labkit mpi says in LABKIT_TERMINAL that mpirun's is a terminal.
 bool stderr_reaches_a_terminal() {
@@ -64,6 +69,10 @@ void run_gnuplot(const std::string& script, const std::string& path) {
   if (!gnuplot) throw Error("--plot: cannot start gnuplot (apt-get install gnuplot-nox)");
   std::fputs(script.c_str(), gnuplot);
   if (pclose(gnuplot) != 0) throw Error(fmt::format("--plot {}: gnuplot failed", path));
+  // gnuplot exits 0 when it could not write the figure: a full disk leaves it empty.
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error) || std::filesystem::file_size(path, error) == 0)
+    throw Error(fmt::format("--plot {}: gnuplot wrote nothing there (the disk is full, or it is not a file)", path));
   std::printf("wrote %s\n", path.c_str());
 }
 

@@ -68,14 +68,24 @@ int count_at(const nlohmann::json& file, const std::string& key, std::optional<i
   return int(n);
 }
 
+// The text at `key`, or `fallback` when the file leaves it out.
+std::string text_at(const nlohmann::json& file, const std::string& key, const std::string& fallback) {
+  if (!file.contains(key)) return fallback;
+  if (!file[key].is_string())
+    throw std::invalid_argument(fmt::format("{} = {}: must be a string", key, file[key].dump()));
+  return file[key].get<std::string>();
+}
+
 Topology load(const std::string& path) {
+  if (std::filesystem::is_directory(path))
+    throw std::invalid_argument("topology '" + path + "': a folder, not a JSON file");
   std::ifstream in(path);
   if (!in) throw std::invalid_argument("topology: cannot open '" + path + "'");
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     if (!j.is_object()) throw std::invalid_argument("expected a JSON object (see book/00-introduction.md)");
-    Topology t{j.value("name", path), count_at(j, "devices_per_node"), 0, link_from_json(j, "intra"),
-               link_from_json(j, "inter"), device_preset(j.value("device", "h100"))};
+    Topology t{text_at(j, "name", path), count_at(j, "devices_per_node"), 0, link_from_json(j, "intra"),
+               link_from_json(j, "inter"), device_preset(text_at(j, "device", "h100"))};
     t.nics_per_node = count_at(j, "nics_per_node", t.devices_per_node);
     return t;
   } catch (const std::exception& e) {
@@ -101,8 +111,9 @@ Topology find_topology(std::string_view name_or_path) {
   if (std::filesystem::exists(name_or_path)) return load(std::string(name_or_path));
   std::string presets;
   for (std::string_view preset : topology_presets()) presets += std::string(preset) + ", ";
-  throw std::invalid_argument("unknown topology '" + std::string(name_or_path) + "' (a preset: " + presets +
-                              "or a JSON file)");
+  const bool a_path = name_or_path.find('/') != std::string_view::npos || name_or_path.ends_with(".json");
+  throw std::invalid_argument("unknown topology '" + std::string(name_or_path) + "'" +
+                              (a_path ? ": no such file" : "") + " (a preset: " + presets + "or a JSON file)");
 }
 
 }  // namespace labkit

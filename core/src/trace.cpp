@@ -204,6 +204,7 @@ void Trace::write_chrome_json(std::ostream& out, const std::string& backend) con
 void Trace::write_chrome_json(const std::string& path, const std::string& backend) const {
   std::ofstream out = create_file(path);
   write_chrome_json(out, backend);
+  finish_file(out, path);
 }
 
 }  // namespace labkit

@@ -72,6 +72,8 @@ std::uint64_t parse_bytes(const std::string& text) {
   if (suffix == "K" || suffix == "KiB") shift = 10;
   else if (suffix == "M" || suffix == "MiB") shift = 20;
   else if (suffix == "G" || suffix == "GiB") shift = 30;
+  else if (!suffix.empty() && (suffix[0] == '.' || suffix[0] == 'e' || suffix[0] == 'E'))
+    throw std::invalid_argument("'" + text + "' is not a whole number of bytes (1536K, not 1.5M)");
   else if (!suffix.empty() && suffix != "B")
     throw std::invalid_argument("'" + text + "' has an unknown unit (use K, M or G)");
   if (value > std::numeric_limits<std::uint64_t>::max() >> shift) throw std::invalid_argument(too_large);

@@ -60,6 +60,9 @@ int main(int argc, char** argv) {
       if (!mesh.empty() && app.count(option))
         throw Error(fmt::format("{}: --mesh {} prints the ranks' coordinates and runs no --op", option, mesh));
     refuse_unused_options(app, o, run_options.algos);
+    if ((o.op == "send_recv" || o.op == "deadlock") && run_options.ranks == 1)
+      throw Error(fmt::format("--op {}: on 1 rank there is no neighbour to send to (a rank cannot message itself): "
+                              "--ranks 2 or more", o.op));
     if (run_options.payload_free)
       throw Error("--payload-free: the lab shows the values each rank holds, and a payload-free run moves none "
                   "(ring_allreduce --compare and --scale time sizes alone)");

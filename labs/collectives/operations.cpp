@@ -160,9 +160,10 @@ void all_to_allv(const Demo& d) {
 
 // A ring shift: every rank sends to its right neighbour and receives from its left.
 void send_recv(const Demo& d) {
+  if (d.p == 1) return;  // --op all on one rank: no neighbour (--op send_recv is refused there)
   Values in = make(2, [&](std::size_t i) { return float(d.r * 10 + i + 1); }), out(2);
   d.show(fmt::format("send_recv on {} ranks (rank r sends to r+1)", d.p), in, out, [&] {
-    if (d.p > 1) d.comm.sendrecv(view_of(in), (d.r + 1) % d.p, view_of(out), (d.r - 1 + d.p) % d.p);
+    d.comm.sendrecv(view_of(in), (d.r + 1) % d.p, view_of(out), (d.r - 1 + d.p) % d.p);
   });
 }
 

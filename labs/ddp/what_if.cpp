@@ -100,6 +100,10 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
     table.add({name_of(mode), buckets, lab::seconds(t.compute()), lab::seconds(t.comm), lab::seconds(t.exposed()),
                lab::seconds(t.step), lab::percent(efficiency(t)), formula});
   }
+  if (p > topology.devices_per_node && topology.nics_per_node > 1)
+    fmt::print("(T_comm: NCCL's rings leave each node through all {} of its NICs, {:g} GB/s a node, where the "
+               "reading's estimate prices one {:g} GB/s link; chapter 2)\n", topology.nics_per_node,
+               topology.nics_per_node * link.bandwidth / 1e9, link.bandwidth / 1e9);
   traces.print("mode");
   lab::write_json(o.json, table.json());
   if (!o.plot.empty())

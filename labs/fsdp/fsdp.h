@@ -45,7 +45,7 @@ struct Options : lab::TrainingOptions {
   bool qgz = false;  // stage 3, ZeRO++'s qgZ: int4 gradient reduces in two all-to-all hops, likewise
   std::string optimizer = "sgd";
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
-  double step_seconds = 2;  // --what-if: compute per step
+  double step_seconds = 0;  // --what-if: compute per step; 0: one --seq sequence's 6N FLOPs at --efficiency
   std::string gpu = "h100-80g";
   int seq = 4096;           // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
@@ -129,6 +129,9 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
 // --what-if, --step-seconds, --gpu, --seq, --recompute and --sweep: the studies' options.
 void add_what_if_options(CLI::App& app, Options& o);
 int what_if(const Options& o, RunOptions run_options);
+// A what-if step's compute: --step-seconds, or else one --seq sequence's 6N
+// FLOPs per token at --efficiency of the topology's device's peak.
+double compute_seconds(const Options& o, const RunOptions& run_options, const memory::Architecture& arch);
 int sweep(const Options& o, RunOptions run_options);
 // --sweep hidden=A..B: where the prefetched all-gather hides under a layer's forward, measured and by alpha-beta.
 int prefetch_sweep(const Options& o, RunOptions run_options);

@@ -16,6 +16,7 @@
 #include "labkit/lab/what_if.h"
 #include "labkit/memory.h"
 #include "labkit/output.h"
+#include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/parallel/quantize.h"
 #include "labkit/topology.h"
@@ -34,7 +35,10 @@ cli::Sweep parse_sweep(const std::string& text) {
 void add_what_if_options(CLI::App& app, Options& o) {
   lab::add_what_if(app, o.what_if, "a model preset (llama2-7b, ...): each stage's memory per GPU and a "
                                    "payload-free step of its shapes");
-  lab::add_step_seconds(app, o.step_seconds);
+  app.add_option("--step-seconds", o.step_seconds,
+                 "--what-if: compute per step, in seconds (default: one --seq sequence's 6N FLOPs a token at "
+                 "--efficiency of the device's peak)")
+      ->check(cli::above(0.0, lab::kMostStepSeconds));
   app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
       ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
   lab::add_what_if_seq(app, o.seq, "--what-if: tokens per sequence (one sequence per GPU)");
@@ -46,7 +50,19 @@ void add_what_if_options(CLI::App& app, Options& o) {
       "--ranks: where prefetching hides the all-gather, measured and by alpha-beta");
 }
 
+double compute_seconds(const Options& o, const RunOptions& run_options, const memory::Architecture& arch) {
+  if (o.step_seconds > 0) return o.step_seconds;
+  return step_seconds_for(arch, o.seq, find_topology(run_options.topology).device.peak_flops * run_options.efficiency);
+}
+
 namespace {
+
+std::string compute_words(const Options& o, const RunOptions& run_options, const memory::Architecture& arch) {
+  const std::string seconds = format_seconds(compute_seconds(o, run_options, arch));
+  if (o.step_seconds > 0) return seconds + " of compute per step";
+  return fmt::format("{} of compute per step (the sequence's 6N FLOPs per token at {:g}% of the {}'s peak)", seconds,
+                     100 * run_options.efficiency, find_topology(run_options.topology).device.name);
+}
 
 // The long guide's ZeRO table (section 8.2, book/99-references.md; 7B parameters,
 // P = 8) three ways: by its formulas
@@ -92,6 +108,8 @@ memory::Plan plan_for(const Options& o, int stage, int ranks) {
   plan.dp = stage > 0 && o.hsdp > 0 ? std::min(o.hsdp, ranks) : ranks;  // HSDP shards over its group
   plan.seq = o.seq;
   plan.recompute = memory::parse_recompute(o.recompute);
+  plan.loss_buffers = true;  // as the memory lab counts by default
+  plan.workspace = memory::kCublasWorkspaceBytes;
   plan.prefetch = o.prefetch != "none";
   return plan;
 }
@@ -99,8 +117,9 @@ memory::Plan plan_for(const Options& o, int stage, int ranks) {
 // T_step of one payload-free sharded step of the model's shapes on run_options' ranks and topology.
 double meta_step_seconds(const Options& o, RunOptions run_options, const memory::Architecture& arch, int stage) {
   run_options.payload_free = true;
+  const double compute = compute_seconds(o, run_options, arch);
   return run(run_options, [&](Comm& comm) {
-           sharded_meta_step(comm, arch, o.step_seconds, stage,
+           sharded_meta_step(comm, arch, compute, stage,
                              {.shard_group = o.hsdp, .prefetch = parse_prefetch(o.prefetch)});
          }).elapsed;
 }
@@ -150,19 +169,18 @@ nlohmann::json print_zero_plus_plus(const Options& o, const RunOptions& run_opti
                     {.header = "T_step", .key = "t_step", .width = 9},
                     {.header = "exposed", .key = "exposed", .width = 9}});
   table.print_header();
+  const double compute = compute_seconds(o, run_options, arch);
   for (const Row& row : rows) {
     RunOptions row_run = traces.row(row.file);
     row_run.payload_free = true;
     row_run.keep_trace = true;
-    const RunResult r = run(row_run, [&](Comm& comm) {
-      sharded_meta_step(comm, arch, o.step_seconds, 3, row.sharding);
-    });
+    const RunResult r = run(row_run, [&](Comm& comm) { sharded_meta_step(comm, arch, compute, 3, row.sharding); });
     const double off_node = off_node_bytes(*r.trace) / nodes;
     memory::Plan plan = plan_for(o, 3, p);
     plan.hpz = row.sharding.hpz_group;
     const double memory = memory::estimate(arch, plan, gpu).total;
     table.add({row.name, lab::bytes(off_node), lab::number(off_node / m, "{:.2f}M"), lab::number(row.paper, "{:.2f}M"),
-               lab::bytes(memory), lab::seconds(r.elapsed), lab::seconds(r.elapsed - o.step_seconds)});
+               lab::bytes(memory), lab::seconds(r.elapsed), lab::seconds(r.elapsed - compute)});
     std::fflush(stdout);
   }
   fmt::print("(off node: a ring leaves each node once, with (P-1)/P of the model; the root is gathered once a step, "
@@ -225,11 +243,11 @@ int what_if(const Options& o, RunOptions run_options) {
   const int p = run_options.ranks;
   refuse_what_cannot_fit(o, arch, gpu, p);
   const double n = memory::count_parameters(arch).total;
-  fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, {} of compute per step; per GPU, mixed-precision "
-             "AdamW, one sequence of {} tokens, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if,
-             n / 1e9,
+  const double compute = compute_seconds(o, run_options, arch);
+  fmt::print("fsdp --what-if {}: {:.2f}B parameters, {} ranks on {}, one sequence of {} tokens per GPU, {}; per "
+             "GPU, mixed-precision AdamW, {} recomputation, {}; stage 3 prefetching {} ...\n", o.what_if, n / 1e9,
              o.hsdp > 0 && o.hsdp < p ? fmt::format("{} (HSDP: groups of {})", p, o.hsdp) : fmt::format("{}", p),
-             run_options.topology, format_seconds(o.step_seconds), o.seq, o.recompute, gpu.name,
+             run_options.topology, o.seq, compute_words(o, run_options, arch), o.recompute, gpu.name,
              o.prefetch == "none" ? "nothing" : o.prefetch == "both" ? "in both passes" : "in " + o.prefetch);
   std::fflush(stdout);
   lab::Table table({{.header = "stage", .key = "stage", .width = 5, .align = lab::Align::left},
@@ -253,17 +271,17 @@ int what_if(const Options& o, RunOptions run_options) {
     const double step = meta_step_seconds(o, traces.row(fmt::format("stage{}", stage)), arch, stage);
     table.add({stage, lab::bytes(line("weights")), lab::bytes(gathered), lab::bytes(line("gradients")),
                lab::bytes(optimizer), lab::bytes(line("activations")), lab::bytes(b.total),
-               {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step), lab::seconds(step - o.step_seconds)});
+               {b.fits(), b.fits() ? "yes" : "no"}, lab::seconds(step), lab::seconds(step - compute)});
   }
   fmt::print("(gathered: whole while they compute, FSDP's root unit (embeddings, final norm, head) and a layer{}; "
              "gradients: the shard, and from stage 2 the root's and a layer's whole until reduce-scattered; total: "
-             "the step's peak{} with the framework, communication buffers and a 20% margin, as the memory lab "
-             "counts them; exposed: T_step less the {} of compute)\n",
+             "the step's peak{}, the loss's buffers and cuBLAS's workspaces with the framework, communication "
+             "buffers and a 20% margin, as the memory lab counts them; exposed: T_step less the {} of compute)\n",
              o.prefetch == "none" ? "" : " and the next, prefetched",
              o.recompute == "none"
                  ? ""
                  : fmt::format(" (a layer's activations rebuilt in backward by {} recomputation)", o.recompute),
-             format_seconds(o.step_seconds));
+             format_seconds(compute));
   nlohmann::json rows = table.json();
   if (zero_plus_plus)
     rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, traces, arch, gpu)}};
@@ -308,9 +326,12 @@ int sweep(const Options& o, RunOptions run_options) {
     counts.push_back(p);
   }
   const std::vector<std::string_view> topologies = topology_presets();
-  fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {} of compute per step, stages {}{}, {} "
-             "topologies; per GPU, mixed-precision AdamW, one sequence of {} tokens, {} recomputation ...\n",
-             o.sweep.from, o.sweep.to, name, memory::count_parameters(arch).total / 1e9, format_seconds(o.step_seconds),
+  fmt::print("fsdp --sweep ranks={:g}..{:g}: {} ({:.2f}B parameters), {}, stages {}{}, {} topologies; per GPU, "
+             "mixed-precision AdamW, one sequence of {} tokens, {} recomputation ...\n",
+             o.sweep.from, o.sweep.to, name, memory::count_parameters(arch).total / 1e9,
+             o.step_seconds > 0 ? format_seconds(o.step_seconds) + " of compute per step"
+                                : fmt::format("compute per step the sequence's 6N FLOPs per token at {:g}% of each "
+                                              "topology's device's peak", 100 * run_options.efficiency),
              fmt::join(o.stages, " "),
              o.hsdp > 0 ? fmt::format(" (HSDP: sharded within groups of {}, replicated across them)", o.hsdp) : "",
              topologies.size(), o.seq, o.recompute);
@@ -327,7 +348,7 @@ int sweep(const Options& o, RunOptions run_options) {
     }
     memory_table.add(row);
   }
-  fmt::print("exposed communication per step: T_step less the {} of compute\n", format_seconds(o.step_seconds));
+  fmt::print("exposed communication per step: T_step less the compute\n");
   lab::Table exposed_table = sweep_table(o, "topology", "exposed", {"memory_per_gpu", "fits", "t_step"});
   exposed_table.print_header();
   for (std::string_view topology : topologies) {
@@ -338,7 +359,8 @@ int sweep(const Options& o, RunOptions run_options) {
       for (int stage : o.stages) {
         const double step = meta_step_seconds(o, run_options, arch, stage);
         const memory::Breakdown& b = per_gpu.at({p, stage});
-        row.insert(row.end(), {lab::seconds(step - o.step_seconds), stage, b.total, b.fits(), step});
+        row.insert(row.end(),
+                   {lab::seconds(step - compute_seconds(o, run_options, arch)), stage, b.total, b.fits(), step});
       }
       exposed_table.add(row);
       std::fflush(stdout);

@@ -36,7 +36,7 @@ struct PlanOptions {
   std::string activation_precision, dropout;  // empty: from the precision, the model's
   Plan plan;  // the options that are its fields already
   bool no_master = false, inference = false, autocast = false, no_loss_buffers = false;
-  double workspace_mib = 64;
+  double workspace_mib = labkit::memory::kCublasWorkspaceBytes / (1024 * 1024);
   double activations_gb = -1;  // < 0: the formula's
   double params = 0;           // 0: the model's
 };

@@ -77,6 +77,8 @@ Plan make_plan(const PlanOptions& o, const Architecture& model) {
   plan.precision = parse_precision(o.precision.empty() ? "bf16" : o.precision);
   // A model trained in fp32 has fp32 gradients (unless told otherwise) and nothing to copy up.
   const bool fp32 = plan.precision == Precision::fp32;
+  if (fp32 && o.no_master)
+    throw labkit::Error("--no-master: fp32 weights are their own master copy, and --precision fp32 keeps none");
   plan.state = {plan.precision, parse_precision(!o.grads.empty() ? o.grads : fp32 ? "fp32" : "bf16"),
                 parse_precision(o.states), !o.no_master && !fp32};
   if (o.autocast) {  // the model stays fp32; autocast casts the matmuls' inputs and weights to bf16 as they run

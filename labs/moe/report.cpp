@@ -122,7 +122,7 @@ nlohmann::json print_traffic(const Options& o, const MoeRun& r, int ep, const Gp
 }
 
 // Each phase's time and share of the MoE layers'; returns them by name.
-nlohmann::json print_phases(const MoeLayer::Phases& p, bool wall_clock) {
+nlohmann::json print_phases(const MoeLayer::Phases& p, const RunOptions& run_options) {
   const double total = p.route + p.dispatch + p.experts + p.combine;
   fmt::print("time per phase, the last step, every layer's forward and backward, each the slowest rank's\n");
   lab::Table table({{.header = "phase", .key = "phase", .width = 10, .align = lab::Align::left},
@@ -138,9 +138,7 @@ nlohmann::json print_phases(const MoeLayer::Phases& p, bool wall_clock) {
   fmt::print("(route: the router, the top-k and the counts' all_gather; dispatch: the tokens to their experts and "
              "back the inputs' gradients; experts: their MLPs; combine: the outputs back, weighted by the gates, "
              "the shared experts, and the outputs' gradients to the experts)\n");
-  if (wall_clock)
-    fmt::print("(times are wall clock here: every wait shows, the messages' and the processes' sharing the "
-               "machine's cores)\n");
+  lab::note_wall_clock(run_options);
   return phases;
 }
 
@@ -158,7 +156,7 @@ int report(const Options& o, const RunOptions& run_options, const Sequences& dat
   json["losses"] = nlohmann::json::array();
   for (const StepRun& step : r.steps) json["losses"].push_back(step.loss);
   json["traffic"] = print_traffic(o, r, ep, config);
-  json["phases"] = print_phases(r.phases, run_options.backend != "sim");
+  json["phases"] = print_phases(r.phases, run_options);
   if (!o.plot.empty()) {
     plot_heatmaps({{fmt::format("balance {}: tokens per expert, layer 0", o.balance), &r}}, o.plot);
   }

@@ -95,10 +95,8 @@ void print_notes(const Schedule& schedule, const RunOptions& run_options, const 
   fmt::print("activations by stage, each tracker's peak: {} (the micro-batches each held at once, times a "
              "micro-batch's activations on its layers)\n",
              stage_list(r.stages, [](const StageRun& s) { return format_bytes(std::uint64_t(s.activation_peak)); }));
-  if (run_options.backend != "sim")
-    fmt::print("(times are wall clock here: every wait shows, the messages' and the processes' sharing the "
-               "machine's cores)\n");
-  else if (measured > played + 0.05)
+  lab::note_wall_clock(run_options);
+  if (run_options.backend == "sim" && measured > played + 0.05)
     fmt::print("(the bubble measured is the schedule's and the messages' waits: the tiny GPT's chunks take {} beside "
                "messages of microseconds, so the pipe waits on the network. --what-if gpt3-175b runs the same "
                "schedule with a real model's layers)\n", format_seconds(t.forward));

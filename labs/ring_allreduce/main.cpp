@@ -32,8 +32,8 @@ int main(int argc, char** argv) {
   ring_lab::WhatIfOptions what_if;
   std::string bytes = "1G";
   bool step = false, cmp = false, whatif = false, scaled = false;
-  auto* step_flag = app.add_flag("--step", step, "walk the ring step by step (default)");
-  auto* cmp_flag = app.add_flag("--compare", cmp, "every algorithm at every size, simulated vs the model");
+  auto* step_flag = app.add_flag("--step", step, "walk the ring step by step (default; 4 ranks by default)");
+  auto* cmp_flag = app.add_flag("--compare", cmp, "every algorithm at every size, simulated vs the model (16 ranks by default: two nodes)");
   auto* whatif_flag = app.add_flag("--what-if", whatif, "data parallelism at 7B, 70B and 1T; crossover sizes");
   auto* scale_flag = app.add_flag("--scale", scaled, "a payload-free ring allreduce over many ranks (default 4096)");
   step_flag->excludes(cmp_flag)->excludes(whatif_flag)->excludes(scale_flag);

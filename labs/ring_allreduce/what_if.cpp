@@ -40,7 +40,8 @@ std::string count(double v) {
 
 void add_what_if_options(CLI::App& app, WhatIfOptions& o) {
   app.add_option("--global-batch", o.global_batch_tokens, "--what-if: tokens per step")
-      ->default_str(fmt::format("{:.0f}", o.global_batch_tokens))->check(cli::above(0.0));
+      ->default_str(fmt::format("{:.0f}", o.global_batch_tokens))
+      ->check(cli::above(0.0, 1e15));  // far past any run, short of a clock that overflows
   app.add_option("--mfu", o.mfu, "--what-if: achieved fraction of peak FLOP/s")
       ->capture_default_str()->check(cli::above(0.0, 1.0));
 }

@@ -25,8 +25,8 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   if (!o.what_if.empty()) {  // the what-if sizes the model's layer, not the tiny GPT, on tp counts of its own
     lab::refuse_model_device_backend(o, run_options, "--what-if runs payload-free");
     if (run_options.ranks_given)
-      throw Error(fmt::format("--ranks {}: --what-if times its layer at tp 2 to 16, inside a node and across nodes, "
-                              "each on as many ranks", ranks));
+      throw Error(fmt::format("--ranks {}: --what-if does not read it: it times its layer at tp 2 to 16, inside a "
+                              "node and across nodes, each on as many ranks", ranks));
     if (o.sp) throw Error("--sp: --what-if times Megatron's 4 allreduces a layer, without sequence parallelism");
     return;
   }

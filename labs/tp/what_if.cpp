@@ -3,12 +3,14 @@
 // parallelism, on t GPUs inside a node and on t GPUs across nodes: its
 // compute shrinks as 1/t, its 4 allreduces of b s h do not, and across nodes
 // they run at the network's bandwidth instead of NVLink's.
+#include <algorithm>
 #include <cstdio>
 #include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "labkit/error.h"
 #include "labkit/lab/output.h"
 #include "labkit/lab/table.h"
 #include "labkit/memory.h"
@@ -38,13 +40,6 @@ lab::Table what_if_table() {
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const double seq = memory::what_if_seq(arch, o.seq), b = 1, bsh = seq * b * arch.hidden;
-  run_options.payload_free = true;
-  fmt::print("tp --what-if {}: one layer (h = {}, s = {:g}, b = {:g}, bf16) forward and backward, compute at {:.0f}% "
-             "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,
-             100 * run_options.efficiency, format_bytes(std::uint64_t(bsh * 2)));
-  std::fflush(stdout);
-  lab::Table table = what_if_table();
-  table.print_header();
   struct Case {
     int t;
     const char* topology;
@@ -53,6 +48,16 @@ int what_if(const Options& o, RunOptions run_options) {
   // GPU per node (every allreduce over InfiniBand).
   const std::vector<Case> cases = {{2, "dgx-h100"}, {4, "dgx-h100"}, {8, "dgx-h100"}, {16, "dgx-h100"},
                                    {2, "ib-ndr"},   {4, "ib-ndr"},   {8, "ib-ndr"}};
+  const auto refused = [&](const Case& c) { return !tensor_parallel_refusal(arch, c.t).empty(); };
+  if (std::all_of(cases.begin(), cases.end(), refused))  // a table of refusals alone is no answer
+    throw Error(fmt::format("--what-if {}: {}", o.what_if, tensor_parallel_refusal(arch, 2)));
+  run_options.payload_free = true;
+  fmt::print("tp --what-if {}: one layer (h = {}, s = {:g}, b = {:g}, bf16) forward and backward, compute at {:.0f}% "
+             "of the GPU's peak; its 4 allreduces of b s h = {} each ...\n", o.what_if, arch.hidden, seq, b,
+             100 * run_options.efficiency, format_bytes(std::uint64_t(bsh * 2)));
+  std::fflush(stdout);
+  lab::Table table = what_if_table();
+  table.print_header();
   for (const Case& c : cases) {
     if (const std::string no = tensor_parallel_refusal(arch, c.t); !no.empty()) {
       fmt::print("{:>4} {:<10} refused: {}\n", c.t, c.topology, no);

@@ -43,6 +43,10 @@ int main(int argc, char** argv) {
     if (app.count("--checkpoint") && !o.checkpoint_every && !o.resume)
       throw Error(fmt::format("--checkpoint {}: nothing writes or reads it without --checkpoint-every or --resume",
                               o.checkpoint));
+    // Where it will be written, checked before training, as --json is.
+    if (std::string path = o.checkpoint; o.checkpoint_every)
+      if (const std::string why = cli::output_file()(path); !why.empty())
+        throw Error(fmt::format("--checkpoint {}: {}", o.checkpoint, why));
     lab::refuse_payload_free(run_options.payload_free, {});
     if (o.mfu && o.device == "fenced")
       throw Error("--mfu --device fenced: the fenced device is slow on purpose (a test's); measure cpu or cuda");

@@ -1,9 +1,11 @@
 // An FSDP scenario, "fsdp:RANKS:STAGE[:PREFETCH[:TOPOLOGY]]" ("fsdp:16:3:both"):
-// one ZeRO step of Llama-2 7B's shapes, the FSDP lab's --what-if.
+// one ZeRO step of Llama-2 7B's shapes, the FSDP lab's --what-if: a sequence of
+// 4096 tokens per GPU, its 6N FLOPs per token at half the device's peak.
 #include <fmt/format.h>
 
 #include "labkit/error.h"
 #include "labkit/memory.h"
+#include "labkit/parallel/data_parallel.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/run.h"
 #include "scenarios/scenarios.h"
@@ -18,8 +20,11 @@ struct FsdpScenario final : Scenario {
   // Each layer's gathers and reduce-scatters on the comm streams, beside its compute.
   ScenarioRun run() const override {
     const labkit::memory::Architecture llama = labkit::memory::model_preset("llama2-7b");
-    const labkit::RunResult r = labkit::run(run_options(), [&](labkit::Comm& comm) {
-      labkit::sharded_meta_step(comm, llama, 2.0, stage, {.prefetch = labkit::parse_prefetch(prefetch)});
+    const labkit::RunOptions options = run_options();
+    const double compute = labkit::step_seconds_for(
+        llama, 4096, labkit::find_topology(options.topology).device.peak_flops * options.efficiency);
+    const labkit::RunResult r = labkit::run(options, [&](labkit::Comm& comm) {
+      labkit::sharded_meta_step(comm, llama, compute, stage, {.prefetch = labkit::parse_prefetch(prefetch)});
     });
     return {from_trace(*r.trace, fmt::format("ZeRO stage {} step of Llama-2 7B's shapes on {} ranks, {}, prefetch {}",
                                              stage, ranks, topology, prefetch))};

@@ -46,10 +46,16 @@ bool whole_number(const std::string& text, T& value) {
 template <class T>
 CLI::Validator number(T min, bool above, T max, const std::string& allowed) {
   return {[=](std::string& text) -> std::string {
-            const auto refuse = [&](const char* why) { return fmt::format("{} {} (must be {})", text, why, allowed); };
             const char* const end = text.data() + text.size();
             double d = 0;  // what the text says, to tell why a T cannot hold it
             const auto [used, error] = std::from_chars(text.data(), end, d);
+            // Past the type's top, that top too: "1e12 is out of range (must be >= 1)" read as a contradiction.
+            const bool past_the_type = max == std::numeric_limits<T>::max() && std::isfinite(d) &&
+                                       (d > double(max) || (error == std::errc::result_out_of_range && d > 0));
+            const auto refuse = [&](const char* why) {
+              return past_the_type ? fmt::format("{} {} (must be {}, at most {})", text, why, allowed, max)
+                                   : fmt::format("{} {} (must be {})", text, why, allowed);
+            };
             if (text.empty() || used != end || std::isnan(d) ||
                 (error != std::errc() && error != std::errc::result_out_of_range))
               return refuse("is not a number");

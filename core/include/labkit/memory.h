@@ -217,6 +217,9 @@ struct Gpu {
 std::vector<std::string_view> gpu_presets();
 Gpu gpu_preset(std::string_view name);  // "h100-80g", "a100-40g", ...
 
+// cuBLAS's and cuBLASLt's workspaces as PyTorch sizes them on Hopper, 32 MiB each.
+inline constexpr double kCublasWorkspaceBytes = 64.0 * 1024 * 1024;
+
 struct Plan {
   bool training = true;
   Precision precision = Precision::bf16;     // weights (and activations)

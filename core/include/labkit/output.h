@@ -10,6 +10,9 @@ namespace labkit {
 // Opens `path` for writing, creating its folders; throws naming the path if it cannot.
 // In a quiet process, a stream to nowhere.
 std::ofstream create_file(const std::string& path);
+// Flushes what was written to `out`, the file at `path`, and throws naming it if
+// any of it did not reach the disk (full, or the file gone).
+void finish_file(std::ofstream& out, const std::string& path);
 
 // The file one row of a table writes, where a lab runs once per row and each
 // run has a file of its own (--trace): the row's name before the first

@@ -12,8 +12,13 @@ void write_json(const std::string& path, const nlohmann::json& value) {
   if (path.empty()) return;
   std::ofstream out = create_file(path);
   out << value.dump(2) << '\n';
-  out.flush();
-  if (!out) throw Error("cannot write '" + path + "': the disk is full, or the file went away");
+  finish_file(out, path);
+}
+
+void note_wall_clock(const RunOptions& run_options, std::string_view more) {
+  if (run_options.backend == "sim") return;
+  fmt::print("(times are wall clock here: every wait shows, the messages' and the processes' sharing the machine's "
+             "cores{})\n", more);
 }
 
 TracePerRow::TracePerRow(const RunOptions& run_options, bool several)

@@ -12,7 +12,7 @@ void add_what_if(CLI::App& app, std::string& model, const std::string& help) {
 
 void add_step_seconds(CLI::App& app, double& seconds) {
   app.add_option("--step-seconds", seconds, "--what-if: compute per step, in seconds")
-      ->capture_default_str()->check(cli::above(0.0));
+      ->capture_default_str()->check(cli::above(0.0, kMostStepSeconds));
 }
 
 void add_what_if_seq(CLI::App& app, int& seq, const std::string& help) {

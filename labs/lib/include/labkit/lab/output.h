@@ -16,6 +16,11 @@ namespace labkit::lab {
 // path where the write fails, a full disk included.
 void write_json(const std::string& path, const nlohmann::json& value);
 
+// Under a real backend, a table of times says they are the wall clock's, with
+// every wait in them (`more`: what that means for the table's own columns).
+// Nothing on the simulator.
+void note_wall_clock(const RunOptions& run_options, std::string_view more = "");
+
 // --trace FILE where a view runs one simulation per row of its table (a mode,
 // a stage, a way of balancing): each row's run writes a file of its own, FILE
 // with the row's name in it (row_file), and print() lists them. With one row,

@@ -21,6 +21,9 @@ void add_what_if(CLI::App& app, std::string& model, const std::string& help);
 
 // Adds --step-seconds, the compute a --what-if step takes, above 0 (`seconds`' value is its default).
 void add_step_seconds(CLI::App& app, double& seconds);
+// A step of at most a million seconds: past some 1e9 the simulated clock's
+// doubles step coarser than a link's microseconds, and the times it prints go wrong.
+inline constexpr double kMostStepSeconds = 1e6;
 
 // Adds --seq, the tokens of a --what-if sequence, 1 to 2^20. `help` names the
 // default: `seq`'s value, or where it is 0 the lab's own (the model's context).
