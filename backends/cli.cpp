@@ -92,6 +92,18 @@ CLI::Validator output_file(std::vector<std::string> extensions) {
 }
 
 void one_line_errors(CLI::App& app) {
+  // A list option given one value twice ("--stage 1 --stage 1") ran it twice,
+  // a row or a trace file each, the second over the first.
+  app.parse_complete_callback([&app] {
+    for (const CLI::Option* option : app.get_options()) {
+      const std::vector<std::string>& values = option->results();
+      for (std::size_t i = 0; i < values.size(); ++i)
+        if (std::find(values.begin(), values.begin() + std::ptrdiff_t(i), values[i]) != values.begin() + std::ptrdiff_t(i))
+          throw CLI::ValidationError(option->get_name(), option->get_expected_min() == 0
+                                                             ? std::string("given twice")  // a flag
+                                                             : fmt::format("{} is given twice", values[i]));
+    }
+  });
   app.failure_message([](const CLI::App*, const CLI::Error& e) -> std::string {
     // Under mpirun every process reads the same command line: rank 0 says what is wrong.
     if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") return "";

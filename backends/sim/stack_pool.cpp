@@ -39,7 +39,8 @@ void StackPool::add_slab() {
   const std::size_t bytes = kStacksPerSlab * (page_bytes_ + stack_bytes_);
   void* slab = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (slab == MAP_FAILED)
-    throw Error(fmt::format("sim: the stacks of fibers {} to {} (ranks and their streams): mmap of {} bytes: {}",
+    throw Error(fmt::format("sim: the stacks of fibers {} to {} (ranks and their streams): mmap of {} bytes: {} "
+                            "(each rank needs its stack's address space: fewer --ranks, or a larger ulimit -v)",
                             stacks_, stacks_ + kStacksPerSlab - 1, bytes, std::strerror(errno)));
   slabs_.push_back(static_cast<char*>(slab));
   carved_ = 0;
