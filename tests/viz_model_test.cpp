@@ -357,6 +357,22 @@ TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
   EXPECT_THROW(viz::parse_scenario("fsdp:8:3:sideways"), std::exception);
 }
 
+// A pipeline step's bubble is waiting on a peer, not communicating: each
+// stage's receives count from their message's send, so what is neither
+// compute nor the messages' flight (48 MiB at NVLink's 450 GB/s, some 0.1 ms a
+// message of a 12 s step) is idle. The receives posted early once made rank 0
+// 27% communicating and every rank some 70% "hidden".
+TEST(VizScenario, APipelinesBubbleIsIdleNotCommunication) {
+  const viz::Summary s = viz::summarize(viz::parse_scenario("pp:4:1f1b:8")->run().trace);
+  ASSERT_EQ(s.ranks.size(), 4u);
+  for (int r = 0; r < 4; ++r) {
+    const viz::RankShare& share = s.ranks[std::size_t(r)];
+    EXPECT_LT(share.communicating, 0.01) << "rank " << r;
+    EXPECT_LT(share.hidden, 0.01) << "rank " << r;
+    EXPECT_NEAR(share.idle, 0.273, 0.01) << "rank " << r;  // the lab's bubble, (P-1)/(M+P-1) = 3/11
+  }
+}
+
 // A tensor-parallel step: every rank computes its slice of each layer and
 // waits at each of its collectives; sequence parallelism more than doubles their count.
 TEST(VizScenario, TensorParallelStepShowsEachLayersCollectives) {

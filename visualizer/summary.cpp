@@ -35,25 +35,53 @@ double overlap(const Intervals& a, const Intervals& b) {
   return total;
 }
 bool is_communication(Kind k) { return k == Kind::collective || k == Kind::send || k == Kind::recv; }
+
+// The span of `kind` on track `t` that holds the instant `at`.
+const Span* span_holding(const Track& t, double at, Kind kind) {
+  auto it = std::upper_bound(t.spans.begin(), t.spans.end(), at, [](double x, const Span& s) { return x < s.start; });
+  while (it != t.spans.begin() && (--it)->start >= at - t.longest)
+    if (it->kind == kind && at <= it->end) return &*it;
+  return nullptr;
+}
+
+// A message travels from when both its ends are posted until it is
+// delivered: a send or a receive posted before the other waits on the peer,
+// not on the network, and a send's request may be waited for long after its
+// delivery. Those waits are idle (a pipeline's bubble, ring attention's
+// imbalance), not communication. By span: its message's travel.
+std::map<const Span*, std::pair<double, double>> travels(const TraceModel& m) {
+  std::map<const Span*, std::pair<double, double>> of;
+  for (const Flow& f : m.flows) {
+    const Span* send = span_holding(m.tracks[std::size_t(f.from_track)], f.sent, Kind::send);
+    const Span* recv = span_holding(m.tracks[std::size_t(f.to_track)], f.delivered, Kind::recv);
+    if (!send || !recv) continue;
+    of[send] = of[recv] = {std::max(send->start, recv->start), f.delivered};
+  }
+  return of;
+}
 }  // namespace
 
 // Each rank's time splits three ways that add up to the run: computing,
 // communicating and idle. Communication counts only while the rank is not
 // computing (in a blocking collective, or waiting for one still in flight on
 // its stream): the *exposed* communication the training labs measure, the time
-// overlap sets out to remove. Communication in flight while the rank computes
+// overlap sets out to remove. A message counts while it travels (travels()):
+// waiting for the peer is idle. Communication in flight while the rank computes
 // costs it nothing; it is reported apart, as hidden, so the table shows what
 // overlap saved rather than a rank busy for more than 100% of the run.
 Summary summarize(const TraceModel& m) {
   Summary s;
   std::vector<Intervals> compute_spans(m.ranks), comm_spans(m.ranks);  // by rank, its stream's included
+  const std::map<const Span*, std::pair<double, double>> messages = travels(m);
   for (const Track& t : m.tracks) {
     s.streams = s.streams || t.stream;
     for (const Span& span : t.spans) {
       if (span.kind == Kind::compute) compute_spans[t.rank].push_back({span.start, span.end});
       if (const auto cell = span.kind == Kind::compute ? pipeline_cell(span.name) : std::nullopt)
         s.pipeline_microbatches = std::max(s.pipeline_microbatches, cell->microbatch + 1);
-      if (is_communication(span.kind)) comm_spans[t.rank].push_back({span.start, span.end});
+      if (!is_communication(span.kind)) continue;
+      const auto message = messages.find(&span);
+      comm_spans[t.rank].push_back(message == messages.end() ? std::pair{span.start, span.end} : message->second);
     }
   }
   const double end = std::max(m.end, 1e-300);

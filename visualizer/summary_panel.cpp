@@ -52,7 +52,9 @@ void draw_summary(App& app) {
     ImGui::EndTable();
   }
   if (sum.streams)
-    ImGui::TextWrapped("communicating: exposed, the rank waits for it; comm hidden: on the rank's stream while it computes");
+    ImGui::TextWrapped("communicating: exposed, the rank waits for it; comm hidden: on the rank's stream while it "
+                       "computes; a message counts while it travels, from when both its ends are posted to its "
+                       "delivery (waiting for a peer is idle)");
   double most_computing = 0;
   for (const RankShare& share : sum.ranks) most_computing = std::max(most_computing, share.computing);
   if (most_computing > 0 && most_computing < 0.005)  // the tiny GPT's scenarios: its kernels round to 0%

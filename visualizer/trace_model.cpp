@@ -210,6 +210,11 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
   m.source = std::move(source);
   // As the trace file lays them out: rank r on track r, its communication stream on ranks + r.
   const int ranks = int(trace.tracks().size());
+  // A message's send and receive share a flow id: its arrow runs from the
+  // send's start to the receive's end, when it is delivered (as the file's
+  // "s" and "f" events place them).
+  std::map<std::uint64_t, Flow> messages;
+  std::map<std::uint64_t, std::pair<int, double>> deliveries;  // flow id -> (the receive's track, its end)
   for (const labkit::TraceTrack& t : trace.tracks()) {
     track(m, t.rank);
     for (const labkit::TraceEvent& e : t.events) {
@@ -225,9 +230,16 @@ TraceModel from_trace(const labkit::Trace& trace, std::string source) {
       std::string detail;
       for (const auto& [key, value] : e.args) detail += fmt::format("{}{} {}", detail.empty() ? "" : ", ", key, value);
       out.spans.push_back({kind, e.name, e.start, e.end, std::int64_t(e.bytes), e.peer, detail});
-      if (e.kind == K::send)  // a stream's messages go to the peer's stream
-        m.flows.push_back({tid, e.on_stream ? ranks + e.peer : e.peer, e.start, e.end, std::int64_t(e.bytes)});
+      if (e.kind == K::send && e.flow) messages[e.flow] = {tid, -1, e.start, 0, std::int64_t(e.bytes)};
+      if (e.kind == K::recv && e.flow) deliveries[e.flow] = {tid, e.end};
     }
+  }
+  for (auto& [id, message] : messages) {  // a message lost to a failure has no arrow
+    const auto delivered = deliveries.find(id);
+    if (delivered == deliveries.end()) continue;
+    message.to_track = delivered->second.first;
+    message.delivered = delivered->second.second;
+    m.flows.push_back(message);
   }
   for (const Flow& f : m.flows) track(m, f.to_track);  // an arrow's end has a track, spans or none
   finish(m, ranks);

@@ -46,7 +46,7 @@ struct Options : lab::TrainingOptions {
   std::string optimizer = "sgd";
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
   double step_seconds = 0;  // --what-if: compute per step; 0: one --seq sequence's 6N FLOPs at --efficiency
-  std::string gpu = "h100-80g";
+  std::string gpu;  // --what-if: empty for the topology's device's 80 GB
   int seq = 4096;           // --what-if: tokens per sequence, one sequence per GPU
   std::string recompute = "selective";
   std::string prefetch = "none";  // stage 3: which pass gathers the next block under the current one

@@ -39,8 +39,9 @@ void add_what_if_options(CLI::App& app, Options& o) {
                  "--what-if: compute per step, in seconds (default: one --seq sequence's 6N FLOPs a token at "
                  "--efficiency of the device's peak)")
       ->check(cli::above(0.0, lab::kMostStepSeconds));
-  app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it")
-      ->capture_default_str()->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
+  app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it (default: the topology's device, "
+                                 "80 GB; h100-80g for a sweep over every topology)")
+      ->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
   lab::add_what_if_seq(app, o.seq, "--what-if: tokens per sequence (one sequence per GPU)");
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
@@ -239,7 +240,8 @@ void print_published_figures(const Options& o, const memory::Architecture& arch,
 // needs.
 int what_if(const Options& o, RunOptions run_options) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
-  const memory::Gpu gpu = memory::gpu_preset(o.gpu);
+  const std::string device = find_topology(run_options.topology).device.name;  // "h100", "a100"
+  const memory::Gpu gpu = memory::gpu_preset(!o.gpu.empty() ? o.gpu : device + "-80g");
   const int p = run_options.ranks;
   refuse_what_cannot_fit(o, arch, gpu, p);
   const double n = memory::count_parameters(arch).total;
@@ -317,7 +319,7 @@ lab::Table sweep_table(const Options& o, const char* first, const char* key, con
 int sweep(const Options& o, RunOptions run_options) {
   const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
   const memory::Architecture arch = memory::model_preset(name);
-  const memory::Gpu gpu = memory::gpu_preset(o.gpu);
+  const memory::Gpu gpu = memory::gpu_preset(!o.gpu.empty() ? o.gpu : "h100-80g");
   std::vector<int> counts;
   for (int p = int(o.sweep.from); p <= o.sweep.to; p *= 2) {
     if (o.hsdp > 0 && p > o.hsdp && p % o.hsdp != 0)
