@@ -100,7 +100,7 @@ nlohmann::json print_breakdown(const Architecture& model, const Plan& plan, cons
                         {"peak_bytes", b.peak},
                         {"total_bytes", b.total},
                         {"fits", b.fits()},
-                        {"gpus_needed", needed}};
+                        {"gpus_needed", needed ? nlohmann::json(needed) : nlohmann::json(nullptr)}};  // null: none suffice
   if (!plan.training) return out;
   // The 16N count (Rajbhandari et al. 2020, "ZeRO", section 3.1: 2 + 2 + 12 bytes a parameter with
   // mixed-precision Adam; its Figure 1 per GPU) is model state alone, and chapter 3's GPU counts divide a

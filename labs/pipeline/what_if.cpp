@@ -138,7 +138,7 @@ nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_
     const auto time = [&](const Link& l) { return l.alpha + double(message) / l.bandwidth; };
     const bool crosses = schedule.stages > t.devices_per_node;
     table.add({std::string(name), lab::seconds(time(t.intra)),
-               crosses ? lab::seconds(time(t.inter)) : lab::Cell{0.0, "(none)"}, lab::seconds(p.span),
+               crosses ? lab::seconds(time(t.inter)) : lab::Cell{nullptr, "(none)"}, lab::seconds(p.span),
                lab::percent(p.bubble)});
   }
   return table.json();

@@ -124,7 +124,7 @@ int what_if(const WhatIfOptions& o) {
                    {.rows = "  ", .header = "# "});
   table.print_header();
   auto row = [&](const std::string& name, const Link& link) {
-    table.add({name, lab::seconds(link.alpha), lab::number(link.bandwidth / 1e9, "{:.1f} GB/s"),
+    table.add({name, lab::seconds(link.alpha), lab::number(link.bandwidth, "{:.1f} GB/s", 1e9),
                lab::number(crossover_bytes(link), "{:.0f}"), lab::bytes(crossover_bytes(link))});
   };
   for (const Interconnect& n : nets) row(n.name, n.link);
