@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 
 #include <fmt/ranges.h>
@@ -96,12 +97,12 @@ void one_line_errors(CLI::App& app) {
   // a row or a trace file each, the second over the first.
   app.parse_complete_callback([&app] {
     for (const CLI::Option* option : app.get_options()) {
-      const std::vector<std::string>& values = option->results();
-      for (std::size_t i = 0; i < values.size(); ++i)
-        if (std::find(values.begin(), values.begin() + std::ptrdiff_t(i), values[i]) != values.begin() + std::ptrdiff_t(i))
-          throw CLI::ValidationError(option->get_name(), option->get_expected_min() == 0
-                                                             ? std::string("given twice")  // a flag
-                                                             : fmt::format("{} is given twice", values[i]));
+      std::set<std::string> seen;
+      for (const std::string& value : option->results())
+        if (!seen.insert(value).second)
+          throw CLI::ValidationError(option->get_name(), option->get_expected_min() == 0  // a flag
+                                                             ? std::string("given twice")
+                                                             : fmt::format("{} is given twice", value));
     }
   });
   app.failure_message([](const CLI::App*, const CLI::Error& e) -> std::string {

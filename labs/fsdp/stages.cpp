@@ -111,7 +111,8 @@ void print_footnote(const StageRun& r0, const Options& o) {
                                   "rank's by design", kQuantBlock);
   fmt::print("(shard: parameters one rank keeps, padded so every rank's is the same size; sent: parameters' worth "
              "per step, an allreduce counting 2N; bytes: what that is in the buffers handed to the collectives, 4 per "
-             "fp32 parameter; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept whole through the step{}; "
+             "fp32 parameter; formula: 2N, and 3N less the second gathers of the embeddings and final norm, kept "
+             "whole through the step{}; "
              "off node: parameters' worth each of the {} node{} sends to the others per step, every rank's trace "
              "summed, where a ring leaves a node once)\n",
              o.hsdp > 0 && o.hsdp < r0.ranks ? fmt::format("; HSDP adds 2N/{}, each shard allreduced across the groups",

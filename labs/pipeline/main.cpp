@@ -44,8 +44,9 @@ void refuse_what_the_run_does_not_read(const CLI::App& app, const Options& o) {
           "--times", "--what-if", "--sweep", "--compare", "--ranks", "--algo"});
   } else if (o.compare) {
     run = "--compare";  // the built-in schedules, each at its default V
-    also({"--schedule", "--schedule-file", "--virtual", "--batch", "--seq", "--what-if", "--sweep", "--backend", "--ranks", "--topology", "--network",
-          "--trace", "--algo", "--payload-free", "--efficiency", "--straggler", "--deadlock-timeout", "--fail-rank"});
+    also({"--schedule", "--schedule-file", "--virtual", "--batch", "--seq", "--what-if", "--sweep", "--backend",
+          "--ranks", "--topology", "--network", "--trace", "--algo", "--payload-free", "--efficiency", "--straggler",
+          "--deadlock-timeout", "--fail-rank"});
   } else if (!o.what_if.empty() && !o.sweep.over.empty()) {
     // Every schedule, each at its own V, on micro-batches of one sequence.
     run = cli::sweep_flag(o.sweep);
