@@ -36,14 +36,6 @@ double overlap(const Intervals& a, const Intervals& b) {
 }
 bool is_communication(Kind k) { return k == Kind::collective || k == Kind::send || k == Kind::recv; }
 
-// The span of `kind` on track `t` that holds the instant `at`.
-const Span* span_holding(const Track& t, double at, Kind kind) {
-  auto it = std::upper_bound(t.spans.begin(), t.spans.end(), at, [](double x, const Span& s) { return x < s.start; });
-  while (it != t.spans.begin() && (--it)->start >= at - t.longest)
-    if (it->kind == kind && at <= it->end) return &*it;
-  return nullptr;
-}
-
 // A message travels from when both its ends are posted until it is
 // delivered: a send or a receive posted before the other waits on the peer,
 // not on the network, and a send's request may be waited for long after its

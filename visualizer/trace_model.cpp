@@ -193,16 +193,16 @@ TraceModel load_chrome_trace(const std::string& path) {
   }
   finish(m, ranks_in(m));
   // An arrow's bytes are its send's: the send span that holds the arrow's start.
-  for (Flow& f : m.flows) {
-    const Track& t = m.tracks[f.from_track];
-    auto it = std::upper_bound(t.spans.begin(), t.spans.end(), f.sent, [](double at, const Span& s) { return at < s.start; });
-    while (it != t.spans.begin() && (--it)->start >= f.sent - t.longest)
-      if (it->kind == Kind::send && f.sent <= it->end) {
-        f.bytes = it->bytes;
-        break;
-      }
-  }
+  for (Flow& f : m.flows)
+    if (const Span* send = span_holding(m.tracks[std::size_t(f.from_track)], f.sent, Kind::send)) f.bytes = send->bytes;
   return m;
+}
+
+const Span* span_holding(const Track& t, double at, Kind kind) {
+  auto it = std::upper_bound(t.spans.begin(), t.spans.end(), at, [](double x, const Span& s) { return x < s.start; });
+  while (it != t.spans.begin() && (--it)->start >= at - t.longest)
+    if (it->kind == kind && at <= it->end) return &*it;
+  return nullptr;
 }
 
 TraceModel from_trace(const labkit::Trace& trace, std::string source) {

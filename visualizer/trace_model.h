@@ -56,4 +56,8 @@ struct TraceModel {
 TraceModel load_chrome_trace(const std::string& path);
 TraceModel from_trace(const labkit::Trace& trace, std::string source);
 
+// The span of `kind` on track `t` that holds the instant `at` (a message's
+// send, holding its arrow's start), or null.
+const Span* span_holding(const Track& t, double at, Kind kind);
+
 }  // namespace viz
