@@ -314,6 +314,9 @@ void check_plan(const Architecture& m, const Plan& p) {
   // Megatron-LM's rule (num_layers divisible by the pipeline size): the stages hold equal layers.
   if (m.layers % p.pp != 0)
     throw Error(fmt::format("--pp {}: {}'s {} layers do not cut into {} equal stages", p.pp, m.name, m.layers, p.pp));
+  if (p.shard_group == 1 && p.training)  // as the FSDP lab refuses it
+    throw Error("--hsdp 1: groups of one rank shard nothing, and every rank holds all of ZeRO's state, as --zero 0 "
+                "does (drop --hsdp)");
   if (p.shard_group > 0 && p.dp % p.shard_group != 0)
     throw Error(fmt::format("--hsdp {}: shard groups must split --dp {} evenly", p.shard_group, p.dp));
   if (p.shard_group > 0 && p.training && p.zero == 0)
