@@ -432,7 +432,7 @@ TEST(VizScenario, APipelineStepShowsEachStagesBubble) {
     return 1 - computing / m.ranks;
   };
   EXPECT_EQ(viz::parse_scenario("pp:4:1f1b:8")->run().trace.source,
-            "1f1b pipeline step of GPT-3 on 4 stages, 8 micro-batches, dgx-h100");
+            "1f1b pipeline step of GPT-3 on 4 stages, 8 micro-batches of 2 x 2048 tokens, dgx-h100");
   EXPECT_NEAR(idle("pp:4:1f1b:8"), 3.0 / 11, 0.01);
   const labkit::memory::LayerFlops f =
       labkit::memory::layer_flops(labkit::memory::model_preset("gpt3-175b"), 2048, 2048);

@@ -13,9 +13,10 @@
 namespace viz {
 
 namespace {
-// GPT-3 (96 layers, h = 12288), micro-batches of one 2048-token sequence.
+// GPT-3 (96 layers, h = 12288), micro-batches of two 2048-token sequences:
+// the pipeline lab's --what-if default, so the two give the same step.
 constexpr int kPipelineLayers = 96;
-constexpr double kPipelineTokens = 2048;
+constexpr double kPipelineSequence = 2048, kPipelineTokens = 2 * kPipelineSequence;
 
 struct PipelineScenario final : Scenario {
   std::string schedule = "1f1b";  // as labkit::make_schedule names it: naive, gpipe, 1f1b, interleaved, zb-h1, zbv
@@ -31,14 +32,14 @@ struct PipelineScenario final : Scenario {
     const labkit::memory::Architecture gpt3 = labkit::memory::model_preset("gpt3-175b");
     const labkit::Schedule plan = make_schedule();
     const double layers = double(kPipelineLayers) / plan.chunks();
-    const labkit::memory::LayerFlops layer = labkit::memory::layer_flops(gpt3, kPipelineTokens, kPipelineTokens);
+    const labkit::memory::LayerFlops layer = labkit::memory::layer_flops(gpt3, kPipelineTokens, kPipelineSequence);
     const labkit::RunResult r = labkit::run(run_options(), [&](labkit::Comm& comm) {
       labkit::play_payload_free(comm, plan,
                                 {layers * layer.forward, layers * layer.backward_input, layers * layer.backward_weight},
                                 std::size_t(kPipelineTokens * gpt3.hidden * 2));
     });
-    return {from_trace(*r.trace, fmt::format("{} pipeline step of GPT-3 on {} stages, {} micro-batches, {}", plan.name,
-                                             ranks, microbatches, topology))};
+    return {from_trace(*r.trace, fmt::format("{} pipeline step of GPT-3 on {} stages, {} micro-batches of 2 x 2048 "
+                                             "tokens, {}", plan.name, ranks, microbatches, topology))};
   }
 };
 }  // namespace
