@@ -73,9 +73,8 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   const ModeRun compressed =
       train(o, traces.row(name.substr(0, name.find(':'))), DdpMode::naive, corpus, config, o.compress);
   if (plain.weights.empty()) return 0;  // a process of mpirun that ran another rank than 0
-  fmt::print("ddp --compress {}: {}, {} rank{}, {}, {} step{}, {}, {}; per step, rank 0\n", name, o.model,
-             plain.ranks, plain.ranks == 1 ? "" : "s", global_batch(o), o.steps, o.steps == 1 ? "" : "s", o.optimizer,
-             run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
+  fmt::print("ddp --compress {}: {}, {}, {}, {}; per step, rank 0\n", name, o.model, run_shape(o, plain.ranks),
+             o.optimizer, run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
   fmt::print("(compression changes the averaged gradients, so this run is not checked against one rank: "
              "an uncompressed run on the same batches runs beside it)\n");
   lab::Table table({{.header = "averaging", .key = "compress", .width = 12, .align = lab::Align::left},

@@ -46,8 +46,8 @@ struct Options : lab::TrainingOptions {
 };
 
 BucketCaps caps_of(const Options& o);
-// The runs' header words for the batch: "global batch 16", or "global batch 16 x 2 micro-steps".
-std::string global_batch(const Options& o);
+// The runs' header words for their shape: "8 ranks, global batch 16 x 2 micro-steps, 20 steps".
+std::string run_shape(const Options& o, int ranks);
 
 struct ModeRun {
   DdpMode mode = DdpMode::naive;

@@ -65,8 +65,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
   const double reordered_grads = relative_difference(reversed.first_grads, one_rank.first_grads);
   const double reordered = relative_difference(reversed.weights, one_rank.weights);
   const double grad_limit = rounding_limit(reordered_grads), weight_limit = rounding_limit(reordered);
-  fmt::print("ddp: {}, {} rank{}, {}, {} step{}, {}, {}; times per step, from rank 0's trace\n", o.model,
-             runs.front().ranks, runs.front().ranks == 1 ? "" : "s", global_batch(o), o.steps, o.steps == 1 ? "" : "s",
+  fmt::print("ddp: {}, {}, {}, {}; times per step, from rank 0's trace\n", o.model, run_shape(o, runs.front().ranks),
              o.optimizer, run_options.backend == "sim" ? run_options.topology : "--backend " + run_options.backend);
   lab::Table times = times_table(), one_rank_vs = one_rank_table();
   times.print_header();

@@ -16,8 +16,9 @@ BucketCaps caps_of(const Options& o) {
   return {.first_bytes = std::size_t(o.first_bucket_mb * (1 << 20)), .bytes = std::size_t(o.bucket_mb * (1 << 20))};
 }
 
-std::string global_batch(const Options& o) {
-  return fmt::format("global batch {}{}", o.batch, o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "");
+std::string run_shape(const Options& o, int ranks) {
+  return fmt::format("{} rank{}, global batch {}{}, {} step{}", ranks, ranks == 1 ? "" : "s", o.batch,
+                     o.accum > 1 ? fmt::format(" x {} micro-steps", o.accum) : "", o.steps, o.steps == 1 ? "" : "s");
 }
 
 namespace {
