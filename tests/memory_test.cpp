@@ -301,6 +301,22 @@ TEST(Plan, AWhatIfOfARotaryModelNeedsItsSequence) {
   }
 }
 
+// GPT-2 and GPT-3 learn an embedding per place in their context (GPT-2:
+// 1024): a longer sequence has no position to add, so no lab may model one.
+TEST(Plan, ASequencePastTheLearnedPositionsIsRefused) {
+  EXPECT_EQ(what_if_seq(model_preset("gpt2"), 1024), 1024);
+  EXPECT_EQ(what_if_seq(model_preset("gpt2"), 0, 4096), 1024);
+  EXPECT_EQ(what_if_seq(model_preset("llama2-7b"), 0, 4096), 4096);
+  EXPECT_EQ(what_if_seq(model_preset("llama2-7b"), 32768, 4096), 32768);
+  try {
+    what_if_seq(model_preset("gpt2"), 2048);
+    ADD_FAILURE() << "gpt2 at --seq 2048 accepted";
+  } catch (const labkit::Error& e) {
+    EXPECT_STREQ(e.what(), "--seq 2048: gpt2 learns 1024 positions, an embedding row for each place in a sequence, "
+                           "and has none past them (give --seq 1024 or less)");
+  }
+}
+
 // ZeRO-3 holds FSDP's root unit (LLaMA-2 7B: the embeddings and the untied
 // head, 2 x 32000 x 4096, and the final norm) and one layer (4 x 4096^2 for
 // attention, 3 x 4096 x 11008 for SwiGLU, two norms) whole while they compute,

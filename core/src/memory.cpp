@@ -331,11 +331,17 @@ void check_plan(const Architecture& m, const Plan& p) {
                             "layers, and {} has {}", p.virtual_stages, p.pp, p.virtual_stages, m.name, m.layers));
 }
 
-double what_if_seq(const Architecture& model, int seq) {
-  if (!seq && model.positions == 0)
+double what_if_seq(const Architecture& model, int seq, int rotary_default) {
+  if (model.positions > 0 && seq > model.positions)
+    throw Error(fmt::format("--seq {}: {} learns {} positions, an embedding row for each place in a sequence, and "
+                            "has none past them (give --seq {} or less)",
+                            seq, model.name, model.positions, model.positions));
+  if (seq) return seq;
+  if (model.positions > 0) return model.positions;
+  if (!rotary_default)
     throw Error(fmt::format("--what-if {}: the model has rotary positions and no fixed context: give --seq",
                             model.name));
-  return seq ? seq : model.positions;
+  return rotary_default;
 }
 
 namespace {

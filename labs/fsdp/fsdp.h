@@ -47,19 +47,23 @@ struct Options : lab::TrainingOptions {
   std::string what_if;      // a model preset: its payload-free step per stage instead of the tiny GPT
   double step_seconds = 0;  // --what-if: compute per step; 0: one --seq sequence's 6N FLOPs at --efficiency
   std::string gpu;  // --what-if: empty for the topology's device's 80 GB
-  int seq = 4096;           // --what-if: tokens per sequence, one sequence per GPU
+  int seq = 0;  // --what-if: tokens per sequence, one per GPU (0: the model's learned context, else kRotarySeq)
   std::string recompute = "selective";
   std::string prefetch = "none";  // stage 3: which pass gathers the next block under the current one
   cli::Sweep sweep;  // ranks=A..B: the what-if on A, 2A, ... B GPUs of every topology; hidden=A..B: prefetch's boundary
   std::string plot;               // each stage's memory at its peak, stacked by use
 };
 
+// A what-if's sequence where --seq is not given and the model's positions are
+// rotary, with no learned context to take: the reading's 7B example's.
+constexpr int kRotarySeq = 4096;
+
 // --stage, --hsdp, --reshard-after-forward, --prefetch and ZeRO++'s --hpz, --qwz, --qgz.
 void add_sharding_options(CLI::App& app, Options& o);
 // The rules for combining them (FullyShardedGpt's check_sharding) and what the
 // lab's views run, checked before any rank starts. Where `stage_given` is
 // false, --hsdp makes stages 1-3 the default, and a technique for stage 3 alone
-// (--hpz, --qwz, --qgz) stage 3.
+// (--hpz, --qwz, --qgz) stage 3; a study's --seq defaults to its model's.
 void check_sharding_options(Options& o, const RunOptions& run_options, bool stage_given);
 // What the tiny GPT's run needs of the backend and the batch.
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options);
@@ -128,6 +132,8 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
 
 // --what-if, --step-seconds, --gpu, --seq, --recompute and --sweep: the studies' options.
 void add_what_if_options(CLI::App& app, Options& o);
+// The model --what-if and --sweep study: --what-if's, llama2-7b by default.
+std::string studied_model(const Options& o);
 int what_if(const Options& o, RunOptions run_options);
 // A what-if step's compute: --step-seconds, or else one --seq sequence's 6N
 // FLOPs per token at --efficiency of the topology's device's peak.

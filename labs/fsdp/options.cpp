@@ -13,6 +13,7 @@
 #include "labkit/error.h"
 #include "labkit/lab/option_checks.h"
 #include "labkit/lab/training_options.h"
+#include "labkit/memory.h"
 #include "labkit/parallel/fully_sharded.h"
 #include "labkit/topology.h"
 
@@ -87,9 +88,11 @@ void check_sharding_options(Options& o, const RunOptions& run_options, bool stag
       throw Error(fmt::format("{}: the tiny GPT's run or --what-if, not --sweep (for now)", flag));
   if (!o.reshard_after_forward && (!o.what_if.empty() || !o.sweep.over.empty()))
     throw Error("--reshard-after-forward off: the tiny GPT's run, not --what-if or --sweep (for now)");
-  if (!o.what_if.empty() || !o.sweep.over.empty())
+  if (!o.what_if.empty() || !o.sweep.over.empty()) {
+    o.seq = int(memory::what_if_seq(memory::model_preset(studied_model(o)), o.seq, kRotarySeq));
     lab::refuse_model_device_backend(o, run_options, (o.what_if.empty() ? "--sweep" : "--what-if") +
                                                          std::string(" runs payload-free"));
+  }
 }
 
 void check_tiny_gpt_run(const Options& o, const RunOptions& run_options) {

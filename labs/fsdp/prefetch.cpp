@@ -189,7 +189,7 @@ std::optional<int> print_alpha_beta_boundary(const LayerSweep& sweep) {
 }  // namespace
 
 int prefetch_sweep(const Options& o, RunOptions run_options) {
-  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const std::string name = studied_model(o);
   run_options.payload_free = true;
   run_options.keep_trace = true;
   const Topology topology = find_topology(run_options.topology);

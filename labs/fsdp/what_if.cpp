@@ -42,7 +42,8 @@ void add_what_if_options(CLI::App& app, Options& o) {
   app.add_option("--gpu", o.gpu, "--what-if: the GPU whose memory must hold it (default: the topology's device, "
                                  "80 GB; h100-80g for a sweep over every topology)")
       ->check(cli::parsed_by([](const std::string& name) { memory::gpu_preset(name); }));
-  lab::add_what_if_seq(app, o.seq, "--what-if: tokens per sequence (one sequence per GPU)");
+  lab::add_what_if_seq(app, o.seq, fmt::format("--what-if: tokens per sequence, one sequence per GPU (default: the "
+                                               "model's learned context, {} with rotary positions)", kRotarySeq));
   app.add_option("--recompute", o.recompute, "--what-if: activation recomputation: none, selective or full")
       ->capture_default_str()->check(cli::one_of("recomputation", {"none", "selective", "full"}));
   cli::add_parsed(app, "--sweep", o.sweep, parse_sweep,
@@ -50,6 +51,8 @@ void add_what_if_options(CLI::App& app, Options& o) {
       "stage's memory per GPU and exposed communication; hidden=A..B: its layer at hidden A, 2A, ... B, stage 3 on "
       "--ranks: where prefetching hides the all-gather, measured and by alpha-beta");
 }
+
+std::string studied_model(const Options& o) { return o.what_if.empty() ? "llama2-7b" : o.what_if; }
 
 double compute_seconds(const Options& o, const RunOptions& run_options, const memory::Architecture& arch) {
   if (o.step_seconds > 0) return o.step_seconds;
@@ -317,7 +320,7 @@ lab::Table sweep_table(const Options& o, const char* first, const char* key, con
 // B GPUs of every topology preset: each stage's memory per GPU (which depends
 // on the rank count alone), then its exposed communication on each topology.
 int sweep(const Options& o, RunOptions run_options) {
-  const std::string name = o.what_if.empty() ? "llama2-7b" : o.what_if;
+  const std::string name = studied_model(o);
   const memory::Architecture arch = memory::model_preset(name);
   const memory::Gpu gpu = memory::gpu_preset(!o.gpu.empty() ? o.gpu : "h100-80g");
   std::vector<int> counts;

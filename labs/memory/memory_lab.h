@@ -39,7 +39,11 @@ struct PlanOptions {
   double workspace_mib = labkit::memory::kCublasWorkspaceBytes / (1024 * 1024);
   double activations_gb = -1;  // < 0: the formula's
   double params = 0;           // 0: the model's
+  int seq = 0;                 // 0: the model's learned context, else kRotarySeq
 };
+// The sequence where --seq is not given and the model's positions are rotary,
+// with no learned context to take.
+constexpr int kRotarySeq = 2048;
 // --model, --gpu, the precisions, the parallelism, the activations' and --inference's.
 void add_plan_options(CLI::App& app, PlanOptions& o);
 // The plan `o` describes for `model`; throws naming the option where the model's shape does not allow it.

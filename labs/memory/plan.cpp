@@ -1,5 +1,7 @@
 // The plan a command line describes: the model's precisions, its parallelism
 // and its activations, checked against what the model's shape allows (memory::check_plan).
+#include <fmt/format.h>
+
 #include "labkit/cli.h"
 #include "labkit/error.h"
 #include "memory_lab.h"
@@ -51,8 +53,9 @@ void add_plan_options(CLI::App& app, PlanOptions& o) {
   // Whole numbers, held as doubles by the formulas.
   app.add_option("--micro-batch", plan.micro_batch, "sequences per micro-batch")
       ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
-  app.add_option("--seq", plan.seq, "sequence length")
-      ->type_name("INT")->capture_default_str()->check(cli::at_least(1));
+  app.add_option("--seq", o.seq, fmt::format("sequence length (default: the model's learned context, {} with "
+                                             "rotary positions)", kRotarySeq))
+      ->check(cli::at_least(1));
   app.add_option("--activations-gb", o.activations_gb, "use this activation memory instead of the formula")
       ->check(cli::at_least(0.0));
   app.add_option("--params", o.params, "use this parameter count instead of the model's (e.g. 7e9); the shape "
@@ -100,6 +103,7 @@ Plan make_plan(const PlanOptions& o, const Architecture& model) {
   plan.attention = parse_attention(o.attention);
   if (o.activations_gb >= 0) plan.activations = o.activations_gb * 1e9;
   if (o.params > 0) plan.params = o.params;
+  plan.seq = what_if_seq(model, o.seq, kRotarySeq);
   check_plan(model, plan);
   return plan;
 }

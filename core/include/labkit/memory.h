@@ -254,9 +254,11 @@ struct Plan {
 // parallelism (Korthikanti et al. 2022) has tensor-parallel ranks to shard over.
 void check_plan(const Architecture& model, const Plan& plan);
 // A what-if run's sequence: `seq` tokens where given (not 0), else the
-// model's learned context; a model with rotary positions has none, so it
-// needs seq, refused naming --what-if and --seq.
-double what_if_seq(const Architecture& model, int seq);
+// model's learned context, else (rotary positions have no fixed context)
+// `rotary_default`; where that is 0 too, refused naming --what-if and --seq.
+// A model with learned positions has an embedding row for each place in its
+// context and none past it, so a longer seq is refused.
+double what_if_seq(const Architecture& model, int seq, int rotary_default = 0);
 
 struct Line {
   std::string component;
