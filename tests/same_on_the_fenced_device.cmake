@@ -22,7 +22,12 @@ if(NOT KEYS)
   message(STATUS "the same results, byte for byte, on the CPU and on the fenced device")
   return()
 endif()
-# A table's JSON is an array of rows; a lab's report of one run, one object.
+# A table's JSON is an array of rows, or an object with the rows under ROWS; a
+# lab's report of one run, one object.
+if(ROWS)
+  string(JSON json_cpu GET "${json_cpu}" ${ROWS})
+  string(JSON json_fenced GET "${json_fenced}" ${ROWS})
+endif()
 string(JSON top TYPE "${json_cpu}")
 if(top STREQUAL "OBJECT")
   set(json_cpu "[${json_cpu}]")

@@ -101,7 +101,7 @@ int train_modes(const Options& o, const RunOptions& run_options, const std::vect
       grad_limit, weight_limit, o.optimizer, kRoundingMargin, reordered_grads, reordered));
   nlohmann::json rows = times.json();
   for (std::size_t i = 0; i < rows.size(); ++i) rows[i].update(one_rank_vs.json()[i]);
-  lab::write_json(o.json, rows);
+  lab::write_json(o.json, {{"modes", rows}, {"verdict", verdict.json()}});
   if (!o.plot.empty()) {
     std::vector<std::pair<DdpMode, StepTimes>> steps;
     for (const ModeRun& r : runs) steps.emplace_back(r.mode, r.per_step);

@@ -221,7 +221,11 @@ int prefetch_sweep(const Options& o, RunOptions run_options) {
     plot_boundary(measured.rows, boundary, fmt::format("{}'s layer at each hidden size: stage 3 on {} ranks of {}, {} "
                                                        "tokens per GPU", name, p, topology.name, o.seq),
                   o.plot);
-  lab::write_json(o.json, measured.rows);
+  const auto or_null = [](std::optional<int> h) { return h ? nlohmann::json(*h) : nlohmann::json(nullptr); };
+  lab::write_json(o.json, {{"model", name}, {"ranks", p}, {"topology", topology.name}, {"seq", o.seq},
+                           {"rows", measured.rows}, {"alpha_beta_hidden_from", or_null(boundary)},
+                           {"measured_exposed_up_to", or_null(last_exposed)},
+                           {"measured_hidden_from", or_null(first_hidden)}, {"agrees", agrees}});
   return 0;
 }
 

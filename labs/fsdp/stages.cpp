@@ -187,7 +187,8 @@ int train_stages(const Options& o, const RunOptions& run_options, const Sequence
       "rank's, {:.1e}), every rank bit for bit the same, sent = formula{}",
       limit, o.optimizer, kRoundingMargin, reordered,
       o.qwz || o.qgz ? " (ZeRO++'s quantized row: its weights apart by design, its loss above)" : ""));
-  lab::write_json(o.json, {{"stages", table.json()}, {"memory", memory}, {"losses", losses}});
+  lab::write_json(o.json,
+                  {{"stages", table.json()}, {"memory", memory}, {"losses", losses}, {"verdict", verdict.json()}});
   return status;
 }
 

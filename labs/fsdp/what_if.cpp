@@ -74,7 +74,7 @@ std::string compute_words(const Options& o, const RunOptions& run_options, const
 // gigabytes it prints (14 + 14 + 112 = 140 GB: 2N, 2N and 16N), and by ours
 // (mixed-precision Adam: bf16 weights and gradients, 2N each; fp32 master, m
 // and v, 12N), which are ZeRO's own (Rajbhandari et al. 2020, section 3.1).
-void print_guide_zero_table() {
+nlohmann::json print_guide_zero_table() {
   constexpr double n = 7e9, p = 8, gb = 1e9;
   struct Row {
     const char* formula;
@@ -89,19 +89,20 @@ void print_guide_zero_table() {
   fmt::print("the reading's ZeRO table, 7B parameters on 8 GPUs, model state per GPU:\n");
   lab::Table table({{.header = "stage", .key = "stage", .width = 5, .align = lab::Align::left},
                     {.header = "its formula", .key = "formula", .width = 20, .align = lab::Align::left},
-                    {.header = "= GB", .key = "formula_gb", .width = 8},
-                    {.header = "its GB", .key = "its_gb", .width = 13},
-                    {.header = "ours GB", .key = "ours_gb", .width = 12}});
+                    {.header = "= GB", .key = "its_formula_bytes", .width = 8},
+                    {.header = "its GB", .key = "its_bytes", .width = 13},
+                    {.header = "ours GB", .key = "ours_bytes", .width = 12}});
   table.print_header();
   for (int stage = 0; stage <= 3; ++stage) {
     const double ours = memory::model_state_bytes(n, {}, memory::find_optimizer("adam"), stage, int(p)).total();
-    table.add({stage, rows[stage].formula, lab::number(rows[stage].its_formula / gb, "{:.2f}"),
-               lab::number(rows[stage].its_figure / gb, "{:.2f}"), lab::number(ours / gb, "{:.2f}")});
+    table.add({stage, rows[stage].formula, lab::number(rows[stage].its_formula, "{:.2f}", gb),
+               lab::number(rows[stage].its_figure, "{:.2f}", gb), lab::number(ours, "{:.2f}", gb)});
   }
   fmt::print("(its formulas count 4N bytes of fp16 parameters, which take 2N, and its gigabytes count 16N of "
              "optimizer state (112 GB), where the fp32 master copy, momentum and variance take 12N (84 GB): the two "
              "agree with each other nowhere; ours are mixed-precision Adam's 2N + 2N + 12N = 16N, sharded as ZeRO "
              "shards it)\n");
+  return table.json();
 }
 
 // The memory lab's plan for one GPU of `ranks` at ZeRO `stage`: mixed-precision
@@ -214,15 +215,19 @@ void refuse_what_cannot_fit(const Options& o, const memory::Architecture& arch, 
 
 // ZeRO's Figure 1 (7.5B parameters, K = 12, Nd = 64), the long guide's ZeRO
 // table, and the FSDP bound of "Day 64" against FSDP's layer-at-a-time gathers.
-void print_published_figures(const Options& o, const memory::Architecture& arch, const memory::Gpu& gpu, int p) {
+nlohmann::json print_published_figures(const Options& o, const memory::Architecture& arch, const memory::Gpu& gpu,
+                                       int p) {
+  constexpr double paper[] = {120e9, 31.4e9, 16.6e9, 1.9e9};
   std::string figure;
+  nlohmann::json figure_1 = nlohmann::json::array();
   for (int stage = 0; stage <= 3; ++stage) {
     const double bytes = memory::model_state_bytes(7.5e9, {}, memory::find_optimizer("adam"), stage, 64).total();
     figure += fmt::format("{}{:.1f}", stage ? ", " : "", bytes / 1e9);
+    figure_1.push_back({{"stage", stage}, {"model_state_bytes", bytes}, {"paper_bytes", paper[stage]}});
   }
-  fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: 120, "
-             "31.4, 16.6, 1.9)\n", figure);
-  print_guide_zero_table();
+  fmt::print("ZeRO's Figure 1 (7.5B parameters, 64 GPUs): model state {} GB per GPU at stages 0-3 (the paper: {:g}, "
+             "{:g}, {:g}, {:g})\n", figure, paper[0] / 1e9, paper[1] / 1e9, paper[2] / 1e9, paper[3] / 1e9);
+  nlohmann::json zero_table = print_guide_zero_table();
   memory::Plan prefetched = plan_for(o, 3, p);
   prefetched.prefetch = true;
   const memory::Breakdown whole = memory::estimate(arch, prefetched, gpu);
@@ -231,6 +236,10 @@ void print_published_figures(const Options& o, const memory::Architecture& arch,
   fmt::print("the reading's FSDP bound 16N/P + 2N = {} counts the whole model gathered in bf16; FSDP gathers a "
              "layer at a time: 16N/P + its root and two layers in bf16 (one computing, the next prefetched) = {}\n",
              format_bytes(std::uint64_t(16 * n / p + 2 * n)), format_bytes(std::uint64_t(16 * n / p + gathered)));
+  return {{"zero_figure_1", figure_1},
+          {"reading_zero_table", zero_table},
+          {"reading_fsdp_bound_bytes", 16 * n / p + 2 * n},
+          {"layer_at_a_time_bytes", 16 * n / p + gathered}};
 }
 
 }  // namespace
@@ -287,12 +296,12 @@ int what_if(const Options& o, RunOptions run_options) {
                  ? ""
                  : fmt::format(" (a layer's activations rebuilt in backward by {} recomputation)", o.recompute),
              format_seconds(compute));
-  nlohmann::json rows = table.json();
-  if (zero_plus_plus)
-    rows = {{"stages", rows}, {"zero_plus_plus", print_zero_plus_plus(o, run_options, traces, arch, gpu)}};
+  nlohmann::json json = {{"model", o.what_if}, {"parameters", n}, {"ranks", p}, {"topology", run_options.topology},
+                         {"seq", o.seq}, {"compute_seconds", compute}, {"gpu", gpu.name}, {"stages", table.json()}};
+  if (zero_plus_plus) json["zero_plus_plus"] = print_zero_plus_plus(o, run_options, traces, arch, gpu);
   traces.print("row");
-  print_published_figures(o, arch, gpu, p);
-  lab::write_json(o.json, rows);
+  json["published"] = print_published_figures(o, arch, gpu, p);
+  lab::write_json(o.json, json);
   return 0;
 }
 

@@ -173,6 +173,7 @@ int report(const Options& o, const RunOptions& run_options, const Sequences& dat
                                                limit, o.steps, o.steps == 1 ? "" : "s", r.weights_vs_one_rank));
   json["weights_vs_one_rank"] = r.weights_vs_one_rank;
   json["drops_unlike_one_rank"] = r.drops_unlike_one_rank;
+  json["verdict"] = verdict.json();
   lab::write_json(o.json, json);
   return status;
 }

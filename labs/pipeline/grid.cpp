@@ -100,7 +100,7 @@ int compare(const Options& o, const PipeTimes& times) {
              times.backward_input + times.backward_weight);
   lab::Table table({{.header = "schedule", .key = "schedule", .width = 12, .align = lab::Align::left},
                     {.header = "V", .key = "virtual_stages", .width = 3},
-                    {.header = "step", .key = "step", .width = 7},
+                    {.header = "step", .key = "t_step", .width = 7},
                     {.header = "bubble", .key = "bubble", .width = 8},
                     {.header = "formula", .key = "formula", .width = 8},
                     {.header = "in flight", .key = "peak_in_flight", .width = 14}});

@@ -14,7 +14,7 @@ std::vector<lab::Column> step_columns(const std::string& backward_key, const std
           {.header = "forward", .key = "forward", .width = 9},
           {.header = "backward", .key = backward_key, .width = 9},
           {.header = "weights", .key = weights_key, .width = 9},
-          {.header = "step", .key = "step", .width = 9},
+          {.header = "step", .key = "t_step", .width = 9},
           {.header = "bubble", .key = "bubble", .width = 7},
           {.header = "formula", .key = "formula", .width = 8},
           {.header = "played", .key = "played", .width = 7}};

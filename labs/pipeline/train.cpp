@@ -212,7 +212,9 @@ int train_and_report(const Options& o, const RunOptions& run_options, const Sequ
   verdict.within("a stage's weights", r.weights_vs_one_rank, limit);
   const int status = verdict.print(fmt::format("equal to one rank: every stage's weights within {:g} of one rank's "
                                                "after {} step{}", limit, o.steps, o.steps == 1 ? "" : "s"));
-  lab::write_json(o.json, table.json()[0]);
+  nlohmann::json report = table.json()[0];
+  report["verdict"] = verdict.json();
+  lab::write_json(o.json, report);
   return status;
 }
 

@@ -126,7 +126,7 @@ nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_
   lab::Table table({{.header = "topology", .key = "topology", .width = 10, .align = lab::Align::left},
                     {.header = "inside a node", .key = "intra", .width = 14},
                     {.header = "across nodes", .key = "inter", .width = 14},
-                    {.header = "step", .key = "step", .width = 9},
+                    {.header = "step", .key = "t_step", .width = 9},
                     {.header = "bubble", .key = "bubble", .width = 7}});
   table.print_header();
   for (const std::string_view name : topology_presets()) {
@@ -145,8 +145,8 @@ nlohmann::json print_topologies(const Schedule& schedule, const RunOptions& run_
 }
 
 // --straggler: the step against the same pipeline without it.
-void print_straggler(const Schedule& schedule, const RunOptions& run_options, const PipeTimes& flops,
-                     std::size_t message, const Played& r) {
+nlohmann::json print_straggler(const Schedule& schedule, const RunOptions& run_options, const PipeTimes& flops,
+                               std::size_t message, const Played& r) {
   RunOptions even = run_options;
   even.stragglers.clear();
   even.trace.clear();  // --trace holds the step with the straggler
@@ -154,11 +154,13 @@ void print_straggler(const Schedule& schedule, const RunOptions& run_options, co
   fmt::print("with --straggler: the step takes {}, {:.2f}x the even pipeline's {}; the slowest stage computes for {} "
              "of it and every other stage waits on it: a pipeline runs at its slowest stage's pace\n",
              format_seconds(r.span), r.span / without.span, format_seconds(without.span), format_seconds(r.busiest));
+  return {{"t_step", r.span}, {"even_t_step", without.span}, {"slowdown", r.span / without.span},
+          {"slowest_stage_compute", r.busiest}};
 }
 
-}  // namespace
-
-int what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
+// The schedule at the model's scale: its row, each topology's step, the
+// straggler's cost; the row's JSON with the rest in it.
+nlohmann::json play_what_if(const Options& o, const RunOptions& run_options, const Schedule& given) {
   const memory::Architecture arch = memory::model_preset(o.what_if);
   const double seq = memory::what_if_seq(arch, o.seq), b = double(o.batch_or_default()) / given.microbatches;
   const PipeTimes flops = chunk_flops(arch, given.chunks(), b, seq);
@@ -191,15 +193,25 @@ int what_if(const Options& o, const RunOptions& run_options, const Schedule& giv
              split ? ", the weights' part 2 per weight" : "",
              p2p_formula / (2.0 * schedule.microbatches * double(message)));
   nlohmann::json report = table.json()[0];
+  report["seq"] = seq;
+  report["micro_batch"] = b;
+  report["message_bytes"] = message;
   report["topologies"] = print_topologies(schedule, run_options, flops, message);
-  if (!run_options.stragglers.empty()) print_straggler(schedule, run_options, flops, message, r);
+  if (!run_options.stragglers.empty())
+    report["straggler"] = print_straggler(schedule, run_options, flops, message, r);
   if (!o.plot.empty()) {
     plot_grid({{fmt::format("{} on {}: {} (bubble {:.1f}%), payload-free", schedule.name, o.what_if,
                             format_seconds(r.span), 100 * r.bubble),
                 r.slots, schedule.microbatches}},
               "s", o.plot);
   }
-  lab::write_json(o.json, report);
+  return report;
+}
+
+}  // namespace
+
+int what_if(const Options& o, const RunOptions& run_options, const Schedule& schedule) {
+  lab::write_json(o.json, play_what_if(o, run_options, schedule));
   return 0;
 }
 
@@ -279,8 +291,11 @@ int readings_example(const RunOptions& run_options, const std::string& json) {
   Options o;
   o.what_if = "llama2-70b";  // h = 8192, 80 layers: 10 a stage
   o.stages = P, o.microbatches = M, o.batch = int(batch), o.seq = int(seq);
-  o.json = json;
-  return what_if(o, run_options, one_f_one_b_schedule(P, M));
+  const nlohmann::json reading = {{"stages", P}, {"microbatches", M}, {"batch", batch}, {"seq", seq}, {"hidden", h},
+                                  {"bubble", bubble}, {"efficiency", 1 - bubble}, {"p2p_bytes", total},
+                                  {"message_bytes", message}};
+  lab::write_json(json, {{"reading", reading}, {"executed", play_what_if(o, run_options, one_f_one_b_schedule(P, M))}});
+  return 0;
 }
 
 }  // namespace pipeline_lab

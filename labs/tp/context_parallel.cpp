@@ -302,14 +302,15 @@ int context_parallel(const Options& o, const RunOptions& run_options, const GptC
   if (o.bench)  // the target is ./labkit bench cp's first run's
     fmt::print("simulated both layouts in {} wall{}\n", format_seconds(wall),
                o.cp == 8 && s.T == 4096 && !payload ? " (target for cp 8 at s = 4096 payload-free: < 5 s)" : "");
-  lab::write_json(o.json, {{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.T}, {"batch", s.B},
-                           {"payload_free", !payload}, {"layouts", table.json()}, {"wall_seconds", wall}});
   lab::Verdict verdict;
   verdict.require(ok, "a layout's output or gradients past 1e-5 of dense attention, or bytes off the formula");
   const int status = verdict.print(
       fmt::format("{}both layouts send K/V bytes = formula",
                   payload ? "equal to dense attention: every rank's output and gradients within 1e-05 under both "
                             "layouts; " : ""));
+  lab::write_json(o.json, {{"cp", o.cp}, {"tp", tp}, {"dp", dp}, {"seq", s.T}, {"batch", s.B},
+                           {"payload_free", !payload}, {"layouts", table.json()}, {"wall_seconds", wall},
+                           {"verdict", verdict.json()}});
   if (!o.plot.empty()) plot_layouts(runs, o.cp, o.plot);
   return status;
 }

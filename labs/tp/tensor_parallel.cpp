@@ -103,7 +103,7 @@ nlohmann::json print_activations(const TpRun& r, const Options& o, const GptConf
 // The long guide's GPT-3 layer (book/99-references.md, its section 9.5: b = 1,
 // s = 2048, h = 12288 as in Brown et al. 2020, T = 8, fp16), by its own
 // formula, against what its comment and its case study say.
-void print_guides_gpt3_layer() {
+nlohmann::json print_guides_gpt3_layer() {
   const double per_layer = ring_bytes_per_layer(1, 2048, 12288, 8, 2);
   const double message = 1.0 * 2048 * 12288 * 2;
   fmt::print("the reading's GPT-3 layer (b = 1, s = 2048, h = 12288, T = 8, fp16): 4 x 2(T-1)/T x b s h x 2 bytes = "
@@ -112,6 +112,9 @@ void print_guides_gpt3_layer() {
              "layer, 4 x 2 x {:.1f} MB, is the four messages at b = 2 as its formula lays them out, or, at the b = 1 "
              "of its pipeline line, the ring's 2(T-1)/T rounded up to 2\n",
              per_layer / 1e6, per_layer * 96 / 1e9, message / 1e6);
+  return {{"sent_bytes_per_layer", per_layer}, {"sent_bytes_over_96_layers", per_layer * 96},
+          {"its_comment_bytes_per_layer", 175e6}, {"its_comment_bytes_over_96_layers", 16.8e9},
+          {"message_bytes", message}};
 }
 
 // One column list for the printed row and the JSON; heads is printed only.
@@ -217,7 +220,7 @@ int tensor_parallel(const Options& o, const RunOptions& run_options, const Seque
              "forward, the identity backward. Sequence parallelism makes each sum a reduce-scatter into the "
              "rows and each identity an all-gather of them)\n");
   report["activations"] = print_activations(r, o, config);
-  print_guides_gpt3_layer();
+  report["reading_gpt3_layer"] = print_guides_gpt3_layer();
   const double limit = 1e-5;
   const bool collectives_as_megatron = o.sp ? r.gathers_per_layer == 6 && r.scatters_per_layer == 4
                                             : r.allreduces_per_layer == 4;
@@ -231,6 +234,7 @@ int tensor_parallel(const Options& o, const RunOptions& run_options, const Seque
   const int status = verdict.print(fmt::format("equal to one rank: every rank's slice within {:g} of the dense "
                                                "model's weights, {} per layer, sent = formula", limit, collectives));
   if (!o.plot.empty()) plot_layer(r.layer, r.ranks, o.sp, o.plot);
+  report["verdict"] = verdict.json();
   lab::write_json(o.json, report);
   return status;
 }

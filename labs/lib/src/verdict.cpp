@@ -20,12 +20,16 @@ void Verdict::diverged(std::string_view what, double loss, std::size_t step) {
                                   what.empty() ? "" : ": ", std::isnan(loss) ? "nan" : fmt::format("{}", loss), step));
 }
 
+const std::vector<std::string>& Verdict::misses() const { return diverged_.empty() ? missed_ : diverged_; }
+
 int Verdict::print(std::string_view held) const {
   if (passed())
     fmt::print("{}\n", held);
   else
-    fmt::print("MISMATCH: {}\n", fmt::join(diverged_.empty() ? missed_ : diverged_, "; "));
+    fmt::print("MISMATCH: {}\n", fmt::join(misses(), "; "));
   return passed() ? 0 : 1;
 }
+
+nlohmann::json Verdict::json() const { return {{"passed", passed()}, {"misses", misses()}}; }
 
 }  // namespace labkit::lab

@@ -4,7 +4,8 @@
 //   lab::Verdict verdict;
 //   verdict.within("naive: weights", weights, limit);  // "naive: weights 1.2e-03 from one rank's, past 9.0e-04"
 //   verdict.require(r.ranks_agree, "naive: ranks' weights differ");
-//   return verdict.print("equal to one rank: ...");    // or "MISMATCH: a; b", and exit status 1
+//   int status = verdict.print("equal to one rank: ...");  // or "MISMATCH: a; b", and exit status 1
+//   report["verdict"] = verdict.json();                  // {"passed": false, "misses": ["a", "b"]}
 #pragma once
 
 #include <cmath>
@@ -12,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace labkit::lab {
 
@@ -33,9 +36,12 @@ class Verdict {
   // Prints `held` when nothing was missed, else "MISMATCH: " and every miss
   // (a diverged run's alone); returns the exit status.
   int print(std::string_view held) const;
+  // For --json: whether it passed, and what print() lists where it did not.
+  nlohmann::json json() const;
 
  private:
   void diverged(std::string_view what, double loss, std::size_t step);
+  const std::vector<std::string>& misses() const;  // a diverged run's alone
   std::vector<std::string> missed_, diverged_;
 };
 
