@@ -82,7 +82,8 @@ void draw_moe_routing(App& app) {
   ImGui::SliderInt("layer", &app.routing_layer, 0, h.layers() - 1);
   ImGui::SameLine();
   ImGui::SetNextItemWidth(240);
-  ImGui::SliderInt("step", &app.routing_step, 0, last);
+  int step = app.routing_step + 1;  // numbered from 1, as the lab prints its steps
+  if (ImGui::SliderInt("step", &step, 1, last + 1)) app.routing_step = step - 1;
   const labkit::RoutingStats& stats = h.steps[std::size_t(app.routing_step)][std::size_t(app.routing_layer)];
   ImGui::SameLine();
   ImGui::TextUnformatted(fmt::format("{:.1f}% dropped, capacity {} (factor {:.2f}, top-{})", 100 * stats.drop_rate(),
