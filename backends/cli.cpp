@@ -8,6 +8,9 @@
 #include <fstream>
 #include <set>
 #include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <fmt/ranges.h>
 
@@ -92,6 +95,44 @@ CLI::Validator output_file(std::vector<std::string> extensions) {
           extensions.empty() ? "" : "(" + allowed + ")"};
 }
 
+namespace {
+
+// Levenshtein's distance: the fewest one-character insertions, deletions and
+// substitutions that make `a` into `b`.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j < row.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diagonal = row[0]++;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = above;
+    }
+  }
+  return row.back();
+}
+
+// The option a mistyped `word` most likely meant ("--models" for "--modles" or
+// "--list-models"), or "": the nearest by edits, if within a quarter of its
+// length (2 at least), or one that holds the other whole.
+std::string nearest_option(const CLI::App& app, std::string_view word) {
+  if (!word.starts_with("--") || word.size() < 5) return "";
+  std::string best;
+  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 4) + 1;
+  for (const CLI::Option* option : app.get_options())
+    for (const std::string& name : option->get_lnames()) {
+      const std::string candidate = "--" + name;
+      const bool holds = name.size() >= 3 && word.size() >= 6 &&
+                         (word.find(name) != std::string_view::npos || candidate.find(word) != std::string::npos);
+      const std::size_t distance = edit_distance(word, candidate);
+      if (distance < best_distance || (holds && best.empty())) best = candidate, best_distance = distance;
+    }
+  return best;
+}
+
+}  // namespace
+
 void one_line_errors(CLI::App& app) {
   // A list option given one value twice ("--stage 1 --stage 1") ran it twice,
   // a row or a trace file each, the second over the first.
@@ -105,12 +146,21 @@ void one_line_errors(CLI::App& app) {
                                                              : fmt::format("{} is given twice", value));
     }
   });
-  app.failure_message([](const CLI::App*, const CLI::Error& e) -> std::string {
+  app.failure_message([](const CLI::App* failed, const CLI::Error& e) -> std::string {
     // Under mpirun every process reads the same command line: rank 0 says what is wrong.
     if (const char* rank = std::getenv("OMPI_COMM_WORLD_RANK"); rank && std::string(rank) != "0") return "";
-    // An unknown option or a missing argument: say where the options are listed.
-    const bool usage = dynamic_cast<const CLI::ExtrasError*>(&e) || dynamic_cast<const CLI::RequiredError*>(&e);
-    return fmt::format("error: {}{}\n", e.what(), usage ? " (--help lists the options)" : "");
+    // An unknown option or a missing argument: say where the options are listed,
+    // and which option a mistyped one most likely meant.
+    const bool extra = dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr;
+    std::string meant;
+    const std::vector<std::string> words = extra ? failed->remaining() : std::vector<std::string>{};
+    for (const std::string& word : words)
+      if (meant = nearest_option(*failed, word); !meant.empty()) {
+        meant = fmt::format("{}did you mean {}? ", words.size() > 1 ? word + ": " : "", meant);
+        break;
+      }
+    const bool usage = extra || dynamic_cast<const CLI::RequiredError*>(&e);
+    return fmt::format("error: {}{}\n", e.what(), usage ? fmt::format(" ({}--help lists the options)", meant) : "");
   });
 }
 

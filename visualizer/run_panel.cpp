@@ -8,6 +8,8 @@ namespace viz {
 
 void draw_run(App& app) {
   ImGui::Begin("Run");
+  if (!app.from_scenario)  // the fields below are the scenario "run" would simulate, not what is shown
+    ImGui::TextWrapped("showing %s; run simulates this scenario in its place:", app.trace_file.c_str());
   app.scenario->draw_fields();
   if (ImGui::Button("run")) {
     try {
@@ -20,7 +22,7 @@ void draw_run(App& app) {
   ImGui::SameLine();
   if (ImGui::Button("open")) {
     try {
-      show(app, load_chrome_trace(app.trace_path.data()));
+      show(app, load_chrome_trace(app.trace_path.data()), app.trace_path.data());
     } catch (const std::exception& e) {
       app.error = e.what();
     }

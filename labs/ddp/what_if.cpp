@@ -105,7 +105,9 @@ int what_if(const Options& o, const RunOptions& run_options, const std::vector<D
                "reading's estimate prices one {:g} GB/s link; chapter 2)\n", topology.nics_per_node,
                topology.nics_per_node * link.bandwidth / 1e9, link.bandwidth / 1e9);
   traces.print("mode");
-  lab::write_json(o.json, table.json());
+  lab::write_json(o.json, {{"model", o.what_if}, {"parameters", model.parameters()}, {"gradient_bytes", grads},
+                           {"ranks", p}, {"topology", topology.name}, {"link_bandwidth", link.bandwidth},
+                           {"compute_seconds", o.step_seconds}, {"modes", table.json()}});
   if (!o.plot.empty())
     plot_step_bars(o.plot, fmt::format("DDP step of {} on {} ranks of {}", o.what_if, p, topology.name), steps);
   return 0;

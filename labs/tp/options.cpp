@@ -32,6 +32,9 @@ void check_tensor_parallel(const Options& o, const RunOptions& run_options, cons
   }
   if (const std::string no = tensor_parallel_refusal(architecture_of(config), ranks); !no.empty())
     throw Error(fmt::format("{} {}: {}", ranks_flag(run_options), ranks, no));
+  if (o.sp && ranks == 1)  // as the memory lab refuses --sp at --tp 1
+    throw Error(fmt::format("--sp: sequence parallelism splits the norms' and dropouts' activations over the "
+                            "tensor-parallel ranks; with {} 1 there are none to split over", ranks_flag(run_options)));
   if (const std::string no = sequence_parallel_refusal(config.max_seq, ranks); o.sp && !no.empty())
     throw Error(fmt::format("--sp {} {}: {}", ranks_flag(run_options), ranks, no));
 }

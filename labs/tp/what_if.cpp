@@ -91,7 +91,8 @@ int what_if(const Options& o, RunOptions run_options) {
              "GPUs; allreduces: the rest of the executed step, for tensor parallelism's allreduces sit between the "
              "layer's parts and nothing overlaps them; "
              "ib-ndr: one GPU per node, so every allreduce crosses InfiniBand)\n");
-  lab::write_json(o.json, table.json());
+  lab::write_json(o.json, {{"model", o.what_if}, {"hidden", arch.hidden}, {"seq", seq}, {"micro_batch", b},
+                           {"allreduce_bytes", bsh * 2}, {"rows", table.json()}});
   return 0;
 }
 
