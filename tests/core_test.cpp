@@ -149,5 +149,22 @@ TEST(Topology, RefusesBadFieldsNamingThem) {
             "topology '" + path + "': devices_per_node = 0: must be a whole number from 1 to 1048576");
   EXPECT_EQ(error("2.5", good, good),
             "topology '" + path + "': devices_per_node = 2.5: must be a whole number from 1 to 1048576");
+  EXPECT_EQ(error("2", good, R"({"alpha_us": 2, "bandwidth_GBps": 10, "bandwith_GBps": 20})"),
+            "topology '" + path + "': inter.bandwith_GBps: not a field labkit reads (alpha_us, bandwidth_GBps)");
+}
+
+// A field labkit does not read is refused, not ignored: "devise": "a100" would
+// leave the cluster computing at the H100's peak.
+TEST(Topology, RefusesAFieldItDoesNotRead) {
+  const std::string path = ::testing::TempDir() + "/misspelled_topology.json";
+  std::ofstream(path) << R"({"devices_per_node": 2, "devise": "a100",
+    "intra": {"alpha_us": 2, "bandwidth_GBps": 100}, "inter": {"alpha_us": 10, "bandwidth_GBps": 10}})";
+  try {
+    find_topology(path);
+    ADD_FAILURE() << "a misspelled field accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), ("topology '" + path + "': devise: not a field labkit reads (name, devices_per_node, "
+                            "nics_per_node, device, intra, inter, calibration)").c_str());
+  }
 }
 

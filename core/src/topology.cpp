@@ -1,12 +1,15 @@
 #include "labkit/topology.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 namespace labkit {
@@ -48,10 +51,20 @@ double number_at(const nlohmann::json& object, const std::string& key, const std
   return value.get<double>();
 }
 
+// A field labkit does not read is a slip ("devise" for "device", which would
+// leave the H100 in place), refused naming the ones it reads, not ignored.
+void refuse_unknown_fields(const nlohmann::json& object, std::initializer_list<std::string_view> known,
+                           const std::string& prefix) {
+  for (const auto& [key, value] : object.items())
+    if (std::find(known.begin(), known.end(), key) == known.end())
+      throw std::invalid_argument(fmt::format("{}{}: not a field labkit reads ({})", prefix, key, fmt::join(known, ", ")));
+}
+
 // A latency of 0 is an ideal link (and what calibrate fits when latency is lost
 // in noise); a bandwidth of 0 would make every message take forever.
 Link link_from_json(const nlohmann::json& file, const std::string& name) {
   const nlohmann::json link = file.value(name, nlohmann::json::object());
+  if (link.is_object()) refuse_unknown_fields(link, {"alpha_us", "bandwidth_GBps"}, name + ".");
   const double alpha = number_at(link, "alpha_us", name + ".alpha_us");
   const double bandwidth = number_at(link, "bandwidth_GBps", name + ".bandwidth_GBps");
   if (alpha < 0) throw std::invalid_argument(fmt::format("{}.alpha_us = {}: must be >= 0", name, alpha));
@@ -84,6 +97,9 @@ Topology load(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     if (!j.is_object()) throw std::invalid_argument("expected a JSON object (see book/00-introduction.md)");
+    // "calibration": what ./labkit calibrate measured and fitted, kept beside the fit.
+    refuse_unknown_fields(j, {"name", "devices_per_node", "nics_per_node", "device", "intra", "inter", "calibration"},
+                          "");
     Topology t{text_at(j, "name", path), count_at(j, "devices_per_node"), 0, link_from_json(j, "intra"),
                link_from_json(j, "inter"), device_preset(text_at(j, "device", "h100"))};
     t.nics_per_node = count_at(j, "nics_per_node", t.devices_per_node);
