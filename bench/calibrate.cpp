@@ -133,9 +133,13 @@ int main(int argc, char** argv) {
     }
     const Link link = fits.at(use);
     const std::string name = fmt::format("calibrated ({}, {} ranks)", run_options.backend, ranks);
-    std::ofstream file = create_file(out);
-    file << topology_json(name, ranks, link, rows).dump(2) << '\n';
-    finish_file(file, out);
+    nlohmann::json topology = topology_json(name, ranks, link, rows);
+    const auto write_topology = [&] {
+      std::ofstream file = create_file(out);
+      file << topology.dump(2) << '\n';
+      finish_file(file, out);
+    };
+    write_topology();
     fmt::print("# wrote {}: --backend sim --topology {} now predicts this machine\n", out, out);
 
     // The check, a benchmark's: the simulator, on the topology just written,
@@ -158,6 +162,11 @@ int main(int argc, char** argv) {
                within ? "" : "NOT ", tolerance * 100,
                within ? "" : ": other work on this machine slows what it measures; run it again alone, or --check "
                              "past the caches");
+    // The file keeps how well it predicted, beside what it was fitted on.
+    topology["check"] = {{"algo", use},         {"size", check},        {"measured_us", held_out.seconds * 1e6},
+                         {"simulated_us", simulated.elapsed * 1e6}, {"error", error}, {"within", within},
+                         {"tolerance", tolerance}};
+    write_topology();
   } catch (const std::exception& e) {
     std::fflush(stdout);  // the table so far, then the error after it
     fmt::print(stderr, "error: {}\n", e.what());

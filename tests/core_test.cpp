@@ -164,7 +164,7 @@ TEST(Topology, RefusesAFieldItDoesNotRead) {
     ADD_FAILURE() << "a misspelled field accepted";
   } catch (const std::invalid_argument& e) {
     EXPECT_STREQ(e.what(), ("topology '" + path + "': devise: not a field labkit reads (name, devices_per_node, "
-                            "nics_per_node, device, intra, inter, calibration)").c_str());
+                            "nics_per_node, device, intra, inter, calibration, check)").c_str());
   }
 }
 

@@ -282,6 +282,20 @@ TEST(VizChunks, RingAllReduceReducesOneChunkPerRankThenGathersThem) {
     }
 }
 
+// The backend's own collective moves its data when the ranks meet; the view
+// shows it as it costs: the ranks' own data until it ends, the sum after.
+TEST(VizChunks, ANativeCollectiveIsWholeAtItsEndNotItsStart) {
+  const viz::ChunkHistory h = viz::parse_scenario("native:4:1K")->run().chunks;
+  ASSERT_EQ(h.times.size(), 2u);
+  EXPECT_EQ(h.times[0], 0);
+  EXPECT_GT(h.times[1], 0);
+  for (int r = 0; r < 4; ++r)
+    for (int c = 0; c < 4; ++c) {
+      EXPECT_EQ(h.states[0][r][c], 1u << r) << "at the start every chunk is its rank's own";
+      EXPECT_EQ(h.states[1][r][c], h.everyone) << "at its end everyone has everything";
+    }
+}
+
 TEST(VizChunks, AllGatherFillsEveryBlockWithItsRanksData) {
   const viz::ChunkHistory h = viz::parse_scenario("ring:5:1K:all_gather")->run().chunks;
   ASSERT_FALSE(h.states.empty());

@@ -97,8 +97,9 @@ Topology load(const std::string& path) {
   try {
     const nlohmann::json j = nlohmann::json::parse(in);
     if (!j.is_object()) throw std::invalid_argument("expected a JSON object (see book/00-introduction.md)");
-    // "calibration": what ./labkit calibrate measured and fitted, kept beside the fit.
-    refuse_unknown_fields(j, {"name", "devices_per_node", "nics_per_node", "device", "intra", "inter", "calibration"},
+    // "calibration" and "check": what ./labkit calibrate measured, fitted and then predicted, kept beside the fit.
+    refuse_unknown_fields(j, {"name", "devices_per_node", "nics_per_node", "device", "intra", "inter", "calibration",
+                              "check"},
                           "");
     Topology t{text_at(j, "name", path), count_at(j, "devices_per_node"), 0, link_from_json(j, "intra"),
                link_from_json(j, "inter"), device_preset(text_at(j, "device", "h100"))};

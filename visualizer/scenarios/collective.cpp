@@ -16,8 +16,11 @@
 namespace viz {
 
 namespace {
-// Every rank's buffer after every delivery (ChunkHistory): one traced run finds
-// the delivery times, then a run stopped at each one reads the buffers.
+// Every rank's buffer before the collective and after every delivery
+// (ChunkHistory): one traced run finds the delivery times, then a run stopped
+// at each one reads the buffers. The backend's own collective delivers no
+// messages, and moves its data when the ranks meet, not when its time is
+// spent: its buffers are shown as they start until it ends, then whole.
 ChunkHistory chunk_history(const CollectiveScenario& s) {
   const labkit::Collective op = s.collective;
   const bool shown = op == labkit::Collective::all_reduce || op == labkit::Collective::all_gather ||
@@ -26,19 +29,23 @@ ChunkHistory chunk_history(const CollectiveScenario& s) {
   const int p = s.ranks;
   const std::size_t count = std::max<std::size_t>(s.bytes / 8 / p, 1) * p;  // i64 elements, P whole blocks
   std::vector<std::vector<std::int64_t>> buffers(p);
+  // Rank r's buffer as the collective starts: its bit r where it has data.
+  const auto fill = [&](int r) {
+    const std::int64_t mine = std::int64_t(1) << r;
+    if (op == labkit::Collective::all_gather) buffers[r].assign(count, 0);
+    else if (op == labkit::Collective::broadcast) buffers[r].assign(count, r == 0 ? mine : 0);
+    else buffers[r].assign(count, mine);
+  };
   auto rank_fn = [&](labkit::Comm& comm) {
     const int r = comm.rank();
-    const std::int64_t mine = std::int64_t(1) << r;
+    fill(r);
     std::vector<std::int64_t>& buf = buffers[r];
     if (op == labkit::Collective::all_gather) {
-      std::vector<std::int64_t> block(count / p, mine);
-      buf.assign(count, 0);
+      std::vector<std::int64_t> block(count / p, std::int64_t(1) << r);
       comm.all_gather(labkit::view_of(block), labkit::view_of(buf));
     } else if (op == labkit::Collective::broadcast) {
-      buf.assign(count, r == 0 ? mine : 0);
       comm.broadcast(labkit::view_of(buf), 0);
     } else {
-      buf.assign(count, mine);
       comm.all_reduce(labkit::view_of(buf), labkit::ReduceOp::sum);
     }
   };
@@ -55,13 +62,18 @@ ChunkHistory chunk_history(const CollectiveScenario& s) {
   for (const labkit::TraceTrack& t : whole.trace->tracks())
     for (const labkit::TraceEvent& e : t.events)
       if (e.kind == labkit::TraceEvent::Kind::recv) h.times.push_back(e.end);
+  if (h.times.size() == 1) h.times.push_back(whole.elapsed);  // the backend's own: no messages
   std::sort(h.times.begin(), h.times.end());
   h.times.erase(std::unique(h.times.begin(), h.times.end()), h.times.end());
   if (h.times.size() > 256) return {};
   o.keep_trace = false;
   for (double t : h.times) {
-    o.stop_at = t;
-    labkit::run(o, rank_fn);
+    if (t == 0) {
+      for (int r = 0; r < p; ++r) fill(r);
+    } else {
+      o.stop_at = t;
+      labkit::run(o, rank_fn);
+    }
     auto& state = h.states.emplace_back(p, std::vector<std::uint64_t>(p));
     for (int r = 0; r < p; ++r)
       for (int c = 0; c < p; ++c)  // the first element of chunk c stands for the chunk
