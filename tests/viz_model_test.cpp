@@ -128,7 +128,10 @@ TEST(VizTrace, ReadsEachLaneOfWorkInFlightAsATrackOfItsRank) {
   EXPECT_EQ(m.tracks[5].name, "rank 1 / comm 2");
   EXPECT_EQ(m.tracks[5].rank, 1);
   EXPECT_TRUE(m.tracks[5].stream);
-  EXPECT_EQ(m.tracks[5].row, 5) << "under rank 1 and its stream";
+  EXPECT_EQ(m.tracks[5].row, 3) << "under rank 1 and its stream";
+  EXPECT_EQ(m.tracks[2].row, -1) << "rank 0's stream, empty, takes no row";
+  EXPECT_EQ(m.tracks[4].row, -1) << "nor its second lane";
+  EXPECT_EQ(m.rows, 4);
   EXPECT_EQ(m.tracks[3].spans.size() + m.tracks[5].spans.size(), 2u);
 }
 
@@ -254,6 +257,18 @@ TEST(VizSummary, CountsOnlyTheCommunicationComputeDoesNotHide) {
   }
 }
 
+// labkit's collectives run as messages, and the rule is theirs: a rank waiting
+// for its data is idle. A binomial tree's broadcast: the root sends in every
+// round; rank 1, its last child, receives in the third round only.
+TEST(VizSummary, ALabkitCollectiveCountsItsMessagesNotItsWaits) {
+  const viz::Summary s = viz::summarize(viz::parse_scenario("binomial_tree:8:1M:broadcast")->run().trace);
+  ASSERT_EQ(s.ranks.size(), 8u);
+  EXPECT_GT(s.ranks[0].communicating, 0.99);
+  EXPECT_NEAR(s.ranks[1].communicating, 1.0 / 3, 0.02);
+  EXPECT_NEAR(s.ranks[1].idle, 2.0 / 3, 0.02);
+  EXPECT_FALSE(s.native_collectives) << "every collective here ran as messages";
+}
+
 TEST(VizSummary, ATraceWithoutStreamsHidesNothing) {
   const test::SimRun run = test::simulate(2, [](Comm& c) {
     std::vector<float> x(8);
@@ -262,6 +277,7 @@ TEST(VizSummary, ATraceWithoutStreamsHidesNothing) {
   });
   const viz::Summary s = viz::summarize(viz::from_trace(*run.trace, "direct"));
   EXPECT_FALSE(s.streams);
+  EXPECT_TRUE(s.native_collectives) << "the backend's own all_reduce, with no messages";
   ASSERT_EQ(s.ranks.size(), 2u);
   for (const viz::RankShare& share : s.ranks) {
     EXPECT_EQ(share.hidden, 0);
@@ -377,13 +393,17 @@ TEST(VizScenario, FsdpStepShowsItsGathersHiddenWhenPrefetched) {
 // message of a 12 s step) is idle. The receives posted early once made rank 0
 // 27% communicating and every rank some 70% "hidden".
 TEST(VizScenario, APipelinesBubbleIsIdleNotCommunication) {
-  const viz::Summary s = viz::summarize(viz::parse_scenario("pp:4:1f1b:8")->run().trace);
+  const viz::TraceModel m = viz::parse_scenario("pp:4:1f1b:8")->run().trace;
+  const viz::Summary s = viz::summarize(m);
   ASSERT_EQ(s.ranks.size(), 4u);
   for (int r = 0; r < 4; ++r) {
     const viz::RankShare& share = s.ranks[std::size_t(r)];
     EXPECT_LT(share.communicating, 0.01) << "rank " << r;
     EXPECT_LT(share.hidden, 0.01) << "rank " << r;
     EXPECT_NEAR(share.idle, 0.273, 0.01) << "rank " << r;  // the lab's bubble, (P-1)/(M+P-1) = 3/11
+    double shaded = 0;  // the timeline's dark time is the same idle
+    for (const auto& [start, end] : share.idle_spans) shaded += end - start;
+    EXPECT_NEAR(shaded / m.end, share.idle, 1e-9) << "rank " << r;
   }
 }
 

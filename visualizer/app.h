@@ -22,7 +22,6 @@ struct App {
   Summary summary;          // of `model`
   std::unique_ptr<Scenario> scenario = parse_scenario("ring:8:1M");  // what the "run" panel simulates
   bool from_scenario = false;  // the model is a run of `scenario` (so a collective's algbw and busbw apply)
-  std::string trace_file;      // else the trace file it was read from
   ChunkHistory chunks;         // for the data-flow view, when the scenario has one
   RoutingHistory routing;      // for the MoE routing panel, when the scenario trains the MoE GPT
   int routing_layer = 0;
@@ -51,9 +50,8 @@ void register_panel(std::string name, std::function<void(App&)> draw,
 
 void register_builtin_panels();  // timeline, data flow, summary, run, pipeline grid, MoE routing
 
-// Shows a trace: the model, its summary, the whole run in the timeline;
-// `file`: the trace file it was read from ("" for a scenario's run).
-void show(App& app, TraceModel model, std::string file = "");
+// Shows a trace: the model, its summary, the whole run in the timeline.
+void show(App& app, TraceModel model);
 // Simulates app.scenario and shows it, with its chunk history when there is one.
 void run_scenario(App& app);
 // The collective scenario whose run is shown, or null (a trace, or a lab's step).

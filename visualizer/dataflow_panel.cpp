@@ -52,7 +52,8 @@ ImU32 chunk_color(std::uint64_t bits, int rank, std::uint64_t everyone) {
 }
 
 void legend(ImDrawList* dl, ImVec2 at) {
-  const std::pair<ImU32, const char*> keys[] = {{colors::chunk_own, "own"},
+  const std::pair<ImU32, const char*> keys[] = {{colors::chunk_empty, "empty"},
+                                                {colors::chunk_own, "own"},
                                                 {colors::chunk_gathered, "another rank's"},
                                                 {colors::chunk_partial, "partly reduced"},
                                                 {colors::chunk_reduced, "fully reduced"}};
@@ -78,8 +79,8 @@ void draw_dataflow(App& app) {
   const float radius = std::max(20.0f, std::min(size.x, size.y) / 2 - 24);
   const float node = std::clamp(radius * 3.0f / std::max(ranks, 1), 3.0f, 14.0f);
   // A binomial tree rooted at rank 0 is drawn as a tree: rank r sits at depth
-  // popcount(r) (the rounds its data took), spread across its level; anything
-  // else sits on a ring.
+  // popcount(r) (the hops its data takes from rank 0), spread across its level;
+  // anything else sits on a ring.
   const CollectiveScenario* collective = shown_collective(app);
   const bool tree = collective && collective->algorithm == "binomial_tree";
   std::vector<int> level_size(8 * sizeof(int) + 1, 0), index_in_level(ranks);

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   viz::App app;
   try {
     if (!trace.empty()) {
-      viz::show(app, viz::load_chrome_trace(trace), trace);
+      viz::show(app, viz::load_chrome_trace(trace));
     } else {
       if (!scenario.empty()) app.scenario = viz::parse_scenario(scenario);
       viz::run_scenario(app);

@@ -21,9 +21,8 @@ void register_panel(std::string name, std::function<void(App&)> draw, std::funct
   panels().push_back({std::move(name), std::move(draw), std::move(applies)});
 }
 
-void show(App& app, TraceModel model, std::string file) {
+void show(App& app, TraceModel model) {
   app.model = std::move(model);
-  app.trace_file = std::move(file);
   app.summary = summarize(app.model);
   app.chunks = {};
   app.routing = {};

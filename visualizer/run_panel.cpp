@@ -9,7 +9,7 @@ namespace viz {
 void draw_run(App& app) {
   ImGui::Begin("Run");
   if (!app.from_scenario)  // the fields below are the scenario "run" would simulate, not what is shown
-    ImGui::TextWrapped("showing %s; run simulates this scenario in its place:", app.trace_file.c_str());
+    ImGui::TextWrapped("showing %s; run simulates this scenario in its place:", app.model.source.c_str());
   app.scenario->draw_fields();
   if (ImGui::Button("run")) {
     try {
@@ -18,11 +18,16 @@ void draw_run(App& app) {
       app.error = e.what();
     }
   }
-  ImGui::InputText("trace file", app.trace_path.data(), app.trace_path.size());
+  // The path box takes the width the "open" button leaves.
+  const ImGuiStyle& style = ImGui::GetStyle();
+  ImGui::SetNextItemWidth(ImGui::GetContentRegionAvail().x - ImGui::CalcTextSize("open").x -
+                          2 * style.FramePadding.x - style.ItemSpacing.x);
+  ImGui::InputTextWithHint("##trace file", "a trace file (any lab's --trace)", app.trace_path.data(),
+                           app.trace_path.size());
   ImGui::SameLine();
   if (ImGui::Button("open")) {
     try {
-      show(app, load_chrome_trace(app.trace_path.data()), app.trace_path.data());
+      show(app, load_chrome_trace(app.trace_path.data()));
     } catch (const std::exception& e) {
       app.error = e.what();
     }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <map>
 
 namespace viz {
@@ -27,6 +28,17 @@ double length(const Intervals& v) {
   for (const auto& [start, end] : v) total += end - start;
   return total;
 }
+// What of [0, end) a merged set leaves out.
+Intervals gaps(const Intervals& v, double end) {
+  Intervals out;
+  double from = 0;
+  for (const auto& [start, stop] : v) {
+    if (start > from) out.push_back({from, start});
+    from = std::max(from, stop);
+  }
+  if (end > from) out.push_back({from, end});
+  return out;
+}
 // The time two merged sets share, walking both in order.
 double overlap(const Intervals& a, const Intervals& b) {
   double total = 0;
@@ -44,12 +56,27 @@ bool is_communication(Kind k) { return k == Kind::collective || k == Kind::send 
 std::map<const Span*, std::pair<double, double>> travels(const TraceModel& m) {
   std::map<const Span*, std::pair<double, double>> of;
   for (const Flow& f : m.flows) {
+    const Track& to = m.tracks[std::size_t(f.to_track)];
     const Span* send = span_holding(m.tracks[std::size_t(f.from_track)], f.sent, Kind::send);
-    const Span* recv = span_holding(m.tracks[std::size_t(f.to_track)], f.delivered, Kind::recv);
+    // The receive the delivery ends: it holds the instant before (a ring's next
+    // receive starts at the delivery), or, posted after it, the delivery alone.
+    const Span* recv = span_holding(to, std::nextafter(f.delivered, -INFINITY), Kind::recv);
+    if (!recv) recv = span_holding(to, f.delivered, Kind::recv);
     if (!send || !recv) continue;
     of[send] = of[recv] = {std::max(send->start, recv->start), f.delivered};
   }
   return of;
+}
+
+// Whether a collective span holds sends or receives of the track's: labkit's
+// algorithm over point-to-point, whose messages count as they travel. The
+// backend's own collective holds none, and counts whole.
+bool runs_as_messages(const Track& t, const Span& collective) {
+  auto it = std::lower_bound(t.spans.begin(), t.spans.end(), collective.start,
+                             [](const Span& s, double start) { return s.start < start; });  // spans sorted by start
+  for (; it != t.spans.end() && it->start <= collective.end; ++it)
+    if ((it->kind == Kind::send || it->kind == Kind::recv) && it->end <= collective.end) return true;
+  return false;
 }
 }  // namespace
 
@@ -58,7 +85,7 @@ std::map<const Span*, std::pair<double, double>> travels(const TraceModel& m) {
 // computing (in a blocking collective, or waiting for one still in flight on
 // its stream): the *exposed* communication the training labs measure, the time
 // overlap sets out to remove. A message counts while it travels (travels()):
-// waiting for the peer is idle. Communication in flight while the rank computes
+// waiting for the peer is idle, inside labkit's collectives too. Communication in flight while the rank computes
 // costs it nothing; it is reported apart, as hidden, so the table shows what
 // overlap saved rather than a rank busy for more than 100% of the run.
 Summary summarize(const TraceModel& m) {
@@ -72,6 +99,10 @@ Summary summarize(const TraceModel& m) {
       if (const auto cell = span.kind == Kind::compute ? pipeline_cell(span.name) : std::nullopt)
         s.pipeline_microbatches = std::max(s.pipeline_microbatches, cell->microbatch + 1);
       if (!is_communication(span.kind)) continue;
+      if (span.kind == Kind::collective) {
+        if (runs_as_messages(t, span)) continue;
+        s.native_collectives = true;
+      }
       const auto message = messages.find(&span);
       comm_spans[t.rank].push_back(message == messages.end() ? std::pair{span.start, span.end} : message->second);
     }
@@ -81,7 +112,9 @@ Summary summarize(const TraceModel& m) {
     const Intervals compute = merged(compute_spans[r]), comm = merged(comm_spans[r]);
     const double hidden = overlap(compute, comm);
     const double exposed = (length(comm) - hidden) / end, busy = length(compute) / end;
-    s.ranks.push_back({exposed, busy, std::max(0.0, 1 - exposed - busy), hidden / end});
+    Intervals either = compute;
+    either.insert(either.end(), comm.begin(), comm.end());
+    s.ranks.push_back({exposed, busy, std::max(0.0, 1 - exposed - busy), hidden / end, gaps(merged(either), m.end)});
   }
   std::map<std::pair<int, int>, std::int64_t> per_link;
   for (const Flow& f : m.flows) per_link[{f.from_rank, f.to_rank}] += f.bytes;

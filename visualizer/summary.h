@@ -17,10 +17,12 @@ struct RankShare {
   double computing;
   double idle;
   double hidden;  // in flight on the rank's stream while it computes
+  std::vector<std::pair<double, double>> idle_spans;  // (start, end), seconds, in order: the timeline shades them
 };
 struct Summary {
   std::vector<RankShare> ranks;
   bool streams = false;  // some rank has a communication stream
+  bool native_collectives = false;  // some collective ran as the backend's own, with no messages to count
   std::vector<std::pair<std::int64_t, std::pair<int, int>>> links;  // (bytes, (from, to)), busiest first
   int pipeline_microbatches = 0;  // a pipeline step's micro-batches (its cells', pipeline_cell), 0 if none
 };

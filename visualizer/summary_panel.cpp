@@ -62,8 +62,10 @@ void draw_summary(App& app) {
                        "against microseconds per message (the tiny GPT; a real model's shapes: the lab's --what-if)");
   const auto& busiest = app.summary.links;
   ImGui::Text("bytes per link (%zu links):", busiest.size());
-  if (busiest.empty())  // native collectives are costed whole by NCCL's model, with no messages to count
+  if (busiest.empty() && sum.native_collectives)  // costed whole by NCCL's model, with no messages to count
     ImGui::TextWrapped("  none sent point-to-point: native collectives are costed whole, not link by link");
+  else if (busiest.empty())
+    ImGui::TextUnformatted("  none: nothing was sent");
   for (std::size_t i = 0; i < std::min<std::size_t>(busiest.size(), 8); ++i)
     ImGui::Text("  %d -> %d  %s", busiest[i].second.first, busiest[i].second.second,
                 labkit::format_bytes(busiest[i].first).c_str());

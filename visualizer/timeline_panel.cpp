@@ -8,6 +8,7 @@
 // 3 pixels into one run that says how many it holds (Tracy's MinVisSize).
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <fmt/format.h>
 #include <imgui.h>
@@ -20,6 +21,7 @@ namespace viz {
 
 namespace {
 constexpr float kLabelWidth = 64, kRulerHeight = 18, kMinVisible = 3;
+constexpr float kLabelledRow = 12;  // the fewest pixels a row takes: its label fits, its sends and receives show
 constexpr std::size_t kMaxArrows = 1000;  // more than this in view: zoom in to see them
 
 void draw_ruler(ImDrawList* dl, ImVec2 origin, float width, double start, double span) {
@@ -54,6 +56,7 @@ struct Canvas {
   double start, end, scale;  // the window in seconds; pixels per second
   float row;
   int last_microbatch;       // a pipeline step's, for its cells' lightness; -1: no pipeline
+  const Summary& summary;    // its idle time, shaded
 
   float x_of(double t) const { return origin.x + kLabelWidth + float((t - start) * scale); }
   float y_of(const Track& t) const { return origin.y + kRulerHeight + t.row * row; }
@@ -97,34 +100,48 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
   ImDrawList* dl = c.dl;
   const ImVec2 mouse = ImGui::GetIO().MousePos;
   const float y0 = c.y_of(track), y1 = y0 + c.row - 1;
-  const bool nested_visible = c.row >= 10;  // below that, sends inside a collective are a pixel tall: skip them
-  // A stream's label is indented under its rank's: "rank 3 / comm" would not fit.
-  if (c.row >= 10)
-    dl->AddText({c.origin.x + (track.stream ? 14 : 2), y0 + (c.row - 14) / 2}, IM_COL32(220, 220, 220, 255),
-                track.stream ? "comm" : track.name.c_str());
-  // Idle time is the gaps between a rank's top-level spans, shaded as they are
-  // passed. A stream with nothing in flight is not a rank waiting: not shaded.
+  // A stream's label is indented under its rank's, its name past "rank 3 / ": "comm", "comm 2".
+  const std::size_t slash = track.name.find(" / ");
+  const std::string label = track.stream && slash != std::string::npos ? track.name.substr(slash + 3) : track.name;
+  dl->AddText({c.origin.x + (track.stream ? 14 : 2), y0 + (c.row - 14) / 2}, IM_COL32(220, 220, 220, 255),
+              label.c_str());
+  // Idle time is dark: the gaps between a rank's top-level spans, shaded as
+  // they are passed, where the Summary counts the rank idle too (one waiting
+  // on its stream's collective is communicating). A stream is not shaded.
   double busy_until = std::max(0.0, c.start);
+  static const std::vector<std::pair<double, double>> none;
+  const auto& idle = std::size_t(track.rank) < c.summary.ranks.size() ? c.summary.ranks[track.rank].idle_spans : none;
   auto idle_until = [&](double t) {
-    if (t > busy_until && !track.stream) dl->AddRectFilled({c.x_of(busy_until), y0}, {c.x_of(t), y1}, colors::idle);
+    if (track.stream || t <= busy_until) return;
+    auto it = std::lower_bound(idle.begin(), idle.end(), busy_until,
+                               [](const std::pair<double, double>& span, double at) { return span.second <= at; });
+    for (; it != idle.end() && it->first < t; ++it)
+      if (const double a = std::max(it->first, busy_until), b = std::min(it->second, t); b > a)
+        dl->AddRectFilled({c.x_of(a), y0}, {c.x_of(b), y1}, colors::idle);
   };
   // Only the spans that can reach into the view: sorted by start, none longer than `longest`.
   auto first = std::lower_bound(track.spans.begin(), track.spans.end(), c.start - track.longest,
                                 [](const Span& s, double t) { return s.start < t; });
   // A run of merged spans of one kind takes its colour (a stream's many small
-  // allreduces read as one band of them); a mixed run is grey.
+  // allreduces read as one band of them); a mixed run is grey. A run of one
+  // name, none nested, says how many it holds where it is wide enough ("backward x290").
   float run_x0 = 0, run_x1 = -1;
   int run_count = 0;
   Kind run_kind = Kind::other;
   bool run_mixed = false;
+  const std::string* run_name = nullptr;  // its spans' name, or null where they differ or nest
   auto flush_run = [&] {
-    if (run_count > 0)
-      dl->AddRectFilled({run_x0, y0}, {std::max(run_x1, run_x0 + 1), y1}, run_mixed ? colors::merged : colors::of(run_kind));
+    if (run_count == 0) return;
+    const float x1 = std::max(run_x1, run_x0 + 1);
+    dl->AddRectFilled({run_x0, y0}, {x1, y1}, run_mixed ? colors::merged : colors::of(run_kind));
+    if (run_count > 1 && run_name && c.row >= 13)
+      draw_label(dl, run_x0, x1, y0 + (c.row - 13) / 2, IM_COL32_WHITE, fmt::format("{} x{}", *run_name, run_count),
+                 fmt::format("x{}", run_count));
     run_count = 0;
   };
   const Span* hovered = nullptr;
   for (auto it = first; it != track.spans.end() && it->start <= c.end; ++it) {
-    if (it->end < c.start || (it->depth > 0 && !nested_visible)) continue;
+    if (it->end < c.start) continue;
     if (it->depth == 0) {
       idle_until(it->start);
       busy_until = std::max(busy_until, it->end);
@@ -140,8 +157,10 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
         run_x0 = x0;
         run_kind = it->kind;
         run_mixed = false;
+        run_name = it->depth == 0 ? &it->name : nullptr;
       }
       run_mixed = run_mixed || it->kind != run_kind;
+      if (run_name && (*run_name != it->name || it->depth > 0)) run_name = nullptr;
       run_x1 = std::max(run_x1, x1);
       ++run_count;
       continue;
@@ -155,7 +174,7 @@ const Span* draw_track(const Canvas& c, const Track& track, double trace_end) {
     dl->AddRectFilled({x0, top}, {x1, bottom}, color);
     // A name, where no nested bands will cover it (nothing nests in compute);
     // dark on a pipeline cell's light colours, as in the grid.
-    const float band = nested_visible && it->kind != Kind::compute ? c.row * 0.4f : c.row;
+    const float band = it->kind != Kind::compute ? c.row * 0.4f : c.row;
     if (band >= 13 && !p2p)
       draw_label(dl, x0, x1, y0 + (band - 13) / 2, short_name.empty() ? IM_COL32_WHITE : IM_COL32(0, 0, 0, 255), it->name,
                  short_name);
@@ -197,12 +216,17 @@ void draw_tooltip(const Span& span) {
 
 void draw_timeline(App& app) {
   const TraceModel& m = app.model;
-  ImGui::Begin("Timeline");
+  // The wheel zooms; past the window's height the rows scroll by the scrollbar.
+  ImGui::Begin("Timeline", nullptr, ImGuiWindowFlags_NoScrollWithMouse);
   if (app.view_span <= 0) fit(app);  // a new trace
   const ImVec2 origin = ImGui::GetCursorScreenPos();
   ImVec2 size = ImGui::GetContentRegionAvail();
   size.x = std::max(size.x, 100.0f);
   size.y = std::max(size.y, 60.0f);
+  // Every row labelled: no fewer pixels than a label takes, the canvas taller than the window where need be.
+  const float rows = float(std::max(m.rows, 1));
+  const float row = std::clamp((size.y - kRulerHeight) / rows, kLabelledRow, 24.0f);
+  size.y = std::max(size.y, kRulerHeight + row * rows);
   ImGui::InvisibleButton("canvas", size, ImGuiButtonFlags_MouseButtonLeft);
   navigate(app, origin, (size.x - kLabelWidth) / app.view_span);
 
@@ -213,11 +237,11 @@ void draw_timeline(App& app) {
   dl->PushClipRect(origin, {origin.x + size.x, origin.y + size.y}, true);
   draw_ruler(dl, origin, size.x, app.view_start, app.view_span);
   const Canvas c{dl, origin, size, app.view_start, app.view_start + app.view_span, (size.x - kLabelWidth) / app.view_span,
-                 std::clamp((size.y - kRulerHeight) / std::max<float>(m.tracks.size(), 1), 4.0f, 24.0f),
-                 app.summary.pipeline_microbatches - 1};
+                 row, app.summary.pipeline_microbatches - 1, app.summary};
   const Span* hovered = nullptr;
+  const float top = ImGui::GetWindowPos().y, bottom = top + ImGui::GetWindowHeight();  // what the scroll shows
   for (const Track& track : m.tracks)
-    if (c.y_of(track) <= origin.y + size.y)
+    if (track.row >= 0 && c.y_of(track) + row >= top && c.y_of(track) <= bottom)
       if (const Span* s = draw_track(c, track, m.end)) hovered = s;
   draw_arrows(c, m);
   dl->AddLine({c.x_of(app.cursor), origin.y}, {c.x_of(app.cursor), origin.y + size.y}, colors::cursor, 2);

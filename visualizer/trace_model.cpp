@@ -5,7 +5,6 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <numeric>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -57,12 +56,19 @@ void assign_ranks(TraceModel& m, int ranks) {
     if (t.name.empty()) t.name = t.stream ? fmt::format("rank {} / comm", t.rank) : fmt::format("rank {}", t.rank);
     m.ranks = std::max(m.ranks, t.rank + 1);
   }
-  std::vector<int> order(m.tracks.size());
-  std::iota(order.begin(), order.end(), 0);
+  // A stream lane with no span and no arrow (a thread id between two used ones) takes no row.
+  std::vector<bool> shown(m.tracks.size());
+  for (std::size_t tid = 0; tid < m.tracks.size(); ++tid) shown[tid] = !m.tracks[tid].stream || !m.tracks[tid].spans.empty();
+  for (const Flow& f : m.flows) shown[std::size_t(f.from_track)] = shown[std::size_t(f.to_track)] = true;
+  std::vector<int> order;
+  for (int tid = 0; tid < int(m.tracks.size()); ++tid)
+    if (shown[std::size_t(tid)]) order.push_back(tid);
+    else m.tracks[std::size_t(tid)].row = -1;
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
     return std::pair(m.tracks[a].rank, m.tracks[a].stream) < std::pair(m.tracks[b].rank, m.tracks[b].stream);
   });
   for (int row = 0; row < int(order.size()); ++row) m.tracks[order[row]].row = row;
+  m.rows = int(order.size());
   for (Flow& f : m.flows) {
     f.from_rank = m.tracks[f.from_track].rank;
     f.to_rank = m.tracks[f.to_track].rank;

@@ -37,7 +37,7 @@ struct Track {
   std::string name;
   int rank = 0;
   bool stream = false;
-  int row = 0;              // top to bottom in the timeline: each rank, then its stream
+  int row = 0;              // top to bottom in the timeline: each rank, then its stream; -1: an empty lane, not drawn
   std::vector<Span> spans;  // sorted by start
   double longest = 0;       // the longest span, to find what overlaps a time window
 };
@@ -46,6 +46,7 @@ struct TraceModel {
   std::string source;  // file name or scenario
   std::vector<Track> tracks;  // indexed by the trace's thread id (tid)
   int ranks = 0;              // ranks, not counting their streams
+  int rows = 0;               // the timeline's rows: every rank's track, and each stream lane with something on it
   std::vector<Flow> flows;
   double end = 0;  // the last span's end
   std::size_t events = 0;
