@@ -1,11 +1,15 @@
-# Trains twice with the same seed and fails unless the loss curves are identical to the bit.
+# Trains twice with the same seed and fails unless the loss curves are identical
+# to the bit (the JSON's wall_* figures are this machine's clock, and differ).
 foreach(i 1 2)
   execute_process(COMMAND ${LAB} --steps 40 --print-every 5 --json ${OUT}/train_${i}.json OUTPUT_QUIET RESULT_VARIABLE status)
   if(NOT status EQUAL 0)
     message(FATAL_ERROR "training run ${i} failed with ${status}")
   endif()
 endforeach()
-execute_process(COMMAND ${CMAKE_COMMAND} -E compare_files ${OUT}/train_1.json ${OUT}/train_2.json RESULT_VARIABLE differ)
-if(differ)
+foreach(i 1 2)
+  file(READ ${OUT}/train_${i}.json json)
+  string(JSON curve_${i} GET "${json}" curve)
+endforeach()
+if(NOT curve_1 STREQUAL curve_2)
   message(FATAL_ERROR "two runs with the same seed trained differently")
 endif()

@@ -16,6 +16,7 @@
 #include "labkit/lab/output.h"
 #include "labkit/lab/plot.h"
 #include "labkit/lab/table.h"
+#include "labkit/lab/verdict.h"
 
 namespace ddp_lab {
 
@@ -98,17 +99,14 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   for (std::size_t s = 0; s < plain.losses.size(); ++s)
     fmt::print("{:>4} {:>10.4f} {:>12.4f}\n", s + 1, plain.losses[s], compressed.losses[s]);
   traces.print("row");
-  lab::write_json(o.json, table.json());
+  lab::Verdict verdict;
+  verdict.require(bytes_agree(plain) && bytes_agree(compressed),
+                  fmt::format("the bytes counted, the formula and the trace disagree ({})", formula_of(o.compress.kind)));
+  verdict.require(plain.ranks_agree && compressed.ranks_agree, "ranks' weights differ");
+  lab::write_json(o.json, {{"runs", table.json()}, {"verdict", verdict.json()}});
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);
-
-  const bool agree = bytes_agree(plain) && bytes_agree(compressed), same = plain.ranks_agree && compressed.ranks_agree;
-  if (agree && same)
-    fmt::print("bytes per rank: counted = formula = traced ({}: {}); every rank's weights the same bits\n", name,
-               formula_of(o.compress.kind));
-  else
-    fmt::print("MISMATCH: the bytes counted, the formula and the trace disagree ({}), or ranks differ\n",
-               formula_of(o.compress.kind));
-  return agree && same ? 0 : 1;
+  return verdict.print(fmt::format("bytes per rank: counted = formula = traced ({}: {}); every rank's weights the "
+                                   "same bits", name, formula_of(o.compress.kind)));
 }
 
 }  // namespace ddp_lab

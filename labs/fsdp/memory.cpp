@@ -80,7 +80,10 @@ nlohmann::json print_memory(const StageRun& r, const Options& o, const GptConfig
              r.peak_during.empty() ? "" : "during " + r.peak_during);
   if (off == 0) fmt::print("  every use within 5% of the estimate\n");
   else fmt::print("  {} use{} further than 5% from the estimate\n", off, off > 1 ? "s" : "");
-  return table.json();
+  nlohmann::json rows_json = table.json();
+  rows_json.push_back({{"use", "peak total"}, {"measured_peak", r.memory.peak_total}, {"during", r.peak_during},
+                       {"stage", r.stage}, {"row", r.name}});
+  return rows_json;
 }
 
 // The confusion this answers: stage 3 shards the most, so it should hold the

@@ -58,7 +58,7 @@ lab::Table stages_table(std::size_t name_width) {
                      {.header = "padding", .key = "padding", .width = 8},
                      {.header = "sent", .key = "sent_parameters_per_step", .width = 10},
                      {.header = "bytes", .key = "sent_bytes_per_step", .width = 10},
-                     {.header = "formula", .key = "formula", .width = 10},
+                     {.header = "formula", .key = "sent_parameters_formula", .width = 10},
                      {.header = "x N", .width = 7},
                      {.header = "T_step", .key = "t_step", .width = 9},
                      {.header = "loss", .key = "loss", .width = 8},

@@ -268,7 +268,7 @@ int what_if(const Options& o, RunOptions run_options) {
                     {.header = "weights", .key = "weights", .width = 9},
                     {.header = "gathered", .key = "gathered", .width = 9},
                     {.header = "gradients", .key = "gradients", .width = 9},
-                    {.header = "optimizer", .key = "optimizer", .width = 9},
+                    {.header = "optimizer", .key = "master_and_optimizer", .width = 9},
                     {.header = "activations", .key = "activations", .width = 11},
                     {.header = "total", .key = "total", .width = 10},
                     {.header = "fits", .key = "fits", .width = 5},

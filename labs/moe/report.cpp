@@ -102,8 +102,8 @@ nlohmann::json print_traffic(const Options& o, const MoeRun& r, int ep, const Gp
                     {.header = "to experts", .key = "to_experts", .width = 11},
                     {.header = "from experts", .key = "from_experts", .width = 13},
                     {.header = "both", .width = 11},
-                    {.header = "formula", .key = "formula", .width = 11},
-                    {.header = "the reading's", .key = "reading", .width = 14}});
+                    {.header = "formula", .key = "formula_bytes", .width = 11},
+                    {.header = "the reading's", .key = "reading_bytes", .width = 14}});
   table.print_header();
   for (std::size_t l = 0; l < r.traffic.size(); ++l) {
     const MoeLayer::Traffic& t = r.traffic[l];

@@ -60,7 +60,7 @@ int sweep(Options o, const RunOptions& run_options, const Sequences& data, const
                     {.header = "capacity", .key = "capacity", .width = 9},
                     {.header = "dropped", .key = "dropped", .width = 8},
                     {.header = "all-to-all", .key = "all_to_all_bytes", .width = 11},
-                    {.header = "MoE a step", .key = "moe_seconds", .width = 11},
+                    {.header = "MoE a step", .key = "t_moe", .width = 11},
                     {.header = "loss", .key = "loss", .width = 10},
                     {.header = "max/mean", .key = "max_over_mean", .width = 9}});
   table.print_header();

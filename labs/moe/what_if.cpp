@@ -116,9 +116,9 @@ lab::Table what_if_table() {
                      {.header = "over IB", .key = "across_nodes", .width = 10},
                      {.header = "IB/token", .key = "crossings_per_token", .width = 8},
                      {.header = "formula", .key = "crossings_formula", .width = 8},
-                     {.header = "dispatch", .key = "dispatch", .width = 9},
-                     {.header = "experts", .key = "experts", .width = 9},
-                     {.header = "combine", .key = "combine", .width = 9},
+                     {.header = "dispatch", .key = "t_dispatch", .width = 9},
+                     {.header = "experts", .key = "t_experts", .width = 9},
+                     {.header = "combine", .key = "t_combine", .width = 9},
                      {.header = "a2a", .key = "all_to_all_share", .width = 4}});
 }
 

@@ -100,7 +100,7 @@ int compare(const Options& o, const PipeTimes& times) {
              times.backward_input + times.backward_weight);
   lab::Table table({{.header = "schedule", .key = "schedule", .width = 12, .align = lab::Align::left},
                     {.header = "V", .key = "virtual_stages", .width = 3},
-                    {.header = "step", .key = "t_step", .width = 7},
+                    {.header = "step", .key = "makespan", .width = 7},
                     {.header = "bubble", .key = "bubble", .width = 8},
                     {.header = "formula", .key = "formula", .width = 8},
                     {.header = "in flight", .key = "peak_in_flight", .width = 14}});
@@ -130,7 +130,9 @@ int compare(const Options& o, const PipeTimes& times) {
              "counting from each stage's first forward{})\n",
              o.microbatches < o.stages ? "; the zero-bubble ones' hold from M = P on, and M < P here" : "");
   if (!o.plot.empty()) plot_grid(panels, "a stage's forward = 1", o.plot);
-  lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches}, {"forward", times.forward},
+  // Its times are --times', in units of a stage's forward, not seconds.
+  lab::write_json(o.json, {{"stages", o.stages}, {"microbatches", o.microbatches},
+                           {"time_unit", "--times' (a stage's forward: 1)"}, {"forward", times.forward},
                            {"backward_input", times.backward_input}, {"backward_weight", times.backward_weight},
                            {"schedules", table.json()}});
   return 0;

@@ -24,7 +24,7 @@ namespace tp_lab {
 
 namespace {
 
-// One column list for the printed rows and the JSON; comm share is printed only.
+// One column list for the printed rows and the JSON.
 lab::Table what_if_table() {
   return lab::Table({{.header = "tp", .key = "tp", .width = 4},
                      {.header = "topology", .key = "topology", .width = 10, .align = lab::Align::left},
@@ -32,7 +32,7 @@ lab::Table what_if_table() {
                      {.header = "compute", .key = "compute", .width = 10},
                      {.header = "allreduces", .key = "allreduces", .width = 10},
                      {.header = "T_layer", .key = "t_layer", .width = 10},
-                     {.header = "comm share", .width = 11}});
+                     {.header = "comm share", .key = "comm_share", .width = 11}});
 }
 
 }  // namespace
@@ -83,9 +83,8 @@ int what_if(const Options& o, RunOptions run_options) {
                              }
                            }).elapsed;
     const int nodes = (c.t + topology.devices_per_node - 1) / topology.devices_per_node;
-    const double share = 100 * (elapsed - compute) / elapsed;
     table.add({c.t, c.topology, nodes, lab::seconds(compute), lab::seconds(elapsed - compute), lab::seconds(elapsed),
-               {share, fmt::format("{:.0f}%", share)}});
+               {(elapsed - compute) / elapsed, fmt::format("{:.0f}%", 100 * (elapsed - compute) / elapsed)}});
   }
   fmt::print("(compute: the layer's FLOPs, 6 per weight a token meets and 12 s h per token for attention, over t "
              "GPUs; allreduces: the rest of the executed step, for tensor parallelism's allreduces sit between the "

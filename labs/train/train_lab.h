@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "labkit/lab/training_options.h"
 #include "labkit/run.h"
 #include "labkit/device.h"
@@ -23,12 +25,13 @@ struct Options : lab::TrainingOptions {
 
 // Trains --model for --steps on one rank (the rank of `run`), printing the loss
 // and validation loss every --print-every steps, then the throughput, the
-// memory per rank and the MFU; writes the loss curve to --json.
+// memory per rank and the MFU; writes them and the loss curve to --json.
 int train(const Options& o, const labkit::RunOptions& run);
 
 // MFU = model FLOPs / seconds / peak FLOP/s (Chowdhery et al. 2022, "PaLM",
 // appendix B), on the simulated device and, with --mfu, measured on `here`.
-void print_mfu(double model_flops, double wall, double simulated, const labkit::RunOptions& run,
-               const labkit::Device& here, bool measure_here);
+// Returns its figures for --json (wall_*: this machine's clock, which differs run to run).
+nlohmann::json print_mfu(double model_flops, double wall, double simulated, const labkit::RunOptions& run,
+                         const labkit::Device& here, bool measure_here);
 
 }  // namespace train_lab

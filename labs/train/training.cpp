@@ -105,23 +105,34 @@ void train_steps(Comm& comm, const Options& o, Gpt& model, AdamW& adamw, const D
 }
 
 // Tokens per second here and (on the simulator) the time on the simulated
-// device, the memory by use, and the MFU.
-void print_summary(Comm& comm, const Options& o, const RunOptions& run, const Gpt& model, int ran, double wall) {
+// device, the memory by use, and the MFU; their figures for --json.
+nlohmann::json print_summary(Comm& comm, const Options& o, const RunOptions& run, const Gpt& model, int ran,
+                             double wall) {
   const int tokens = o.batch * model.config().max_seq;
   fmt::print("{} steps of {} tokens: {:.0f} tokens/s on this {}{}\n", ran, tokens, ran * tokens / wall,
              o.device == "cuda" ? "GPU" : o.device == "fenced" ? "CPU, fenced" : "CPU",
              run.backend == "sim" ? fmt::format("; {} on the simulated {}", format_seconds(comm.now()), run.topology)
                                   : "");
   std::string held;
-  for (MemoryUse use : kMemoryUses)
+  nlohmann::json memory;
+  for (MemoryUse use : kMemoryUses) {
     held += fmt::format("{} {}, ", name_of(use), format_bytes(comm.memory().peak[std::size_t(use)]));
+    memory[std::string(name_of(use))] = comm.memory().peak[std::size_t(use)];
+  }
+  memory["peak"] = comm.memory().peak_total;
   fmt::print("memory per rank: {}peak {}\n", held, format_bytes(comm.memory().peak_total));
-  print_mfu(ran * model.flops_per_step(o.batch, model.config().max_seq), wall, comm.now(), run, model.device(),
-            o.mfu);
+  nlohmann::json summary = print_mfu(ran * model.flops_per_step(o.batch, model.config().max_seq), wall, comm.now(),
+                                     run, model.device(), o.mfu);
+  summary["steps_run"] = ran;
+  summary["tokens_per_step"] = tokens;
+  summary["wall_tokens_per_second"] = ran * tokens / wall;
+  if (run.backend == "sim") summary["simulated_seconds"] = comm.now();
+  summary["memory"] = memory;
+  return summary;
 }
 
 void train_rank(Comm& comm, const Options& o, const RunOptions& run, const Tokens& corpus, const GptConfig& config,
-                nlohmann::json& curve) {
+                nlohmann::json& report) {
   const Clock::time_point start = Clock::now();  // once the backend has started (mpirun's MPI_Init takes 0.3 s)
   Gpt model(config, o.seed, parse_device(o.device));
   AdamW adamw{.lr = o.lr};
@@ -133,8 +144,13 @@ void train_rank(Comm& comm, const Options& o, const RunOptions& run, const Token
              model.parameter_count(), config.layers, config.channels, config.max_seq, config.vocab);
   if (o.resume) fmt::print("resumed from {} at step {}\n", o.checkpoint, first);
   Batches batches(corpus.ids, o.batch, config.max_seq);
+  nlohmann::json curve = nlohmann::json::array();
   train_steps(comm, o, model, adamw, order, first, batches, curve);
-  print_summary(comm, o, run, model, o.steps - first, std::chrono::duration<double>(Clock::now() - start).count());
+  report = print_summary(comm, o, run, model, o.steps - first,
+                         std::chrono::duration<double>(Clock::now() - start).count());
+  report["model"] = o.model;
+  report["parameters"] = model.parameter_count();
+  report["curve"] = curve;
 }
 
 }  // namespace
@@ -147,9 +163,9 @@ int train(const Options& o, const RunOptions& run_options) {
   const Tokens corpus = character_tokens(synthetic_corpus(200000, o.seed));
   const GptConfig config = gpt_preset(o.model, corpus.vocab);
   check_batch_fits(config, o.batch, config.max_seq);
-  nlohmann::json curve = nlohmann::json::array();
-  run(run_options, [&](Comm& comm) { train_rank(comm, o, run_options, corpus, config, curve); });
-  lab::write_json(o.json, curve);
+  nlohmann::json report;
+  run(run_options, [&](Comm& comm) { train_rank(comm, o, run_options, corpus, config, report); });
+  lab::write_json(o.json, report);
   return 0;
 }
 
