@@ -58,7 +58,8 @@ void assign_ranks(TraceModel& m, int ranks) {
   }
   // A stream lane with no span and no arrow (a thread id between two used ones) takes no row.
   std::vector<bool> shown(m.tracks.size());
-  for (std::size_t tid = 0; tid < m.tracks.size(); ++tid) shown[tid] = !m.tracks[tid].stream || !m.tracks[tid].spans.empty();
+  for (std::size_t tid = 0; tid < m.tracks.size(); ++tid)
+    shown[tid] = !m.tracks[tid].stream || !m.tracks[tid].spans.empty();
   for (const Flow& f : m.flows) shown[std::size_t(f.from_track)] = shown[std::size_t(f.to_track)] = true;
   std::vector<int> order;
   for (int tid = 0; tid < int(m.tracks.size()); ++tid)

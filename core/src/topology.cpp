@@ -57,7 +57,8 @@ void refuse_unknown_fields(const nlohmann::json& object, std::initializer_list<s
                            const std::string& prefix) {
   for (const auto& [key, value] : object.items())
     if (std::find(known.begin(), known.end(), key) == known.end())
-      throw std::invalid_argument(fmt::format("{}{}: not a field labkit reads ({})", prefix, key, fmt::join(known, ", ")));
+      throw std::invalid_argument(
+          fmt::format("{}{}: not a field labkit reads ({})", prefix, key, fmt::join(known, ", ")));
 }
 
 // A latency of 0 is an ideal link (and what calibrate fits when latency is lost

@@ -101,7 +101,8 @@ int compare_compression(const Options& o, const RunOptions& run_options, const S
   traces.print("row");
   lab::Verdict verdict;
   verdict.require(bytes_agree(plain) && bytes_agree(compressed),
-                  fmt::format("the bytes counted, the formula and the trace disagree ({})", formula_of(o.compress.kind)));
+                  fmt::format("the bytes counted, the formula and the trace disagree ({})",
+                              formula_of(o.compress.kind)));
   verdict.require(plain.ranks_agree && compressed.ranks_agree, "ranks' weights differ");
   lab::write_json(o.json, {{"runs", table.json()}, {"verdict", verdict.json()}});
   if (!o.plot.empty()) plot_losses(o.plot, name, plain, compressed);

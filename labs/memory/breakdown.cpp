@@ -144,7 +144,8 @@ nlohmann::json print_recommendation(const Architecture& model, const Plan& plan,
   const Recommendation r = recommend(model, plan, gpu, gpus, per_node);
   fmt::print("\nrecommendation for {} x {} ({} per node): {}\n", gpus, gpu.name, per_node, r.strategy);
   for (const std::string& why : r.reasons) fmt::print("  - {}\n", why);
-  return {{"gpus", gpus}, {"strategy", r.strategy}, {"reasons", r.reasons}};
+  return {{"gpus", gpus}, {"per_node", per_node}, {"strategy", r.strategy}, {"tp", r.tp}, {"pp", r.pp},
+          {"dp", r.dp}, {"reasons", r.reasons}};
 }
 
 }  // namespace memory_lab

@@ -24,6 +24,7 @@ constexpr int kPartCount = std::size(kParts);
 
 struct Row {
   std::string label;
+  int zero = 0, dp = 1;  // the plan's, for --json (the label prints them)
   double parts[kPartCount] = {};
   double peak = 0, overheads = 0, total = 0;  // peak: what the step holds at once (the loss's buffers among it)
   // The plot's bar: the parts the peak holds (gradients are not there where the step frees them
@@ -32,8 +33,8 @@ struct Row {
   bool fits = false;
 };
 
-Row row(const std::string& label, const Breakdown& b) {
-  Row r{label};
+Row row(const std::string& label, const Plan& p, const Breakdown& b) {
+  Row r{label, p.zero, p.dp};
   const Phase& peak = *std::find_if(b.timeline.begin(), b.timeline.end(), [&](const Phase& p) { return p.name == b.peak_at; });
   r.rest_at_peak = b.peak;
   for (const Line& l : b.lines) {
@@ -84,7 +85,9 @@ lab::Table sweep_table(const std::string& rows_are) {
                      {.header = "peak", .key = "peak", .width = 9},
                      {.header = "overhead", .key = "overheads", .width = 9},
                      {.header = "total", .key = "total", .width = 9},
-                     {.header = "(GB per GPU)", .key = "fits", .gap = 2}});
+                     {.header = "(GB per GPU)", .key = "fits", .gap = 2},
+                     {.key = "zero"},
+                     {.key = "dp"}});
 }
 }  // namespace
 
@@ -94,18 +97,19 @@ nlohmann::json print_sweep(const Architecture& model, const Plan& base, const Gp
   Plan p = base;
   if (what == "zero") {
     for (p.zero = 0; p.zero <= 3; ++p.zero)
-      rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), estimate(model, p, gpu)));
+      rows.push_back(row(p.zero == 0 ? "DDP" : fmt::format("ZeRO-{}", p.zero), p, estimate(model, p, gpu)));
   } else {
     if (p.zero == 0) p.zero = 3;
     for (p.dp = 1; p.dp <= 1024; p.dp *= 2)
-      rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), estimate(model, p, gpu)));
+      rows.push_back(row(fmt::format("{} GPU{}", p.dp, p.dp > 1 ? "s" : ""), p, estimate(model, p, gpu)));
   }
   fmt::print("\n");
   lab::Table table = sweep_table(what == "zero" ? "stage" : "ZeRO-" + std::to_string(p.zero));
   table.print_header();
   for (const Row& r : rows) {
     table.add({r.label, gb(r.parts[0]), gb(r.parts[1]), gb(r.parts[2]), gb(r.parts[3]), gb(r.parts[4]),
-               gb(r.parts[5]), gb(r.peak), gb(r.overheads), gb(r.total), {r.fits, r.fits ? "fits" : "does not fit"}});
+               gb(r.parts[5]), gb(r.peak), gb(r.overheads), gb(r.total), {r.fits, r.fits ? "fits" : "does not fit"},
+               r.zero, r.dp});
   }
   if (!plot.empty()) plot_stages(rows, plot, model, base, gpu);
   return table.json();

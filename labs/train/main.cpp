@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   Options o;
   RunOptions run_options{.ranks = 1};
   lab::add_training_options(app, o, {.lr = "AdamW learning rate", .seed = "initialisation and corpus",
-                                     .json = "also write the loss curve as JSON", .model = "the GPT",
+                                     .json = "also write the loss curve, the memory and the MFU as JSON",
+                                     .model = "the GPT",
                                      .device = "where the model trains"});
   app.add_option("--print-every", o.print_every, "steps between loss lines")
       ->capture_default_str()->check(cli::at_least(1));
