@@ -73,14 +73,14 @@ nlohmann::json print_budget(const Accelerator& gpu, double mfu) {
   fmt::print("# {}-hours = C / ({:.0f} TFLOP/s dense BF16 x {:.0f}% MFU) / 3600\n", gpu.name, peak / 1e12, mfu * 100);
   // The note is printed after its two spaces on every row, those without one too.
   lab::Table table({{.header = "model", .key = "model", .width = 13, .align = lab::Align::left},
-                    {.header = "N", .key = "params", .width = 6},
+                    {.header = "N", .key = "parameters", .width = 6},
                     {.header = "D", .key = "tokens", .width = 6},
                     {.header = "C = 6ND", .key = "flops", .width = 9},
                     {.header = "reading", .key = "reading_flops", .width = 9},
                     {.header = gpu.name + "-hours", .key = "hours", .width = 14},
                     {.header = "reading", .key = "reading_hours", .width = 10},
                     {.header = "its MFU", .key = "reading_mfu", .width = 8},
-                    {.header = "note", .align = lab::Align::left, .gap = 2, .keep_empty = true},
+                    {.header = "note", .key = "note", .align = lab::Align::left, .gap = 2, .keep_empty = true},
                     {.key = "differs"}});
   table.print_header();
   for (const Run& r : kReadingRuns) {

@@ -68,7 +68,7 @@ nlohmann::json print_gpt3_sweep() {
   lab::Table table({{.header = "batch", .key = "batch", .width = 6},
                     {.header = "tokens", .key = "tokens", .width = 9},
                     {.header = "CCR (FLOP/byte)", .key = "ccr", .width = 16},
-                    {.header = "reading", .width = 12}});
+                    {.header = "reading", .key = "reading_prints", .width = 12}});
   table.print_header();
   for (const auto [batch, prints] : kReadingCcr) {
     const double ccr = ddp_ccr(kGpt3, batch * kSeq, kBf16);
@@ -113,8 +113,8 @@ nlohmann::json print_practical_numbers() {
                     {.header = "peak TF", .key = "reading_peak", .width = 8},
                     {.header = "GB/s", .key = "reading_link", .width = 8},
                     {.header = "= CCR*", .key = "reading_ridge", .width = 9},
-                    {.header = "prints", .width = 10},
-                    {.header = "90% batch", .width = 11},
+                    {.header = "prints", .key = "reading_prints", .width = 10},
+                    {.header = "90% batch", .key = "reading_90_percent_batch", .width = 11},
                     {.header = "|", .width = 1},
                     {.header = "peak TF", .key = "peak", .width = 7},
                     {.header = "GB/s", .key = "link", .width = 8},

@@ -76,9 +76,9 @@ nlohmann::json print_ops(const std::vector<Measured>& ops, const compute::Roofli
                     {.header = "FLOP/byte", .key = "intensity", .width = 9},
                     {.header = "roof GF/s", .key = "attainable", .width = 10},
                     {.header = "measured", .key = "measured", .width = 10},
-                    {.header = "of roof", .width = 7},
-                    {.header = "bound", .width = 7, .align = Align::left, .gap = 2},
-                    {.header = "on H100"}});
+                    {.header = "of roof", .key = "of_roof", .width = 7},
+                    {.header = "bound", .key = "bound", .width = 7, .align = Align::left, .gap = 2},
+                    {.header = "on H100", .key = "bound_on_h100"}});
   table.print_header();
   const auto bound = [](const compute::Roofline& r, double intensity) {
     return r.memory_bound(intensity) ? "memory" : "compute";
@@ -88,7 +88,8 @@ nlohmann::json print_ops(const std::vector<Measured>& ops, const compute::Roofli
     table.add({m.cost.name, m.cost.pass, lab::number(m.cost.flops, "{:.1f}", MB),
                lab::number(m.cost.bytes, "{:.1f}", MB), lab::number(intensity, "{:.2f}"),
                lab::number(attainable, "{:.2f}", GF), lab::number(m.flops_per_second, "{:.2f}", GF),
-               fmt::format("{:.0f}%", 100 * m.flops_per_second / attainable), bound(roof, intensity),
+               {m.flops_per_second / attainable, fmt::format("{:.0f}%", 100 * m.flops_per_second / attainable)},
+               bound(roof, intensity),
                bound(h100, intensity)});
   }
   fmt::print("# of roof over 100%: the op's tensors stayed in cache, which is faster than the memory roof\n");

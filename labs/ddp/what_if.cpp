@@ -229,7 +229,7 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   std::fflush(stdout);
   lab::Table table({{.header = "cap MiB", .key = "cap_mib", .width = 10},
                     {.header = "buckets", .key = "buckets", .width = 8},
-                    {.header = "mean bucket", .width = 11},
+                    {.header = "mean bucket", .key = "mean_bucket_bytes", .width = 11},
                     {.header = "T_comm", .key = "t_comm", .width = 10},
                     {.header = "exposed", .key = "exposed", .width = 10},
                     {.header = "model", .key = "model_exposed", .width = 10},
@@ -241,7 +241,7 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
     at_cap.bucket_mb = cap;
     const auto [t, buckets] = run_meta_step(run_options, model, DdpMode::overlap, caps_of(at_cap));
     const double model_exposed = exposed_communication(buckets, T, G, line);
-    table.add({lab::number(cap, "{:g}"), buckets, format_bytes(std::uint64_t(G / buckets)), lab::seconds(t.comm),
+    table.add({lab::number(cap, "{:g}"), buckets, lab::bytes(G / buckets), lab::seconds(t.comm),
                lab::seconds(t.exposed()), lab::seconds(model_exposed), lab::seconds(t.step)});
     std::fflush(stdout);
     if (best_cap == 0 || t.exposed() < best_exposed) best_cap = cap, best_exposed = t.exposed();
@@ -252,9 +252,11 @@ int bucket_sweep(const Options& o, RunOptions run_options) {
   fmt::print("closed form: k* = max((T - G b) / a, sqrt(T / a)) = {:.0f} buckets of G / k* = {:.1f} MiB: {} "
              "exposed\n", k, G / k / (1 << 20), format_seconds(exposed_communication(k, T, G, line)));
   lab::write_json(o.json, {{"model", name}, {"ranks", run_options.ranks}, {"topology", run_options.topology},
-                           {"gradient_bytes", G}, {"t_backward", T}, {"a", line.a}, {"b", line.b}, {"rows", rows},
-                           {"best_cap_mib", best_cap}, {"model_best_buckets", k},
-                           {"model_best_mib", G / k / (1 << 20)}});
+                           {"gradient_bytes", G}, {"t_bwd", T}, {"alpha_seconds", line.a},
+                           {"seconds_per_byte", line.b}, {"rows", rows}, {"best_cap_mib", best_cap},
+                           {"best_exposed", best_exposed}, {"model_best_buckets", k},
+                           {"model_best_mib", G / k / (1 << 20)},
+                           {"model_best_exposed", exposed_communication(k, T, G, line)}});
   if (!o.plot.empty()) {
     std::ostringstream data;
     for (const nlohmann::json& r : rows)
@@ -286,7 +288,7 @@ int volume(const Options& o, int ranks) {
   fmt::print("DDP communication per step and rank (the reading's 2N x sizeof; exactly 2 (P-1)/P N x sizeof: x{:.3f} "
              "at P = {})\n", 2.0 * (ranks - 1) / ranks / 2, ranks);
   lab::Table table({{.header = "model", .key = "model", .width = 11, .align = lab::Align::left},
-                    {.header = "params", .key = "params", .width = 7},
+                    {.header = "params", .key = "parameters", .width = 7},
                     {.header = "fp32 GB", .key = "fp32_bytes", .width = 10},
                     {.header = "fp16 GB", .key = "half_bytes", .width = 10},
                     {.header = "@ 200 GB/s", .key = "seconds_at_200GBps", .width = 12},

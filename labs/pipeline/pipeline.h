@@ -114,8 +114,5 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
 // The columns the training view and --what-if share: the schedule, its shape,
 // a chunk's times, the step, and its bubble measured, by formula and played out.
 std::vector<lab::Column> step_columns(const std::string& backward_key, const std::string& weights_key);
-// `table`'s rows for --json without its columns `printed_only`, where a view
-// reads them back first (the sweep's plot reads its formula column).
-nlohmann::json json_rows(const lab::Table& table, std::initializer_list<std::string_view> printed_only);
 
 }  // namespace pipeline_lab

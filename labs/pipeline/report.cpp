@@ -20,12 +20,4 @@ std::vector<lab::Column> step_columns(const std::string& backward_key, const std
           {.header = "played", .key = "played", .width = 7}};
 }
 
-nlohmann::json json_rows(const lab::Table& table, std::initializer_list<std::string_view> printed_only) {
-  nlohmann::json rows = table.json();
-  for (nlohmann::json& row : rows) {
-    for (const std::string_view key : printed_only) row.erase(std::string(key));
-  }
-  return rows;
-}
-
 }  // namespace pipeline_lab

@@ -228,7 +228,7 @@ void plot_sweep(const Options& o, const nlohmann::json& rows, const std::vector<
       const nlohmann::json& bubble = row[std::string(name)];
       data += bubble.is_null() ? " NaN" : fmt::format(" {}", 100 * bubble.get<double>());
     }
-    data += fmt::format(" {}\n", row["formula"].get<double>());
+    data += fmt::format(" {}\n", 100 * row["formula"].get<double>());
   }
   std::string plot = "plot $data using 1:7 with lines dt 2 lc rgb '#888888' title '(P-1)/(M+P-1)'";
   for (std::size_t i = 0; i < names.size(); ++i)
@@ -253,7 +253,7 @@ int sweep(const Options& o, const RunOptions& run_options) {
   std::vector<lab::Column> columns = {{.header = over_m ? "M" : "P", .key = o.sweep.over, .width = 6}};
   for (const std::string_view name : names)
     columns.push_back({.header = std::string(name), .key = std::string(name), .width = 12});
-  columns.push_back({.header = "(P-1)/(M+P-1)", .key = "formula", .width = 14});  // in percent; printed only
+  columns.push_back({.header = "(P-1)/(M+P-1)", .key = "formula", .width = 14});
   lab::Table table(std::move(columns));
   table.print_header();
   for (int v = int(o.sweep.from); v <= o.sweep.to; v *= 2) {
@@ -269,13 +269,15 @@ int sweep(const Options& o, const RunOptions& run_options) {
       const Schedule schedule = make_schedule(name, P, M, V, chunk_seconds(flops, run_options));
       row.push_back(lab::percent(play(schedule, run_options, flops, std::size_t(seq * arch.hidden * 2)).bubble));
     }
-    row.push_back(lab::number(100.0 * (P - 1) / (M + P - 1), "{:.1f}%"));
+    row.push_back(lab::percent(double(P - 1) / (M + P - 1)));
     table.add(std::move(row));
   }
   fmt::print("(-: the schedule cannot cut the model's {} layers into P or 2P equal chunks, or interleaved's M is no "
              "multiple of P)\n", arch.layers);
   if (!o.plot.empty()) plot_sweep(o, table.json(), names, o.sweep.over);
-  lab::write_json(o.json, {{"model", o.what_if}, {"over", o.sweep.over}, {"rows", json_rows(table, {"formula"})}});
+  lab::write_json(o.json, {{"model", o.what_if}, {"over", o.sweep.over},
+                           {over_m ? "stages" : "microbatches", over_m ? o.stages : o.microbatches}, {"seq", seq},
+                           {"rows", table.json()}});
   return 0;
 }
 

@@ -135,7 +135,11 @@ int what_if(const WhatIfOptions& o) {
         row(fmt::format("{}, {}", preset, where), link);
   }
   fmt::print("# the reading gives InfiniBand HDR 200 GB/s (and so n* = 300 KB); HDR is 200 Gb/s = 25 GB/s\n");
-  lab::write_json(o.json, {{"scenarios", scenarios_table.json()}, {"nccl", nccl}, {"crossovers", table.json()}});
+  lab::write_json(o.json, {{"scenarios", scenarios_table.json()},
+                           {"nccl", nccl},
+                           {"reading_example", {{"comm_seconds", reading}, {"compute_seconds", 2.0},
+                                                {"efficiency", 2.0 / (2.0 + reading)}}},
+                           {"crossovers", table.json()}});
   return 0;
 }
 
