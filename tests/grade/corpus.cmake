@@ -11,6 +11,8 @@ labkit_grade_corpus(ring_allreduce ring_all_reduce all_gather_chunk_off_by_one S
   SAYS "all-gather step 0: sent chunk")
 labkit_grade_corpus(ring_allreduce ring_all_reduce ignores_the_remainder SCORE 10.0 ALSO hierarchical_all_reduce
   SAYS "fails where the count does not divide by P" "hierarchical_all_reduce +2/2 +10.0/10")
+labkit_grade_corpus(ring_allreduce ring_all_reduce hangs_before_main SCORE 10.0 ALSO hierarchical_all_reduce
+  SAYS "did not list its tests within --timeout 2 s: code that runs before main" "hierarchical_all_reduce +2/2 +10.0/10")
 labkit_grade_corpus(ring_allreduce ring_all_reduce blocking_sends_deadlock SCORE 0.0
   SAYS "P=2, count=1: deadlock: every live rank is blocked" "Hint: a blocking send returns only once")
 labkit_grade_corpus(ring_allreduce ring_all_reduce vector_at_out_of_range SCORE 0.0
@@ -72,13 +74,13 @@ labkit_grade_corpus(pipeline pipeline_exchange sends_its_own_input_on SCORE 0.0 
 labkit_grade_corpus(moe top_k_routing gates_from_scores SCORE 6.7
   SAYS "E=2, k=2, biased: token 0, choice 0: gate .*, expected .*the bias picks, the probabilities weigh" "2/3 +6.7/10")
 labkit_grade_corpus(moe combine_with_gates forgets_the_gates SCORE 0.0
-  SAYS "k=2, C=1: token 1, channel 0: 13, expected 6.66.*the sum of its kept outputs times their gates"
+  SAYS "k=2, C=1: token 1, channel 0: got 13, expected 6.66667 \\(the sum of its kept outputs times their gates"
        "the layer gives .* weighted by their gates")
 # The wrap past P - 1 leaves a rank waiting on one that returned: not the hint for two ranks that both send first;
 # the pattern test fails at P = 5 and 6 for their rank count, not for the count 1024 they do not divide.
 labkit_grade_corpus(collectives binomial_tree_broadcast sends_past_the_last_rank SCORE 0.0
   SAYS "fails at P = 3, 5, 6, 7, 9 \\(the ones that are not powers of two\\); passes at P = 1, 2, 4, 8"
-       "fails at P = 5, 6 \\(the ones that are not powers of two\\); passes at P = 8"
+       "fails at P = 5, 6, 7 \\(the ones that are not powers of two\\); passes at P = 8"
        "Hint: a rank returned while another still waits for its message")
 labkit_grade_corpus(ring_allreduce ring_all_reduce deletes_its_buffer_twice SCORE 0.0
   SAYS "crashed \\(SIGABRT\\) in ring_all_reduce, P=2, count=1(, on rank .)?: memory was corrupted"

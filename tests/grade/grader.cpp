@@ -127,9 +127,16 @@ std::pair<int, std::string> capture(const std::string& command) {
   return {pclose(pipe), out};
 }
 
-// The tests of one exercise, as gtest lists them ("Suite.\n  Test\n").
-std::vector<std::string> list_tests(const Exercise& e) {
-  const auto [status, out] = capture(fmt::format("'{}' --gtest_list_tests '--gtest_filter={}.*' 2>&1", e.binary, e.name));
+// The tests of one exercise, as gtest lists them ("Suite.\n  Test\n"), within
+// the time a test gets (coreutils' timeout): code that never returns before
+// main (a static initialiser) scores 0 with the reason, not a grader that waits.
+std::vector<std::string> list_tests(const Exercise& e, double timeout) {
+  const auto [status, out] = capture(fmt::format(
+      "timeout --kill-after={} {} '{}' --gtest_list_tests '--gtest_filter={}.*' 2>&1", kGraceSeconds, timeout,
+      e.binary, e.name));
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == 124 || WEXITSTATUS(status) == 137))
+    throw std::runtime_error(fmt::format("did not list its tests within --timeout {:g} s: code that runs before main "
+                                         "(a static variable's initialiser) never returned", timeout));
   std::vector<std::string> tests;
   std::istringstream lines(out);
   std::string line, suite;
@@ -393,7 +400,7 @@ int main(int argc, char** argv) {
       std::string broken = fs::exists(e.binary) ? "" : does_not_compile(build_log, e);
       std::vector<std::string> names;
       if (broken.empty()) try {
-          names = list_tests(e);
+          names = list_tests(e, timeout);
         } catch (const std::exception& error) {
           broken = error.what();
         }

@@ -390,8 +390,8 @@ TEST(combine_with_gates, EachTokenSumsItsOutputsWeightedByItsGates) {
               if (order[p] / k == t) want += double(r.gate[std::size_t(order[p])]) * returned[p * std::size_t(C) + c];
             const float got = y[std::size_t(t) * C + c];
             if (std::abs(got - want) > 1e-4 * (1 + std::abs(want)))
-              return fmt::format("token {}, channel {}: {}, expected {} (the sum of its kept outputs times their "
-                                 "gates{})", t, c, got, want, want == 0 ? "; none kept: 0" : "");
+              return fmt::format("token {}, channel {}: got {:g}, expected {:g} (the sum of its kept outputs times "
+                                 "their gates{})", t, c, got, want, want == 0 ? "; none kept: 0" : "");
           }
         return "";
       });
