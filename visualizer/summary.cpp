@@ -85,9 +85,10 @@ bool runs_as_messages(const Track& t, const Span& collective) {
 // computing (in a blocking collective, or waiting for one still in flight on
 // its stream): the *exposed* communication the training labs measure, the time
 // overlap sets out to remove. A message counts while it travels (travels()):
-// waiting for the peer is idle, inside labkit's collectives too. Communication in flight while the rank computes
-// costs it nothing; it is reported apart, as hidden, so the table shows what
-// overlap saved rather than a rank busy for more than 100% of the run.
+// waiting for the peer is idle, inside labkit's collectives too. Communication
+// in flight while the rank computes costs it nothing; it is reported apart, as
+// hidden, so the table shows what overlap saved rather than a rank busy for
+// more than 100% of the run.
 Summary summarize(const TraceModel& m) {
   Summary s;
   std::vector<Intervals> compute_spans(m.ranks), comm_spans(m.ranks);  // by rank, its stream's included
