@@ -157,7 +157,9 @@ TEST(hierarchical_all_reduce, OnlyLeadersCrossNodes) {
       const int expected = r % 8 == 0 ? 2 * (nodes - 1) : 0;
       if (crossing != expected)
         return fmt::format("rank {} sent {} messages to other nodes; {}", r, crossing,
-                           expected ? "a leader's ring allreduce sends 2(N-1) = 6" : "only node leaders talk across nodes");
+                           expected ? fmt::format("a leader's ring allreduce over the N = {} leaders sends 2(N-1) = {}",
+                                                  nodes, expected)
+                                    : "only node leaders talk across nodes");
     }
     return std::string();
   });
