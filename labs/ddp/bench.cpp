@@ -75,7 +75,9 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& corp
   table.add({"Llama-2 7B step, 1024 ranks, payload-free", lab::seconds(what_if)}, "(target < 10 s)");
   lab::write_json(o.json, {{"one_rank_seconds", one}, {"one_rank_micro_steps_seconds", same_kernels},
                            {"ranks", ranks}, {"simulated_ranks_seconds", many}, {"ratio", many / same_kernels},
-                           {"ratio_to_one_batch", many / one}, {"llama2_7b_1024_ranks_seconds", what_if}});
+                           {"ratio_to_one_batch", many / one}, {"llama2_7b_1024_ranks_seconds", what_if},
+                           {"targets", {{"ratio", lab::target(many / same_kernels, 1.5)},
+                                        {"llama2_7b_1024_ranks_seconds", lab::target(what_if, 10)}}}});
   return 0;
 }
 

@@ -42,7 +42,9 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
             "(target < 20 s)");
   lab::write_json(o.json, {{"ranks", run_options.ranks}, {"steps", o.steps}, {"stage0_seconds", ddp},
                            {"stage3_seconds", sharded}, {"ratio", sharded / ddp},
-                           {"llama2_70b_1024_ranks_seconds", what_if}});
+                           {"llama2_70b_1024_ranks_seconds", what_if},
+                           {"targets", {{"ratio", lab::target(sharded / ddp, 1.5)},
+                                        {"llama2_70b_1024_ranks_seconds", lab::target(what_if, 20)}}}});
   return 0;
 }
 

@@ -28,7 +28,8 @@ int bench(const Options& o, const RunOptions& run_options, const Sequences& data
              lab::seconds(split)},
             fmt::format("{:.2f}x the dense steps' (target <= 1.5x)", split / dense));
   lab::write_json(o.json, {{"ranks", run_options.ranks}, {"steps", o.steps}, {"sequence_parallel", o.sp},
-                           {"dense_seconds", dense}, {"tensor_parallel_seconds", split}, {"ratio", split / dense}});
+                           {"dense_seconds", dense}, {"tensor_parallel_seconds", split}, {"ratio", split / dense},
+                           {"targets", {{"ratio", lab::target(split / dense, 1.5)}}}});
   return 0;
 }
 

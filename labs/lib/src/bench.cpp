@@ -27,6 +27,10 @@ double timed(std::string_view what, const std::function<void()>& body) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+nlohmann::json target(double measured, double at_most) {
+  return {{"measured", measured}, {"at_most", at_most}, {"met", measured <= at_most}};
+}
+
 Table bench_table(int width, std::vector<Column> json_only) {
   std::vector<Column> columns = {{.header = "run", .width = width, .align = Align::left},
                                  {.header = "wall", .key = "seconds", .width = 10}};

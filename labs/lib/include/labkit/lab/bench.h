@@ -9,11 +9,14 @@
 //   table.add({"8 simulated ranks", lab::seconds(many)}, fmt::format("{:.2f}x the one-rank run", many / one));
 //
 // Its JSON is each added row's wall time ("seconds"), with the columns a lab
-// adds to it (JSON-only ones: a schedule's name, a ratio).
+// adds to it (JSON-only ones: a schedule's name, a ratio), and each promise
+// as target(): {"measured": 1.31, "at_most": 1.5, "met": true}.
 #pragma once
 
 #include <functional>
 #include <string_view>
+
+#include <nlohmann/json.hpp>
 
 #include "labkit/lab/table.h"
 #include "labkit/run.h"
@@ -32,5 +35,8 @@ double timed(std::string_view what, const std::function<void()>& body);
 // a row's note gives the ratio it promises beside its target. `json_only`
 // columns follow them, a cell each in every row.
 Table bench_table(int width, std::vector<Column> json_only = {});
+
+// A promise the bench prints as "(target <= 1.5x)", for --json: the figure, its bound, whether it held.
+nlohmann::json target(double measured, double at_most);
 
 }  // namespace labkit::lab
