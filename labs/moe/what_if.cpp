@@ -143,7 +143,7 @@ int what_if(const Options& o, const RunOptions& run_options) {
   if (ep > per_node && ep % per_node)
     throw Error(fmt::format("--ep {}: past one node the ep group fills whole nodes of {} GPUs ({}); try {}", ep,
                             per_node, run_options.topology, ep / per_node * per_node));
-  const int seq = o.seq ? o.seq : 4096;
+  const int seq = int(memory::what_if_seq(arch, o.seq, 4096));  // the model's context where it learned one
   const std::int64_t tokens = std::int64_t(o.micro_batch) * seq;
   // A routed expert's FLOPs per token: 2 per weight, 3 matrices when gated (SwiGLU), 2 otherwise.
   const double expert_flops = 2.0 * (arch.gated_ffn ? 3 : 2) * double(h) * arch.ffn;

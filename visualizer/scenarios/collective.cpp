@@ -29,19 +29,19 @@ ChunkHistory chunk_history(const CollectiveScenario& s) {
   const int p = s.ranks;
   const std::size_t count = std::max<std::size_t>(s.bytes / 8 / p, 1) * p;  // i64 elements, P whole blocks
   std::vector<std::vector<std::int64_t>> buffers(p);
-  // Rank r's buffer as the collective starts: its bit r where it has data.
+  const auto bit_of = [](int r) { return std::int64_t(1) << r; };  // rank r's data
+  // Rank r's buffer as the collective starts: its bit where it has data.
   const auto fill = [&](int r) {
-    const std::int64_t mine = std::int64_t(1) << r;
     if (op == labkit::Collective::all_gather) buffers[r].assign(count, 0);
-    else if (op == labkit::Collective::broadcast) buffers[r].assign(count, r == 0 ? mine : 0);
-    else buffers[r].assign(count, mine);
+    else if (op == labkit::Collective::broadcast) buffers[r].assign(count, r == 0 ? bit_of(r) : 0);
+    else buffers[r].assign(count, bit_of(r));
   };
   auto rank_fn = [&](labkit::Comm& comm) {
     const int r = comm.rank();
     fill(r);
     std::vector<std::int64_t>& buf = buffers[r];
     if (op == labkit::Collective::all_gather) {
-      std::vector<std::int64_t> block(count / p, std::int64_t(1) << r);
+      std::vector<std::int64_t> block(count / p, bit_of(r));
       comm.all_gather(labkit::view_of(block), labkit::view_of(buf));
     } else if (op == labkit::Collective::broadcast) {
       comm.broadcast(labkit::view_of(buf), 0);
